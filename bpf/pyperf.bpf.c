@@ -1,0 +1,433 @@
+// SPDX-License-Identifier: (Apache-2.0 OR GPL-2.0-only)
+/*
+ * pyperf sampler: a perf_event program, run on every sample of every CPU.
+ *
+ * For a sample of a registered Python process it finds the thread's
+ * PyThreadState, classifies thread state / GIL / pthread id, walks the Python
+ * frames leaf -> root and emits one variable-size record to a ring buffer:
+ * {header, nframes x {code object address, raw instruction position, checksum}}.
+ * Names, files and lines are resolved later in user space from the code
+ * object's address (read once per code object through /proc/PID/mem).
+ *
+ * Everything version-specific comes from user space (struct py_proc, filled
+ * from record/layouts.rs), so supporting another CPython version is a matter
+ * of offsets, not of code here.
+ *
+ * Cost notes (this runs on every sample, on every CPU):
+ *  - the cheapest path comes first: samples of untracked processes cost one
+ *    hash lookup and return;
+ *  - reads of the target's memory are the expensive part (each
+ *    bpf_probe_read_user is a helper call + a user copy with fault handling),
+ *    so each struct is read ONCE as a block of the bytes needed (PyThreadState
+ *    prefix, frame prefix, gil state) and fields are picked from the copy;
+ *    a cached thread state costs 1 read, each frame costs 2 (frame block +
+ *    the code object's checksum word);
+ *  - the thread state is cached per thread (LRU), validated by the read that
+ *    is needed anyway; the thread list is walked only on a miss, bounded;
+ *  - scratch memory and counters share one per-CPU array value: one lookup;
+ *  - the event is copied to the ring buffer with its used size only, and
+ *    without a wakeup unless the ring is filling up (user space polls with a
+ *    timeout): a wakeup per sample would cost an irq_work per sample.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include "pyperf.h"
+
+/* bpf_probe_read_user and bpf_get_current_task_btf are GPL-only helpers. */
+char LICENSE[] SEC("license") = "GPL";
+
+/* Set by user space before load (frozen .rodata: the verifier sees constants). */
+const volatile __u64 wakeup_bytes = 0; /* force a wakeup when this much data is pending; 0 = always adaptive */
+
+/* Makes the shared enums appear in BTF, hence in the Rust skeleton's `types`. */
+struct pyperf_btf_anchor {
+	enum pyperf_stack_status stack_status;
+	enum pyperf_gil_state gil_state;
+	enum pyperf_thread_state thread_state;
+	enum pyperf_pthread_id pthread_id;
+	enum pyperf_instr_kind instr_kind;
+	enum pyperf_match_kind match_kind;
+};
+const volatile struct pyperf_btf_anchor pyperf_btf_anchor = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32); /* tgid */
+	__type(value, struct py_proc);
+} procs SEC(".maps");
+
+/* pid_tgid -> PyThreadState address. Keyed by pid_tgid (not tid alone) so a
+ * recycled tid in another process cannot hit a stale entry unnoticed; every
+ * hit is validated anyway. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u64);
+} tstate_cache SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pyperf_scratch);
+} scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20); /* resized by user space before load */
+} events SEC(".maps");
+
+/* Field of a block copied from the target. Offsets come from a map value, so
+ * the verifier needs the explicit bound; a negative (absent) offset becomes
+ * a huge u32 and yields 0. */
+static __always_inline __u64 get_u64(const __u8 *buf, __s16 off, __u32 bufsz)
+{
+	__u32 o = (__u16)off;
+
+	if (o > bufsz - 8)
+		return 0;
+	return *(const __u64 *)(buf + o);
+}
+
+static __always_inline __s32 get_s32(const __u8 *buf, __s16 off, __u32 bufsz)
+{
+	__u32 o = (__u16)off;
+
+	if (o > bufsz - 4)
+		return 0;
+	return *(const __s32 *)(buf + o);
+}
+
+static __always_inline __s32 get_u8(const __u8 *buf, __s16 off, __u32 bufsz)
+{
+	__u32 o = (__u16)off;
+
+	if (o > bufsz - 1)
+		return -1;
+	return buf[o];
+}
+
+static __always_inline int read_user(void *dst, __u32 size, __u32 max, __u64 addr)
+{
+	if (size > max || size == 0)
+		return -1;
+	return bpf_probe_read_user(dst, size, (const void *)addr);
+}
+
+static __always_inline long read_ptr(__u64 addr, __u64 *out)
+{
+	*out = 0;
+	return bpf_probe_read_user(out, sizeof(*out), (const void *)addr);
+}
+
+/* Is the PyThreadState block in s->tbuf the one of the sampled thread? */
+static __always_inline bool tstate_is_ours(const struct py_proc *proc,
+					   const struct pyperf_scratch *s,
+					   __u32 tid, __u64 fsbase)
+{
+	if (proc->off.match_kind == MATCH_PTHREAD)
+		return fsbase &&
+		       get_u64(s->tbuf, proc->off.tstate_thread_id, PYPERF_TSTATE_BUF) == fsbase;
+	return get_u64(s->tbuf, proc->off.tstate_native_thread_id, PYPERF_TSTATE_BUF) == tid;
+}
+
+struct thread_walk {
+	const struct py_proc *proc;
+	struct pyperf_scratch *s;
+	__u64 cur;
+	__u64 found;
+	__u64 fsbase;
+	__u32 tid;
+	int err;
+};
+
+static long thread_walk_step(__u32 i, void *arg)
+{
+	struct thread_walk *w = arg;
+	const struct py_proc *proc = w->proc;
+	struct pyperf_scratch *s = w->s;
+
+	if (!w->cur)
+		return 1;
+	if (read_user(s->tbuf, proc->off.tstate_size, PYPERF_TSTATE_BUF, w->cur)) {
+		w->err = 1;
+		return 1;
+	}
+	if (tstate_is_ours(proc, s, w->tid, w->fsbase)) {
+		w->found = w->cur;
+		return 1;
+	}
+	w->cur = get_u64(s->tbuf, proc->off.tstate_next, PYPERF_TSTATE_BUF);
+	return 0;
+}
+
+/*
+ * Returns the sampled thread's PyThreadState address (its first
+ * tstate_size bytes are then in s->tbuf), or 0.
+ */
+static __always_inline __u64 find_tstate(const struct py_proc *proc,
+					 struct pyperf_scratch *s, __u64 pid_tgid,
+					 __u64 fsbase)
+{
+	__u32 tid = (__u32)pid_tgid;
+	__u64 *cached, interp = 0, head = 0;
+	struct thread_walk w = {};
+
+	cached = bpf_map_lookup_elem(&tstate_cache, &pid_tgid);
+	if (cached) {
+		__u64 ts = *cached;
+
+		/* Validation is the read we need anyway. */
+		if (ts && !read_user(s->tbuf, proc->off.tstate_size, PYPERF_TSTATE_BUF, ts) &&
+		    tstate_is_ours(proc, s, tid, fsbase))
+			return ts;
+	}
+
+	s->counters.thread_walks++;
+	if (read_ptr(proc->interp_head_addr, &interp) || !interp) {
+		/* Not initialised yet (or finalising): no thread state. */
+		goto miss;
+	}
+	if (proc->off.interp_tstate_head < 0 ||
+	    read_ptr(interp + proc->off.interp_tstate_head, &head)) {
+		s->counters.read_errors++;
+		goto miss;
+	}
+
+	w.proc = proc;
+	w.s = s;
+	w.cur = head;
+	w.tid = tid;
+	w.fsbase = fsbase;
+	bpf_loop(PYPERF_MAX_THREADS, thread_walk_step, &w, 0);
+	if (w.err)
+		s->counters.read_errors++;
+	if (w.found) {
+		bpf_map_update_elem(&tstate_cache, &pid_tgid, &w.found, BPF_ANY);
+		return w.found;
+	}
+	if (w.cur && !w.err)
+		s->counters.thread_walk_bound++;
+miss:
+	if (cached)
+		bpf_map_delete_elem(&tstate_cache, &pid_tgid);
+	return 0;
+}
+
+static __always_inline __u8 thread_state_match(__u64 this_ts, __u64 global_ts)
+{
+	if (!this_ts && !global_ts)
+		return THREAD_STATE_BOTH_NULL;
+	if (!this_ts)
+		return THREAD_STATE_THIS_THREAD_NULL;
+	if (!global_ts)
+		return THREAD_STATE_GLOBAL_CURRENT_THREAD_NULL;
+	return this_ts == global_ts ? THREAD_STATE_MATCH : THREAD_STATE_MISMATCH;
+}
+
+static __always_inline __u8 gil_state(const struct py_proc *proc,
+				      struct pyperf_scratch *s, __u64 this_ts,
+				      __u64 global_ts)
+{
+	__u64 gil = proc->gil_addr, holder;
+	__s32 locked;
+
+	if (!gil && proc->off.interp_gil_ptr >= 0 && this_ts) {
+		/* 3.12+: per-interpreter pointer, interp = tstate->interp. */
+		__u64 interp = get_u64(s->tbuf, proc->off.tstate_interp, PYPERF_TSTATE_BUF);
+
+		if (!interp || read_ptr(interp + proc->off.interp_gil_ptr, &gil))
+			return GIL_STATE_ERROR;
+	}
+	if (!gil || proc->off.gil_locked < 0 || proc->off.gil_last_holder < 0)
+		return GIL_STATE_NO_INFO;
+	if (read_user(s->gbuf, proc->off.gil_size, PYPERF_GIL_BUF, gil)) {
+		s->counters.read_errors++;
+		return GIL_STATE_ERROR;
+	}
+	locked = get_s32(s->gbuf, proc->off.gil_locked, PYPERF_GIL_BUF);
+	switch (locked) {
+	case -1:
+		return GIL_STATE_UNINITIALIZED;
+	case 0:
+		return GIL_STATE_NOT_LOCKED;
+	case 1:
+		holder = get_u64(s->gbuf, proc->off.gil_last_holder, PYPERF_GIL_BUF);
+		if (!holder)
+			return GIL_STATE_NULL;
+		if (holder == this_ts)
+			return GIL_STATE_THIS_THREAD;
+		if (holder == global_ts)
+			return GIL_STATE_GLOBAL_CURRENT_THREAD;
+		return GIL_STATE_OTHER_THREAD;
+	default:
+		return GIL_STATE_ERROR;
+	}
+}
+
+static __always_inline __u8 pthread_id_match(const struct py_proc *proc,
+					     const struct pyperf_scratch *s,
+					     __u64 this_ts, __u64 fsbase)
+{
+	__u64 created;
+
+	if (!this_ts)
+		return PTHREAD_ID_THREAD_STATE_NULL;
+	if (proc->off.tstate_thread_id < 0)
+		return PTHREAD_ID_UNKNOWN;
+	created = get_u64(s->tbuf, proc->off.tstate_thread_id, PYPERF_TSTATE_BUF);
+	if (!created)
+		return PTHREAD_ID_NULL;
+	if (!fsbase)
+		return PTHREAD_ID_ERROR;
+	return created == fsbase ? PTHREAD_ID_MATCH : PTHREAD_ID_MISMATCH;
+}
+
+struct frame_walk {
+	const struct py_proc *proc;
+	struct pyperf_scratch *s;
+	__u64 cur;
+	__u32 n;
+	__u8 status;
+};
+
+static long frame_walk_step(__u32 i, void *arg)
+{
+	struct frame_walk *w = arg;
+	const struct py_proc *proc = w->proc;
+	struct pyperf_scratch *s = w->s;
+	struct pyperf_frame *f;
+	__u64 code, cur = w->cur;
+	__u32 n = w->n;
+
+	if (!cur)
+		return 1;
+	if (read_user(s->fbuf, proc->off.frame_size, PYPERF_FRAME_BUF, cur)) {
+		s->counters.read_errors++;
+		w->status = STACK_STATUS_ERROR;
+		return 1;
+	}
+	w->cur = get_u64(s->fbuf, proc->off.frame_back, PYPERF_FRAME_BUF);
+	if (proc->off.owner_cstack >= 0 &&
+	    get_u8(s->fbuf, proc->off.frame_owner, PYPERF_FRAME_BUF) == proc->off.owner_cstack)
+		return 0; /* shim / entry frame owned by the C stack: not Python code */
+	code = get_u64(s->fbuf, proc->off.frame_code, PYPERF_FRAME_BUF) & proc->code_mask;
+	if (!code) {
+		w->status = STACK_STATUS_ERROR;
+		return 1;
+	}
+	if (n >= PYPERF_MAX_FRAMES) {
+		/* Leaf-nearest frames kept; more Python frames above. */
+		w->status = STACK_STATUS_TRUNCATED;
+		return 1;
+	}
+	f = &s->ev.frames[n];
+	f->code = code;
+	if (proc->off.instr_kind == INSTR_PTR_MINUS_CODE)
+		f->instr = (__u32)(get_u64(s->fbuf, proc->off.frame_instr, PYPERF_FRAME_BUF) - code);
+	else if (proc->off.instr_kind == INSTR_LASTI)
+		f->instr = (__u32)get_s32(s->fbuf, proc->off.frame_instr, PYPERF_FRAME_BUF);
+	else
+		f->instr = 0;
+	f->check = 0;
+	if (proc->off.code_check >= 0 &&
+	    bpf_probe_read_user(&f->check, sizeof(f->check),
+				(const void *)(code + proc->off.code_check)))
+		s->counters.read_errors++;
+	w->n = n + 1;
+	return 0;
+}
+
+SEC("perf_event")
+int pyperf_sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 pid = pid_tgid >> 32, zero = 0, n;
+	struct pyperf_event_header *h;
+	struct pyperf_scratch *s;
+	struct py_proc *proc;
+	struct task_struct *task;
+	__u64 fsbase = 0, ts, global_ts = 0, frame = 0, cframe = 0, size, flags;
+	struct frame_walk w = {};
+
+	/* Cheapest path first: not a tracked process. */
+	proc = bpf_map_lookup_elem(&procs, &pid);
+	if (!proc)
+		return 0;
+	s = bpf_map_lookup_elem(&scratch, &zero);
+	if (!s)
+		return 0;
+	s->counters.samples++;
+
+	h = &s->ev.hdr;
+	h->ktime = bpf_ktime_get_ns();
+	h->pid = pid;
+	h->tid = (__u32)pid_tgid;
+	h->cpu = bpf_get_smp_processor_id();
+	h->nframes = 0;
+	bpf_get_current_comm(h->comm, sizeof(h->comm));
+
+	/* pthread_self() on glibc x86-64 is the thread pointer = fs base. */
+	task = bpf_get_current_task_btf();
+#if defined(__TARGET_ARCH_x86)
+	fsbase = BPF_CORE_READ(task, thread.fsbase);
+#elif defined(__TARGET_ARCH_arm64)
+	fsbase = BPF_CORE_READ(task, thread.uw.tp_value);
+#endif
+
+	ts = find_tstate(proc, s, pid_tgid, fsbase);
+
+	if (proc->tstate_current_addr &&
+	    read_ptr(proc->tstate_current_addr, &global_ts))
+		s->counters.read_errors++;
+	h->thread_state_match = proc->tstate_current_addr ?
+		thread_state_match(ts, global_ts) : THREAD_STATE_UNKNOWN;
+	h->gil_state = gil_state(proc, s, ts, global_ts);
+	h->pthread_id_match = pthread_id_match(proc, s, ts, fsbase);
+
+	/* Leaf frame: tstate->frame / ->current_frame, or tstate->cframe->current_frame. */
+	if (ts) {
+		if (proc->off.tstate_frame >= 0) {
+			frame = get_u64(s->tbuf, proc->off.tstate_frame, PYPERF_TSTATE_BUF);
+		} else {
+			cframe = get_u64(s->tbuf, proc->off.tstate_cframe, PYPERF_TSTATE_BUF);
+			if (cframe && proc->off.cframe_current_frame >= 0 &&
+			    read_ptr(cframe + proc->off.cframe_current_frame, &frame))
+				s->counters.read_errors++;
+		}
+	}
+
+	w.status = STACK_STATUS_COMPLETE;
+	if (frame) {
+		w.proc = proc;
+		w.s = s;
+		w.cur = frame;
+		bpf_loop(PYPERF_MAX_WALK, frame_walk_step, &w, 0);
+		if (w.status == STACK_STATUS_COMPLETE && w.cur)
+			w.status = STACK_STATUS_TRUNCATED; /* bpf_loop bound (many skipped shims) */
+	}
+	n = w.n;
+	if (n > PYPERF_MAX_FRAMES)
+		n = PYPERF_MAX_FRAMES;
+	if (w.status == STACK_STATUS_TRUNCATED)
+		s->counters.truncated++;
+	if (w.status == STACK_STATUS_COMPLETE && n == 0) {
+		w.status = STACK_STATUS_IDLE;
+		s->counters.idle++;
+	}
+	h->nframes = n;
+	h->stack_status = w.status;
+
+	size = sizeof(struct pyperf_event_header) + (__u64)n * sizeof(struct pyperf_frame);
+	flags = BPF_RB_NO_WAKEUP;
+	if (!wakeup_bytes || bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+		flags = 0; /* adaptive: wakes the consumer if it is waiting */
+	if (bpf_ringbuf_output(&events, &s->ev, size, flags))
+		s->counters.rb_full++;
+	else
+		s->counters.events++;
+	return 0;
+}

@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: (Apache-2.0 OR GPL-2.0-only) */
+/*
+ * The one header shared by the BPF program (bpf/pyperf.bpf.c) and the Rust
+ * recorder. Rust never copies these definitions by hand: build.rs compiles
+ * the BPF object and libbpf-cargo generates Rust types from its BTF into the
+ * skeleton's `types` module. Every struct below must therefore be reachable
+ * from a map or a global in pyperf.bpf.c (see `pyperf_btf_anchor` there).
+ *
+ * Only fixed-width types (from vmlinux.h) are used, and every struct is laid
+ * out without implicit padding so the Rust and C views agree byte for byte.
+ */
+#ifndef PYPERF_H
+#define PYPERF_H
+
+/* Deepest stack recorded. Python's default recursion limit is 1000, so
+ * "complete stacks of 1000+ frames" needs more than that; deeper stacks keep
+ * the leaf-nearest frames and are marked TRUNCATED. */
+#define PYPERF_MAX_FRAMES 2048
+/* bpf_loop bound of the frame walk: frames + C-stack shim frames skipped. */
+#define PYPERF_MAX_WALK (PYPERF_MAX_FRAMES + 256)
+/* Bound of the walk of an interpreter's thread list (per sample, on a cache
+ * miss). Hitting it is counted in pyperf_counters.thread_walk_bound. */
+#define PYPERF_MAX_THREADS 256
+#define PYPERF_COMM_LEN 16
+
+/* Bytes of a PyThreadState / frame / _gil_runtime_state read in ONE
+ * bpf_probe_read_user each (user space computes the exact size it needs,
+ * which must not exceed these). */
+#define PYPERF_TSTATE_BUF 256
+#define PYPERF_FRAME_BUF 256
+#define PYPERF_GIL_BUF 64
+
+/* Values are also the on-disk values. */
+enum pyperf_stack_status {
+	STACK_STATUS_COMPLETE = 0,
+	STACK_STATUS_ERROR = 1,
+	STACK_STATUS_TRUNCATED = 2,
+	STACK_STATUS_IDLE = 3, /* no thread state or no Python frame */
+};
+
+enum pyperf_gil_state {
+	GIL_STATE_NO_INFO = 0,
+	GIL_STATE_ERROR = 1,
+	GIL_STATE_UNINITIALIZED = 2,
+	GIL_STATE_NOT_LOCKED = 3,
+	GIL_STATE_THIS_THREAD = 4,
+	GIL_STATE_GLOBAL_CURRENT_THREAD = 5,
+	GIL_STATE_OTHER_THREAD = 6,
+	GIL_STATE_NULL = 7,
+};
+
+enum pyperf_thread_state {
+	THREAD_STATE_UNKNOWN = 0,
+	THREAD_STATE_MATCH = 1,
+	THREAD_STATE_MISMATCH = 2,
+	THREAD_STATE_THIS_THREAD_NULL = 3,
+	THREAD_STATE_GLOBAL_CURRENT_THREAD_NULL = 4,
+	THREAD_STATE_BOTH_NULL = 5,
+};
+
+enum pyperf_pthread_id {
+	PTHREAD_ID_UNKNOWN = 0,
+	PTHREAD_ID_MATCH = 1,
+	PTHREAD_ID_MISMATCH = 2,
+	PTHREAD_ID_THREAD_STATE_NULL = 3,
+	PTHREAD_ID_NULL = 4,
+	PTHREAD_ID_ERROR = 5,
+};
+
+/* How the instruction position of a frame is read (py_offsets.instr_kind). */
+enum pyperf_instr_kind {
+	INSTR_NONE = 0,
+	INSTR_LASTI = 1,      /* int at frame_lasti (PyFrameObject.f_lasti, <= 3.10) */
+	INSTR_PTR_MINUS_CODE = 2, /* pointer at frame_instr minus the code object's address (3.11+) */
+};
+
+/* How the sampled thread's PyThreadState is recognised (py_offsets.match_kind). */
+enum pyperf_match_kind {
+	MATCH_NATIVE_TID = 0, /* tstate->native_thread_id == kernel tid (3.11+) */
+	MATCH_PTHREAD = 1,    /* tstate->thread_id == pthread_self() == fsbase (glibc x86-64) */
+};
+
+/* Per-version offsets the walk needs, copied by user space from
+ * record/layouts.rs. -1 = absent in this version. All offsets are < the
+ * corresponding *_BUF, the *_size fields say how many bytes to read. */
+struct py_offsets {
+	/* PyInterpreterState */
+	__s16 interp_tstate_head;   /* tstate_head (<= 3.10) / threads.head (3.11+) */
+	__s16 interp_gil_ptr;       /* ceval.gil pointer (3.12+), else -1 */
+	/* struct _gil_runtime_state */
+	__s16 gil_locked;           /* int */
+	__s16 gil_last_holder;      /* PyThreadState * */
+	/* PyThreadState */
+	__s16 tstate_next;
+	__s16 tstate_interp;        /* PyInterpreterState * (for the 3.12+ GIL pointer) */
+	__s16 tstate_thread_id;     /* pthread_t */
+	__s16 tstate_native_thread_id; /* kernel tid (3.11+) */
+	__s16 tstate_frame;         /* frame pointer read directly from tstate (<= 3.10 .frame, 3.13 .current_frame), or -1 */
+	__s16 tstate_cframe;        /* _PyCFrame * (3.11-3.12), or -1 */
+	__s16 cframe_current_frame; /* _PyCFrame.current_frame (3.11-3.12), or -1 */
+	/* frame (PyFrameObject <= 3.10, _PyInterpreterFrame 3.11+) */
+	__s16 frame_back;
+	__s16 frame_code;
+	__s16 frame_instr;          /* see instr_kind */
+	__s16 frame_owner;          /* u8 owner (3.11+), or -1 */
+	/* PyCodeObject */
+	__s16 code_check;           /* a 4-byte word read as the frame's checksum (co_firstlineno) */
+	/* bytes read in one go */
+	__u16 tstate_size;
+	__u16 frame_size;
+	__u16 gil_size;
+	__u8 instr_kind;            /* enum pyperf_instr_kind */
+	__u8 match_kind;            /* enum pyperf_match_kind */
+	__s16 owner_cstack;         /* owner value of frames owned by the C stack, skipped (3.12+: 3), -1 none */
+};
+
+/* Value of the `procs` map (key: tgid), filled by user space. Addresses have
+ * the load bias applied. */
+struct py_proc {
+	__u64 interp_head_addr;    /* address of the PyInterpreterState * of the main interpreter
+	                            * (&_PyRuntime.interpreters.head, pre-3.7 &interp_head) */
+	__u64 tstate_current_addr; /* address of the GIL holder's PyThreadState * (&_PyRuntime.gilstate.tstate_current
+	                            * 3.7-3.11, &_PyThreadState_Current pre-3.7), 0 = none (3.12+) */
+	__u64 gil_addr;            /* address of struct _gil_runtime_state (3.7-3.11), 0 = read through interp_gil_ptr */
+	__u64 code_mask;           /* mask applied to the code pointer read from a frame (tagged refs), ~0 normally */
+	__u8 major;
+	__u8 minor;
+	__u8 micro;
+	__u8 _pad[5];
+	struct py_offsets off;
+	__u8 _pad2[6];
+};
+
+/* One frame of a sample. */
+struct pyperf_frame {
+	__u64 code;  /* PyCodeObject address */
+	__u32 instr; /* raw instruction position (see enum pyperf_instr_kind) */
+	__u32 check; /* 4-byte word at code + code_check, to detect freed-and-reused code addresses */
+};
+
+/* Fixed part of a ring buffer record; `nframes` pyperf_frame follow it. */
+struct pyperf_event_header {
+	__u64 ktime;  /* bpf_ktime_get_ns() */
+	__u32 pid;    /* tgid */
+	__u32 tid;
+	__u32 cpu;
+	__u32 nframes;
+	char comm[PYPERF_COMM_LEN];
+	__u8 thread_state_match; /* enum pyperf_thread_state */
+	__u8 gil_state;          /* enum pyperf_gil_state */
+	__u8 pthread_id_match;   /* enum pyperf_pthread_id */
+	__u8 stack_status;       /* enum pyperf_stack_status */
+	__u8 _pad[4];
+};
+
+struct pyperf_event {
+	struct pyperf_event_header hdr;
+	struct pyperf_frame frames[PYPERF_MAX_FRAMES]; /* leaf first */
+};
+
+/* Per-CPU counters; user space sums them over CPUs. */
+struct pyperf_counters {
+	__u64 samples;           /* perf samples that hit a target process */
+	__u64 events;            /* events written to the ring buffer */
+	__u64 rb_full;           /* events dropped: ring buffer full */
+	__u64 truncated;         /* stacks deeper than PYPERF_MAX_FRAMES */
+	__u64 read_errors;       /* failed reads of the target's memory */
+	__u64 thread_walk_bound; /* thread-list walks that hit PYPERF_MAX_THREADS */
+	__u64 thread_walks;      /* thread-state cache misses (list walked) */
+	__u64 idle;              /* events with stack_status IDLE */
+};
+
+/* Per-CPU scratch: too big for the 512-byte BPF stack. The counters live in
+ * the same value so a sample costs one per-CPU lookup, not two. */
+struct pyperf_scratch {
+	struct pyperf_counters counters;
+	__u8 tbuf[PYPERF_TSTATE_BUF];
+	__u8 fbuf[PYPERF_FRAME_BUF];
+	__u8 gbuf[PYPERF_GIL_BUF];
+	struct pyperf_event ev;
+};
+
+#endif /* PYPERF_H */

@@ -1,0 +1,91 @@
+//! The `.pyp` recording format of pyperf: a versioned, chunked, checksummed, zstd-compressed file holding the
+//! samples of a recording and the symbols and stacks they refer to. Byte-level specification: FORMAT.md.
+//!
+//! This crate has no Linux, BPF or profiler dependency: a recording can be read anywhere.
+
+mod chunk;
+mod model;
+mod reader;
+mod states;
+mod writer;
+
+pub use chunk::{Kind, CHUNK_HEADER_LEN, MAGIC, MAJOR, MAX_CHUNK_BYTES, MINOR, PREAMBLE_LEN};
+pub use model::*;
+pub use reader::{samples, Frames, Reader, Record, Sample, Tables};
+pub use states::{GilState, PthreadIdMatch, StackStatus, ThreadStateMatch};
+pub use writer::{SampleRecord, Writer, SAMPLES_PER_CHUNK, SYMBOLS_PER_CHUNK};
+
+use std::io::Read;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("not a pyperf recording (wrong magic bytes)")]
+    NotARecording,
+    #[error(
+        "recording format {}.{} is newer than this pyperf reads ({}.{}); upgrade pyperf to read it",
+        file.0, file.1, supported.0, supported.1
+    )]
+    NewerMajor { file: (u16, u16), supported: (u16, u16) },
+    #[error("recording cut off at byte {offset} after {complete_chunks} complete chunks")]
+    Truncated { offset: u64, complete_chunks: u64 },
+    #[error("recording corrupt: checksum mismatch in the chunk at byte {offset}")]
+    Checksum { offset: u64 },
+    #[error("recording corrupt at byte {offset}: {what}")]
+    Corrupt { offset: u64, what: String },
+    #[error("cannot encode record: {0}")]
+    Encode(String),
+}
+
+impl Error {
+    /// A cut-off file: everything before `offset` is good.
+    pub fn is_truncation(&self) -> bool {
+        matches!(self, Error::Truncated { .. })
+    }
+}
+
+/// What [`scan`] noticed on the way that the reader of a report should know.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ScanNotes {
+    /// One line each, e.g. a cut-off file or a missing trailer.
+    pub warnings: Vec<String>,
+}
+
+/// Reads the rest of a recording, keeping `tables` up to date and handing every sample chunk to `on_samples`
+/// after the tables know everything it refers to. A file cut off mid-chunk is not an error: the complete
+/// chunks are delivered and a warning says what was lost. Any other damage is an error.
+pub fn scan<R: Read>(
+    reader: &mut Reader<R>,
+    tables: &mut Tables,
+    mut on_samples: impl FnMut(&Tables, &SampleChunk),
+) -> Result<ScanNotes, Error> {
+    let mut notes = ScanNotes::default();
+    let mut unknown = 0u64;
+    loop {
+        let offset = reader.offset();
+        match reader.next_record() {
+            Ok(Some(record)) => {
+                tables.apply(&record, offset)?;
+                match &record {
+                    Record::Samples(c) => on_samples(tables, c),
+                    Record::Unknown { .. } => unknown += 1,
+                    _ => {}
+                }
+            }
+            Ok(None) => break,
+            Err(e) if e.is_truncation() => {
+                notes.warnings.push(format!("{e}; reporting the complete chunks before it"));
+                break;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if unknown > 0 {
+        notes.warnings.push(format!("skipped {unknown} chunks of a kind this pyperf does not know (newer minor version)"));
+    }
+    if tables.stats.is_none() {
+        notes.warnings.push("recording has no trailer (recorder killed or file cut off): statistics are incomplete".into());
+    }
+    Ok(notes)
+}

@@ -1,0 +1,163 @@
+//! The records a recording is made of. Their byte encoding is in FORMAT.md; this module is the logical view.
+//!
+//! Compatibility rule (FORMAT.md, "Versioning"): a later minor version may append fields at the end of a
+//! top-level record and may add chunk kinds. It may not change or reorder existing fields, nor extend the
+//! structs nested in vectors (`Symbol`, the sample columns). Readers therefore decode the known prefix of a
+//! record and ignore trailing bytes.
+
+use serde::{Deserialize, Serialize};
+
+/// How the sampling event fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Rate {
+    /// Samples per second per CPU (perf's `-F`).
+    Frequency(u64),
+    /// One sample every N events (perf's `-c`): nanoseconds for cpu-clock, cycles for cycles.
+    Period(u64),
+}
+
+/// What was recorded, where and how. The first chunk of every file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header {
+    /// Version of the pyperf that wrote the file.
+    pub pyperf_version: String,
+    pub hostname: String,
+    /// `uname -r` of the recording host.
+    pub kernel_release: String,
+    /// `uname -m` of the recording host.
+    pub arch: String,
+    /// Wall-clock start, nanoseconds since the Unix epoch.
+    pub start_time_unix_ns: u64,
+    /// Sampling event name: `cpu-clock` or `cycles`.
+    pub event: String,
+    pub rate: Rate,
+    /// The pyperf command line that made the recording.
+    pub command_line: Vec<String>,
+    /// The workload command given after `--`, empty when attaching with `-p` or `-a`.
+    pub workload: Vec<String>,
+}
+
+/// One profiled process. Written when the recorder starts following it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Process {
+    pub pid: u32,
+    /// Full command line (`/proc/PID/cmdline`).
+    pub command: Vec<String>,
+    /// Python version as found in the binary, e.g. `3.11.7`.
+    pub python_version: String,
+    /// Path of the ELF object holding the interpreter (libpython or the executable).
+    pub interpreter_path: String,
+    /// GNU build id of that object, lower-case hex; empty when it has none.
+    pub build_id: String,
+    /// When the recorder started following the process, ns since the recording's start.
+    pub first_seen_ns: u64,
+}
+
+/// `Symbol::flags` bits.
+pub mod symbol_flags {
+    /// The function name was cut (too long or unreadable past some point).
+    pub const NAME_CUT: u32 = 1;
+    /// The file name was cut.
+    pub const FILE_CUT: u32 = 2;
+    /// The code object could not be read: name and file are placeholders.
+    pub const UNRESOLVED: u32 = 4;
+}
+
+/// A Python frame as shown to the user: one function at one line.
+/// The same function at the same line in the same file is one symbol, whatever process it came from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Symbol {
+    /// Class or enclosing qualified name (`Class`, `outer.<locals>`); empty at module level.
+    pub scope: String,
+    /// Function name as the interpreter names it (`run`, `<module>`, `<lambda>`, `<listcomp>`).
+    pub name: String,
+    pub file: String,
+    /// Line being executed; 0 when unknown.
+    pub line: u32,
+    /// See [`symbol_flags`].
+    pub flags: u32,
+}
+
+impl Symbol {
+    /// `scope.name`, or `name` at module level.
+    pub fn qualified_name(&self) -> String {
+        if self.scope.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{}.{}", self.scope, self.name)
+        }
+    }
+}
+
+/// Symbols new since the previous chunk of this kind, with consecutive ids starting at `first_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SymbolChunk {
+    pub first_id: u32,
+    pub symbols: Vec<Symbol>,
+}
+
+/// Stack nodes new since the previous chunk. Stacks form a prefix tree: node `first_id + i` is the frame
+/// `symbols[i]` called from node `first_id + i - parent_back[i]`, where a back-reference equal to the
+/// node's own id means "no caller" (a root frame). Node 0 is the empty stack. A sample names its leaf node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackChunk {
+    pub first_id: u32,
+    pub parent_back: Vec<u32>,
+    pub symbols: Vec<u32>,
+}
+
+/// A batch of samples stored column by column (it compresses several times better than row by row).
+/// All columns have the same length.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampleChunk {
+    /// Time of the first sample, ns since the recording's start.
+    pub base_time_ns: u64,
+    /// Difference to the previous sample's time (the first is 0). Signed: CPUs deliver slightly out of order.
+    pub time_delta_ns: Vec<i64>,
+    pub cpu: Vec<u32>,
+    pub pid: Vec<u32>,
+    pub tid: Vec<u32>,
+    /// Index into `comms`.
+    pub comm: Vec<u32>,
+    /// Distinct thread names of this chunk.
+    pub comms: Vec<String>,
+    /// Raw [`crate::ThreadStateMatch`] values.
+    pub thread_state: Vec<u8>,
+    /// Raw [`crate::GilState`] values.
+    pub gil: Vec<u8>,
+    /// Raw [`crate::PthreadIdMatch`] values.
+    pub pthread_id: Vec<u8>,
+    /// Raw [`crate::StackStatus`] values.
+    pub status: Vec<u8>,
+    /// Leaf stack node; 0 for no Python frames.
+    pub stack: Vec<u32>,
+}
+
+impl SampleChunk {
+    pub fn len(&self) -> usize {
+        self.stack.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.stack.is_empty()
+    }
+}
+
+/// The trailer: what the recorder counted. Written last; missing when the recorder was killed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Samples written to the file.
+    pub samples: u64,
+    /// Samples the kernel took but that never reached the file (ring buffer full, dropped).
+    pub lost_samples: u64,
+    /// Samples whose stack was deeper than the walker's limit (leaf frames kept).
+    pub truncated_stacks: u64,
+    /// Frames whose code object could not be resolved to a name.
+    pub lost_symbols: u64,
+    /// Failed reads of target memory and other non-fatal errors.
+    pub errors: u64,
+    /// Recording length.
+    pub duration_ns: u64,
+    /// Further named counters (per-cause breakdowns); readers show what they do not know as is.
+    pub counters: Vec<(String, u64)>,
+}

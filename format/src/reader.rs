@@ -1,0 +1,292 @@
+//! Reading a recording as a stream of records, and the symbol and stack tables they build.
+
+use std::io::Read;
+
+use serde::de::DeserializeOwned;
+
+use crate::chunk::{self, Kind};
+use crate::model::*;
+use crate::{Error, GilState, PthreadIdMatch, StackStatus, ThreadStateMatch};
+
+/// A decoded chunk.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    Process(Process),
+    Symbols(SymbolChunk),
+    Stacks(StackChunk),
+    Samples(SampleChunk),
+    SymbolTable(SymbolChunk),
+    Stats(Stats),
+    /// A chunk kind from a newer minor version; skipped.
+    Unknown { kind: u16 },
+}
+
+/// Reads chunks one at a time: memory stays at one chunk, whatever the file's size.
+pub struct Reader<R: Read> {
+    input: R,
+    version: (u16, u16),
+    header: Header,
+    offset: u64,
+    chunks: u64,
+    stored: Vec<u8>,
+    budget: chunk::Budget,
+}
+
+impl<R: Read> Reader<R> {
+    /// Reads the preamble and the header chunk.
+    pub fn new(mut input: R) -> Result<Self, Error> {
+        let version = chunk::read_preamble(&mut input)?;
+        let mut stored = Vec::new();
+        let mut budget = chunk::Budget::default();
+        let offset = chunk::PREAMBLE_LEN as u64;
+        let first = chunk::read_chunk(&mut input, offset, 0, &mut stored, &mut budget)?
+            .ok_or(Error::Truncated { offset, complete_chunks: 0 })?;
+        if first.kind != Kind::Header as u16 {
+            return Err(Error::Corrupt { offset, what: "first chunk is not the header".into() });
+        }
+        let header = decode(&first.payload, offset)?;
+        let offset = offset + chunk::CHUNK_HEADER_LEN as u64 + stored.len() as u64;
+        Ok(Reader { input, version, header, offset, chunks: 1, stored, budget })
+    }
+
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// (major, minor) of the file.
+    pub fn version(&self) -> (u16, u16) {
+        self.version
+    }
+
+    /// Byte offset of the next chunk.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Complete chunks read so far, the header included.
+    pub fn chunks_read(&self) -> u64 {
+        self.chunks
+    }
+
+    /// The next record; `Ok(None)` at the end of the file. A file cut short gives `Err(Error::Truncated)`
+    /// after its last complete chunk.
+    pub fn next_record(&mut self) -> Result<Option<Record>, Error> {
+        let Some(raw) = chunk::read_chunk(&mut self.input, self.offset, self.chunks, &mut self.stored, &mut self.budget)? else {
+            return Ok(None);
+        };
+        let at = raw.offset;
+        self.offset += chunk::CHUNK_HEADER_LEN as u64 + self.stored.len() as u64;
+        self.chunks += 1;
+        let record = match Kind::from_u16(raw.kind) {
+            Some(Kind::Header) => return Err(Error::Corrupt { offset: at, what: "second header chunk".into() }),
+            Some(Kind::Process) => Record::Process(decode(&raw.payload, at)?),
+            Some(Kind::Symbols) => Record::Symbols(decode(&raw.payload, at)?),
+            Some(Kind::Stacks) => {
+                let c: StackChunk = decode(&raw.payload, at)?;
+                if c.parent_back.len() != c.symbols.len() {
+                    return Err(Error::Corrupt { offset: at, what: "stack chunk columns differ in length".into() });
+                }
+                Record::Stacks(c)
+            }
+            Some(Kind::Samples) => {
+                let c: SampleChunk = decode(&raw.payload, at)?;
+                check_columns(&c, at)?;
+                Record::Samples(c)
+            }
+            Some(Kind::SymbolTable) => Record::SymbolTable(decode(&raw.payload, at)?),
+            Some(Kind::Stats) => Record::Stats(decode(&raw.payload, at)?),
+            None => Record::Unknown { kind: raw.kind },
+        };
+        Ok(Some(record))
+    }
+}
+
+/// Decodes the known prefix of a record; trailing bytes are fields of a newer minor version.
+fn decode<T: DeserializeOwned>(payload: &[u8], offset: u64) -> Result<T, Error> {
+    postcard::take_from_bytes(payload)
+        .map(|(v, _rest)| v)
+        .map_err(|e| Error::Corrupt { offset, what: format!("undecodable record: {e}") })
+}
+
+fn check_columns(c: &SampleChunk, offset: u64) -> Result<(), Error> {
+    let n = c.stack.len();
+    let lens = [
+        c.time_delta_ns.len(),
+        c.cpu.len(),
+        c.pid.len(),
+        c.tid.len(),
+        c.comm.len(),
+        c.thread_state.len(),
+        c.gil.len(),
+        c.pthread_id.len(),
+        c.status.len(),
+    ];
+    if lens.iter().any(|&l| l != n) {
+        return Err(Error::Corrupt { offset, what: "sample chunk columns differ in length".into() });
+    }
+    if c.comm.iter().any(|&i| i as usize >= c.comms.len()) {
+        return Err(Error::Corrupt { offset, what: "sample names a thread name that is not there".into() });
+    }
+    Ok(())
+}
+
+/// One sample, resolved against its chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample<'a> {
+    /// ns since the recording's start.
+    pub time_ns: u64,
+    pub cpu: u32,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: &'a str,
+    pub thread_state: ThreadStateMatch,
+    pub gil: GilState,
+    pub pthread_id: PthreadIdMatch,
+    pub status: StackStatus,
+    /// Leaf stack node, 0 for none; resolve with [`Tables::frames`].
+    pub stack: u32,
+}
+
+/// Iterates the samples of a chunk.
+pub fn samples(c: &SampleChunk) -> impl Iterator<Item = Sample<'_>> + '_ {
+    let mut time = c.base_time_ns;
+    (0..c.len()).map(move |i| {
+        time = time.wrapping_add(c.time_delta_ns[i] as u64);
+        Sample {
+            time_ns: time,
+            cpu: c.cpu[i],
+            pid: c.pid[i],
+            tid: c.tid[i],
+            comm: &c.comms[c.comm[i] as usize],
+            thread_state: ThreadStateMatch::from_u8(c.thread_state[i]),
+            gil: GilState::from_u8(c.gil[i]),
+            pthread_id: PthreadIdMatch::from_u8(c.pthread_id[i]),
+            status: StackStatus::from_u8(c.status[i]),
+            stack: c.stack[i],
+        }
+    })
+}
+
+/// Symbols, stack nodes and processes seen so far. Grows with unique stacks, never with samples.
+#[derive(Debug, Default, Clone)]
+pub struct Tables {
+    pub symbols: Vec<Symbol>,
+    /// (parent node, symbol id) for node i+1.
+    pub nodes: Vec<(u32, u32)>,
+    pub processes: Vec<Process>,
+    /// The trailer, once read.
+    pub stats: Option<Stats>,
+    /// Whether the final complete symbol table was read.
+    pub complete_symbol_table: bool,
+}
+
+impl Tables {
+    /// Adds what a record defines. Checks every reference, so later lookups cannot fail.
+    pub fn apply(&mut self, record: &Record, offset: u64) -> Result<(), Error> {
+        match record {
+            Record::Process(p) => self.processes.push(p.clone()),
+            Record::Symbols(c) => self.add_symbols(c, offset)?,
+            Record::SymbolTable(c) => {
+                self.add_symbols(c, offset)?;
+                self.complete_symbol_table = true;
+            }
+            Record::Stacks(c) => {
+                if c.first_id as usize != self.nodes.len() + 1 {
+                    return Err(Error::Corrupt {
+                        offset,
+                        what: format!("stack nodes start at {}, expected {}", c.first_id, self.nodes.len() + 1),
+                    });
+                }
+                for (i, (&back, &sym)) in c.parent_back.iter().zip(&c.symbols).enumerate() {
+                    let id = c.first_id + i as u32;
+                    let parent = id.checked_sub(back).ok_or_else(|| Error::Corrupt {
+                        offset,
+                        what: format!("stack node {id} refers forward"),
+                    })?;
+                    if parent == id {
+                        return Err(Error::Corrupt { offset, what: format!("stack node {id} is its own caller") });
+                    }
+                    if sym as usize >= self.symbols.len() {
+                        return Err(Error::Corrupt {
+                            offset,
+                            what: format!("stack node {id} names symbol {sym}, which is not defined before it"),
+                        });
+                    }
+                    self.nodes.push((parent, sym));
+                }
+            }
+            Record::Samples(c) => {
+                let max = self.nodes.len() as u32;
+                if let Some(bad) = c.stack.iter().find(|&&s| s > max) {
+                    return Err(Error::Corrupt {
+                        offset,
+                        what: format!("sample names stack {bad}, which is not defined before it"),
+                    });
+                }
+            }
+            Record::Stats(s) => self.stats = Some(s.clone()),
+            Record::Unknown { .. } => {}
+        }
+        Ok(())
+    }
+
+    fn add_symbols(&mut self, c: &SymbolChunk, offset: u64) -> Result<(), Error> {
+        let first = c.first_id as usize;
+        if first > self.symbols.len() {
+            return Err(Error::Corrupt {
+                offset,
+                what: format!("symbols start at {first}, only {} defined", self.symbols.len()),
+            });
+        }
+        for (i, s) in c.symbols.iter().enumerate() {
+            let id = first + i;
+            match self.symbols.get(id) {
+                Some(known) if known != s => {
+                    return Err(Error::Corrupt { offset, what: format!("symbol {id} defined twice, differently") })
+                }
+                Some(_) => {}
+                None => self.symbols.push(s.clone()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Symbol ids of the stack ending at `leaf`, LEAF FIRST. `leaf` must have passed [`Tables::apply`].
+    pub fn frames(&self, leaf: u32) -> Frames<'_> {
+        Frames { tables: self, node: leaf }
+    }
+
+    /// Symbol ids of the stack ending at `leaf`, ROOT FIRST, into `out` (cleared first).
+    pub fn frames_root_first(&self, leaf: u32, out: &mut Vec<u32>) {
+        out.clear();
+        out.extend(self.frames(leaf));
+        out.reverse();
+    }
+
+    pub fn symbol(&self, id: u32) -> &Symbol {
+        &self.symbols[id as usize]
+    }
+
+    pub fn process(&self, pid: u32) -> Option<&Process> {
+        self.processes.iter().rev().find(|p| p.pid == pid)
+    }
+}
+
+/// Leaf-to-root iterator over a stack's symbol ids.
+pub struct Frames<'a> {
+    tables: &'a Tables,
+    node: u32,
+}
+
+impl Iterator for Frames<'_> {
+    type Item = u32;
+    fn next(&mut self) -> Option<u32> {
+        if self.node == 0 {
+            return None;
+        }
+        let (parent, sym) = self.tables.nodes[self.node as usize - 1];
+        // Parents always have smaller ids (checked in apply), so this terminates.
+        self.node = parent;
+        Some(sym)
+    }
+}

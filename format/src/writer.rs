@@ -1,0 +1,218 @@
+//! Writing a recording: interning symbols and stacks, batching samples into column chunks.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use crate::chunk::{self, Kind};
+use crate::model::*;
+use crate::{Error, GilState, PthreadIdMatch, StackStatus, ThreadStateMatch};
+
+/// Samples per chunk. Big enough for zstd to find the repetition, small enough that a killed recorder loses
+/// little and a reader's chunk buffer stays near a megabyte.
+pub const SAMPLES_PER_CHUNK: usize = 16 * 1024;
+/// Symbols per chunk: keeps symbol chunks far below `MAX_CHUNK_BYTES` even with long names.
+pub const SYMBOLS_PER_CHUNK: usize = 4096;
+
+/// One sample as the recorder hands it over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SampleRecord<'a> {
+    /// ns since the recording's start.
+    pub time_ns: u64,
+    pub cpu: u32,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: &'a str,
+    pub thread_state: ThreadStateMatch,
+    pub gil: GilState,
+    pub pthread_id: PthreadIdMatch,
+    pub status: StackStatus,
+    /// Leaf stack node from [`Writer::intern_stack`], 0 for none.
+    pub stack: u32,
+}
+
+pub struct Writer<W: Write> {
+    out: W,
+    level: i32,
+    bytes_written: u64,
+    symbol_ids: HashMap<Symbol, u32>,
+    symbols: Vec<Symbol>,
+    /// Index in `symbols` of the first symbol not yet on disk.
+    symbols_flushed: usize,
+    nodes: HashMap<(u32, u32), u32>,
+    pending_nodes: StackChunk,
+    node_count: u32,
+    batch: SampleChunk,
+    batch_comms: HashMap<String, u32>,
+    last_time: u64,
+    samples: u64,
+}
+
+impl<W: Write> Writer<W> {
+    /// Writes the preamble and the header.
+    pub fn new(mut out: W, header: &Header) -> Result<Self, Error> {
+        chunk::write_preamble(&mut out)?;
+        let mut w = Writer {
+            out,
+            level: 3,
+            bytes_written: chunk::PREAMBLE_LEN as u64,
+            symbol_ids: HashMap::new(),
+            symbols: Vec::new(),
+            symbols_flushed: 0,
+            nodes: HashMap::new(),
+            pending_nodes: StackChunk { first_id: 1, ..Default::default() },
+            node_count: 1,
+            batch: SampleChunk::default(),
+            batch_comms: HashMap::new(),
+            last_time: 0,
+            samples: 0,
+        };
+        w.write_record(Kind::Header, header)?;
+        Ok(w)
+    }
+
+    /// zstd level for the chunks written from now on (default 3).
+    pub fn set_compression_level(&mut self, level: i32) {
+        self.level = level;
+    }
+
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
+    }
+
+    pub fn samples_written(&self) -> u64 {
+        self.samples
+    }
+
+    pub fn symbol_count(&self) -> usize {
+        self.symbols.len()
+    }
+
+    pub fn stack_node_count(&self) -> u32 {
+        self.node_count - 1
+    }
+
+    pub fn add_process(&mut self, process: &Process) -> Result<(), Error> {
+        self.write_record(Kind::Process, process)
+    }
+
+    /// Returns the id of `symbol`, adding it if new. Equal symbols get equal ids.
+    pub fn intern_symbol(&mut self, symbol: &Symbol) -> u32 {
+        if let Some(&id) = self.symbol_ids.get(symbol) {
+            return id;
+        }
+        let id = self.symbols.len() as u32;
+        self.symbols.push(symbol.clone());
+        self.symbol_ids.insert(symbol.clone(), id);
+        id
+    }
+
+    /// Returns the leaf node of the stack `frames` (symbol ids, ROOT FIRST); 0 for an empty stack.
+    pub fn intern_stack(&mut self, frames: &[u32]) -> u32 {
+        let mut node = 0;
+        for &sym in frames {
+            node = self.intern_node(node, sym);
+        }
+        node
+    }
+
+    /// Returns the node for frame `symbol` called from `parent` (0 for a root frame).
+    pub fn intern_node(&mut self, parent: u32, symbol: u32) -> u32 {
+        debug_assert!((symbol as usize) < self.symbols.len(), "symbol interned before use");
+        if let Some(&id) = self.nodes.get(&(parent, symbol)) {
+            return id;
+        }
+        let id = self.node_count;
+        self.node_count += 1;
+        self.nodes.insert((parent, symbol), id);
+        // A root frame refers back to itself (distance = own id), which decodes to parent 0.
+        self.pending_nodes.parent_back.push(id - parent);
+        self.pending_nodes.symbols.push(symbol);
+        id
+    }
+
+    /// Adds a sample. Its stack must come from this writer. Writes a chunk when the batch is full.
+    pub fn push_sample(&mut self, s: &SampleRecord<'_>) -> Result<(), Error> {
+        debug_assert!(s.stack < self.node_count);
+        let b = &mut self.batch;
+        if b.stack.is_empty() {
+            b.base_time_ns = s.time_ns;
+            self.last_time = s.time_ns;
+        }
+        b.time_delta_ns.push(s.time_ns.wrapping_sub(self.last_time) as i64);
+        self.last_time = s.time_ns;
+        b.cpu.push(s.cpu);
+        b.pid.push(s.pid);
+        b.tid.push(s.tid);
+        let comm = match self.batch_comms.get(s.comm) {
+            Some(&i) => i,
+            None => {
+                let i = b.comms.len() as u32;
+                b.comms.push(s.comm.to_string());
+                self.batch_comms.insert(s.comm.to_string(), i);
+                i
+            }
+        };
+        b.comm.push(comm);
+        b.thread_state.push(s.thread_state.as_u8());
+        b.gil.push(s.gil.as_u8());
+        b.pthread_id.push(s.pthread_id.as_u8());
+        b.status.push(s.status.as_u8());
+        b.stack.push(s.stack);
+        self.samples += 1;
+        if self.batch.len() >= SAMPLES_PER_CHUNK {
+            self.write_pending()?;
+        }
+        Ok(())
+    }
+
+    /// Writes everything buffered (new symbols, then new stacks, then samples: each reference reaches the disk
+    /// no later than what it refers to) and flushes the output. Call it periodically so that a killed
+    /// recorder loses little.
+    pub fn flush(&mut self) -> Result<(), Error> {
+        self.write_pending()?;
+        self.out.flush()?;
+        Ok(())
+    }
+
+    fn write_pending(&mut self) -> Result<(), Error> {
+        while self.symbols_flushed < self.symbols.len() {
+            let end = self.symbols.len().min(self.symbols_flushed + SYMBOLS_PER_CHUNK);
+            let chunk = SymbolChunk {
+                first_id: self.symbols_flushed as u32,
+                symbols: self.symbols[self.symbols_flushed..end].to_vec(),
+            };
+            self.write_record(Kind::Symbols, &chunk)?;
+            self.symbols_flushed = end;
+        }
+        if !self.pending_nodes.symbols.is_empty() {
+            let next = StackChunk { first_id: self.node_count, ..Default::default() };
+            let chunk = std::mem::replace(&mut self.pending_nodes, next);
+            self.write_record(Kind::Stacks, &chunk)?;
+        }
+        if !self.batch.is_empty() {
+            let batch = std::mem::take(&mut self.batch);
+            self.batch_comms.clear();
+            self.write_record(Kind::Samples, &batch)?;
+        }
+        Ok(())
+    }
+
+    /// Writes what is pending, the complete symbol table and the trailer; returns the output.
+    pub fn finish(mut self, stats: &Stats) -> Result<W, Error> {
+        self.write_pending()?;
+        let symbols = std::mem::take(&mut self.symbols);
+        for (i, part) in symbols.chunks(SYMBOLS_PER_CHUNK).enumerate() {
+            let table = SymbolChunk { first_id: (i * SYMBOLS_PER_CHUNK) as u32, symbols: part.to_vec() };
+            self.write_record(Kind::SymbolTable, &table)?;
+        }
+        self.write_record(Kind::Stats, stats)?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+
+    fn write_record<T: serde::Serialize>(&mut self, kind: Kind, value: &T) -> Result<(), Error> {
+        let raw = postcard::to_stdvec(value).map_err(|e| Error::Encode(e.to_string()))?;
+        self.bytes_written += chunk::write_chunk(&mut self.out, kind, &raw, self.level)?;
+        Ok(())
+    }
+}
