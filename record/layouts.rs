@@ -12,8 +12,8 @@
 //! - The read width of a member is given in brackets where it matters, e.g. `[u64]`, `[i32]`, `[u8]`.
 //!
 //! Not covered: free-threaded 3.13t (`Py_GIL_DISABLED`, different object header and offsets; the
-//! loader must refuse it, e.g. via `_Py_DebugOffsets.free_threaded`), debug builds (`Py_DEBUG`,
-//! `Py_TRACE_REFS` shift every object by 16 bytes), 32-bit and musl targets.
+//! loader must refuse it, e.g. via `_Py_DebugOffsets.free_threaded`), debug builds (`Py_DEBUG` /
+//! `Py_TRACE_REFS` change the object header and struct layouts), 32-bit and musl targets.
 //!
 //! Std only (no crate deps), so it can be built and tested on its own:
 //! `rustc --edition 2021 --test record/layouts.rs -o /tmp/layouts_test && /tmp/layouts_test`
@@ -69,9 +69,11 @@ pub struct Layout {
     pub interp_gil_ptr: i32,
 
     // ---- struct _gil_runtime_state (3.7+) ----
-    /// `struct _gil_runtime_state.locked` [i32] (3.7+). Pre-3.7: static `gil_locked` symbol.
+    /// `struct _gil_runtime_state.locked` [i32] (3.7+). 3.6: static `gil_locked` symbol (.symtab
+    /// only); 2.7 has no such variable (its GIL is a plain lock).
     pub gil_locked: i32,
-    /// `struct _gil_runtime_state.last_holder` [ptr] (3.7+). Pre-3.7: static `gil_last_holder`.
+    /// `struct _gil_runtime_state.last_holder` [ptr] (3.7+). 3.6: static `gil_last_holder`
+    /// symbol (.symtab only); 2.7: none.
     pub gil_last_holder: i32,
 
     // ---- PyThreadState (struct _ts) ----
@@ -747,6 +749,11 @@ print("@@\tEND")
         dwarf: BTreeMap<&'static str, i64>,
     }
 
+    fn probe_for(field: &str) -> &'static Probe {
+        let probe = PROBES.iter().find(|p| p.field == field);
+        probe.unwrap_or_else(|| panic!("no probe for field {field}"))
+    }
+
     fn check_install(install: &Install) -> Checked {
         let v = install.version;
         let tag = &install.name;
@@ -754,10 +761,12 @@ print("@@\tEND")
         let mut errors = Vec::new();
         let mut dwarf = BTreeMap::new();
 
-        // Flat expression list: every `at` and `absent_member` expression of every probe, then
-        // Py_Version (3.11+).
+        // Flat expression list, in `Layout::fields()` order: every `at` and `absent_member`
+        // expression of each field's probe, then Py_Version (3.11+) and the _Py_DebugOffsets
+        // entries (3.13+). The checks below walk it in the same order.
         let mut exprs: Vec<&str> = Vec::new();
-        for probe in PROBES {
+        for (name, _) in layout.fields() {
+            let probe = probe_for(name);
             exprs.extend(probe.at.iter().map(|a| a.2));
             exprs.extend(probe.absent_member.iter().map(|a| a.2));
         }
@@ -788,10 +797,7 @@ print("@@\tEND")
 
         let mut i = 0;
         for (name, value) in layout.fields() {
-            let probe = PROBES
-                .iter()
-                .find(|p| p.field == name)
-                .expect("probe table checked");
+            let probe = probe_for(name);
             let at = &evals[i..i + probe.at.len()];
             i += probe.at.len();
             let absent = &evals[i..i + probe.absent_member.len()];
