@@ -18,7 +18,7 @@ The oracle is the running interpreter itself, never a Python re-implementation:
 
 Output, one record per line, fields separated by one space:
   VERSION <major> <minor>
-  CODE <id> <co_firstlineno> <n_offsets> <table bytes as hex, or -> <co_name>
+  CODE <id> <co_firstlineno> <n_offsets> <table bytes as hex, or -> <co_name, or <synthetic>>
   LINES <PyCode_Addr2Line at offset 0> ... <at offset n_offsets-1>     (C int; negative = no line)
   FRAME <code id> <raw, as u32> <offsetof(PyCodeObject, co_code_adaptive), 0 before 3.11> <f_lineno or None>
   END <number of CODE records> <number of FRAME records>
@@ -481,13 +481,13 @@ def dis_lines(co):
     return res
 
 
-def dump_code(cid, co, n_offsets, check):
+def dump_code(cid, co, n_offsets, check, name=None):
     lines = [addr2line(co, off) for off in range(n_offsets)]
     if check:
         for off, ln in sorted(dis_lines(co).items()):
             if lines[off] != ln:
                 failures.append("dis vs PyCode_Addr2Line %s@%d: %d %d" % (co.co_name, off, ln, lines[off]))
-    emit("CODE", cid, co.co_firstlineno, n_offsets, hexlify(table_of(co)), co.co_name)
+    emit("CODE", cid, co.co_firstlineno, n_offsets, hexlify(table_of(co)), name or co.co_name)
     emit("LINES", *lines)
 
 
@@ -581,8 +581,8 @@ def main():
     ncodes = len(CODES)
     for _ in range(300):
         table, n_offsets = synth_table(rng)
-        first = rng.choice([1, 2, 100, 1000, 100000, rng.randint(1, 5000)])
-        dump_code(ncodes, with_table(base, table, first), min(n_offsets, 4096), False)
+        first = rng.choice([1, 2, 100, 1000, 20000, 100000, rng.randint(1, 50000)])
+        dump_code(ncodes, with_table(base, table, first), min(n_offsets, 2048), False, "<synthetic>")
         ncodes += 1
     for fr in FRAMES:
         emit("FRAME", *fr)
