@@ -11,8 +11,8 @@ const SRC: &str = "bpf/pyperf.bpf.c";
 const HEADERS: &[&str] = &["bpf/pyperf.h", "bpf/vmlinux.h"];
 
 fn main() {
-    let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR must be set in build script"))
-        .join("pyperf.skel.rs");
+    let out =
+        PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR must be set in build script")).join("pyperf.skel.rs");
 
     SkeletonBuilder::new()
         .source(SRC)

@@ -21,10 +21,15 @@
  *    so each struct is read ONCE as a block of the bytes needed (PyThreadState
  *    prefix, frame prefix, gil state) and fields are picked from the copy;
  *    a cached thread state costs 1 read, each frame costs 2 (frame block +
- *    the code object's checksum word);
+ *    the code object's checksum word, skipped when the code object is the
+ *    previous frame's: recursion);
+ *  - on 3.7-3.11 the GIL state and the global current thread state are
+ *    read as one block of _PyRuntime;
+ *  - the thread pointer comes from a direct load of the BTF task pointer, not
+ *    a helper call;
  *  - the thread state is cached per thread (LRU), validated by the read that
  *    is needed anyway; the thread list is walked only on a miss, bounded;
- *  - scratch memory and counters share one per-CPU array value: one lookup;
+ *  - scratch memory and counters share one per-CPU slot: one lookup;
  *  - the event is copied to the ring buffer with its used size only, and
  *    without a wakeup unless the ring is filling up (user space polls with a
  *    timeout): a wakeup per sample would cost an irq_work per sample.
@@ -36,6 +41,23 @@
 
 /* bpf_probe_read_user and bpf_get_current_task_btf are GPL-only helpers. */
 char LICENSE[] SEC("license") = "GPL";
+
+/*
+ * CO-RE view of the only kernel field we read (x86-64: the thread pointer).
+ * A local "flavor" (the ___pyperf suffix is ignored when libbpf matches it
+ * against the kernel's BTF) instead of vmlinux.h's task_struct keeps the
+ * object's BTF - and so the generated Rust skeleton - small. The pointer comes
+ * from bpf_get_current_task_btf(), so the verifier knows it is the kernel's
+ * task_struct and checks the relocated offset against it: a plain load, no
+ * helper call.
+ */
+struct thread_struct___pyperf {
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+
+struct task_struct___pyperf {
+	struct thread_struct___pyperf thread;
+} __attribute__((preserve_access_index));
 
 /* Set by user space before load (frozen .rodata: the verifier sees constants). */
 const volatile __u64 wakeup_bytes = 0; /* force a wakeup when this much data is pending; 0 = always adaptive */
@@ -68,9 +90,16 @@ struct {
 	__type(value, __u64);
 } tstate_cache SEC(".maps");
 
+/*
+ * Per-CPU scratch + counters, indexed by CPU id. A plain ARRAY with one slot
+ * per possible CPU (user space sets max_entries) rather than a PERCPU_ARRAY:
+ * per-CPU values are limited to 32 KiB and the event alone is larger. It is
+ * as cheap (an inlined array lookup) and as safe: perf_event programs do not
+ * nest on a CPU, so a slot has one user at a time.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* number of possible CPUs, set before load */
 	__type(key, __u32);
 	__type(value, struct pyperf_scratch);
 } scratch SEC(".maps");
@@ -228,26 +257,47 @@ static __always_inline __u8 thread_state_match(__u64 this_ts, __u64 global_ts)
 	return this_ts == global_ts ? THREAD_STATE_MATCH : THREAD_STATE_MISMATCH;
 }
 
+/*
+ * Reads the GIL block (and with it, when user space could place it there,
+ * the global current thread state; else that costs a read of its own).
+ * Sets *global_ts (0 if unknown) and returns the gil_state.
+ */
 static __always_inline __u8 gil_state(const struct py_proc *proc,
 				      struct pyperf_scratch *s, __u64 this_ts,
-				      __u64 global_ts)
+				      __u64 *global_ts)
 {
 	__u64 gil = proc->gil_addr, holder;
 	__s32 locked;
 
-	if (!gil && proc->off.interp_gil_ptr >= 0 && this_ts) {
-		/* 3.12+: per-interpreter pointer, interp = tstate->interp. */
-		__u64 interp = get_u64(s->tbuf, proc->off.tstate_interp, PYPERF_TSTATE_BUF);
+	*global_ts = 0;
+	if (!gil && proc->off.interp_gil_ptr >= 0) {
+		/* 3.12+: per-interpreter pointer, interp = tstate->interp, or the
+		 * main interpreter for a thread without a thread state. */
+		__u64 interp = 0;
 
-		if (!interp || read_ptr(interp + proc->off.interp_gil_ptr, &gil))
+		if (this_ts)
+			interp = get_u64(s->tbuf, proc->off.tstate_interp, PYPERF_TSTATE_BUF);
+		else if (read_ptr(proc->interp_head_addr, &interp) || !interp)
+			return GIL_STATE_NO_INFO;
+		if (!interp || read_ptr(interp + proc->off.interp_gil_ptr, &gil)) {
+			s->counters.read_errors++;
 			return GIL_STATE_ERROR;
+		}
 	}
-	if (!gil || proc->off.gil_locked < 0 || proc->off.gil_last_holder < 0)
-		return GIL_STATE_NO_INFO;
-	if (read_user(s->gbuf, proc->off.gil_size, PYPERF_GIL_BUF, gil)) {
+	if (gil && read_user(s->gbuf, proc->off.gil_size, PYPERF_GIL_BUF, gil)) {
 		s->counters.read_errors++;
-		return GIL_STATE_ERROR;
+		gil = 0;
 	}
+	if (proc->tstate_current_addr) {
+		if (gil && proc->off.gil_tstate_current >= 0)
+			*global_ts = get_u64(s->gbuf, proc->off.gil_tstate_current, PYPERF_GIL_BUF);
+		else if (read_ptr(proc->tstate_current_addr, global_ts))
+			s->counters.read_errors++;
+	}
+	if (!gil)
+		return proc->gil_addr || proc->off.interp_gil_ptr >= 0 ? GIL_STATE_ERROR : GIL_STATE_NO_INFO;
+	if (proc->off.gil_locked < 0 || (proc->off.gil_last_holder < 0 && !proc->gil_holder_addr))
+		return GIL_STATE_NO_INFO;
 	locked = get_s32(s->gbuf, proc->off.gil_locked, PYPERF_GIL_BUF);
 	switch (locked) {
 	case -1:
@@ -255,12 +305,19 @@ static __always_inline __u8 gil_state(const struct py_proc *proc,
 	case 0:
 		return GIL_STATE_NOT_LOCKED;
 	case 1:
-		holder = get_u64(s->gbuf, proc->off.gil_last_holder, PYPERF_GIL_BUF);
+		if (proc->gil_holder_addr) {
+			if (read_ptr(proc->gil_holder_addr, &holder)) {
+				s->counters.read_errors++;
+				return GIL_STATE_ERROR;
+			}
+		} else {
+			holder = get_u64(s->gbuf, proc->off.gil_last_holder, PYPERF_GIL_BUF);
+		}
 		if (!holder)
 			return GIL_STATE_NULL;
 		if (holder == this_ts)
 			return GIL_STATE_THIS_THREAD;
-		if (holder == global_ts)
+		if (holder == *global_ts)
 			return GIL_STATE_GLOBAL_CURRENT_THREAD;
 		return GIL_STATE_OTHER_THREAD;
 	default:
@@ -290,6 +347,8 @@ struct frame_walk {
 	const struct py_proc *proc;
 	struct pyperf_scratch *s;
 	__u64 cur;
+	__u64 last_code;  /* checksum of the previous frame's code object, reused */
+	__u32 last_check; /* for recursion (same code object): one read less per frame */
 	__u32 n;
 	__u8 status;
 };
@@ -332,11 +391,17 @@ static long frame_walk_step(__u32 i, void *arg)
 		f->instr = (__u32)get_s32(s->fbuf, proc->off.frame_instr, PYPERF_FRAME_BUF);
 	else
 		f->instr = 0;
-	f->check = 0;
-	if (proc->off.code_check >= 0 &&
-	    bpf_probe_read_user(&f->check, sizeof(f->check),
-				(const void *)(code + proc->off.code_check)))
-		s->counters.read_errors++;
+	if (code == w->last_code) {
+		f->check = w->last_check;
+	} else {
+		f->check = 0;
+		if (proc->off.code_check >= 0 &&
+		    bpf_probe_read_user(&f->check, sizeof(f->check),
+					(const void *)(code + proc->off.code_check)))
+			s->counters.read_errors++;
+		w->last_code = code;
+		w->last_check = f->check;
+	}
 	w->n = n + 1;
 	return 0;
 }
@@ -345,11 +410,11 @@ SEC("perf_event")
 int pyperf_sample(struct bpf_perf_event_data *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 pid = pid_tgid >> 32, zero = 0, n;
+	__u32 pid = pid_tgid >> 32, cpu, n;
 	struct pyperf_event_header *h;
 	struct pyperf_scratch *s;
 	struct py_proc *proc;
-	struct task_struct *task;
+	struct task_struct___pyperf *task;
 	__u64 fsbase = 0, ts, global_ts = 0, frame = 0, cframe = 0, size, flags;
 	struct frame_walk w = {};
 
@@ -357,7 +422,8 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 	proc = bpf_map_lookup_elem(&procs, &pid);
 	if (!proc)
 		return 0;
-	s = bpf_map_lookup_elem(&scratch, &zero);
+	cpu = bpf_get_smp_processor_id();
+	s = bpf_map_lookup_elem(&scratch, &cpu);
 	if (!s)
 		return 0;
 	s->counters.samples++;
@@ -366,26 +432,23 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 	h->ktime = bpf_ktime_get_ns();
 	h->pid = pid;
 	h->tid = (__u32)pid_tgid;
-	h->cpu = bpf_get_smp_processor_id();
+	h->cpu = cpu;
 	h->nframes = 0;
 	bpf_get_current_comm(h->comm, sizeof(h->comm));
 
 	/* pthread_self() on glibc x86-64 is the thread pointer = fs base. */
-	task = bpf_get_current_task_btf();
 #if defined(__TARGET_ARCH_x86)
-	fsbase = BPF_CORE_READ(task, thread.fsbase);
-#elif defined(__TARGET_ARCH_arm64)
-	fsbase = BPF_CORE_READ(task, thread.uw.tp_value);
+	task = (struct task_struct___pyperf *)bpf_get_current_task_btf();
+	fsbase = task->thread.fsbase;
+#else
+	(void)task; /* TODO other architectures: no pthread id, MATCH_PTHREAD unusable */
 #endif
 
 	ts = find_tstate(proc, s, pid_tgid, fsbase);
 
-	if (proc->tstate_current_addr &&
-	    read_ptr(proc->tstate_current_addr, &global_ts))
-		s->counters.read_errors++;
+	h->gil_state = gil_state(proc, s, ts, &global_ts);
 	h->thread_state_match = proc->tstate_current_addr ?
 		thread_state_match(ts, global_ts) : THREAD_STATE_UNKNOWN;
-	h->gil_state = gil_state(proc, s, ts, global_ts);
 	h->pthread_id_match = pthread_id_match(proc, s, ts, fsbase);
 
 	/* Leaf frame: tstate->frame / ->current_frame, or tstate->cframe->current_frame. */

@@ -28,7 +28,7 @@
  * which must not exceed these). */
 #define PYPERF_TSTATE_BUF 256
 #define PYPERF_FRAME_BUF 256
-#define PYPERF_GIL_BUF 64
+#define PYPERF_GIL_BUF 256
 
 /* Values are also the on-disk values. */
 enum pyperf_stack_status {
@@ -87,9 +87,12 @@ struct py_offsets {
 	/* PyInterpreterState */
 	__s16 interp_tstate_head;   /* tstate_head (<= 3.10) / threads.head (3.11+) */
 	__s16 interp_gil_ptr;       /* ceval.gil pointer (3.12+), else -1 */
-	/* struct _gil_runtime_state */
+	/* The GIL block read at py_proc.gil_addr: struct _gil_runtime_state, and
+	 * on 3.7-3.11 also _PyRuntime.gilstate.tstate_current when it is close
+	 * enough (one read instead of two). Offsets are relative to gil_addr. */
 	__s16 gil_locked;           /* int */
 	__s16 gil_last_holder;      /* PyThreadState * */
+	__s16 gil_tstate_current;   /* PyThreadState * of the GIL holder, or -1: read tstate_current_addr */
 	/* PyThreadState */
 	__s16 tstate_next;
 	__s16 tstate_interp;        /* PyInterpreterState * (for the 3.12+ GIL pointer) */
@@ -121,14 +124,16 @@ struct py_proc {
 	                            * (&_PyRuntime.interpreters.head, pre-3.7 &interp_head) */
 	__u64 tstate_current_addr; /* address of the GIL holder's PyThreadState * (&_PyRuntime.gilstate.tstate_current
 	                            * 3.7-3.11, &_PyThreadState_Current pre-3.7), 0 = none (3.12+) */
-	__u64 gil_addr;            /* address of struct _gil_runtime_state (3.7-3.11), 0 = read through interp_gil_ptr */
+	__u64 gil_addr;            /* address of the GIL block (see py_offsets.gil_*) (3.7-3.11), 0 = read through interp_gil_ptr */
+	__u64 gil_holder_addr;     /* pre-3.7: address of the static gil_last_holder when it is not in the
+	                            * GIL block (read separately), else 0 */
 	__u64 code_mask;           /* mask applied to the code pointer read from a frame (tagged refs), ~0 normally */
 	__u8 major;
 	__u8 minor;
 	__u8 micro;
 	__u8 _pad[5];
 	struct py_offsets off;
-	__u8 _pad2[6];
+	__u8 _pad2[4];
 };
 
 /* One frame of a sample. */
@@ -170,8 +175,9 @@ struct pyperf_counters {
 	__u64 idle;              /* events with stack_status IDLE */
 };
 
-/* Per-CPU scratch: too big for the 512-byte BPF stack. The counters live in
- * the same value so a sample costs one per-CPU lookup, not two. */
+/* Per-CPU scratch (one slot per CPU of the `scratch` array): too big for the
+ * 512-byte BPF stack. The counters live in the same value so a sample costs
+ * one lookup, not two. */
 struct pyperf_scratch {
 	struct pyperf_counters counters;
 	__u8 tbuf[PYPERF_TSTATE_BUF];

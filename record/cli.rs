@@ -1,0 +1,119 @@
+//! `pyperf record`: arguments, and the loop that ties targets, the BPF sampler and the file together.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use crate::bpf::{Rate, SampleEvent, Sampler, SamplerOptions};
+use crate::output::Output;
+use crate::recorder::Recorder;
+use crate::signals;
+use crate::targets::{Targets, Workload};
+
+#[derive(Args, Debug, Clone)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["pid", "all", "command"])))]
+pub struct RecordArgs {
+    /// Output file. An existing recording there is kept as FILE.old, as perf does.
+    #[arg(short = 'o', long = "output", default_value = "prof.pyp")]
+    pub output: PathBuf,
+    /// Samples per second per CPU.
+    #[arg(short = 'F', long = "freq", conflicts_with = "period")]
+    pub freq: Option<u64>,
+    /// Sample every PERIOD events instead (nanoseconds for cpu-clock, cycles for cycles).
+    #[arg(short = 'c', long = "count")]
+    pub period: Option<u64>,
+    /// Stop after this many seconds (default: until Ctrl-C or until the targets exit).
+    #[arg(short = 'd', long = "duration")]
+    pub duration: Option<f64>,
+    /// Sampling event: cpu-clock (works in VMs and containers) or cycles (hardware counter).
+    #[arg(short = 'e', long = "event", default_value = "cpu-clock", value_parser = ["cpu-clock", "cycles"])]
+    pub event: String,
+    /// Profile these running processes (comma-separated or repeated).
+    #[arg(short = 'p', long = "pid", value_delimiter = ',')]
+    pub pid: Vec<u32>,
+    /// Profile every Python process on the host, including ones that start while recording.
+    #[arg(short = 'a', long = "all-processes")]
+    pub all: bool,
+    /// Ring buffer size in KiB (rounded up to a power of two pages).
+    #[arg(long = "ringbuf-kib", default_value_t = 4096)]
+    pub ringbuf_kib: usize,
+    /// Start this command and profile it until it exits; pyperf exits with its status.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+pub const DEFAULT_FREQ: u64 = 99;
+
+/// Flush to disk at least this often, so that a killed recorder loses at most this much.
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
+/// How often `-a` looks for new Python processes and `-p` / `--` for exited ones.
+const RESCAN_EVERY: Duration = Duration::from_millis(200);
+
+pub fn record(args: &RecordArgs) -> Result<ExitCode> {
+    let rate = match (args.freq, args.period) {
+        (_, Some(0)) | (Some(0), _) => bail!("the sampling rate must be above 0"),
+        (Some(f), _) => Rate::Frequency(f),
+        (None, Some(p)) => Rate::Period(p),
+        (None, None) => Rate::Frequency(DEFAULT_FREQ),
+    };
+    if let Some(d) = args.duration {
+        if !(d > 0.0 && d.is_finite()) {
+            bail!("--duration must be a positive number of seconds");
+        }
+    }
+    let event = if args.event == "cycles" { SampleEvent::Cycles } else { SampleEvent::CpuClock };
+
+    // Everything that can fail at start fails before the output file exists.
+    let mut sampler = Sampler::new(&SamplerOptions { event, rate, ringbuf_bytes: args.ringbuf_kib.max(4) * 1024 })
+        .context("cannot start sampling")?;
+    let mut targets = if args.all {
+        Targets::all()
+    } else if !args.pid.is_empty() {
+        Targets::pids(&args.pid)?
+    } else {
+        Targets::workload(Workload::spawn(&args.command)?)
+    };
+    let output = Output::create(&args.output)?;
+    signals::install();
+
+    let header = crate::recorder::header(args, event, rate);
+    let mut rec = Recorder::new(output, &header)?;
+    targets.start(&mut sampler, &mut rec)?;
+
+    let started = Instant::now();
+    let deadline = args.duration.map(|d| started + Duration::from_secs_f64(d));
+    let status_line = std::io::stderr().is_terminal();
+    let mut last_flush = Instant::now();
+    let mut last_scan = Instant::now();
+    loop {
+        sampler.poll(Duration::from_millis(100), &mut |s| rec.on_sample(s)).context("reading samples")?;
+        let now = Instant::now();
+        if now.duration_since(last_scan) >= RESCAN_EVERY {
+            targets.rescan(&mut sampler, &mut rec)?;
+            last_scan = now;
+        }
+        if now.duration_since(last_flush) >= FLUSH_EVERY {
+            rec.flush()?;
+            last_flush = now;
+            if status_line {
+                eprint!("\r\x1b[K{}", rec.status(started.elapsed(), &sampler, targets.count()));
+            }
+        }
+        if signals::stop_requested() || deadline.is_some_and(|d| now >= d) || targets.all_exited() {
+            break;
+        }
+    }
+    // Take what is still in the ring buffer before closing.
+    sampler.poll(Duration::ZERO, &mut |s| rec.on_sample(s)).context("reading samples")?;
+    if status_line {
+        eprint!("\r\x1b[K");
+    }
+    let summary = rec.finish(started.elapsed(), &sampler)?;
+    eprintln!("{summary}");
+    let code = targets.finish()?;
+    Ok(code)
+}

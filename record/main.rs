@@ -1,0 +1,50 @@
+//! `pyperf`: record CPython stacks with eBPF (`pyperf record`), read recordings (`pyperf report`).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "pyperf", version, about = "Sample running Python programs from the kernel with eBPF")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Sample Python processes and write a recording (needs root, or CAP_BPF + CAP_PERFMON).
+    Record(pyperf::cli::RecordArgs),
+    /// Read a recording: text summary, folded stacks, speedscope JSON or an SVG flame graph.
+    Report(pyperf_report::ReportArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Record(args) => pyperf::cli::record(&args),
+        Command::Report(args) => pyperf_report::run(&args).map(|()| ExitCode::SUCCESS),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            if is_broken_pipe(&err) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("pyperf: {}", chain(&err));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes on one line: `cannot open x: permission denied`.
+fn chain(err: &anyhow::Error) -> String {
+    err.chain().map(|e| e.to_string()).collect::<Vec<_>>().join(": ")
+}
+
+/// `pyperf report | head` closing the pipe early is success, as for any Unix filter.
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

@@ -1,0 +1,458 @@
+//! Finding the CPython interpreter inside a running process.
+//!
+//! [`inspect`] looks at the target's memory map for the ELF object that holds the interpreter
+//! (a `libpython*.so`, or the executable itself when Python is linked statically into it, under
+//! any name), reads its symbols with the `object` crate (`.symtab`, or `.dynsym` when `.symtab`
+//! is stripped), computes the load bias from the mapping and the program headers, and reads the
+//! interpreter version from the binary itself (the `Py_Version` constant on 3.11+, else the
+//! `PY_VERSION` string that `Py_GetVersion` formats), never from the file name.
+//!
+//! Files are opened through `/proc/PID/root/...` so processes in other mount namespaces
+//! (containers) resolve to the right file; `/proc/PID/map_files/...` is the fallback for files
+//! that were deleted or replaced after the process mapped them.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use object::read::elf::ElfFile64;
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
+
+use crate::layouts::{self, Layout};
+
+/// Why a process could not be profiled.
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    #[error("no such process: {0}")]
+    NoSuchProcess(u32),
+    #[error("process {0} is not a Python process (no libpython or CPython interpreter symbols found)")]
+    NotPython(u32),
+    #[error("process {pid} runs Python {version}, which this pyperf does not support")]
+    Unsupported { pid: u32, version: String },
+    #[error("permission denied inspecting process {0} (run as root or with CAP_SYS_PTRACE)")]
+    PermissionDenied(u32),
+    #[error("process {pid}: cannot read {path}: {source}")]
+    Io {
+        pid: u32,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Addresses in the target's address space (load bias applied) of the interpreter globals the
+/// sampler needs. Which ones exist depends on the version.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PythonAddrs {
+    /// `_PyRuntime` (3.7+).
+    pub runtime: Option<u64>,
+    /// `interp_head` (pre-3.7, `.symtab` only on stripped builds).
+    pub interp_head: Option<u64>,
+    /// `_PyThreadState_Current` (pre-3.7).
+    pub tstate_current: Option<u64>,
+    /// `autoTLSkey` (pre-3.7 static).
+    pub auto_tls_key: Option<u64>,
+    /// `gil_locked` (pre-3.7 static).
+    pub gil_locked: Option<u64>,
+    /// `gil_last_holder` (pre-3.7 static).
+    pub gil_last_holder: Option<u64>,
+}
+
+/// A process found to run a supported CPython interpreter.
+#[derive(Debug, Clone)]
+pub struct PythonProcess {
+    pub pid: u32,
+    /// `(major, minor, micro)`, read from the interpreter binary.
+    pub version: (u8, u8, u8),
+    /// The ELF object holding the interpreter (libpython or the executable), as the target
+    /// names it in its memory map.
+    pub interpreter: PathBuf,
+    /// The target's executable (`/proc/PID/exe`), for information.
+    pub executable: PathBuf,
+    /// GNU build id of [`Self::interpreter`], lower-case hex.
+    pub build_id: Option<String>,
+    /// Command line (`/proc/PID/cmdline`).
+    pub cmdline: Vec<String>,
+    /// Load bias of the interpreter object (0 for a non-PIE executable).
+    pub load_bias: u64,
+    /// Resolved global addresses, bias applied.
+    pub addrs: PythonAddrs,
+    /// Per-version struct offsets.
+    pub layout: &'static Layout,
+}
+
+impl PythonProcess {
+    /// `"3.11.7"`.
+    pub fn version_string(&self) -> String {
+        let (a, b, c) = self.version;
+        format!("{a}.{b}.{c}")
+    }
+}
+
+impl fmt::Display for PythonProcess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pid {} (Python {}, {})", self.pid, self.version_string(), self.interpreter.display())
+    }
+}
+
+/// One line of /proc/PID/maps that maps a file.
+#[derive(Debug, Clone)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    offset: u64,
+    path: String,
+}
+
+const WANTED: &[&str] = &[
+    "_PyRuntime",
+    "Py_Version",
+    "Py_GetVersion",
+    "interp_head",
+    "_PyThreadState_Current",
+    "autoTLSkey",
+    "gil_locked",
+    "gil_last_holder",
+];
+
+/// Finds and describes the Python interpreter running in process `pid`.
+pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    let io_err = |path: &Path, e: io::Error| match e.kind() {
+        io::ErrorKind::NotFound => InspectError::NoSuchProcess(pid),
+        io::ErrorKind::PermissionDenied => InspectError::PermissionDenied(pid),
+        _ if e.raw_os_error() == Some(libc::ESRCH) => InspectError::NoSuchProcess(pid),
+        _ => InspectError::Io { pid, path: path.to_owned(), source: e },
+    };
+
+    let maps_path = proc_dir.join("maps");
+    let maps = fs::read_to_string(&maps_path).map_err(|e| io_err(&maps_path, e))?;
+    let mappings = parse_maps(&maps);
+    let exe_path = proc_dir.join("exe");
+    let executable = fs::read_link(&exe_path).map_err(|e| io_err(&exe_path, e))?;
+    let cmdline_path = proc_dir.join("cmdline");
+    let cmdline = fs::read(&cmdline_path)
+        .map_err(|e| io_err(&cmdline_path, e))?
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect();
+
+    // Candidates: every mapped libpython first, then the executable (Python linked into a
+    // binary of any name is recognised by its symbols, not its name).
+    let mut candidates: Vec<String> = Vec::new();
+    for m in &mappings {
+        let base = m.path.rsplit('/').next().unwrap_or("");
+        if base.starts_with("libpython") && base.contains(".so") && !candidates.contains(&m.path) {
+            candidates.push(m.path.clone());
+        }
+    }
+    let exe_str = executable.to_string_lossy().trim_end_matches(" (deleted)").to_string();
+    if mappings.iter().any(|m| m.path == exe_str) && !candidates.contains(&exe_str) {
+        candidates.push(exe_str);
+    }
+
+    for path in candidates {
+        let file_maps: Vec<&Mapping> = mappings.iter().filter(|m| m.path == path).collect();
+        let data = match read_mapped_file(pid, &path, &file_maps) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Err(InspectError::PermissionDenied(pid)),
+            Err(_) => continue,
+        };
+        let Ok(elf) = ElfFile64::<object::Endianness>::parse(&*data) else { continue };
+        let syms = find_symbols(&elf);
+        let is_interp = syms.contains_key("_PyRuntime")
+            || (syms.contains_key("interp_head") || syms.contains_key("_PyThreadState_Current"))
+                && syms.contains_key("Py_GetVersion");
+        if !is_interp {
+            continue;
+        }
+        let Some(bias) = load_bias(&elf, &file_maps) else { continue };
+        let version = read_version(&elf, &syms).ok_or(InspectError::NotPython(pid))?;
+        let (major, minor, micro) = version;
+        let vstr = format!("{major}.{minor}.{micro}");
+        if let Some(&rt) = syms.get("_PyRuntime") {
+            if is_free_threaded(&elf, rt, version) {
+                return Err(InspectError::Unsupported { pid, version: format!("{vstr} (free-threaded build)") });
+            }
+        }
+        let layout =
+            layouts::layout_for(major, minor).ok_or(InspectError::Unsupported { pid, version: vstr.clone() })?;
+        let at = |name: &str| syms.get(name).map(|&a| a.wrapping_add(bias));
+        let addrs = PythonAddrs {
+            runtime: at("_PyRuntime"),
+            interp_head: at("interp_head"),
+            tstate_current: at("_PyThreadState_Current"),
+            auto_tls_key: at("autoTLSkey"),
+            gil_locked: at("gil_locked"),
+            gil_last_holder: at("gil_last_holder"),
+        };
+        if addrs.runtime.is_none() && addrs.interp_head.is_none() {
+            // Pre-3.7 with a stripped .symtab: interp_head is static, nothing to walk.
+            return Err(InspectError::Unsupported {
+                pid,
+                version: format!("{vstr} without symbol interp_head (stripped binary)"),
+            });
+        }
+        let build_id = elf.build_id().ok().flatten().map(hex);
+        return Ok(PythonProcess {
+            pid,
+            version,
+            interpreter: PathBuf::from(path),
+            executable,
+            build_id,
+            cmdline,
+            load_bias: bias,
+            addrs,
+            layout,
+        });
+    }
+    Err(InspectError::NotPython(pid))
+}
+
+fn parse_maps(maps: &str) -> Vec<Mapping> {
+    let mut out = Vec::new();
+    for line in maps.lines() {
+        // start-end perms offset dev inode path
+        let mut it = line.splitn(6, ' ');
+        let (Some(range), Some(_perms), Some(off), Some(_dev), Some(inode), Some(rest)) =
+            (it.next(), it.next(), it.next(), it.next(), it.next(), it.next())
+        else {
+            continue;
+        };
+        if inode == "0" {
+            continue;
+        }
+        let path = rest.trim_start();
+        if !path.starts_with('/') {
+            continue;
+        }
+        let Some((s, e)) = range.split_once('-') else { continue };
+        let (Ok(start), Ok(end), Ok(offset)) =
+            (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16), u64::from_str_radix(off, 16))
+        else {
+            continue;
+        };
+        let path = path.strip_suffix(" (deleted)").unwrap_or(path).to_string();
+        out.push(Mapping { start, end, offset, path });
+    }
+    out
+}
+
+/// Reads a file the target has mapped: through its root (containers), else through
+/// map_files (deleted / replaced files).
+fn read_mapped_file(pid: u32, path: &str, maps: &[&Mapping]) -> io::Result<Vec<u8>> {
+    let rooted = format!("/proc/{pid}/root{path}");
+    match fs::read(&rooted) {
+        Ok(d) => Ok(d),
+        Err(e) => {
+            for m in maps {
+                if m.offset == 0 {
+                    if let Ok(d) = fs::read(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)) {
+                        return Ok(d);
+                    }
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Defined symbols of interest, by name -> link-time address. `.symtab` wins over `.dynsym`.
+fn find_symbols(elf: &ElfFile64<'_, object::Endianness>) -> HashMap<&'static str, u64> {
+    let mut out = HashMap::new();
+    for sym in elf.symbols().chain(elf.dynamic_symbols()) {
+        if sym.is_undefined() || sym.address() == 0 {
+            continue;
+        }
+        let Ok(name) = sym.name() else { continue };
+        if let Some(w) = WANTED.iter().find(|w| **w == name) {
+            out.entry(*w).or_insert(sym.address());
+        }
+    }
+    out
+}
+
+/// Load bias = runtime address - link-time address, from a mapping of the file and the PT_LOAD
+/// segment that covers the mapping's file offset. 0 for a non-PIE executable.
+fn load_bias(elf: &ElfFile64<'_, object::Endianness>, maps: &[&Mapping]) -> Option<u64> {
+    for m in maps {
+        for seg in elf.segments() {
+            let (foff, fsize) = seg.file_range();
+            // Mappings start on page boundaries: the segment's offset rounded down.
+            let page_off = foff & !0xfff;
+            if m.offset >= page_off && m.offset < foff + fsize.max(1) {
+                let vaddr_at_map = seg.address() - (foff - m.offset);
+                return Some(m.start.wrapping_sub(vaddr_at_map));
+            }
+        }
+    }
+    None
+}
+
+/// Bytes of the file backing link-time address `addr` (from the segment containing it).
+fn data_at<'d>(elf: &ElfFile64<'d, object::Endianness>, addr: u64, size: u64) -> Option<&'d [u8]> {
+    elf.segments().find_map(|s| s.data_range(addr, size).ok().flatten())
+}
+
+fn read_version(elf: &ElfFile64<'_, object::Endianness>, syms: &HashMap<&'static str, u64>) -> Option<(u8, u8, u8)> {
+    // 3.11+: `const unsigned long Py_Version = PY_VERSION_HEX;`
+    if let Some(&addr) = syms.get("Py_Version") {
+        if let Some(b) = data_at(elf, addr, 4) {
+            let hex = u32::from_le_bytes(b.try_into().ok()?);
+            let v = layouts::version_from_hex(hex);
+            if v.0 >= 3 {
+                return Some(v);
+            }
+        }
+    }
+    // Older: Py_GetVersion() formats "%.80s (%.80s) %.80s" with PY_VERSION; find the string it
+    // loads with a RIP-relative LEA.
+    if let Some(&func) = syms.get("Py_GetVersion") {
+        if let Some(v) = version_from_code(elf, func) {
+            return Some(v);
+        }
+    }
+    version_from_rodata(elf)
+}
+
+fn version_from_code(elf: &ElfFile64<'_, object::Endianness>, func: u64) -> Option<(u8, u8, u8)> {
+    // Up to 192 bytes of the function body.
+    let text = elf.segments().find_map(|s| {
+        let (a, len) = (s.address(), s.size());
+        if func >= a && func < a + len {
+            s.data_range(func, (a + len - func).min(192)).ok().flatten()
+        } else {
+            None
+        }
+    })?;
+    // lea r64, [rip + disp32]: REX.W (0x48 or 0x4c), 0x8d, modrm with mod=00 rm=101.
+    for i in 0..text.len().saturating_sub(7) {
+        if (text[i] == 0x48 || text[i] == 0x4c) && text[i + 1] == 0x8d && text[i + 2] & 0xc7 == 0x05 {
+            let disp = i32::from_le_bytes(text[i + 3..i + 7].try_into().ok()?);
+            let target = (func + i as u64 + 7).wrapping_add(disp as i64 as u64);
+            if let Some(s) = c_string_at(elf, target) {
+                if let Some(v) = parse_version(s) {
+                    return Some(v);
+                }
+            }
+        }
+    }
+    None
+}
+
+fn c_string_at<'d>(elf: &ElfFile64<'d, object::Endianness>, addr: u64) -> Option<&'d [u8]> {
+    for sec in elf.sections() {
+        let (a, len) = (sec.address(), sec.size());
+        if addr >= a && addr < a + len {
+            let data = sec.data().ok()?;
+            let rest = data.get((addr - a) as usize..)?;
+            let end = rest.iter().take(64).position(|&b| b == 0)?;
+            return Some(&rest[..end]);
+        }
+    }
+    None
+}
+
+/// Last resort: a lone `X.Y.Z` string in .rodata next to the `Py_GetVersion` format string.
+fn version_from_rodata(elf: &ElfFile64<'_, object::Endianness>) -> Option<(u8, u8, u8)> {
+    let data = elf.section_by_name(".rodata")?.data().ok()?;
+    if !data.windows(19).any(|w| w == b"%.80s (%.80s) %.80s") {
+        return None;
+    }
+    let mut found: Option<(u8, u8, u8)> = None;
+    for s in data.split(|&b| b == 0) {
+        if let Some(v) = parse_version(s) {
+            if v.0 == 2 || v.0 == 3 {
+                match found {
+                    None => found = Some(v),
+                    Some(f) if f == v => {}
+                    Some(_) => return None, // ambiguous
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Parses a whole `PY_VERSION` string: `3.10.13`, `3.12.0rc1`, `3.9.18+`.
+fn parse_version(s: &[u8]) -> Option<(u8, u8, u8)> {
+    let s = std::str::from_utf8(s).ok()?;
+    let mut parts = s.splitn(3, '.');
+    let major: u8 = parts.next()?.parse().ok()?;
+    let minor: u8 = parts.next()?.parse().ok()?;
+    let rest = parts.next()?;
+    let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+    if digits == 0 || digits > 2 {
+        return None;
+    }
+    let suffix = &rest[digits..];
+    let ok_suffix = suffix.is_empty()
+        || suffix == "+"
+        || ["a", "b", "rc", "c"].iter().any(|p| {
+            suffix.strip_prefix(p).is_some_and(|n| {
+                let n = n.trim_end_matches('+');
+                !n.is_empty() && n.len() <= 2 && n.chars().all(|c| c.is_ascii_digit())
+            })
+        });
+    if !ok_suffix || !(2..=3).contains(&major) {
+        return None;
+    }
+    Some((major, minor, rest[..digits].parse().ok()?))
+}
+
+/// 3.13+: `_PyRuntime` starts with `_Py_DebugOffsets` {cookie "xdebugpy", version, free_threaded}.
+fn is_free_threaded(elf: &ElfFile64<'_, object::Endianness>, runtime: u64, v: (u8, u8, u8)) -> bool {
+    if v < (3, 13, 0) {
+        return false;
+    }
+    match data_at(elf, runtime, 24) {
+        Some(b) if &b[..8] == b"xdebugpy" => u64::from_le_bytes(b[16..24].try_into().unwrap()) != 0,
+        _ => false,
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions() {
+        assert_eq!(parse_version(b"3.10.13"), Some((3, 10, 13)));
+        assert_eq!(parse_version(b"2.7.18"), Some((2, 7, 18)));
+        assert_eq!(parse_version(b"3.12.0rc1"), Some((3, 12, 0)));
+        assert_eq!(parse_version(b"3.9.18+"), Some((3, 9, 18)));
+        assert_eq!(parse_version(b"1.2.3"), None);
+        assert_eq!(parse_version(b"3.10"), None);
+        assert_eq!(parse_version(b"3.10.13 (main)"), None);
+    }
+
+    #[test]
+    fn maps_lines() {
+        let m = parse_maps(
+            "55d0c000-55d0d000 r--p 00000000 08:01 1234   /usr/bin/python3.11\n\
+             7f00-8f00 rw-p 00000000 00:00 0 \n\
+             7f10-7f20 r-xp 00001000 08:01 99 /lib/libpython3.11.so.1.0 (deleted)\n",
+        );
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].start, 0x55d0c000);
+        assert_eq!(m[1].path, "/lib/libpython3.11.so.1.0");
+        assert_eq!(m[1].offset, 0x1000);
+    }
+
+    #[test]
+    fn no_such_process() {
+        assert!(matches!(inspect(u32::MAX - 7), Err(InspectError::NoSuchProcess(_))));
+    }
+
+    #[test]
+    fn not_python() {
+        assert!(matches!(inspect(std::process::id()), Err(InspectError::NotPython(_))));
+    }
+}

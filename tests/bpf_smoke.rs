@@ -1,0 +1,329 @@
+//! End-to-end check of the BPF sampler against real interpreters (needs root: loads BPF).
+//!
+//! Runs testdata/workloads/callchain.py under pyenv's 3.11.7 (shared libpython, PIE
+//! executable) and Debian's /usr/bin/python3.11 (non-PIE, stripped .symtab) at once, samples
+//! both for ~2 s and checks, per process, that the raw frames' code objects resolve (co_name
+//! read through /proc/PID/mem with the version's layout) to the known call chain root to leaf,
+//! that most stacks are COMPLETE, and that a single-threaded CPU-bound process holds the GIL
+//! (THIS_THREAD). A second test checks 1000+ frame stacks: complete below PYPERF_MAX_FRAMES,
+//! leaf-nearest frames kept and TRUNCATED above.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use pyperf::bpf::{self, Rate, SampleEvent, Sampler, SamplerOptions};
+use pyperf::layouts::Layout;
+use pyperf::process::{self, PythonProcess};
+
+/// The tests load BPF and burn CPU: run them one at a time (the machine has 2 cores).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const CHAIN: &[&str] = &["<module>", "main", "outer_frame", "middle_frame", "leaf_spin"];
+
+fn workload(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/workloads").join(name)
+}
+
+fn pyenv_python(version: &str) -> PathBuf {
+    let root = std::env::var_os("PYENV_ROOT").map(PathBuf::from).unwrap_or_else(|| {
+        let out = Command::new("pyenv").arg("root").output().expect("running `pyenv root`");
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    });
+    let mm: Vec<&str> = version.split('.').collect();
+    root.join("versions").join(version).join("bin").join(format!("python{}.{}", mm[0], mm[1]))
+}
+
+/// A child process killed on drop.
+struct Kid(Child);
+impl Drop for Kid {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(python: &Path, args: &[&str]) -> Kid {
+    assert!(python.exists(), "interpreter {} not installed", python.display());
+    Kid(Command::new(python)
+        .args(args)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", python.display())))
+}
+
+/// Waits until the interpreter is mapped and recognisable.
+fn inspect_when_ready(pid: u32) -> PythonProcess {
+    let t = Instant::now();
+    loop {
+        match process::inspect(pid) {
+            Ok(p) => return p,
+            Err(e) if t.elapsed() > Duration::from_secs(10) => panic!("inspect({pid}): {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// Resolves code object addresses to `co_name` by reading the target's memory.
+struct Names {
+    mem: File,
+    layout: &'static Layout,
+    cache: HashMap<u64, Option<String>>,
+}
+
+impl Names {
+    fn new(p: &PythonProcess) -> Names {
+        let mem = File::open(format!("/proc/{}/mem", p.pid)).expect("open /proc/PID/mem");
+        Names { mem, layout: p.layout, cache: HashMap::new() }
+    }
+
+    fn read_u64(&self, addr: u64) -> Option<u64> {
+        let mut b = [0u8; 8];
+        self.mem.read_exact_at(&mut b, addr).ok()?;
+        Some(u64::from_le_bytes(b))
+    }
+
+    fn name(&mut self, code: u64) -> Option<String> {
+        if let Some(n) = self.cache.get(&code) {
+            return n.clone();
+        }
+        let l = self.layout;
+        let n = (|| {
+            let s = self.read_u64(code + l.code_name as u64)?;
+            let len = self.read_u64(s + l.unicode_length as u64)?;
+            if len > 256 {
+                return None;
+            }
+            let mut state = [0u8; 4];
+            self.mem.read_exact_at(&mut state, s + l.unicode_state as u64).ok()?;
+            let state = u32::from_le_bytes(state);
+            assert!(state >> l.unicode_ascii_shift & 1 == 1, "test names are ASCII");
+            let mut buf = vec![0u8; len as usize];
+            self.mem.read_exact_at(&mut buf, s + l.ascii_data as u64).ok()?;
+            String::from_utf8(buf).ok()
+        })();
+        self.cache.insert(code, n.clone());
+        n
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+struct Sample {
+    status: u8,
+    gil: u8,
+    thread_state: u8,
+    pthread_id: u8,
+    tid: u32,
+    comm: String,
+    frames: Vec<bpf::RawFrame>,
+}
+
+/// Samples by pid, the BPF counters, and the kernel's `(run_time_ns, run_cnt)` of the program.
+type Sampled = (HashMap<u32, Vec<Sample>>, bpf::Counters, Option<(u64, u64)>);
+
+/// Samples the given processes for `secs`.
+fn sample(procs: &[&PythonProcess], rate: Rate, secs: f64) -> Sampled {
+    let mut sampler = Sampler::new(&SamplerOptions { event: SampleEvent::CpuClock, rate, ringbuf_bytes: 4 << 20 })
+        .unwrap_or_else(|e| panic!("Sampler::new: {e}"));
+    sampler.enable_bpf_stats().expect("enable bpf stats");
+    for p in procs {
+        sampler.add_process(p).unwrap_or_else(|e| panic!("add_process: {e}"));
+    }
+    let mut out: HashMap<u32, Vec<Sample>> = HashMap::new();
+    let t = Instant::now();
+    let mut on = |s: &bpf::RawSample<'_>| {
+        let comm_len = s.comm.iter().position(|&c| c == 0).unwrap_or(16);
+        out.entry(s.pid).or_default().push(Sample {
+            status: s.status,
+            gil: s.gil,
+            thread_state: s.thread_state,
+            pthread_id: s.pthread_id,
+            tid: s.tid,
+            comm: String::from_utf8_lossy(&s.comm[..comm_len]).into_owned(),
+            frames: s.frames.to_vec(),
+        });
+    };
+    while t.elapsed().as_secs_f64() < secs {
+        sampler.poll(Duration::from_millis(100), &mut on).expect("poll");
+    }
+    for p in procs {
+        sampler.remove_process(p.pid);
+    }
+    sampler.poll(Duration::ZERO, &mut on).expect("poll");
+    (out, sampler.counters(), sampler.bpf_stats())
+}
+
+fn frac(n: usize, d: usize) -> f64 {
+    n as f64 / d.max(1) as f64
+}
+
+#[test]
+fn callchain_on_pyenv_and_debian_python311() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test loads BPF: run it as root");
+
+    let script = workload("callchain.py");
+    let script = script.to_str().unwrap();
+    let pythons = [pyenv_python("3.11.7"), PathBuf::from("/usr/bin/python3.11")];
+    let kids: Vec<Kid> = pythons.iter().map(|py| spawn(py, &[script, "30"])).collect();
+    let procs: Vec<PythonProcess> = kids.iter().map(|k| inspect_when_ready(k.0.id())).collect();
+    for p in &procs {
+        eprintln!("target: {p} build-id {:?} bias {:#x} addrs {:x?}", p.build_id, p.load_bias, p.addrs);
+        assert_eq!((p.version.0, p.version.1), (3, 11), "{p}");
+    }
+    assert_eq!(procs[0].version, (3, 11, 7));
+    assert_eq!(procs[1].load_bias, 0, "Debian's python3.11 is not PIE");
+    assert_ne!(procs[0].load_bias, 0, "pyenv's libpython is relocated");
+    // Let the interpreters get past start-up into the workload.
+    std::thread::sleep(Duration::from_millis(300));
+
+    let (by_pid, counters, stats) = sample(&procs.iter().collect::<Vec<_>>(), Rate::Frequency(499), 2.0);
+    eprintln!("counters: {counters:?}");
+    if let Some((ns, cnt)) = stats {
+        eprintln!(
+            "bpf_stats: {cnt} runs (all CPUs, all processes), {ns} ns total, {:.0} ns/run, {:.0} ns per target sample",
+            ns as f64 / cnt.max(1) as f64,
+            ns as f64 / counters.samples.max(1) as f64
+        );
+    }
+    assert_eq!(counters.lost, 0, "ring buffer drops");
+
+    for p in &procs {
+        let samples = by_pid.get(&p.pid).cloned().unwrap_or_default();
+        let n = samples.len();
+        // 499 Hz for 2 s, one busy thread: ~1000 samples (less if the CPUs are shared).
+        assert!(n >= 200, "{p}: only {n} samples");
+        let mut names = Names::new(p);
+        let complete = samples.iter().filter(|s| s.status == bpf::status::COMPLETE).count();
+        let gil_mine = samples.iter().filter(|s| s.gil == bpf::gil::THIS_THREAD).count();
+        let ts_match = samples.iter().filter(|s| s.thread_state == bpf::thread_state::MATCH).count();
+        let pt_match = samples.iter().filter(|s| s.pthread_id == bpf::pthread_id::MATCH).count();
+        let mut chains: HashMap<Vec<String>, usize> = HashMap::new();
+        let mut full_chain = 0;
+        for s in &samples {
+            assert_eq!(s.tid, p.pid, "single-threaded workload");
+            assert!(s.comm.starts_with("python3"), "comm {:?}", s.comm);
+            let chain: Vec<String> = s
+                .frames
+                .iter()
+                .rev()
+                .map(|f| names.name(f.code).unwrap_or_else(|| format!("?{:#x}", f.code)))
+                .collect();
+            if chain == CHAIN {
+                full_chain += 1;
+            }
+            // Every complete stack starts at the module and main, whatever the leaf.
+            if s.status == bpf::status::COMPLETE {
+                assert!(chain.len() >= 2 && chain[0] == "<module>" && chain[1] == "main", "{p}: {chain:?}");
+            }
+            *chains.entry(chain).or_default() += 1;
+        }
+        let mut top: Vec<_> = chains.into_iter().collect();
+        top.sort_by_key(|t| std::cmp::Reverse(t.1));
+        eprintln!(
+            "{p}: {n} samples, complete {:.1}%, GIL this thread {:.1}%, thread state match {:.1}%, pthread id match {:.1}%, \
+             full chain {:.1}%; top stacks {:?}",
+            100.0 * frac(complete, n),
+            100.0 * frac(gil_mine, n),
+            100.0 * frac(ts_match, n),
+            100.0 * frac(pt_match, n),
+            100.0 * frac(full_chain, n),
+            &top[..top.len().min(3)]
+        );
+        assert_eq!(top[0].0, CHAIN, "{p}: most common stack");
+        assert!(frac(full_chain, n) > 0.8, "{p}: the known chain in most samples");
+        assert!(frac(complete, n) > 0.95, "{p}: most stacks COMPLETE");
+        assert!(frac(gil_mine, n) > 0.9, "{p}: GIL held by the sampled thread");
+        assert!(frac(ts_match, n) > 0.9, "{p}: thread state is the GIL holder's");
+        assert!(frac(pt_match, n) > 0.95, "{p}: pthread id matches");
+        // The checksum word is co_firstlineno: leaf_spin is defined on line 10 of the script.
+        let leaf = samples.iter().find(|s| s.frames.len() == CHAIN.len()).expect("a full stack");
+        assert_eq!(leaf.frames[0].check, 10, "co_firstlineno of leaf_spin");
+        assert_eq!(leaf.frames[CHAIN.len() - 1].check, 1, "co_firstlineno of <module>");
+    }
+}
+
+#[test]
+fn deep_stacks_complete_and_truncated() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test loads BPF: run it as root");
+
+    let script = workload("deep.py");
+    let script = script.to_str().unwrap();
+    let py = pyenv_python("3.11.7");
+    // <module> + main + 1500 x recurse + spin = 1503 frames; 3000 recursions exceed MAX_FRAMES.
+    let deep = spawn(&py, &[script, "1500", "30"]);
+    let deeper = spawn(&py, &[script, "3000", "30"]);
+    let p1 = inspect_when_ready(deep.0.id());
+    let p2 = inspect_when_ready(deeper.0.id());
+    std::thread::sleep(Duration::from_millis(500));
+
+    let (by_pid, counters, stats) = sample(&[&p1, &p2], Rate::Frequency(199), 2.0);
+    eprintln!("counters: {counters:?}");
+    if let Some((ns, cnt)) = stats {
+        eprintln!(
+            "bpf_stats: {cnt} runs, {:.0} ns per target sample (stacks of 1503 and 2048+ frames)",
+            ns as f64 / counters.samples.max(1) as f64
+        );
+    }
+
+    let s1 = by_pid.get(&p1.pid).cloned().unwrap_or_default();
+    assert!(s1.len() >= 50, "deep: only {} samples", s1.len());
+    let mut names = Names::new(&p1);
+    let ok = s1.iter().filter(|s| s.status == bpf::status::COMPLETE && s.frames.len() == 1503).count();
+    eprintln!("deep (1503 frames): {} samples, {} complete with 1503 frames", s1.len(), ok);
+    assert!(frac(ok, s1.len()) > 0.9, "complete 1503-frame stacks");
+    let s = s1.iter().find(|s| s.frames.len() == 1503).unwrap();
+    let chain: Vec<String> = s.frames.iter().rev().map(|f| names.name(f.code).unwrap_or_default()).collect();
+    assert_eq!(&chain[..2], ["<module>", "main"]);
+    assert!(chain[2..1502].iter().all(|n| n == "recurse"));
+    assert_eq!(chain[1502], "spin");
+
+    let s2 = by_pid.get(&p2.pid).cloned().unwrap_or_default();
+    assert!(s2.len() >= 50, "deeper: only {} samples", s2.len());
+    let mut names = Names::new(&p2);
+    let trunc = s2.iter().filter(|s| s.status == bpf::status::TRUNCATED && s.frames.len() == bpf::MAX_FRAMES).count();
+    eprintln!("deeper (3003 frames): {} samples, {} truncated at {}", s2.len(), trunc, bpf::MAX_FRAMES);
+    assert!(frac(trunc, s2.len()) > 0.9, "truncated stacks keep MAX_FRAMES frames");
+    assert!(counters.truncated >= trunc as u64);
+    let s = s2.iter().find(|s| s.status == bpf::status::TRUNCATED).unwrap();
+    // Leaf-nearest frames kept: the leaf is spin, everything else recurse.
+    assert_eq!(names.name(s.frames[0].code).as_deref(), Some("spin"));
+    assert!(s.frames[1..].iter().all(|f| names.name(f.code).as_deref() == Some("recurse")));
+}
+
+#[test]
+fn thread_without_thread_state_is_idle() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test loads BPF: run it as root");
+
+    // A busy process registered as "Python 3.11" whose _PyRuntime points at unmapped memory:
+    // no interpreter, so no thread state. Every sample must still produce an event, IDLE, with
+    // no frames, and nothing may break on the failed reads.
+    let kid = Kid(Command::new("sh").args(["-c", "while :; do :; done"]).spawn().expect("spawn sh"));
+    let pid = kid.0.id();
+    let fake = PythonProcess {
+        pid,
+        version: (3, 11, 0),
+        interpreter: PathBuf::from("/bin/sh"),
+        executable: PathBuf::from("/bin/sh"),
+        build_id: None,
+        cmdline: vec!["sh".into()],
+        load_bias: 0,
+        addrs: process::PythonAddrs { runtime: Some(0x1000), ..Default::default() },
+        layout: pyperf::layouts::layout_for(3, 11).unwrap(),
+    };
+    let (by_pid, counters, _) = sample(&[&fake], Rate::Frequency(199), 1.0);
+    let s = by_pid.get(&pid).cloned().unwrap_or_default();
+    eprintln!("idle: {} samples, {counters:?}", s.len());
+    assert!(s.len() >= 50, "only {} samples", s.len());
+    assert!(s.iter().all(|s| s.status == bpf::status::IDLE && s.frames.is_empty()));
+    assert!(s.iter().all(|s| s.pthread_id == bpf::pthread_id::THREAD_STATE_NULL));
+    assert!(s.iter().all(|s| s.thread_state == bpf::thread_state::BOTH_NULL));
+    assert!(s.iter().all(|s| s.gil == bpf::gil::ERROR));
+    assert_eq!(counters.idle, s.len() as u64);
+}

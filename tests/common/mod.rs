@@ -1,0 +1,135 @@
+//! Shared by the end-to-end tests: running pyperf and the workloads, reading what it recorded.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+
+use pyperf_format::{samples, scan, GilState, Reader, StackStatus, Tables};
+
+/// End-to-end tests burn CPU and measure shares: run them one at a time on this 2-CPU machine.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn pyperf() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_pyperf"))
+}
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn workload(name: &str) -> PathBuf {
+    repo().join("testdata/workloads").join(name)
+}
+
+pub fn pyenv_root() -> PathBuf {
+    std::env::var_os("PYENV_ROOT").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root/.pyenv"))
+}
+
+/// An interpreter the tests must have: a missing one fails the test that needs it, loudly.
+pub fn interpreter(name: &str) -> PathBuf {
+    let path = if name == "debian-3.11" {
+        PathBuf::from("/usr/bin/python3.11")
+    } else {
+        let dir = pyenv_root().join("versions").join(name).join("bin");
+        let short = if name.starts_with('2') { "python2".to_string() } else { format!("python{}", &name[..name.rfind('.').unwrap()]) };
+        dir.join(short)
+    };
+    assert!(path.exists(), "interpreter {name} missing at {} (scripts/setup checks for it)", path.display());
+    path
+}
+
+/// Where a test writes its recording.
+pub fn scratch(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join(name);
+    (dir, path)
+}
+
+pub fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("run pyperf");
+    eprintln!("status: {:?}\nstderr:\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// Starts a workload and waits until it has printed its `ready` line.
+pub fn start_workload(python: &Path, script: &str, args: &[&str]) -> Child {
+    let mut child = Command::new(python)
+        .arg(workload(script))
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start workload");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("ready"), "workload said {line:?}");
+    child
+}
+
+#[derive(Debug, Clone)]
+pub struct S {
+    pub time_ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub gil: GilState,
+    pub status: StackStatus,
+    /// Qualified function names, root first.
+    pub names: Vec<String>,
+    /// (qualified name, file, line), root first.
+    pub frames: Vec<(String, String, u32)>,
+}
+
+pub struct Recording {
+    pub tables: Tables,
+    pub samples: Vec<S>,
+    pub warnings: Vec<String>,
+}
+
+pub fn read(path: &Path) -> Recording {
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    let mut reader = Reader::new(BufReader::new(file)).expect("recording header");
+    let mut tables = Tables::default();
+    let mut out = Vec::new();
+    let notes = scan(&mut reader, &mut tables, |t, chunk| {
+        for s in samples(chunk) {
+            let mut ids: Vec<u32> = Vec::new();
+            t.frames_root_first(s.stack, &mut ids);
+            let frames: Vec<(String, String, u32)> = ids
+                .iter()
+                .map(|&id| {
+                    let sym = t.symbol(id);
+                    (sym.qualified_name(), sym.file.clone(), sym.line)
+                })
+                .collect();
+            out.push(S {
+                time_ns: s.time_ns,
+                pid: s.pid,
+                tid: s.tid,
+                comm: s.comm.to_string(),
+                gil: s.gil,
+                status: s.status,
+                names: frames.iter().map(|f| f.0.clone()).collect(),
+                frames,
+            });
+        }
+    })
+    .expect("readable recording");
+    Recording { tables, samples: out, warnings: notes.warnings }
+}
+
+impl Recording {
+    pub fn of_pid(&self, pid: u32) -> Vec<&S> {
+        self.samples.iter().filter(|s| s.pid == pid).collect()
+    }
+
+    /// Samples whose stack contains a frame named `name`.
+    pub fn with_frame<'a>(&'a self, name: &str) -> Vec<&'a S> {
+        self.samples.iter().filter(|s| s.names.iter().any(|n| n == name)).collect()
+    }
+}
