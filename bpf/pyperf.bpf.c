@@ -139,6 +139,16 @@ static __always_inline __s32 get_u8(const __u8 *buf, __s16 off, __u32 bufsz)
 	return buf[o];
 }
 
+/* Must equal record/symbolize.rs code_check(): user space recomputes it from
+ * the code object it reads and drops the frame on a mismatch. */
+static __always_inline __u32 pyperf_code_check(__u32 firstlineno, __u64 filename, __u64 name)
+{
+	__u32 f = (__u32)filename ^ (__u32)(filename >> 32);
+	__u32 n = (__u32)name ^ (__u32)(name >> 32);
+
+	return firstlineno + f * 31 + n * 1009;
+}
+
 static __always_inline int read_user(void *dst, __u32 size, __u32 max, __u64 addr)
 {
 	if (size > max || size == 0)
@@ -395,10 +405,16 @@ static long frame_walk_step(__u32 i, void *arg)
 		f->check = w->last_check;
 	} else {
 		f->check = 0;
-		if (proc->off.code_check >= 0 &&
-		    bpf_probe_read_user(&f->check, sizeof(f->check),
-					(const void *)(code + proc->off.code_check)))
-			s->counters.read_errors++;
+		if (proc->off.code_span >= 0) {
+			if (read_user(s->cbuf, proc->off.code_span_len, PYPERF_CODE_BUF,
+				      code + proc->off.code_span))
+				s->counters.read_errors++;
+			else
+				f->check = pyperf_code_check(
+					(__u32)get_s32(s->cbuf, proc->off.check_firstlineno, PYPERF_CODE_BUF),
+					get_u64(s->cbuf, proc->off.check_filename, PYPERF_CODE_BUF),
+					get_u64(s->cbuf, proc->off.check_name, PYPERF_CODE_BUF));
+		}
 		w->last_code = code;
 		w->last_check = f->check;
 	}
@@ -486,8 +502,11 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 
 	size = sizeof(struct pyperf_event_header) + (__u64)n * sizeof(struct pyperf_frame);
 	flags = BPF_RB_NO_WAKEUP;
-	if (!wakeup_bytes || bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+	if (!wakeup_bytes || h->ktime - s->last_wakeup >= PYPERF_WAKEUP_NS ||
+	    bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes) {
 		flags = 0; /* adaptive: wakes the consumer if it is waiting */
+		s->last_wakeup = h->ktime;
+	}
 	if (bpf_ringbuf_output(&events, &s->ev, size, flags))
 		s->counters.rb_full++;
 	else

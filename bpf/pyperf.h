@@ -29,6 +29,13 @@
 #define PYPERF_TSTATE_BUF 256
 #define PYPERF_FRAME_BUF 256
 #define PYPERF_GIL_BUF 256
+#define PYPERF_CODE_BUF 128
+/* Longest a sample waits in the ring buffer before user space is woken.
+ * Short, because user space reads each new code object from the target after
+ * the sample: code that runs once (a module body during import) is freed soon
+ * after, and its frames are lost if read too late. Time-based, so an idle or
+ * slow recording costs no wakeups. */
+#define PYPERF_WAKEUP_NS 2000000ULL
 
 /* Values are also the on-disk values. */
 enum pyperf_stack_status {
@@ -107,7 +114,16 @@ struct py_offsets {
 	__s16 frame_instr;          /* see instr_kind */
 	__s16 frame_owner;          /* u8 owner (3.11+), or -1 */
 	/* PyCodeObject */
-	__s16 code_check;           /* a 4-byte word read as the frame's checksum (co_firstlineno) */
+	/* The frame's check word: ONE read of code_span_len bytes at
+	 * code + code_span, mixing co_firstlineno, co_filename and co_name (offsets
+	 * relative to code_span) as pyperf_code_check() does. A line number alone
+	 * cannot tell two module code objects apart (both start at line 1); the
+	 * string pointers can. code_span -1 = no check. */
+	__s16 code_span;
+	__u16 code_span_len;
+	__s16 check_firstlineno;
+	__s16 check_filename;
+	__s16 check_name;
 	/* bytes read in one go */
 	__u16 tstate_size;
 	__u16 frame_size;
@@ -140,7 +156,7 @@ struct py_proc {
 struct pyperf_frame {
 	__u64 code;  /* PyCodeObject address */
 	__u32 instr; /* raw instruction position (see enum pyperf_instr_kind) */
-	__u32 check; /* 4-byte word at code + code_check, to detect freed-and-reused code addresses */
+	__u32 check; /* pyperf_code_check() of the code object, to detect freed-and-reused addresses */
 };
 
 /* Fixed part of a ring buffer record; `nframes` pyperf_frame follow it. */
@@ -180,9 +196,11 @@ struct pyperf_counters {
  * one lookup, not two. */
 struct pyperf_scratch {
 	struct pyperf_counters counters;
+	__u64 last_wakeup; /* ktime of this CPU's last ring buffer wakeup */
 	__u8 tbuf[PYPERF_TSTATE_BUF];
 	__u8 fbuf[PYPERF_FRAME_BUF];
 	__u8 gbuf[PYPERF_GIL_BUF];
+	__u8 cbuf[PYPERF_CODE_BUF];
 	struct pyperf_event ev;
 };
 

@@ -622,12 +622,14 @@ fn open_perf_event(event: SampleEvent, rate: Rate, cpu: u32) -> Result<OwnedFd, 
 const TSTATE_BUF: i32 = 256; // PYPERF_TSTATE_BUF
 const FRAME_BUF: i32 = 256; // PYPERF_FRAME_BUF
 const GIL_BUF: i32 = 256; // PYPERF_GIL_BUF
+const CODE_BUF: i32 = 128; // PYPERF_CODE_BUF
 const _: () = {
     let s = std::mem::size_of::<types::pyperf_scratch>();
     // counters + tbuf + fbuf + gbuf + event: catches a change of the C buffer sizes.
     assert!(
         s == std::mem::size_of::<types::pyperf_counters>()
-            + (TSTATE_BUF + FRAME_BUF + GIL_BUF) as usize
+            + 8
+            + (TSTATE_BUF + FRAME_BUF + GIL_BUF + CODE_BUF) as usize
             + std::mem::size_of::<types::pyperf_event>()
     );
 };
@@ -738,6 +740,13 @@ pub fn py_proc_config(p: &PythonProcess) -> Result<types::py_proc, BpfError> {
             "struct fields beyond the BPF read buffers (thread state {tstate_size}, frame {frame_size}, gil {gil_size} bytes)"
         )));
     }
+    // The check word's span: co_firstlineno, co_filename and co_name in one read (see pyperf.h).
+    let span_start = l.code_firstlineno.min(l.code_filename).min(l.code_name);
+    let span_end = (l.code_firstlineno + 4).max(l.code_filename + 8).max(l.code_name + 8);
+    let span = (span_start, (span_end - span_start) as u16);
+    if span_start < 0 || span.1 as i32 > CODE_BUF {
+        return Err(unsupported(format!("code object check span of {} bytes", span.1)));
+    }
     let s16 = |v: i32| -> Result<i16, BpfError> {
         i16::try_from(v).map_err(|_| unsupported(format!("offset {v} out of range")))
     };
@@ -769,7 +778,11 @@ pub fn py_proc_config(p: &PythonProcess) -> Result<types::py_proc, BpfError> {
             frame_code: s16(l.frame_code)?,
             frame_instr: s16(frame_instr)?,
             frame_owner: s16(l.frame_owner)?,
-            code_check: s16(l.code_firstlineno)?,
+            code_span: s16(span.0)?,
+            code_span_len: span.1,
+            check_firstlineno: s16(l.code_firstlineno - span.0)?,
+            check_filename: s16(l.code_filename - span.0)?,
+            check_name: s16(l.code_name - span.0)?,
             tstate_size: tstate_size as u16,
             frame_size: frame_size as u16,
             gil_size: gil_size as u16,
@@ -804,6 +817,6 @@ mod tests {
     fn shared_struct_sizes() {
         assert_eq!(std::mem::size_of::<types::pyperf_event_header>(), 48);
         assert_eq!(std::mem::size_of::<RawFrame>(), 16);
-        assert_eq!(std::mem::size_of::<types::py_proc>(), 96);
+        assert_eq!(std::mem::size_of::<types::py_proc>(), 104);
     }
 }

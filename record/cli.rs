@@ -41,6 +41,9 @@ pub struct RecordArgs {
     /// Ring buffer size in KiB (rounded up to a power of two pages).
     #[arg(long = "ringbuf-kib", default_value_t = 4096)]
     pub ringbuf_kib: usize,
+    /// Measure the BPF program's own run time (kernel BPF statistics) and print it in the summary.
+    #[arg(long = "bpf-stats")]
+    pub bpf_stats: bool,
     /// Start this command and profile it until it exits; pyperf exits with its status.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -50,6 +53,9 @@ pub const DEFAULT_FREQ: u64 = 99;
 
 /// Flush to disk at least this often, so that a killed recorder loses at most this much.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
+/// Longest wait for samples. The BPF program wakes us within PYPERF_WAKEUP_NS (2 ms) of a sample; this only
+/// bounds how late the loop notices a signal, a deadline or an exited target.
+const POLL_EVERY: Duration = Duration::from_millis(100);
 /// How often `-a` looks for new Python processes and `-p` / `--` for exited ones.
 const RESCAN_EVERY: Duration = Duration::from_millis(200);
 
@@ -77,6 +83,9 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     } else {
         Targets::workload(Workload::spawn(&args.command)?)
     };
+    if args.bpf_stats {
+        sampler.enable_bpf_stats().context("cannot measure the BPF program")?;
+    }
     let output = Output::create(&args.output)?;
     signals::install();
 
@@ -90,7 +99,7 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     let mut last_flush = Instant::now();
     let mut last_scan = Instant::now();
     loop {
-        sampler.poll(Duration::from_millis(100), &mut |s| rec.on_sample(s)).context("reading samples")?;
+        sampler.poll(POLL_EVERY, &mut |s| rec.on_sample(s)).context("reading samples")?;
         let now = Instant::now();
         if now.duration_since(last_scan) >= RESCAN_EVERY {
             targets.rescan(&mut sampler, &mut rec)?;
@@ -114,6 +123,20 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     }
     let summary = rec.finish(started.elapsed(), &sampler)?;
     eprintln!("{summary}");
+    if args.bpf_stats {
+        if let Some((run_ns, runs)) = sampler.bpf_stats() {
+            let c = sampler.counters();
+            // Every perf event runs the program, also on CPUs running other processes; those runs return after
+            // one map lookup. Per target sample counts all of it against the samples taken.
+            eprintln!(
+                "pyperf: BPF {} runs, {:.0} ns per run, {:.0} ns per target sample ({} samples)",
+                runs,
+                run_ns as f64 / runs.max(1) as f64,
+                run_ns as f64 / c.samples.max(1) as f64,
+                c.samples
+            );
+        }
+    }
     let code = targets.finish()?;
     Ok(code)
 }

@@ -292,17 +292,7 @@ impl Layout {
 }
 
 /// Supported `(major, minor)` versions, oldest first (same order as the columns below).
-pub const SUPPORTED: &[(u8, u8)] = &[
-    (2, 7),
-    (3, 6),
-    (3, 7),
-    (3, 8),
-    (3, 9),
-    (3, 10),
-    (3, 11),
-    (3, 12),
-    (3, 13),
-];
+pub const SUPPORTED: &[(u8, u8)] = &[(2, 7), (3, 6), (3, 7), (3, 8), (3, 9), (3, 10), (3, 11), (3, 12), (3, 13)];
 
 /// The compiled-in layout for `major.minor`, or `None` if that version is not supported.
 pub fn layout_for(major: u8, minor: u8) -> Option<&'static Layout> {
@@ -312,11 +302,7 @@ pub fn layout_for(major: u8, minor: u8) -> Option<&'static Layout> {
 /// Decodes a packed `PY_VERSION_HEX` (as stored in the `Py_Version` symbol of 3.11+) into
 /// `(major, minor, micro)`. Layout: `0xMMmmuuLS` (major, minor, micro, release level, serial).
 pub fn version_from_hex(py_version: u32) -> (u8, u8, u8) {
-    (
-        (py_version >> 24) as u8,
-        (py_version >> 16) as u8,
-        (py_version >> 8) as u8,
-    )
+    ((py_version >> 24) as u8, (py_version >> 16) as u8, (py_version >> 8) as u8)
 }
 
 /// Builds the per-version layouts from a field-major table: one row per field, one column per
@@ -386,17 +372,8 @@ layouts! {
     type_name:                 [  24,   24,   24,   24,   24,   24,   24,   24,   24],
 }
 
-static LAYOUTS: [Layout; 9] = [
-    column(0),
-    column(1),
-    column(2),
-    column(3),
-    column(4),
-    column(5),
-    column(6),
-    column(7),
-    column(8),
-];
+static LAYOUTS: [Layout; 9] =
+    [column(0), column(1), column(2), column(3), column(4), column(5), column(6), column(7), column(8)];
 const _: () = assert!(LAYOUTS.len() == SUPPORTED.len());
 
 #[cfg(test)]
@@ -437,11 +414,7 @@ mod tests {
     }
 
     const fn p(field: &'static str, at: &'static [(V, V, &'static str)]) -> Probe {
-        Probe {
-            field,
-            at,
-            absent_member: &[],
-        }
+        Probe { field, at, absent_member: &[] }
     }
 
     #[rustfmt::skip]
@@ -538,10 +511,7 @@ mod tests {
     /// from the file's .data) must agree with the compiled-in layout, so a loader may use either.
     /// `(field, member of _PyRuntime.debug_offsets)`.
     const DEBUG_OFFSETS: &[(&str, &str)] = &[
-        (
-            "runtime_interpreters_head",
-            "runtime_state.interpreters_head",
-        ),
+        ("runtime_interpreters_head", "runtime_state.interpreters_head"),
         ("interp_next", "interpreter_state.next"),
         ("interp_tstate_head", "interpreter_state.threads_head"),
         ("interp_gil_ptr", "interpreter_state.ceval_gil"),
@@ -646,10 +616,7 @@ print("@@\tEND")
         let mut names: Vec<String> = entries
             .into_iter()
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| {
-                n.strip_prefix(&prefix)
-                    .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-            })
+            .filter(|n| n.strip_prefix(&prefix).is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())))
             .collect();
         names.sort();
         for name in names {
@@ -699,11 +666,7 @@ print("@@\tEND")
     fn run_gdb(install: &Install, exprs: &[&str]) -> Result<Vec<Eval>, String> {
         let list: Vec<String> = exprs.iter().map(|e| format!("    {e:?},")).collect();
         let script = format!("PROBES = [\n{}\n]\n{GDB_SCRIPT}", list.join("\n"));
-        let path = std::env::temp_dir().join(format!(
-            "pyperf-layouts-{}-{}.py",
-            std::process::id(),
-            install.name
-        ));
+        let path = std::env::temp_dir().join(format!("pyperf-layouts-{}-{}.py", std::process::id(), install.name));
         std::fs::write(&path, script).map_err(|e| format!("write {}: {e}", path.display()))?;
         let out = Command::new("gdb")
             .args(["-nx", "-batch", "-iex", "set debuginfod enabled off", "-x"])
@@ -777,9 +740,7 @@ print("@@\tEND")
         let debug_exprs: Vec<String> = DEBUG_OFFSETS
             .iter()
             .map(|d| format!("val|_PyRuntime.debug_offsets.{}", d.1))
-            .chain(std::iter::once(
-                "val|_PyRuntime.debug_offsets.free_threaded".to_string(),
-            ))
+            .chain(std::iter::once("val|_PyRuntime.debug_offsets.free_threaded".to_string()))
             .collect();
         let has_debug_offsets = v >= (3, 13);
         if has_debug_offsets {
@@ -787,12 +748,7 @@ print("@@\tEND")
         }
         let evals = match run_gdb(install, &exprs) {
             Ok(e) => e,
-            Err(e) => {
-                return Checked {
-                    errors: vec![format!("{tag}: {e}")],
-                    dwarf,
-                }
-            }
+            Err(e) => return Checked { errors: vec![format!("{tag}: {e}")], dwarf },
         };
 
         let mut i = 0;
@@ -816,10 +772,9 @@ print("@@\tEND")
                         v.0, v.1
                     )),
                     (Some(_), Ok(d)) if *d == i64::from(value) => {}
-                    (Some(k), got) => errors.push(format!(
-                        "{tag}: {name} = {value}, DWARF `{}` gives {got:?}",
-                        probe.at[k].2
-                    )),
+                    (Some(k), got) => {
+                        errors.push(format!("{tag}: {name} = {value}, DWARF `{}` gives {got:?}", probe.at[k].2))
+                    }
                 }
             } else {
                 if let Some(k) = current {
@@ -830,10 +785,7 @@ print("@@\tEND")
                 }
                 for (k, (a, r)) in probe.at.iter().zip(at).enumerate() {
                     if let (Ok(d), false) = (r, current == Some(k)) {
-                        errors.push(format!(
-                            "{tag}: {name} = -1 but `{}` exists here (= {d})",
-                            a.2
-                        ));
+                        errors.push(format!("{tag}: {name} = -1 but `{}` exists here (= {d})", a.2));
                     }
                 }
                 for (a, r) in probe.absent_member.iter().zip(absent) {
@@ -854,9 +806,7 @@ print("@@\tEND")
                 Ok(hex) => {
                     let got = version_from_hex(*hex as u32);
                     if [got.0, got.1, got.2][..] != want[..] {
-                        errors.push(format!(
-                            "{tag}: Py_Version {hex:#x} decodes to {got:?}, expected {want:?}"
-                        ));
+                        errors.push(format!("{tag}: Py_Version {hex:#x} decodes to {got:?}, expected {want:?}"));
                     }
                 }
                 Err(e) => errors.push(format!("{tag}: cannot read Py_Version: {e}")),
@@ -866,23 +816,15 @@ print("@@\tEND")
         if has_debug_offsets {
             let fields = layout.fields();
             for (k, (field, member)) in DEBUG_OFFSETS.iter().enumerate() {
-                let value = fields
-                    .iter()
-                    .find(|f| f.0 == *field)
-                    .expect("known field")
-                    .1;
+                let value = fields.iter().find(|f| f.0 == *field).expect("known field").1;
                 match &evals[i + k] {
                     Ok(d) if *d == i64::from(value) => {}
-                    got => errors.push(format!(
-                        "{tag}: {field} = {value}, _Py_DebugOffsets.{member} gives {got:?}"
-                    )),
+                    got => errors.push(format!("{tag}: {field} = {value}, _Py_DebugOffsets.{member} gives {got:?}")),
                 }
             }
             let free_threaded = &evals[i + DEBUG_OFFSETS.len()];
             if *free_threaded != Ok(0) {
-                errors.push(format!(
-                    "{tag}: _Py_DebugOffsets.free_threaded is {free_threaded:?}: not a default build"
-                ));
+                errors.push(format!("{tag}: _Py_DebugOffsets.free_threaded is {free_threaded:?}: not a default build"));
             }
         }
         Checked { errors, dwarf }
@@ -895,10 +837,7 @@ print("@@\tEND")
             let cols: Vec<String> = SUPPORTED
                 .iter()
                 .map(|v| {
-                    let d = results
-                        .iter()
-                        .find(|r| r.0 == *v)
-                        .and_then(|r| r.1.dwarf.get(name));
+                    let d = results.iter().find(|r| r.0 == *v).and_then(|r| r.1.dwarf.get(name));
                     d.map_or("   ?".to_string(), |d| format!("{d:>4}"))
                 })
                 .collect();
@@ -945,11 +884,7 @@ print("@@\tEND")
         let checked: Vec<&str> = installs.iter().map(|i| i.name.as_str()).collect();
         eprintln!("checked layouts against DWARF of: {}", checked.join(" "));
         if !errors.is_empty() {
-            let table = if mismatched {
-                suggested_table(&results)
-            } else {
-                String::new()
-            };
+            let table = if mismatched { suggested_table(&results) } else { String::new() };
             panic!(
                 "{} layout problem(s) (pyenv root {}):\n  {}\n{table}",
                 errors.len(),
@@ -967,22 +902,14 @@ print("@@\tEND")
             assert_eq!(n, 1, "field {name} must have exactly one probe (has {n})");
         }
         for probe in PROBES {
-            assert!(
-                names.contains(&probe.field),
-                "probe for unknown field {}",
-                probe.field
-            );
+            assert!(names.contains(&probe.field), "probe for unknown field {}", probe.field);
             for &v in SUPPORTED {
                 let n = probe.at.iter().filter(|a| in_range(v, (a.0, a.1))).count();
                 assert!(n <= 1, "{}: overlapping expressions for {v:?}", probe.field);
             }
             for a in probe.at {
                 let used = SUPPORTED.iter().any(|&v| in_range(v, (a.0, a.1)));
-                assert!(
-                    used,
-                    "{}: `{}` applies to no supported version",
-                    probe.field, a.2
-                );
+                assert!(used, "{}: `{}` applies to no supported version", probe.field, a.2);
             }
         }
     }
@@ -996,10 +923,7 @@ print("@@\tEND")
         }
         assert_eq!(LAYOUTS.len(), SUPPORTED.len());
         for (major, minor) in [(2, 6), (3, 5), (3, 14), (4, 0)] {
-            assert!(
-                layout_for(major, minor).is_none(),
-                "{major}.{minor} must be unsupported"
-            );
+            assert!(layout_for(major, minor).is_none(), "{major}.{minor} must be unsupported");
         }
         // SUPPORTED is sorted and has no duplicates.
         assert!(SUPPORTED.windows(2).all(|w| w[0] < w[1]));

@@ -212,8 +212,7 @@ mod tests {
     use std::process::Command;
 
     /// Every version the recorder supports must be checked against its real interpreter.
-    const REQUIRED: &[(u8, u8)] =
-        &[(2, 7), (3, 6), (3, 7), (3, 8), (3, 9), (3, 10), (3, 11), (3, 12), (3, 13)];
+    const REQUIRED: &[(u8, u8)] = &[(2, 7), (3, 6), (3, 7), (3, 8), (3, 9), (3, 10), (3, 11), (3, 12), (3, 13)];
 
     fn pyenv_root() -> PathBuf {
         if let Some(r) = std::env::var_os("PYENV_ROOT") {
@@ -278,10 +277,7 @@ mod tests {
     fn check_interpreter(major: u8, minor: u8, python: &Path, script: &Path) -> Result<String, String> {
         let who = format!("{major}.{minor} ({})", python.display());
         let kind = LineTable::for_version(major, minor).ok_or(format!("{who}: no LineTable"))?;
-        let out = Command::new(python)
-            .arg(script)
-            .output()
-            .map_err(|e| format!("{who}: cannot run: {e}"))?;
+        let out = Command::new(python).arg(script).output().map_err(|e| format!("{who}: cannot run: {e}"))?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         let mismatches: Vec<&str> = stdout.lines().filter(|l| l.starts_with("MISMATCH")).collect();
         if !out.status.success() || !mismatches.is_empty() {
@@ -305,8 +301,7 @@ mod tests {
                     assert_eq!(f[1].parse::<usize>().unwrap(), codes.len(), "{who}: code ids");
                     let n: usize = f[3].parse().unwrap();
                     let next = lines.next().unwrap_or("");
-                    let ls: Vec<i64> =
-                        next.split(' ').skip(1).map(|x| x.parse().expect("line number")).collect();
+                    let ls: Vec<i64> = next.split(' ').skip(1).map(|x| x.parse().expect("line number")).collect();
                     assert!(next.starts_with("LINES") && ls.len() == n, "{who}: bad LINES after {l}");
                     codes.push(Code {
                         first_line: f[2].parse::<i64>().unwrap() as u32,
@@ -351,15 +346,14 @@ mod tests {
         }
         // End-to-end: the raw value BPF reads -> instr_byte_offset -> line_at == frame.f_lineno.
         // A not-started frame (None) is reported by CPython as co_firstlineno.
-        let resolve = |c: &Code, raw: u32, adaptive: u32, shift: i64| {
-            match instr_byte_offset(major, minor, raw, adaptive) {
+        let resolve =
+            |c: &Code, raw: u32, adaptive: u32, shift: i64| match instr_byte_offset(major, minor, raw, adaptive) {
                 None => Some(c.first_line),
                 Some(off) => {
                     let off = u32::try_from(i64::from(off) + shift).ok()?;
                     line_at(kind, c.first_line, &c.table, off)
                 }
-            }
-        };
+            };
         let mut refuted_prev = 0;
         for &(id, raw, adaptive, lineno) in &frames {
             let c = codes.get(id).ok_or(format!("{who}: frame of unknown code {id}"))?;
@@ -494,8 +488,7 @@ mod tests {
             }
             let raw = rng.next() as u32;
             let adaptive = if rng.below(2) == 0 { rng.next() as u32 } else { 200 };
-            for (major, minor) in [(2u8, 7u8), (3, 0), (3, 6), (3, 9), (3, 10), (3, 11), (3, 12), (3, 13), (3, 14)]
-            {
+            for (major, minor) in [(2u8, 7u8), (3, 0), (3, 6), (3, 9), (3, 10), (3, 11), (3, 12), (3, 13), (3, 14)] {
                 let _ = instr_byte_offset(major, minor, raw, adaptive);
             }
         }
@@ -517,7 +510,7 @@ mod tests {
         assert_eq!(line_at(Lnotab27, 1, &t, 299), Some(1));
         assert_eq!(line_at(Lnotab27, 1, &t, 300), Some(301));
         assert_eq!(line_at(Lnotab27, 1, &t, 100_000), Some(301)); // past the end: last line
-        // 3.6+: signed deltas; 0x80 = -128, and the same bytes unsigned in 2.7.
+                                                                  // 3.6+: signed deltas; 0x80 = -128, and the same bytes unsigned in 2.7.
         let t = [0, 10, 4, 0x80, 2, 5];
         assert_eq!(line_at(Lnotab36, 200, &t, 0), Some(210));
         assert_eq!(line_at(Lnotab36, 200, &t, 4), Some(82));
@@ -530,14 +523,14 @@ mod tests {
         assert_eq!(line_at(Linetable310, 10, &t, 6), None);
         assert_eq!(line_at(Linetable310, 10, &t, 10), Some(145));
         assert_eq!(line_at(Linetable310, 10, &t, 12), None); // past the end
-        // 3.11+: one-line form (+1), no-location, long form with svarint -70 (= 141 -> 0x4d 0x02).
+                                                             // 3.11+: one-line form (+1), no-location, long form with svarint -70 (= 141 -> 0x4d 0x02).
         let t = [0x80 | (11 << 3) | 1, 3, 5, 0x80 | (15 << 3), 0x80 | (14 << 3) | 7, 0x4d, 0x02, 0, 1, 1];
         assert_eq!(line_at(Locations311, 100, &t, 3), Some(101));
         assert_eq!(line_at(Locations311, 100, &t, 4), None);
         assert_eq!(line_at(Locations311, 100, &t, 6), Some(31));
         assert_eq!(line_at(Locations311, 100, &t, 21), Some(31));
         assert_eq!(line_at(Locations311, 100, &t, 22), None); // past the end
-        // Offsets.
+                                                              // Offsets.
         assert_eq!(instr_byte_offset(3, 9, 42, 0), Some(42));
         assert_eq!(instr_byte_offset(2, 7, u32::MAX, 0), None); // f_lasti == -1: not started
         assert_eq!(instr_byte_offset(3, 10, 21, 0), Some(42));

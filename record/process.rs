@@ -58,6 +58,8 @@ pub struct PythonAddrs {
     pub gil_locked: Option<u64>,
     /// `gil_last_holder` (pre-3.7 static).
     pub gil_last_holder: Option<u64>,
+    /// &PyCode_Type: user space checks that what it reads at a code address is still a code object.
+    pub code_type: Option<u64>,
 }
 
 /// A process found to run a supported CPython interpreter.
@@ -115,6 +117,7 @@ const WANTED: &[&str] = &[
     "autoTLSkey",
     "gil_locked",
     "gil_last_holder",
+    "PyCode_Type",
 ];
 
 /// Finds and describes the Python interpreter running in process `pid`.
@@ -188,6 +191,7 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
             auto_tls_key: at("autoTLSkey"),
             gil_locked: at("gil_locked"),
             gil_last_holder: at("gil_last_holder"),
+            code_type: at("PyCode_Type"),
         };
         if addrs.runtime.is_none() && addrs.interp_head.is_none() {
             // Pre-3.7 with a stripped .symtab: interp_head is static, nothing to walk.

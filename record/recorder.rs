@@ -12,7 +12,7 @@ use pyperf_format::{
     GilState, Header, Process, PthreadIdMatch, SampleRecord, StackStatus, Stats, ThreadStateMatch, Writer,
 };
 
-use crate::bpf::{RawSample, Rate, SampleEvent, Sampler};
+use crate::bpf::{Rate, RawSample, SampleEvent, Sampler};
 use crate::layouts;
 use crate::output::Output;
 use crate::process::PythonProcess;
@@ -118,7 +118,7 @@ impl Recorder {
             })
             .context("writing the recording")?;
         self.frame_ids.retain(|k, _| k.0 != p.pid);
-        self.targets.insert(p.pid, Target { code: CodeReader::new(mem, layout) });
+        self.targets.insert(p.pid, Target { code: CodeReader::new(mem, layout, p.addrs.code_type) });
         Ok(())
     }
 
@@ -220,7 +220,10 @@ impl Recorder {
         let symbols = self.writer.symbol_count();
         let nodes = self.writer.stack_node_count();
         let out = self.writer.finish(&stats).with_context(|| format!("cannot write {}", self.path.display()))?;
-        let file = out.into_inner().map_err(|e| e.into_error()).with_context(|| format!("cannot write {}", self.path.display()))?;
+        let file = out
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .with_context(|| format!("cannot write {}", self.path.display()))?;
         file.sync_all().with_context(|| format!("cannot write {}", self.path.display()))?;
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         let pct = |n: u64| if samples + c.lost == 0 { 0.0 } else { 100.0 * n as f64 / (samples + c.lost) as f64 };

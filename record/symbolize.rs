@@ -56,15 +56,18 @@ pub struct CodeInfo {
 pub struct CodeReader<M> {
     mem: M,
     layout: &'static Layout,
+    /// &PyCode_Type in the target, when known.
+    code_type: Option<u64>,
     version: (u8, u8),
     table_kind: Option<LineTable>,
     cache: HashMap<(u64, u32), Option<Arc<CodeInfo>>>,
 }
 
 impl<M: ReadMem> CodeReader<M> {
-    pub fn new(mem: M, layout: &'static Layout) -> Self {
+    pub fn new(mem: M, layout: &'static Layout, code_type: Option<u64>) -> Self {
         let version = layout.version;
-        CodeReader { mem, layout, version, table_kind: LineTable::for_version(version.0, version.1), cache: HashMap::new() }
+        let table_kind = LineTable::for_version(version.0, version.1);
+        CodeReader { mem, layout, code_type, version, table_kind, cache: HashMap::new() }
     }
 
     /// Number of distinct code objects seen.
@@ -83,12 +86,19 @@ impl<M: ReadMem> CodeReader<M> {
             }
         }?;
         let line = self.line(&info, instr).unwrap_or(info.first_line);
-        Some(Symbol { scope: info.scope.clone(), name: info.name.clone(), file: info.file.clone(), line, flags: info.flags })
+        Some(Symbol {
+            scope: info.scope.clone(),
+            name: info.name.clone(),
+            file: info.file.clone(),
+            line,
+            flags: info.flags,
+        })
     }
 
     fn line(&self, info: &CodeInfo, instr: u32) -> Option<u32> {
         let kind = self.table_kind?;
-        let offset = linetable::instr_byte_offset(self.version.0, self.version.1, instr, self.layout.code_code.max(0) as u32)?;
+        let offset =
+            linetable::instr_byte_offset(self.version.0, self.version.1, instr, self.layout.code_code.max(0) as u32)?;
         linetable::line_at(kind, info.first_line, &info.table, offset)
     }
 
@@ -99,17 +109,23 @@ impl<M: ReadMem> CodeReader<M> {
         if code == 0 || !self.mem.read(code, &mut obj) {
             return None;
         }
+        // Freed and replaced since the sample was taken? Then its name would be someone else's: the object
+        // must still be a code object with the same line, file and name pointers as BPF saw.
+        if self.code_type.is_some_and(|t| field_ptr(&obj, l.object_type) != Some(t)) {
+            return None;
+        }
         let first_line = field_u32(&obj, l.code_firstlineno)?;
-        if first_line != check {
-            // Freed and replaced since the sample was taken: its name would be someone else's.
+        let file_ptr = field_ptr(&obj, l.code_filename)?;
+        let name_ptr = field_ptr(&obj, l.code_name)?;
+        if code_check(first_line, file_ptr, name_ptr) != check {
             return None;
         }
         let mut flags = 0;
-        let (name, cut) = self.read_str(field_ptr(&obj, l.code_name)?, MAX_NAME_BYTES)?;
+        let (name, cut) = self.read_str(name_ptr, MAX_NAME_BYTES)?;
         if cut {
             flags |= symbol_flags::NAME_CUT;
         }
-        let (file, cut) = self.read_str(field_ptr(&obj, l.code_filename)?, MAX_FILE_BYTES)?;
+        let (file, cut) = self.read_str(file_ptr, MAX_FILE_BYTES)?;
         if cut {
             flags |= symbol_flags::FILE_CUT;
         }
@@ -208,7 +224,19 @@ impl<M: ReadMem> CodeReader<M> {
 /// The symbol shown when a code object cannot be read: named by address so that distinct ones stay distinct,
 /// flagged so that it is never mistaken for a real name.
 pub fn unresolved(code: u64) -> Symbol {
-    Symbol { scope: String::new(), name: format!("[unknown code {code:#x}]"), file: String::new(), line: 0, flags: symbol_flags::UNRESOLVED }
+    Symbol {
+        scope: String::new(),
+        name: format!("[unknown code {code:#x}]"),
+        file: String::new(),
+        line: 0,
+        flags: symbol_flags::UNRESOLVED,
+    }
+}
+
+/// The check word BPF computes per code object (pyperf_code_check in bpf/pyperf.bpf.c; keep them equal).
+pub fn code_check(first_line: u32, filename: u64, name: u64) -> u32 {
+    let fold = |p: u64| (p as u32) ^ ((p >> 32) as u32);
+    first_line.wrapping_add(fold(filename).wrapping_mul(31)).wrapping_add(fold(name).wrapping_mul(1009))
 }
 
 /// `Class.method` -> `Class`; `outer.<locals>.inner` -> `outer.<locals>`; `f` -> ``.

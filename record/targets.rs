@@ -122,7 +122,8 @@ impl Targets {
                 continue;
             }
             let Some(st) = start_time(pid) else { continue };
-            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map(|p| p.display().to_string()).unwrap_or_default();
+            let exe =
+                std::fs::read_link(format!("/proc/{pid}/exe")).map(|p| p.display().to_string()).unwrap_or_default();
             if self.rejected.get(&(pid, st)).is_some_and(|e| *e == exe) {
                 continue;
             }

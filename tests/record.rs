@@ -61,7 +61,12 @@ fn split_workload(python: &str) {
     assert_eq!(spin_tids.len(), 2, "spin threads {spin_tids:?}");
     assert!(!spin_tids.contains(&pid));
     for s in rec.with_frame("spin") {
-        assert_eq!(s.names[..2], ["Thread._bootstrap".to_string(), "Thread._bootstrap_inner".to_string()], "{:?}", s.names);
+        assert_eq!(
+            s.names[..2],
+            ["Thread._bootstrap".to_string(), "Thread._bootstrap_inner".to_string()],
+            "{:?}",
+            s.names
+        );
     }
 }
 

@@ -37,7 +37,11 @@ pub fn interpreter(name: &str) -> PathBuf {
         PathBuf::from("/usr/bin/python3.11")
     } else {
         let dir = pyenv_root().join("versions").join(name).join("bin");
-        let short = if name.starts_with('2') { "python2".to_string() } else { format!("python{}", &name[..name.rfind('.').unwrap()]) };
+        let short = if name.starts_with('2') {
+            "python2".to_string()
+        } else {
+            format!("python{}", &name[..name.rfind('.').unwrap()])
+        };
         dir.join(short)
     };
     assert!(path.exists(), "interpreter {name} missing at {} (scripts/setup checks for it)", path.display());
@@ -59,12 +63,8 @@ pub fn run(cmd: &mut Command) -> Output {
 
 /// Starts a workload and waits until it has printed its `ready` line.
 pub fn start_workload(python: &Path, script: &str, args: &[&str]) -> Child {
-    let mut child = Command::new(python)
-        .arg(workload(script))
-        .args(args)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start workload");
+    let mut child =
+        Command::new(python).arg(workload(script)).args(args).stdout(Stdio::piped()).spawn().expect("start workload");
     let mut line = String::new();
     BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
     assert!(line.starts_with("ready"), "workload said {line:?}");
