@@ -82,10 +82,14 @@ pub fn scan<R: Read>(
         }
     }
     if unknown > 0 {
-        notes.warnings.push(format!("skipped {unknown} chunks of a kind this pyperf does not know (newer minor version)"));
+        notes
+            .warnings
+            .push(format!("skipped {unknown} chunks of a kind this pyperf does not know (newer minor version)"));
     }
     if tables.stats.is_none() {
-        notes.warnings.push("recording has no trailer (recorder killed or file cut off): statistics are incomplete".into());
+        notes
+            .warnings
+            .push("recording has no trailer (recorder killed or file cut off): statistics are incomplete".into());
     }
     Ok(notes)
 }

@@ -18,7 +18,9 @@ pub enum Record {
     SymbolTable(SymbolChunk),
     Stats(Stats),
     /// A chunk kind from a newer minor version; skipped.
-    Unknown { kind: u16 },
+    Unknown {
+        kind: u16,
+    },
 }
 
 /// Reads chunks one at a time: memory stays at one chunk, whatever the file's size.
@@ -71,7 +73,9 @@ impl<R: Read> Reader<R> {
     /// The next record; `Ok(None)` at the end of the file. A file cut short gives `Err(Error::Truncated)`
     /// after its last complete chunk.
     pub fn next_record(&mut self) -> Result<Option<Record>, Error> {
-        let Some(raw) = chunk::read_chunk(&mut self.input, self.offset, self.chunks, &mut self.stored, &mut self.budget)? else {
+        let Some(raw) =
+            chunk::read_chunk(&mut self.input, self.offset, self.chunks, &mut self.stored, &mut self.budget)?
+        else {
             return Ok(None);
         };
         let at = raw.offset;
@@ -199,10 +203,9 @@ impl Tables {
                 }
                 for (i, (&back, &sym)) in c.parent_back.iter().zip(&c.symbols).enumerate() {
                     let id = c.first_id + i as u32;
-                    let parent = id.checked_sub(back).ok_or_else(|| Error::Corrupt {
-                        offset,
-                        what: format!("stack node {id} refers forward"),
-                    })?;
+                    let parent = id
+                        .checked_sub(back)
+                        .ok_or_else(|| Error::Corrupt { offset, what: format!("stack node {id} refers forward") })?;
                     if parent == id {
                         return Err(Error::Corrupt { offset, what: format!("stack node {id} is its own caller") });
                     }

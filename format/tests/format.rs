@@ -332,7 +332,6 @@ fn writer_output_is_deterministic() {
     assert_eq!(write(1000, 100).bytes, write(1000, 100).bytes);
 }
 
-
 #[test]
 fn zstd_bombs_are_refused() {
     // 15 MiB of zeros compresses to a few hundred bytes: a tiny file that would expand to a huge record.
