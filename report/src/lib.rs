@@ -1,1 +1,41 @@
-pub fn _placeholder() {}
+//! Offline analysis of pyperf recordings (`.pyp`): a text report, folded stacks, speedscope JSON and SVG flame
+//! graphs.
+//!
+//! The library can be used without the command line:
+//!
+//! ```no_run
+//! use pyperf_report::{folded, Filter, LoadOptions, Profile};
+//!
+//! let profile = Profile::open("prof.pyp".as_ref(), &LoadOptions::default())?;
+//! for warning in &profile.warnings {
+//!     eprintln!("warning: {warning}");
+//! }
+//! let mut options = folded::Options::default();
+//! options.lines = false;
+//! folded::write(&profile, &options, std::io::stdout().lock())?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! A recording is streamed chunk by chunk ([`pyperf_format::scan`]): memory grows with the number of unique
+//! (thread, stack) pairs, not with the number of samples. Only the speedscope exporter keeps one entry per sample
+//! (a time and an interned stack id, 12 bytes), because its timeline view needs them in order.
+
+mod cli;
+mod error;
+mod filter;
+mod hash;
+pub mod names;
+mod profile;
+
+pub mod flamegraph;
+pub mod folded;
+pub mod speedscope;
+pub mod text;
+
+pub use cli::{run, write_report, FormatFlags, ReportArgs};
+pub use error::{ReportError, Result};
+pub use filter::Filter;
+pub use profile::{LoadOptions, Profile, StackCount, StateCounts, Thread, Timeline, ALL_THREADS};
+
+/// Name used in messages: `pyperf-report: warning: ...`.
+pub const PROGRAM: &str = "pyperf-report";

@@ -1,0 +1,221 @@
+//! `pyperf report`: the command-line front end, shared by `pyperf report` and the standalone `pyperf-report`.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+
+use crate::error::ReportError;
+use crate::filter::Filter;
+use crate::profile::{LoadOptions, Profile};
+use crate::{flamegraph, folded, names, speedscope, text, PROGRAM};
+
+/// Output format; at most one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+#[group(id = "format", multiple = false)]
+pub struct FormatFlags {
+    /// Text report to read in a terminal: summary, functions by self and total share, top stacks,
+    /// GIL / thread-state / stack-status breakdown [default]
+    #[arg(long)]
+    pub text: bool,
+    /// Folded stacks, one `frame;frame;frame count` line per unique stack, root first (flamegraph.pl, inferno,
+    /// speedscope); samples without Python frames are the single frame `[idle]`
+    #[arg(long)]
+    pub folded: bool,
+    /// speedscope JSON, one timeline per thread (https://www.speedscope.app)
+    #[arg(long)]
+    pub speedscope: bool,
+    /// Interactive SVG flame graph (open it in a web browser)
+    #[arg(long)]
+    pub flamegraph: bool,
+}
+
+/// The output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Folded,
+    Speedscope,
+    Flamegraph,
+}
+
+/// Arguments of `pyperf report`.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct ReportArgs {
+    /// Recording to read (`-` for standard input)
+    #[arg(short, long, value_name = "FILE", default_value = "prof.pyp")]
+    pub input: PathBuf,
+
+    #[command(flatten)]
+    pub format: FormatFlags,
+
+    /// Write to FILE instead of standard output
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Only these processes (repeat or comma-separate)
+    #[arg(long, value_name = "PID", value_delimiter = ',')]
+    pub pid: Vec<u32>,
+    /// Only these threads (repeat or comma-separate)
+    #[arg(long, value_name = "TID", value_delimiter = ',')]
+    pub tid: Vec<u32>,
+    /// Only samples in these GIL states: no-info, error, uninitialized, released, held, held-by-current,
+    /// other-thread, held-no-holder (repeat or comma-separate)
+    #[arg(long, value_name = "STATE", value_delimiter = ',')]
+    pub gil: Vec<String>,
+    /// Only samples with these thread-state matches: unknown, current, not-current, no-thread-state,
+    /// no-current, none
+    #[arg(long, value_name = "STATE", value_delimiter = ',')]
+    pub thread_state: Vec<String>,
+    /// Only samples with these pthread-id matches: unknown, match, mismatch, no-thread-state, null, error
+    #[arg(long, value_name = "STATE", value_delimiter = ',')]
+    pub pthread_id: Vec<String>,
+    /// Only samples with these stack statuses: complete, error, truncated, idle
+    #[arg(long, value_name = "STATUS", value_delimiter = ',')]
+    pub status: Vec<String>,
+
+    /// Merge the lines of a function: `f (a.py)` instead of `f (a.py:12)` (folded, flame graph, speedscope)
+    #[arg(long)]
+    pub no_lines: bool,
+    /// Put the process (`python3.11 [pid 123]`) at the root of every stack (folded, flame graph)
+    #[arg(long)]
+    pub pid_root: bool,
+    /// Put the thread (`thread 124 (comm)`) at the root of every stack (folded, flame graph)
+    #[arg(long)]
+    pub tid_root: bool,
+    /// Rows per table in the text report
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub top: usize,
+    /// Title of the flame graph / name of the speedscope file [default: the recorded command]
+    #[arg(long, value_name = "TEXT")]
+    pub title: Option<String>,
+}
+
+impl Default for ReportArgs {
+    fn default() -> Self {
+        ReportArgs {
+            input: PathBuf::from("prof.pyp"),
+            format: FormatFlags::default(),
+            output: None,
+            pid: Vec::new(),
+            tid: Vec::new(),
+            gil: Vec::new(),
+            thread_state: Vec::new(),
+            pthread_id: Vec::new(),
+            status: Vec::new(),
+            no_lines: false,
+            pid_root: false,
+            tid_root: false,
+            top: 20,
+            title: None,
+        }
+    }
+}
+
+impl ReportArgs {
+    pub fn output_format(&self) -> Format {
+        let f = &self.format;
+        if f.folded {
+            Format::Folded
+        } else if f.speedscope {
+            Format::Speedscope
+        } else if f.flamegraph {
+            Format::Flamegraph
+        } else {
+            Format::Text
+        }
+    }
+
+    /// The filter the arguments describe; unknown state keys are errors listing the valid ones.
+    pub fn filter(&self) -> Result<Filter, ReportError> {
+        Ok(Filter {
+            pids: self.pid.clone(),
+            tids: self.tid.clone(),
+            gil: Filter::parse_gil(&self.gil)?,
+            thread_state: Filter::parse_thread_state(&self.thread_state)?,
+            pthread_id: Filter::parse_pthread_id(&self.pthread_id)?,
+            status: Filter::parse_status(&self.status)?,
+        })
+    }
+
+    pub fn load_options(&self) -> Result<LoadOptions, ReportError> {
+        let format = self.output_format();
+        let mut o = LoadOptions::new(self.filter()?, format == Format::Speedscope);
+        // Process and thread roots need per-thread stack counts, the text report and speedscope the threads;
+        // plain folded stacks and flame graphs neither, and are faster without.
+        let roots = self.pid_root || self.tid_root;
+        o.per_thread = roots;
+        o.threads = roots || matches!(format, Format::Text | Format::Speedscope);
+        o.states = format == Format::Text;
+        Ok(o)
+    }
+
+    /// Reads the input as these arguments ask.
+    pub fn load(&self) -> Result<Profile, ReportError> {
+        Profile::open(&self.input, &self.load_options()?)
+    }
+
+    fn folded_options(&self) -> folded::Options {
+        folded::Options { lines: !self.no_lines, pid_root: self.pid_root, tid_root: self.tid_root }
+    }
+}
+
+/// Writes `profile` in the format the arguments choose.
+pub fn write_report<W: Write>(args: &ReportArgs, profile: &Profile, out: W) -> io::Result<()> {
+    match args.output_format() {
+        Format::Text => text::write(profile, &text::Options { top: args.top }, out),
+        Format::Folded => folded::write(profile, &args.folded_options(), out),
+        Format::Speedscope => {
+            let o = speedscope::Options { lines: !args.no_lines, name: args.title.clone() };
+            speedscope::write(profile, &o, out)
+        }
+        Format::Flamegraph => {
+            let o =
+                flamegraph::Options { folded: args.folded_options(), title: args.title.clone(), ..Default::default() };
+            flamegraph::write(profile, &o, out)
+        }
+    }
+}
+
+/// Runs `pyperf report`: reads the input, prints warnings to standard error as `pyperf-report: warning: ...`,
+/// writes the report. A closed output pipe (`| head`) ends it successfully.
+pub fn run(args: &ReportArgs) -> anyhow::Result<()> {
+    match run_report(args) {
+        Err(e) if e.is_broken_pipe() => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+fn run_report(args: &ReportArgs) -> Result<(), ReportError> {
+    let profile = args.load()?;
+    {
+        let mut stderr = io::stderr().lock();
+        for w in &profile.warnings {
+            let _ = writeln!(stderr, "{PROGRAM}: warning: {}", names::escape_text(w));
+        }
+    }
+    if args.output_format() == Format::Flamegraph && profile.matched.samples == 0 {
+        return Err(ReportError::Empty(flamegraph::NO_SAMPLES.to_string()));
+    }
+    match &args.output {
+        Some(path) => {
+            let target = path.display().to_string();
+            if let (Ok(a), Ok(b)) = (path.canonicalize(), args.input.canonicalize()) {
+                if a == b {
+                    return Err(ReportError::write(
+                        &target,
+                        io::Error::new(io::ErrorKind::InvalidInput, "it is the input recording; not overwriting it"),
+                    ));
+                }
+            }
+            // Created only now, after the input was read: a failed report does not clobber an older output.
+            let file = File::create(path).map_err(|e| ReportError::write(&target, e))?;
+            write_report(args, &profile, BufWriter::with_capacity(1 << 16, file))
+                .map_err(|e| ReportError::write(&target, e))
+        }
+        None => {
+            let stdout = io::stdout().lock();
+            write_report(args, &profile, BufWriter::with_capacity(1 << 16, stdout))
+                .map_err(|e| ReportError::write("standard output", e))
+        }
+    }
+}

@@ -1,0 +1,64 @@
+use std::io;
+
+/// Everything that can go wrong while reporting. Each message is one line with its context, ready to be
+/// printed after the program name.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// The input could not be opened (missing, a directory, no permission, empty).
+    #[error("cannot open {path}: {reason}")]
+    Open { path: String, reason: String },
+    /// The input is not a readable recording.
+    #[error("cannot read {path}: {}", format_error(.err))]
+    Read { path: String, err: pyperf_format::Error },
+    /// The output could not be written.
+    #[error("cannot write {target}: {}", io_reason(.err))]
+    Write { target: String, err: io::Error },
+    /// A filter names a state that does not exist.
+    #[error("unknown {what} '{key}'; valid: {valid}")]
+    UnknownKey { what: &'static str, key: String, valid: String },
+    /// Nothing left to draw (e.g. the filters matched no sample) where an empty output would be useless.
+    #[error("{0}")]
+    Empty(String),
+}
+
+pub type Result<T, E = ReportError> = std::result::Result<T, E>;
+
+impl ReportError {
+    /// Writing to a closed pipe (`pyperf report | head`): not an error for a command-line tool.
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, ReportError::Write { err, .. } if err.kind() == io::ErrorKind::BrokenPipe)
+    }
+
+    pub(crate) fn write(target: &str, err: io::Error) -> Self {
+        ReportError::Write { target: target.to_string(), err }
+    }
+}
+
+/// An I/O error's message without Rust's ` (os error N)` suffix: `No such file or directory`.
+pub fn io_reason(err: &io::Error) -> String {
+    let text = err.to_string();
+    match text.rfind(" (os error ") {
+        Some(at) if text.ends_with(')') => text[..at].to_string(),
+        _ => text,
+    }
+}
+
+fn format_error(err: &pyperf_format::Error) -> String {
+    match err {
+        pyperf_format::Error::Io(e) => io_reason(e),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_reason_drops_os_error_number() {
+        let e = io::Error::from_raw_os_error(2);
+        assert_eq!(io_reason(&e), "No such file or directory");
+        let e = io::Error::other("plain");
+        assert_eq!(io_reason(&e), "plain");
+    }
+}

@@ -1,0 +1,205 @@
+//! Which samples a report covers.
+
+use pyperf_format::{GilState, PthreadIdMatch, StackStatus, ThreadStateMatch};
+
+use crate::error::ReportError;
+
+/// Selects samples. An empty list means "any"; within a list any value matches; all lists must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    pub pids: Vec<u32>,
+    pub tids: Vec<u32>,
+    pub gil: Vec<GilState>,
+    pub thread_state: Vec<ThreadStateMatch>,
+    pub pthread_id: Vec<PthreadIdMatch>,
+    pub status: Vec<StackStatus>,
+}
+
+macro_rules! key_parser {
+    ($fn_name:ident, $ty:ident, $what:literal) => {
+        /// Parses state keys (see the format crate's `key()`), each item possibly a comma-separated list.
+        /// `unknown-N` names a raw value a newer recorder may write.
+        pub fn $fn_name<S: AsRef<str>>(keys: &[S]) -> Result<Vec<$ty>, ReportError> {
+            let mut out = Vec::new();
+            for item in keys {
+                for key in item.as_ref().split(',').map(str::trim).filter(|k| !k.is_empty()) {
+                    let parsed = $ty::from_key(key).or_else(|| {
+                        key.strip_prefix("unknown-")
+                            .and_then(|n| n.parse::<u8>().ok())
+                            .map($ty::from_u8)
+                            .filter(|s| matches!(s, $ty::Unknown(_)))
+                    });
+                    match parsed {
+                        Some(state) => {
+                            if !out.contains(&state) {
+                                out.push(state)
+                            }
+                        }
+                        None => {
+                            return Err(ReportError::UnknownKey {
+                                what: $what,
+                                key: key.to_string(),
+                                valid: $ty::keys().join(", "),
+                            })
+                        }
+                    }
+                }
+            }
+            Ok(out)
+        }
+    };
+}
+
+impl Filter {
+    key_parser!(parse_gil, GilState, "GIL state");
+    key_parser!(parse_thread_state, ThreadStateMatch, "thread state");
+    key_parser!(parse_pthread_id, PthreadIdMatch, "pthread id match");
+    key_parser!(parse_status, StackStatus, "stack status");
+
+    /// True when every sample passes.
+    pub fn is_empty(&self) -> bool {
+        self.pids.is_empty()
+            && self.tids.is_empty()
+            && self.gil.is_empty()
+            && self.thread_state.is_empty()
+            && self.pthread_id.is_empty()
+            && self.status.is_empty()
+    }
+
+    /// Whether a sample with these values passes.
+    pub fn matches(
+        &self,
+        pid: u32,
+        tid: u32,
+        gil: GilState,
+        thread_state: ThreadStateMatch,
+        pthread_id: PthreadIdMatch,
+        status: StackStatus,
+    ) -> bool {
+        self.compile().matches(pid, tid, gil.as_u8(), thread_state.as_u8(), pthread_id.as_u8(), status.as_u8())
+    }
+
+    /// What the filter selects, in words, one item per condition (empty for no filter).
+    pub fn describe(&self) -> Vec<String> {
+        fn list<T>(items: &[T], f: impl Fn(&T) -> String) -> String {
+            items.iter().map(f).collect::<Vec<_>>().join(" or ")
+        }
+        let mut out = Vec::new();
+        if !self.pids.is_empty() {
+            out.push(format!("pid {}", list(&self.pids, |p| p.to_string())));
+        }
+        if !self.tids.is_empty() {
+            out.push(format!("tid {}", list(&self.tids, |p| p.to_string())));
+        }
+        if !self.gil.is_empty() {
+            out.push(format!("GIL {}", list(&self.gil, |s| s.key())));
+        }
+        if !self.thread_state.is_empty() {
+            out.push(format!("thread state {}", list(&self.thread_state, |s| s.key())));
+        }
+        if !self.pthread_id.is_empty() {
+            out.push(format!("pthread id {}", list(&self.pthread_id, |s| s.key())));
+        }
+        if !self.status.is_empty() {
+            out.push(format!("stack status {}", list(&self.status, |s| s.key())));
+        }
+        out
+    }
+
+    pub(crate) fn compile(&self) -> Compiled {
+        fn table(raw: impl Iterator<Item = u8>) -> Option<Box<[bool; 256]>> {
+            let mut t = Box::new([false; 256]);
+            let mut any = false;
+            for r in raw {
+                t[r as usize] = true;
+                any = true;
+            }
+            any.then_some(t)
+        }
+        let mut pids = self.pids.clone();
+        pids.sort_unstable();
+        let mut tids = self.tids.clone();
+        tids.sort_unstable();
+        Compiled {
+            active: !self.is_empty(),
+            pids,
+            tids,
+            gil: table(self.gil.iter().map(|s| s.as_u8())),
+            thread_state: table(self.thread_state.iter().map(|s| s.as_u8())),
+            pthread_id: table(self.pthread_id.iter().map(|s| s.as_u8())),
+            status: table(self.status.iter().map(|s| s.as_u8())),
+        }
+    }
+}
+
+/// A filter in the shape the sample loop wants.
+pub(crate) struct Compiled {
+    pub active: bool,
+    pids: Vec<u32>,
+    tids: Vec<u32>,
+    gil: Option<Box<[bool; 256]>>,
+    thread_state: Option<Box<[bool; 256]>>,
+    pthread_id: Option<Box<[bool; 256]>>,
+    status: Option<Box<[bool; 256]>>,
+}
+
+impl Compiled {
+    #[inline]
+    pub fn matches(&self, pid: u32, tid: u32, gil: u8, thread_state: u8, pthread_id: u8, status: u8) -> bool {
+        fn ok(t: &Option<Box<[bool; 256]>>, v: u8) -> bool {
+            t.as_ref().is_none_or(|t| t[v as usize])
+        }
+        (self.pids.is_empty() || self.pids.binary_search(&pid).is_ok())
+            && (self.tids.is_empty() || self.tids.binary_search(&tid).is_ok())
+            && ok(&self.gil, gil)
+            && ok(&self.thread_state, thread_state)
+            && ok(&self.pthread_id, pthread_id)
+            && ok(&self.status, status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_keys_and_comma_lists() {
+        let gil = Filter::parse_gil(&["held,released", "held", "unknown-200"]).unwrap();
+        assert_eq!(gil, vec![GilState::ThisThread, GilState::NotLocked, GilState::Unknown(200)]);
+        assert_eq!(Filter::parse_status(&["idle"]).unwrap(), vec![StackStatus::Idle]);
+    }
+
+    #[test]
+    fn unknown_key_lists_valid_keys() {
+        let err = Filter::parse_gil(&["hold"]).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "unknown GIL state 'hold'; valid: no-info, error, uninitialized, released, held, held-by-current, \
+             other-thread, held-no-holder"
+        );
+        // A known value spelled as unknown-N is not accepted as "unknown".
+        assert!(Filter::parse_gil(&["unknown-4"]).is_err());
+        assert!(Filter::parse_pthread_id(&["nope"]).unwrap_err().to_string().contains("match, mismatch"));
+    }
+
+    #[test]
+    fn matching() {
+        let f = Filter { pids: vec![10, 20], gil: vec![GilState::ThisThread], ..Default::default() };
+        let m =
+            |pid, gil| f.matches(pid, 1, gil, ThreadStateMatch::Match, PthreadIdMatch::Match, StackStatus::Complete);
+        assert!(m(10, GilState::ThisThread));
+        assert!(m(20, GilState::ThisThread));
+        assert!(!m(30, GilState::ThisThread));
+        assert!(!m(10, GilState::NotLocked));
+        assert!(Filter::default().is_empty());
+        assert!(Filter::default().matches(
+            1,
+            2,
+            GilState::Error,
+            ThreadStateMatch::Mismatch,
+            PthreadIdMatch::Null,
+            StackStatus::Idle
+        ));
+        assert_eq!(f.describe(), vec!["pid 10 or 20", "GIL held"]);
+    }
+}

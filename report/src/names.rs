@@ -1,0 +1,146 @@
+//! How frames are shown, and how names are made safe for line-based output.
+//!
+//! A frame is `function (file:line)`: the symbol's qualified name (`Class.method`, `outer.<locals>.inner`),
+//! then its file and line; without line numbers `function (file)`. A name or file the recorder had to cut
+//! ends in `...`. Unresolved frames show whatever name the recorder gave them.
+//!
+//! Pseudo-frames:
+//! - `[idle]`: the sample has no Python frames (the thread was not running Python code); it is the only frame.
+//! - `[truncated]`: root of a stack deeper than the recorder's limit (the leaf-side frames are kept).
+//! - `[stack error]`: root of a stack whose walk failed part way (the frames read before it are kept).
+//! - `[stack status unknown-N]`: root of a stack with a status written by a newer pyperf.
+
+use pyperf_format::{symbol_flags, StackStatus, Symbol};
+
+pub const IDLE: &str = "[idle]";
+pub const TRUNCATED: &str = "[truncated]";
+pub const STACK_ERROR: &str = "[stack error]";
+
+/// The pseudo-frame put at the root of a stack with this status, if any.
+pub fn marker(status: StackStatus, has_frames: bool) -> Option<String> {
+    match status {
+        StackStatus::Complete | StackStatus::Idle if !has_frames => Some(IDLE.to_string()),
+        StackStatus::Complete | StackStatus::Idle => None,
+        StackStatus::Truncated => Some(TRUNCATED.to_string()),
+        StackStatus::Error => Some(STACK_ERROR.to_string()),
+        StackStatus::Unknown(_) => Some(format!("[stack status {}]", status.key())),
+    }
+}
+
+/// `Class.method`, with `...` when the recorder cut the name.
+pub fn function_name(sym: &Symbol) -> String {
+    let mut name = sym.qualified_name();
+    if sym.flags & symbol_flags::NAME_CUT != 0 {
+        name.push_str("...");
+    }
+    name
+}
+
+/// The file, with `...` when the recorder cut it, `?` when there is none.
+pub fn file_name(sym: &Symbol) -> String {
+    let mut file = if sym.file.is_empty() { "?".to_string() } else { sym.file.clone() };
+    if sym.flags & symbol_flags::FILE_CUT != 0 {
+        file.push_str("...");
+    }
+    file
+}
+
+/// `function (file:line)`, or `function (file)` without lines or when the line is unknown (0).
+/// The location is always there, so a frame never ends in a bare number (which folded-stack readers would
+/// take for a sample count).
+pub fn frame_name(sym: &Symbol, lines: bool) -> String {
+    let (function, file) = (function_name(sym), file_name(sym));
+    if lines && sym.line != 0 {
+        format!("{function} ({file}:{})", sym.line)
+    } else {
+        format!("{function} ({file})")
+    }
+}
+
+/// Appends `name` made safe for one frame of a folded-stack line: `;` (the frame separator) becomes `\x3b`,
+/// control characters (newlines, tabs, ...) become `\n`, `\r`, `\t` or `\xNN` / `\u{NNNN}`, and a backslash
+/// becomes `\\`, so the escaping is unambiguous and the line format cannot break.
+pub fn escape_folded(name: &str, out: &mut String) {
+    for c in name.chars() {
+        match c {
+            ';' => out.push_str(r"\x3b"),
+            '\\' => out.push_str(r"\\"),
+            c if c.is_control() => escape_control(c, out),
+            c => out.push(c),
+        }
+    }
+}
+
+/// `name` made safe for one line of the text report: control characters escaped as in [`escape_folded`].
+pub fn escape_text(name: &str) -> String {
+    if !name.chars().any(char::is_control) {
+        return name.to_string();
+    }
+    let mut out = String::with_capacity(name.len() + 8);
+    for c in name.chars() {
+        if c.is_control() {
+            escape_control(c, &mut out);
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn escape_control(c: char, out: &mut String) {
+    use std::fmt::Write;
+    match c {
+        '\n' => out.push_str(r"\n"),
+        '\r' => out.push_str(r"\r"),
+        '\t' => out.push_str(r"\t"),
+        c if (c as u32) < 0x100 => {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        }
+        c => {
+            let _ = write!(out, "\\u{{{:04x}}}", c as u32);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sym(scope: &str, name: &str, file: &str, line: u32, flags: u32) -> Symbol {
+        Symbol { scope: scope.into(), name: name.into(), file: file.into(), line, flags }
+    }
+
+    #[test]
+    fn frame_names() {
+        assert_eq!(frame_name(&sym("Cls", "run", "/a/b.py", 12, 0), true), "Cls.run (/a/b.py:12)");
+        assert_eq!(frame_name(&sym("Cls", "run", "/a/b.py", 12, 0), false), "Cls.run (/a/b.py)");
+        assert_eq!(frame_name(&sym("", "<module>", "x.py", 0, 0), true), "<module> (x.py)");
+        assert_eq!(frame_name(&sym("", "f", "", 3, 0), true), "f (?:3)");
+        assert_eq!(
+            frame_name(&sym("", "very_lo", "/very/lo", 3, symbol_flags::NAME_CUT | symbol_flags::FILE_CUT), true),
+            "very_lo... (/very/lo...:3)"
+        );
+    }
+
+    #[test]
+    fn folded_escaping() {
+        let mut out = String::new();
+        escape_folded("a;b\nc\\d\te\r\u{1}\u{85}ü;", &mut out);
+        assert_eq!(out, r"a\x3bb\nc\\d\te\r\x01\x85ü\x3b");
+        assert!(!out.contains(';') && !out.contains('\n'));
+        let mut plain = String::new();
+        escape_folded("größe (/tmp/計算.py:3)", &mut plain);
+        assert_eq!(plain, "größe (/tmp/計算.py:3)");
+        assert_eq!(escape_text("a;b\nc"), r"a;b\nc");
+    }
+
+    #[test]
+    fn markers() {
+        assert_eq!(marker(StackStatus::Idle, false).as_deref(), Some("[idle]"));
+        assert_eq!(marker(StackStatus::Complete, false).as_deref(), Some("[idle]"));
+        assert_eq!(marker(StackStatus::Complete, true), None);
+        assert_eq!(marker(StackStatus::Truncated, true).as_deref(), Some("[truncated]"));
+        assert_eq!(marker(StackStatus::Error, false).as_deref(), Some("[stack error]"));
+        assert_eq!(marker(StackStatus::Unknown(9), true).as_deref(), Some("[stack status unknown-9]"));
+    }
+}

@@ -1,0 +1,572 @@
+//! Streaming a recording into counts: what every exporter starts from.
+
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::path::Path;
+
+use pyperf_format::{
+    GilState, Header, PthreadIdMatch, Rate, Reader, SampleChunk, StackStatus, Tables, ThreadStateMatch,
+};
+
+use crate::error::{io_reason, ReportError};
+use crate::filter::{Compiled, Filter};
+use crate::hash::FxMap;
+use crate::names;
+
+/// What to collect while reading.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LoadOptions {
+    /// Samples outside the filter are counted in [`Profile::all`] only.
+    pub filter: Filter,
+    /// Keep every matching sample's time and stack per thread (for the speedscope timeline).
+    pub timeline: bool,
+    /// Count stacks per thread (needed for process / thread root frames; implies `threads`). Without it
+    /// every [`StackCount::thread`] is [`ALL_THREADS`], and counting is faster (an array instead of a hash map).
+    pub per_thread: bool,
+    /// Fill [`Profile::threads`]: samples and name per thread (the text report shows them). Without it, and
+    /// without `per_thread` and `timeline`, the sample loop does not look at threads at all (fastest).
+    pub threads: bool,
+    /// Fill the per-state counts and time range of [`Profile::all`] and [`Profile::matched`] (the text report
+    /// shows them). Sample totals are always counted. Always on with a filter, threads or a timeline.
+    pub states: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions::new(Filter::default(), false)
+    }
+}
+
+impl LoadOptions {
+    /// Threads and per-thread stack counts; `timeline` for speedscope.
+    pub fn new(filter: Filter, timeline: bool) -> Self {
+        LoadOptions { filter, timeline, per_thread: true, threads: true, states: true }
+    }
+
+    /// Only what folded stacks without process / thread roots need: stack counts over all threads.
+    pub fn stacks_only(filter: Filter) -> Self {
+        LoadOptions { filter, timeline: false, per_thread: false, threads: false, states: false }
+    }
+}
+
+/// [`StackCount::thread`] of a profile loaded without [`LoadOptions::per_thread`].
+pub const ALL_THREADS: u32 = u32::MAX;
+
+/// One OS thread (pid, tid) seen in the samples.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Thread {
+    pub pid: u32,
+    pub tid: u32,
+    /// The thread's name (comm) in its last sample.
+    pub comm: String,
+    /// All its samples.
+    pub samples: u64,
+    /// Its samples that passed the filter.
+    pub matched: u64,
+}
+
+/// How many matching samples had this stack on this thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StackCount {
+    /// Index into [`Profile::threads`], or [`ALL_THREADS`].
+    pub thread: u32,
+    pub status: StackStatus,
+    /// Leaf stack node (0: no Python frames); resolve with `profile.tables.frames(leaf)`.
+    pub leaf: u32,
+    pub count: u64,
+}
+
+/// Per-state sample counts. The vectors have 256 entries, indexed by the raw on-disk value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateCounts {
+    pub samples: u64,
+    pub gil: Vec<u64>,
+    pub thread_state: Vec<u64>,
+    pub pthread_id: Vec<u64>,
+    pub status: Vec<u64>,
+    /// Earliest and latest sample time (ns since the recording's start).
+    pub time_range: Option<(u64, u64)>,
+}
+
+impl Default for StateCounts {
+    fn default() -> Self {
+        StateCounts {
+            samples: 0,
+            gil: vec![0; 256],
+            thread_state: vec![0; 256],
+            pthread_id: vec![0; 256],
+            status: vec![0; 256],
+            time_range: None,
+        }
+    }
+}
+
+impl StateCounts {
+    fn nonzero<T>(counts: &[u64], from: impl Fn(u8) -> T) -> Vec<(T, u64)> {
+        (0..=255u8).filter(|&r| counts[r as usize] > 0).map(|r| (from(r), counts[r as usize])).collect()
+    }
+
+    /// GIL states with samples, in on-disk order.
+    pub fn gil_states(&self) -> Vec<(GilState, u64)> {
+        Self::nonzero(&self.gil, GilState::from_u8)
+    }
+    pub fn thread_states(&self) -> Vec<(ThreadStateMatch, u64)> {
+        Self::nonzero(&self.thread_state, ThreadStateMatch::from_u8)
+    }
+    pub fn pthread_ids(&self) -> Vec<(PthreadIdMatch, u64)> {
+        Self::nonzero(&self.pthread_id, PthreadIdMatch::from_u8)
+    }
+    pub fn statuses(&self) -> Vec<(StackStatus, u64)> {
+        Self::nonzero(&self.status, StackStatus::from_u8)
+    }
+    pub fn count(&self, status: StackStatus) -> u64 {
+        self.status[status.as_u8() as usize]
+    }
+}
+
+/// One thread's matching samples in file order (sort by time before use): parallel columns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Timeline {
+    pub times: Vec<u64>,
+    /// Index into [`Profile::timeline_stacks`].
+    pub stacks: Vec<u32>,
+}
+
+/// A recording, aggregated.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub header: Header,
+    /// (major, minor) of the file.
+    pub version: (u16, u16),
+    pub tables: Tables,
+    /// What the reader noticed (cut-off file, missing trailer, unknown chunks), one line each.
+    pub warnings: Vec<String>,
+    pub filter: Filter,
+    /// Threads in order of first sample.
+    pub threads: Vec<Thread>,
+    /// Matching samples per (thread, status, leaf), sorted by those.
+    pub stacks: Vec<StackCount>,
+    /// Every sample read.
+    pub all: StateCounts,
+    /// The samples that passed the filter.
+    pub matched: StateCounts,
+    /// Per thread (same index as `threads`) when loaded with `timeline`; empty otherwise.
+    pub timelines: Vec<Timeline>,
+    /// (status, leaf) of the stacks the timelines refer to.
+    pub timeline_stacks: Vec<(StackStatus, u32)>,
+}
+
+/// Stack counts are keyed by thread slot, status and leaf packed into a u64 (one multiply to hash); slots past
+/// 2^24 (never seen in practice) go to a second map.
+const SLOT_BITS: u32 = 24;
+
+#[inline]
+fn pack(slot: u32, status: u8, leaf: u32) -> u64 {
+    ((slot as u64) << 40) | ((status as u64) << 32) | leaf as u64
+}
+
+/// Direct-mapped cache of (pid, tid) -> thread slot, indexed by the tid's low bits.
+const THREAD_CACHE: usize = 1024;
+
+struct Aggregator {
+    filter: Compiled,
+    timeline: bool,
+    per_thread: bool,
+    track_threads: bool,
+    states: bool,
+    /// Without per-thread counts: samples per leaf, one vector per status 0..4, grown as stacks are defined.
+    dense: [Vec<u64>; 4],
+    thread_ids: FxMap<(u32, u32), u32>,
+    thread_cache: Vec<(u32, u32, u32)>,
+    threads: Vec<Thread>,
+    counts: FxMap<u64, u64>,
+    counts_far: FxMap<(u32, u8, u32), u64>,
+    all: StateCounts,
+    matched: StateCounts,
+    timelines: Vec<Timeline>,
+    timeline_ids: FxMap<(u8, u32), u32>,
+    timeline_stacks: Vec<(StackStatus, u32)>,
+    /// Per thread: (chunk number, comm index) of its last sample, to name threads without comparing strings
+    /// per sample.
+    comm_mark: Vec<(u64, u32)>,
+    touched: Vec<u32>,
+    chunk_no: u64,
+}
+
+/// Per-chunk state counts: fixed arrays indexed by a u8 need no bounds checks.
+struct Local {
+    gil: [u64; 256],
+    thread_state: [u64; 256],
+    pthread_id: [u64; 256],
+    status: [u64; 256],
+    samples: u64,
+}
+
+impl Local {
+    fn new() -> Box<Self> {
+        Box::new(Local { gil: [0; 256], thread_state: [0; 256], pthread_id: [0; 256], status: [0; 256], samples: 0 })
+    }
+
+    #[inline]
+    fn add(&mut self, gil: u8, thread_state: u8, pthread_id: u8, status: u8) {
+        self.samples += 1;
+        self.gil[gil as usize] += 1;
+        self.thread_state[thread_state as usize] += 1;
+        self.pthread_id[pthread_id as usize] += 1;
+        self.status[status as usize] += 1;
+    }
+
+    fn add_to(&self, c: &mut StateCounts) {
+        c.samples += self.samples;
+        for (dst, src) in [
+            (&mut c.gil, &self.gil),
+            (&mut c.thread_state, &self.thread_state),
+            (&mut c.pthread_id, &self.pthread_id),
+            (&mut c.status, &self.status),
+        ] {
+            for (d, s) in dst.iter_mut().zip(src.iter()) {
+                *d += s;
+            }
+        }
+    }
+}
+
+impl Aggregator {
+    fn new(options: &LoadOptions) -> Self {
+        Aggregator {
+            filter: options.filter.compile(),
+            timeline: options.timeline,
+            per_thread: options.per_thread,
+            track_threads: options.threads || options.per_thread || options.timeline,
+            states: options.states,
+            dense: Default::default(),
+            thread_ids: FxMap::default(),
+            thread_cache: vec![(0, 0, u32::MAX); THREAD_CACHE],
+            threads: Vec::new(),
+            counts: FxMap::default(),
+            counts_far: FxMap::default(),
+            all: StateCounts::default(),
+            matched: StateCounts::default(),
+            timelines: Vec::new(),
+            timeline_ids: FxMap::default(),
+            timeline_stacks: Vec::new(),
+            comm_mark: Vec::new(),
+            touched: Vec::new(),
+            chunk_no: 0,
+        }
+    }
+
+    #[inline]
+    fn thread(&mut self, pid: u32, tid: u32) -> u32 {
+        let c = self.thread_cache[tid as usize % THREAD_CACHE];
+        if c.0 == pid && c.1 == tid && c.2 != u32::MAX {
+            return c.2;
+        }
+        self.thread_miss(pid, tid)
+    }
+
+    #[cold]
+    fn thread_miss(&mut self, pid: u32, tid: u32) -> u32 {
+        let next = self.threads.len() as u32;
+        let slot = *self.thread_ids.entry((pid, tid)).or_insert(next);
+        if slot == next {
+            self.threads.push(Thread { pid, tid, comm: String::new(), samples: 0, matched: 0 });
+            self.comm_mark.push((u64::MAX, 0));
+            if self.timeline {
+                self.timelines.push(Timeline::default());
+            }
+        }
+        self.thread_cache[tid as usize % THREAD_CACHE] = (pid, tid, slot);
+        slot
+    }
+
+    #[inline(always)]
+    fn count(&mut self, slot: u32, status: u8, leaf: u32, nodes: usize) {
+        if !self.per_thread {
+            if let Some(v) = self.dense.get_mut(status as usize) {
+                match v.get_mut(leaf as usize) {
+                    Some(c) => *c += 1,
+                    None => {
+                        // Tables::apply checked leaf <= nodes.
+                        v.resize(nodes.max(leaf as usize) + 1, 0);
+                        v[leaf as usize] += 1;
+                    }
+                }
+                return;
+            }
+            *self.counts_far.entry((ALL_THREADS, status, leaf)).or_insert(0) += 1;
+            return;
+        }
+        if slot >> SLOT_BITS == 0 {
+            *self.counts.entry(pack(slot, status, leaf)).or_insert(0) += 1;
+        } else {
+            *self.counts_far.entry((slot, status, leaf)).or_insert(0) += 1;
+        }
+    }
+
+    fn add(&mut self, tables: &Tables, c: &SampleChunk) {
+        // The two questions asked of every sample get their own copy of the loop.
+        match (self.track_threads, self.filter.active, self.states) {
+            (true, true, _) => self.add_impl::<true, true, true>(tables, c),
+            (true, false, _) => self.add_impl::<true, false, true>(tables, c),
+            (false, true, _) => self.add_impl::<false, true, true>(tables, c),
+            (false, false, true) => self.add_impl::<false, false, true>(tables, c),
+            (false, false, false) => self.add_impl::<false, false, false>(tables, c),
+        }
+    }
+
+    fn add_impl<const THREADS: bool, const FILTERING: bool, const STATES: bool>(
+        &mut self,
+        tables: &Tables,
+        c: &SampleChunk,
+    ) {
+        let nodes = tables.nodes.len();
+        let n = c.len();
+        // The reader checked that all columns have this length; slicing lets the compiler drop bounds checks.
+        let (deltas, pids, tids, comms) = (&c.time_delta_ns[..n], &c.pid[..n], &c.tid[..n], &c.comm[..n]);
+        let (gils, tss, pts, sts, leaves) =
+            (&c.gil[..n], &c.thread_state[..n], &c.pthread_id[..n], &c.status[..n], &c.stack[..n]);
+        let chunk_no = self.chunk_no;
+        self.chunk_no += 1;
+        let mut all = Local::new();
+        let mut matched = Local::new();
+        let mut time = c.base_time_ns;
+        let (mut lo, mut hi) = (u64::MAX, 0u64);
+        let (mut mlo, mut mhi) = (u64::MAX, 0u64);
+        for i in 0..n {
+            if STATES || THREADS {
+                time = time.wrapping_add(deltas[i] as u64);
+                lo = lo.min(time);
+                hi = hi.max(time);
+            }
+            let slot = if THREADS { self.thread(pids[i], tids[i]) } else { 0 };
+            let s = slot as usize;
+            if THREADS {
+                self.threads[s].samples += 1;
+                let mark = &mut self.comm_mark[s];
+                if mark.0 != chunk_no {
+                    self.touched.push(slot);
+                }
+                *mark = (chunk_no, comms[i]);
+            }
+            let (gil, ts, pt, st, leaf) = (gils[i], tss[i], pts[i], sts[i], leaves[i]);
+            if FILTERING {
+                all.add(gil, ts, pt, st);
+                if !self.filter.matches(pids[i], tids[i], gil, ts, pt, st) {
+                    continue;
+                }
+                mlo = mlo.min(time);
+                mhi = mhi.max(time);
+            }
+            if THREADS {
+                self.threads[s].matched += 1;
+            }
+            if STATES {
+                matched.add(gil, ts, pt, st);
+            } else {
+                matched.samples += 1;
+            }
+            self.count(slot, st, leaf, nodes);
+            if THREADS && self.timeline {
+                let next = self.timeline_stacks.len() as u32;
+                let id = *self.timeline_ids.entry((st, leaf)).or_insert(next);
+                if id == next {
+                    self.timeline_stacks.push((StackStatus::from_u8(st), leaf));
+                }
+                let t = &mut self.timelines[s];
+                t.times.push(time);
+                t.stacks.push(id);
+            }
+        }
+        if FILTERING {
+            all.add_to(&mut self.all);
+        } else {
+            // Every sample matched: counted once, in `matched`.
+            (mlo, mhi) = (lo, hi);
+            matched.add_to(&mut self.all);
+        }
+        matched.add_to(&mut self.matched);
+        for slot in self.touched.drain(..) {
+            let (_, comm) = self.comm_mark[slot as usize];
+            let name = c.comms.get(comm as usize).map(String::as_str).unwrap_or("");
+            let thread = &mut self.threads[slot as usize];
+            if thread.comm != name {
+                thread.comm = name.to_string();
+            }
+        }
+        widen(&mut self.all.time_range, lo, hi);
+        widen(&mut self.matched.time_range, mlo, mhi);
+    }
+}
+
+fn widen(range: &mut Option<(u64, u64)>, lo: u64, hi: u64) {
+    if lo > hi {
+        return;
+    }
+    *range = Some(match *range {
+        Some((a, b)) => (a.min(lo), b.max(hi)),
+        None => (lo, hi),
+    });
+}
+
+impl Profile {
+    /// Reads a whole recording from `input`. A file cut off after its header reports what it has, with a
+    /// warning; other damage is an error.
+    pub fn load<R: Read>(input: R, options: &LoadOptions) -> Result<Profile, pyperf_format::Error> {
+        let mut reader = Reader::new(input)?;
+        let header = reader.header().clone();
+        let version = reader.version();
+        let mut tables = Tables::default();
+        let mut agg = Aggregator::new(options);
+        let notes = pyperf_format::scan(&mut reader, &mut tables, |tables, chunk| agg.add(tables, chunk))?;
+        let mut warnings = Vec::new();
+        if version.1 > pyperf_format::MINOR && version.0 == pyperf_format::MAJOR {
+            warnings.push(format!(
+                "recording format {}.{} is newer than this pyperf reads ({}.{}): what it added is ignored",
+                version.0,
+                version.1,
+                pyperf_format::MAJOR,
+                pyperf_format::MINOR
+            ));
+        }
+        warnings.extend(notes.warnings);
+        let mut stacks: Vec<StackCount> = agg
+            .counts
+            .into_iter()
+            .map(|(k, count)| ((k >> 40) as u32, (k >> 32) as u8, k as u32, count))
+            .chain(agg.counts_far.into_iter().map(|((t, s, l), count)| (t, s, l, count)))
+            .chain(agg.dense.iter().enumerate().flat_map(|(status, v)| {
+                v.iter()
+                    .enumerate()
+                    .filter(|(_, &n)| n > 0)
+                    .map(move |(leaf, &n)| (ALL_THREADS, status as u8, leaf as u32, n))
+            }))
+            .map(|(thread, status, leaf, count)| StackCount {
+                thread,
+                status: StackStatus::from_u8(status),
+                leaf,
+                count,
+            })
+            .collect();
+        stacks.sort_unstable_by_key(|s| (s.thread, s.status.as_u8(), s.leaf));
+        Ok(Profile {
+            header,
+            version,
+            tables,
+            warnings,
+            filter: options.filter.clone(),
+            threads: agg.threads,
+            stacks,
+            all: agg.all,
+            matched: agg.matched,
+            timelines: agg.timelines,
+            timeline_stacks: agg.timeline_stacks,
+        })
+    }
+
+    /// Opens and reads the recording at `path` (`-` for standard input). Errors name the path.
+    pub fn open(path: &Path, options: &LoadOptions) -> Result<Profile, ReportError> {
+        let shown = path.display().to_string();
+        if path == Path::new("-") {
+            return Profile::load(BufReader::with_capacity(1 << 16, io::stdin().lock()), options)
+                .map_err(|err| ReportError::Read { path: "standard input".into(), err });
+        }
+        let open_err = |reason: String| ReportError::Open { path: shown.clone(), reason };
+        let file = File::open(path).map_err(|e| open_err(io_reason(&e)))?;
+        let meta = file.metadata().map_err(|e| open_err(io_reason(&e)))?;
+        if meta.is_dir() {
+            return Err(open_err("is a directory, not a recording".into()));
+        }
+        if meta.is_file() && meta.len() == 0 {
+            return Err(open_err("file is empty, not a recording".into()));
+        }
+        Profile::load(BufReader::with_capacity(1 << 16, file), options)
+            .map_err(|err| ReportError::Read { path: shown, err })
+    }
+
+    /// The recorded command: the workload, else the profiled processes' commands, else pyperf's command line.
+    pub fn recorded_command(&self) -> String {
+        if !self.header.workload.is_empty() {
+            return join_command(&self.header.workload);
+        }
+        let mut commands: Vec<String> = Vec::new();
+        for p in &self.tables.processes {
+            let c = join_command(&p.command);
+            if !c.is_empty() && !commands.contains(&c) {
+                commands.push(c);
+            }
+        }
+        if !commands.is_empty() {
+            return commands.join(", ");
+        }
+        join_command(&self.header.command_line)
+    }
+
+    /// `python3.11 [pid 123]`: the process command's program name (else the main thread's name) and its pid.
+    pub fn process_label(&self, pid: u32) -> String {
+        let program = self
+            .tables
+            .process(pid)
+            .and_then(|p| p.command.first())
+            .map(|arg0| arg0.rsplit('/').next().unwrap_or(arg0).to_string())
+            .filter(|s| !s.is_empty())
+            .or_else(|| self.threads.iter().find(|t| t.pid == pid && t.tid == pid).map(|t| t.comm.clone()))
+            .filter(|s| !s.is_empty());
+        match program {
+            Some(p) => format!("{p} [pid {pid}]"),
+            None => format!("[pid {pid}]"),
+        }
+    }
+
+    /// `thread 124 (comm)`.
+    pub fn thread_label(&self, thread: &Thread) -> String {
+        format!("thread {} ({})", thread.tid, thread.comm)
+    }
+
+    /// Recording length: the trailer's, else the span of the sample times.
+    pub fn duration_ns(&self) -> u64 {
+        match &self.tables.stats {
+            Some(s) => s.duration_ns,
+            None => self.all.time_range.map(|(a, b)| b - a).unwrap_or(0),
+        }
+    }
+
+    /// Time between two samples of one thread running all the time, when the event is a clock.
+    pub fn sampling_period_ns(&self) -> Option<u64> {
+        match self.header.rate {
+            Rate::Frequency(hz) if hz > 0 => Some((1_000_000_000 / hz).max(1)),
+            Rate::Period(ns) if ns > 0 && self.header.event == "cpu-clock" => Some(ns),
+            _ => None,
+        }
+    }
+
+    /// Frames of a stack, ROOT FIRST, as display names (see [`names`]), including the `[idle]` /
+    /// `[truncated]` / `[stack error]` markers.
+    pub fn stack_names(&self, status: StackStatus, leaf: u32, lines: bool) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(m) = names::marker(status, leaf != 0) {
+            out.push(m);
+        }
+        let mut ids = Vec::new();
+        self.tables.frames_root_first(leaf, &mut ids);
+        out.extend(ids.iter().map(|&id| names::frame_name(self.tables.symbol(id), lines)));
+        out
+    }
+}
+
+/// Joins a command line with spaces, quoting arguments that need it for a shell.
+pub fn join_command(args: &[String]) -> String {
+    args.iter()
+        .map(|a| {
+            let plain =
+                !a.is_empty() && a.chars().all(|c| c.is_alphanumeric() || "-_./=:,+@%^".contains(c) || !c.is_ascii());
+            if plain {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}

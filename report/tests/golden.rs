@@ -1,0 +1,365 @@
+//! Golden tests: every output format of every synthetic recording, compared with testdata/expected/.
+//!
+//! `PYPERF_BLESS=1 cargo test -p pyperf-report --test golden` rewrites the expected files (and the synthetic
+//! recordings) from the current code; review the diff before committing. Without it a mismatch fails with the
+//! first differing lines.
+
+#[path = "support/synth.rs"]
+mod synth;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap::Parser;
+use pyperf_report::{write_report, ReportArgs};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    report: ReportArgs,
+}
+
+fn testdata() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata")
+}
+
+/// Blessing rewrites the recordings the other tests read: one at a time.
+static FILES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn lock() -> std::sync::MutexGuard<'static, ()> {
+    FILES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn blessing() -> bool {
+    std::env::var_os("PYPERF_BLESS").is_some_and(|v| v != "0" && !v.is_empty())
+}
+
+/// (suffix of the expected file, arguments), run on every recording.
+const FORMATS: &[(&str, &[&str])] = &[
+    ("text", &["--text"]),
+    ("folded", &["--folded"]),
+    ("folded-nolines", &["--folded", "--no-lines"]),
+    ("folded-pid-tid-root", &["--folded", "--pid-root", "--tid-root"]),
+    ("speedscope.json", &["--speedscope"]),
+    ("svg", &["--flamegraph"]),
+];
+
+/// Filtered and other extra cases: (recording, suffix, arguments).
+const EXTRA: &[(&str, &str, &[&str])] = &[
+    ("mixed", "pid1000-gil-held.text", &["--pid", "1000", "--gil", "held,held-by-current"]),
+    ("mixed", "pid1000-gil-held.folded", &["--folded", "--pid", "1000", "--gil", "held", "--gil", "held-by-current"]),
+    ("mixed", "tid1001-1002.speedscope.json", &["--speedscope", "--tid", "1001,1002"]),
+    ("mixed", "idle-released.folded-pid-root", &["--folded", "--pid-root", "--status", "idle", "--gil", "released"]),
+    ("mixed", "nolines-pid-root.svg", &["--flamegraph", "--no-lines", "--pid-root", "--title", "pyperf: mixed"]),
+    ("killed", "top3.text", &["--top", "3"]),
+];
+
+fn cases() -> Vec<(String, String, Vec<String>)> {
+    let mut out = Vec::new();
+    for rec in synth::RECORDINGS {
+        for (suffix, args) in FORMATS {
+            out.push((rec.to_string(), suffix.to_string(), args.iter().map(|s| s.to_string()).collect()));
+        }
+    }
+    for (rec, suffix, args) in EXTRA {
+        out.push((rec.to_string(), suffix.to_string(), args.iter().map(|s| s.to_string()).collect()));
+    }
+    out
+}
+
+/// The report `pyperf-report -i <recording> <args>` writes to standard output.
+fn render(recording: &Path, args: &[String]) -> Vec<u8> {
+    let mut argv = vec!["pyperf-report".to_string(), "-i".to_string(), recording.display().to_string()];
+    argv.extend(args.iter().cloned());
+    let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    let profile = cli.report.load().unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    let mut out = Vec::new();
+    write_report(&cli.report, &profile, &mut out).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    out
+}
+
+/// The first differing lines of two texts, as a short readable diff.
+#[allow(clippy::needless_range_loop)]
+fn first_difference(expected: &[u8], actual: &[u8]) -> String {
+    let e = String::from_utf8_lossy(expected);
+    let a = String::from_utf8_lossy(actual);
+    let el: Vec<&str> = e.split('\n').collect();
+    let al: Vec<&str> = a.split('\n').collect();
+    let first = el.iter().zip(&al).position(|(x, y)| x != y).unwrap_or(el.len().min(al.len()));
+    let mut out = format!("first difference at line {} (expected {} lines, got {}):\n", first + 1, el.len(), al.len());
+    let clip = |s: &str| {
+        if s.chars().count() > 200 {
+            format!("{}...", s.chars().take(200).collect::<String>())
+        } else {
+            s.to_string()
+        }
+    };
+    for i in first.saturating_sub(2)..first {
+        out.push_str(&format!("   {:>5}  {}\n", i + 1, clip(el[i])));
+    }
+    for i in first..(first + 5).min(el.len()) {
+        out.push_str(&format!("  -{:>5}  {}\n", i + 1, clip(el[i])));
+    }
+    for i in first..(first + 5).min(al.len()) {
+        out.push_str(&format!("  +{:>5}  {}\n", i + 1, clip(al[i])));
+    }
+    out
+}
+
+#[test]
+fn synthetic_recordings_match_the_generator() {
+    let _files = lock();
+    let dir = testdata().join("synthetic");
+    let mut failures = Vec::new();
+    for name in synth::RECORDINGS {
+        let path = dir.join(format!("{name}.pyp"));
+        let now = synth::recording(name);
+        if blessing() {
+            std::fs::create_dir_all(&dir).expect("create testdata/synthetic");
+            std::fs::write(&path, &now).expect("write synthetic recording");
+            continue;
+        }
+        match std::fs::read(&path) {
+            Ok(committed) if committed == now => {}
+            Ok(committed) => {
+                let at = committed.iter().zip(&now).position(|(a, b)| a != b).unwrap_or(committed.len().min(now.len()));
+                failures.push(format!(
+                    "testdata/synthetic/{name}.pyp differs from what the generator makes now (first at byte {at}; \
+                     {} bytes committed, {} generated)",
+                    committed.len(),
+                    now.len()
+                ));
+            }
+            Err(e) => failures.push(format!("testdata/synthetic/{name}.pyp: {e}")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\nIf the change is intended: PYPERF_BLESS=1 cargo test -p pyperf-report --test golden",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn outputs_match_expected() {
+    let _files = lock();
+    let expected_dir = testdata().join("expected");
+    let mut failures = Vec::new();
+    let mut seen = Vec::new();
+    for (rec, suffix, args) in cases() {
+        let recording = testdata().join("synthetic").join(format!("{rec}.pyp"));
+        let actual = render(&recording, &args);
+        let name = format!("{rec}.{suffix}");
+        let path = expected_dir.join(&name);
+        seen.push(name.clone());
+        if blessing() {
+            std::fs::create_dir_all(&expected_dir).expect("create testdata/expected");
+            std::fs::write(&path, &actual).expect("write expected output");
+            continue;
+        }
+        match std::fs::read(&path) {
+            Ok(expected) if expected == actual => {}
+            Ok(expected) => failures.push(format!(
+                "testdata/expected/{name} (pyperf-report -i testdata/synthetic/{rec}.pyp {}): {}",
+                args.join(" "),
+                first_difference(&expected, &actual)
+            )),
+            Err(e) => failures.push(format!("testdata/expected/{name}: {e}")),
+        }
+    }
+    // Expected files no case produces any more are stale.
+    if let Ok(entries) = std::fs::read_dir(&expected_dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if !seen.contains(&name) {
+                failures.push(format!("testdata/expected/{name}: no test case produces it (stale?)"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} outputs differ:\n{}\nIf the change is intended: PYPERF_BLESS=1 cargo test -p pyperf-report --test golden",
+        failures.len(),
+        seen.len(),
+        failures.join("\n")
+    );
+}
+
+fn expected_files(pattern: impl Fn(&str) -> bool) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(testdata().join("expected"))
+        .expect("testdata/expected")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(&pattern))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no expected files to check");
+    files
+}
+
+/// speedscope's own JSON schema (vendored from the speedscope npm package, MIT licence) validates every
+/// expected speedscope file. Needs python3 with the `jsonschema` package: fails, never skips, without them.
+#[test]
+fn speedscope_files_follow_the_schema() {
+    let _files = lock();
+    let schema = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/speedscope-file-format-schema.json");
+    let files = expected_files(|n| n.ends_with(".speedscope.json"));
+    let script = r#"
+import json, sys
+try:
+    import jsonschema
+except ImportError:
+    sys.exit("python3 has no jsonschema module: install it (pip install jsonschema) to validate speedscope output")
+schema = json.load(open(sys.argv[1]))
+validator = jsonschema.Draft7Validator(schema)
+bad = 0
+for path in sys.argv[2:]:
+    for error in validator.iter_errors(json.load(open(path, encoding="utf-8"))):
+        bad += 1
+        print(f"{path}: {error.json_path}: {error.message}")
+sys.exit(1 if bad else 0)
+"#;
+    let out =
+        Command::new("python3").arg("-c").arg(script).arg(&schema).args(&files).output().unwrap_or_else(|e| {
+            panic!("cannot run python3 (needed with jsonschema to validate speedscope output): {e}")
+        });
+    assert!(
+        out.status.success(),
+        "speedscope schema validation failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // What the schema cannot say.
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("read");
+        let doc: serde_json::Value = serde_json::from_str(&text).expect("json");
+        let frames = doc["shared"]["frames"].as_array().expect("frames").len();
+        for p in doc["profiles"].as_array().expect("profiles") {
+            let samples = p["samples"].as_array().expect("samples");
+            let weights = p["weights"].as_array().expect("weights");
+            assert_eq!(samples.len(), weights.len(), "{}: samples and weights differ in length", file.display());
+            assert!(!samples.is_empty(), "{}: empty profile", file.display());
+            for s in samples {
+                for f in s.as_array().expect("stack") {
+                    assert!((f.as_u64().expect("index") as usize) < frames, "{}: frame out of range", file.display());
+                }
+            }
+            let sum: u64 = weights.iter().map(|w| w.as_u64().expect("non-negative integer weight")).sum();
+            let (start, end) = (p["startValue"].as_u64().expect("start"), p["endValue"].as_u64().expect("end"));
+            assert_eq!(end - start, sum, "{}: weights do not add up to the profile's span", file.display());
+        }
+    }
+}
+
+/// Sum of the counts of folded lines, parsed as flamegraph.pl and inferno do (count after the last space).
+fn folded_total(text: &str) -> u64 {
+    text.lines()
+        .map(|l| {
+            let (stack, count) = l.rsplit_once(' ').expect("a space before the count");
+            assert!(!stack.is_empty() && !stack.contains('\n'));
+            count.parse::<u64>().expect("count")
+        })
+        .sum()
+}
+
+/// The `all (N samples, 100%)` of a flame graph.
+fn flamegraph_total(svg: &str) -> u64 {
+    let at = svg.find("<title>all (").expect("root frame") + "<title>all (".len();
+    let digits: String =
+        svg[at..].chars().take_while(|c| c.is_ascii_digit() || *c == ',').filter(|c| *c != ',').collect();
+    digits.parse().expect("total")
+}
+
+/// inferno (the library behind `inferno-flamegraph`) reads every expected folded file: same number of stacks and
+/// samples as written (a line it could not parse, or a frame taken for a differential count, would change them).
+#[test]
+fn inferno_reads_folded_output() {
+    let _files = lock();
+    for file in expected_files(|n| n.contains(".folded")) {
+        let text = std::fs::read_to_string(&file).expect("read");
+        let total = folded_total(&text);
+        let mut options = inferno::flamegraph::Options::default();
+        options.min_width = 0.0;
+        let mut svg = Vec::new();
+        inferno::flamegraph::from_lines(&mut options, text.lines(), &mut svg)
+            .unwrap_or_else(|e| panic!("inferno rejects {}: {e}", file.display()));
+        let svg = String::from_utf8(svg).expect("utf-8 svg");
+        assert_eq!(flamegraph_total(&svg), total, "{}: inferno counts other totals", file.display());
+        // One <g> per frame drawn; at least one per line (its leaf).
+        assert!(svg.matches("<g>").count() >= text.lines().count(), "{}", file.display());
+    }
+}
+
+/// flamegraph.pl (Brendan Gregg's FlameGraph) reads every expected folded file. Runs the real script when
+/// `flamegraph.pl` is on PATH or FLAMEGRAPH_PL names it (it is not packaged for Debian). Otherwise it runs, with
+/// perl, flamegraph.pl's own input parsing (the regex and split it uses, quoted below) and says so.
+#[test]
+fn flamegraph_pl_reads_folded_output() {
+    let _files = lock();
+    let files = expected_files(|n| n.contains(".folded"));
+    let tool = std::env::var("FLAMEGRAPH_PL").unwrap_or_else(|_| "flamegraph.pl".to_string());
+    if Command::new(&tool).arg("--help").output().is_ok() {
+        for file in &files {
+            let text = std::fs::read_to_string(file).expect("read");
+            let out = Command::new(&tool).arg(file).output().expect("run flamegraph.pl");
+            assert!(out.status.success(), "flamegraph.pl fails on {}", file.display());
+            let svg = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(
+                flamegraph_total(&svg),
+                folded_total(&text),
+                "{}: flamegraph.pl counts other totals",
+                file.display()
+            );
+        }
+        return;
+    }
+    eprintln!("flamegraph.pl not found (set FLAMEGRAPH_PL or put it on PATH): checking with its parsing code in perl");
+    // From flamegraph.pl: `my ($stack, $samples) = (/^(.*)\s+?(\d+(?:\.\d*)?)$/);` then, for differential
+    // input, the same match again on $stack; frames are `split ";", $stack`.
+    let script = r#"
+my ($lines, $ignored, $total, $frames, $diff) = (0, 0, 0, 0, 0);
+while (<>) {
+    chomp; $lines++;
+    my ($stack, $samples) = (/^(.*)\s+?(\d+(?:\.\d*)?)$/);
+    unless (defined $samples) { $ignored++; next; }
+    $diff++ if $stack =~ /^(.*)\s+?(\d+(?:\.\d*)?)$/;
+    $total += $samples;
+    $frames += scalar(split ";", $stack);
+}
+print "$lines $ignored $total $frames $diff\n";
+"#;
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("read");
+        let out = match Command::new("perl").arg("-e").arg(script).arg(file).output() {
+            Ok(out) => out,
+            Err(e) => {
+                eprintln!("perl not found ({e}): flamegraph.pl parsing not checked");
+                return;
+            }
+        };
+        assert!(out.status.success(), "perl: {}", String::from_utf8_lossy(&out.stderr));
+        let got: Vec<u64> =
+            String::from_utf8_lossy(&out.stdout).split_whitespace().map(|n| n.parse().expect("number")).collect();
+        let frames: u64 = text.lines().map(|l| l.rsplit_once(' ').expect("count").0.split(';').count() as u64).sum();
+        assert_eq!(
+            got,
+            vec![text.lines().count() as u64, 0, folded_total(&text), frames, 0],
+            "{}: flamegraph.pl would read [lines, ignored, samples, frames, differential lines] differently",
+            file.display()
+        );
+    }
+}
+
+#[test]
+fn flame_graphs_have_the_command_as_title() {
+    let _files = lock();
+    let svg = std::fs::read_to_string(testdata().join("expected/mixed.svg")).expect("mixed.svg");
+    assert!(svg.contains(">python3.11 app.py --jobs 4</text>"), "title");
+    // No workload, a process command: the process's.
+    let svg = std::fs::read_to_string(testdata().join("expected/killed.svg")).expect("killed.svg");
+    assert!(svg.contains(">/usr/bin/python3.12 -u serve.py --port 8080</text>"), "title");
+    // Neither: pyperf's command line.
+    let svg = std::fs::read_to_string(testdata().join("expected/newer-minor.svg")).expect("newer-minor.svg");
+    assert!(svg.contains(">pyperf record -a -e cycles -c 100000</text>"), "title");
+}

@@ -1,0 +1,155 @@
+//! Damaged input never panics the report: every cut-off point, every flipped byte, and payload damage that the
+//! checksums cannot see (re-checksummed) either reports with a warning or fails with a one-line error.
+
+#[path = "support/synth.rs"]
+mod synth;
+
+use pyperf_report::{flamegraph, folded, speedscope, text, Filter, LoadOptions, Profile};
+
+/// Loads `bytes` and runs every exporter (the flame graph, slower, when `svg`). Ok(warnings) or Err(message).
+fn report(bytes: &[u8], svg: bool) -> Result<Vec<String>, String> {
+    let profile = Profile::load(bytes, &LoadOptions::new(Filter::default(), true)).map_err(|e| e.to_string())?;
+    let _ = text::render(&profile, &text::Options::default());
+    let mut o = folded::Options::default();
+    folded::write(&profile, &o, std::io::sink()).expect("folded");
+    o.lines = false;
+    o.pid_root = true;
+    o.tid_root = true;
+    folded::write(&profile, &o, std::io::sink()).expect("folded with roots");
+    speedscope::write(&profile, &speedscope::Options::default(), std::io::sink()).expect("speedscope");
+    if svg && profile.matched.samples > 0 {
+        flamegraph::write(&profile, &flamegraph::Options::default(), std::io::sink()).expect("flame graph");
+    }
+    Ok(profile.warnings)
+}
+
+fn check_error(what: &str, message: &str) {
+    assert!(!message.is_empty(), "{what}: empty error message");
+    assert!(!message.contains('\n'), "{what}: error message on several lines: {message}");
+}
+
+#[test]
+fn every_truncation_point_reports_or_fails_clearly() {
+    for name in ["mixed", "killed", "newer-minor"] {
+        let full = synth::recording(name);
+        let mut reported = 0;
+        for n in 0..full.len() {
+            let what = format!("{name} cut to {n} bytes");
+            match report(&full[..n], n % 97 == 0) {
+                Ok(warnings) => {
+                    assert!(!warnings.is_empty(), "{what}: reported without a warning");
+                    reported += 1;
+                }
+                Err(message) => check_error(&what, &message),
+            }
+        }
+        // Everything after the header chunk reports.
+        let header_end = synth::chunks(&full)[0].0 + synth::chunks(&full)[0].1;
+        assert_eq!(reported, full.len() - header_end, "{name}: some cut after the header failed");
+        assert!(report(&full, true).is_ok());
+    }
+}
+
+#[test]
+fn every_flipped_byte_reports_with_warnings_or_fails_clearly() {
+    let full = synth::recording("mixed");
+    let clean = report(&full, false).expect("clean file");
+    assert!(clean.is_empty(), "clean file has warnings: {clean:?}");
+    for p in 0..full.len() {
+        // Every byte inverted; a single bit too at every fifth.
+        let masks: &[u8] = if p % 5 == 0 { &[0xff, 0x01] } else { &[0xff] };
+        for &mask in masks {
+            let mut bytes = full.clone();
+            bytes[p] ^= mask;
+            let what = format!("byte {p} ^ {mask:#x}");
+            match report(&bytes, p % 89 == 0) {
+                Ok(warnings) => {
+                    // Bytes 12..16 of the preamble are reserved and ignored by readers (FORMAT.md).
+                    assert!(!warnings.is_empty() || (12..16).contains(&p), "{what}: reported without a warning");
+                }
+                Err(message) => check_error(&what, &message),
+            }
+        }
+    }
+}
+
+/// Damage the checksums cannot catch (a buggy writer, or a matching CRC): change decoded payload bytes and
+/// write the chunk back with valid checksums.
+#[test]
+fn payload_damage_behind_valid_checksums_never_panics() {
+    let full = synth::recording("mixed");
+    let list = synth::chunks(&full);
+    let head = pyperf_format::CHUNK_HEADER_LEN;
+    let mut runs = 0;
+    for &(at, len) in &list {
+        let kind = u16::from_le_bytes([full[at], full[at + 1]]);
+        let raw = zstd::bulk::decompress(&full[at + head..at + len], 1 << 24).expect("payload");
+        // Every byte of small chunks, a spread of the large ones.
+        let step = (raw.len() / 300).max(1);
+        for p in (0..raw.len()).step_by(step) {
+            for mask in [0xffu8, 0x01] {
+                let mut payload = raw.clone();
+                payload[p] ^= mask;
+                let mut bytes = full[..at].to_vec();
+                bytes.extend(synth::raw_chunk(kind, &payload));
+                bytes.extend_from_slice(&full[at + len..]);
+                let what = format!("chunk at {at} (kind {kind}), payload byte {p} ^ {mask:#x}");
+                match report(&bytes, runs % 101 == 0) {
+                    Err(message) => check_error(&what, &message),
+                    Ok(_) => {
+                        // The fast path (no threads, dense counts) on the same damage.
+                        let fast = Profile::load(&bytes[..], &LoadOptions::stacks_only(Filter::default()))
+                            .expect("loads like the full path");
+                        folded::write(&fast, &folded::Options::default(), std::io::sink()).expect("folded");
+                    }
+                }
+                runs += 1;
+            }
+        }
+    }
+    assert!(runs > 2000, "only {runs} damaged files tried");
+}
+
+#[test]
+fn stack_leaves_out_of_order_and_huge_values_do_not_panic() {
+    // A sample chunk whose times go backwards wildly and whose ids are extreme, written by the real writer.
+    use pyperf_format::*;
+    let header = Header {
+        pyperf_version: "x".into(),
+        hostname: String::new(),
+        kernel_release: String::new(),
+        arch: String::new(),
+        start_time_unix_ns: u64::MAX,
+        event: "cpu-clock".into(),
+        rate: Rate::Frequency(0),
+        command_line: vec![],
+        workload: vec![],
+    };
+    let mut w = Writer::new(Vec::new(), &header).expect("header");
+    let s = w.intern_symbol(&Symbol {
+        scope: String::new(),
+        name: String::new(),
+        file: String::new(),
+        line: u32::MAX,
+        flags: u32::MAX,
+    });
+    let leaf = w.intern_stack(&[s, s, s]);
+    for (i, t) in [u64::MAX, 0, u64::MAX / 2, 5, u64::MAX].into_iter().enumerate() {
+        w.push_sample(&SampleRecord {
+            time_ns: t,
+            cpu: u32::MAX,
+            pid: u32::MAX,
+            tid: i as u32,
+            comm: "",
+            thread_state: ThreadStateMatch::Unknown(255),
+            gil: GilState::Unknown(255),
+            pthread_id: PthreadIdMatch::Unknown(255),
+            status: StackStatus::Unknown(255),
+            stack: if i % 2 == 0 { leaf } else { 0 },
+        })
+        .expect("sample");
+    }
+    let bytes = w.finish(&Stats { duration_ns: u64::MAX, ..Default::default() }).expect("finish");
+    let warnings = report(&bytes, true).expect("reports");
+    assert!(warnings.is_empty());
+}

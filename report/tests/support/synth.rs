@@ -1,0 +1,488 @@
+//! Deterministic synthetic recordings for the golden tests, made with the format crate's Writer.
+//!
+//! Everything is fixed: the seed, the header (start time included), the processes, the stacks. Regenerate the
+//! committed files with `cargo run -p pyperf-report --example synthesize` (or `PYPERF_BLESS=1 cargo test -p
+//! pyperf-report --test golden`); the golden test fails when they differ from what this code makes.
+//!
+//! Shared by tests/golden.rs, tests/robustness.rs and examples/synthesize.rs through `#[path]`.
+
+#![allow(dead_code)]
+
+use pyperf_format::{
+    symbol_flags, GilState, Header, Process, PthreadIdMatch, Rate, SampleRecord, StackStatus, Stats, Symbol,
+    ThreadStateMatch, Writer,
+};
+
+/// Names of the synthetic recordings, without `.pyp`.
+pub const RECORDINGS: &[&str] = &["mixed", "killed", "cutoff", "newer-minor"];
+
+/// The bytes of a synthetic recording.
+pub fn recording(name: &str) -> Vec<u8> {
+    match name {
+        "mixed" => mixed(),
+        "killed" => killed(),
+        "cutoff" => cutoff(),
+        "newer-minor" => newer_minor(),
+        other => panic!("no synthetic recording called {other}"),
+    }
+}
+
+/// splitmix64: tiny, fixed, good enough.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// Index chosen with the given weights.
+    pub fn pick(&mut self, weights: &[u32]) -> usize {
+        let total: u64 = weights.iter().map(|&w| w as u64).sum();
+        let mut r = self.below(total);
+        for (i, &w) in weights.iter().enumerate() {
+            if r < w as u64 {
+                return i;
+            }
+            r -= w as u64;
+        }
+        weights.len() - 1
+    }
+}
+
+pub fn sym(scope: &str, name: &str, file: &str, line: u32) -> Symbol {
+    Symbol { scope: scope.into(), name: name.into(), file: file.into(), line, flags: 0 }
+}
+
+fn args(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+/// 2024-05-01 12:00:00 UTC.
+pub const START: u64 = 1_714_564_800_000_000_000;
+
+fn header(workload: &[&str], command_line: &[&str], event: &str, rate: Rate) -> Header {
+    Header {
+        pyperf_version: "0.1.0".into(),
+        hostname: "synth-host".into(),
+        kernel_release: "6.1.0-18-amd64".into(),
+        arch: "x86_64".into(),
+        start_time_unix_ns: START,
+        event: event.into(),
+        rate,
+        command_line: args(command_line),
+        workload: args(workload),
+    }
+}
+
+/// A thread that samples are drawn from: which stacks it runs (template index, weight).
+struct ThreadSpec {
+    pid: u32,
+    tid: u32,
+    comm: &'static str,
+    stacks: Vec<(usize, u32)>,
+    weight: u32,
+}
+
+/// A stack template: frames root first, status and the states it is usually seen with.
+struct StackSpec {
+    frames: Vec<Symbol>,
+    status: StackStatus,
+    gil: &'static [GilState],
+}
+
+fn stack(frames: Vec<Symbol>, status: StackStatus, gil: &'static [GilState]) -> StackSpec {
+    StackSpec { frames, status, gil }
+}
+
+const HELD: &[GilState] =
+    &[GilState::ThisThread, GilState::ThisThread, GilState::ThisThread, GilState::GlobalCurrentThread];
+const WAITING: &[GilState] = &[GilState::OtherThread, GilState::NotLocked];
+const RELEASED: &[GilState] = &[GilState::NotLocked, GilState::NotLocked, GilState::OtherThread];
+
+fn long_path() -> String {
+    let mut p = String::from("/home/user/src/");
+    for i in 0..12 {
+        p.push_str(&format!("very_deeply_nested_package_{i:02}/"));
+    }
+    p.push_str("module_with_a_rather_long_name.py");
+    p
+}
+
+/// Three processes of different Python versions (and one the recording never describes), threads, recursion,
+/// truncated / error / idle samples, all GIL states, non-ASCII names, a long path, names that need escaping,
+/// unresolved and cut symbols, a process that appears part way through, several chunks, a trailer.
+fn mixed() -> Vec<u8> {
+    let app = "/srv/app/app.py";
+    let enc = "/usr/lib/python3.11/json/encoder.py";
+    let req = "/srv/app/.venv/lib/python3.11/site-packages/requests/api.py";
+    let thr38 = "/opt/py38/lib/python3.8/threading.py";
+    let odd = "/tmp/odd;dir/new\nline.py";
+    let long = long_path();
+    let module = sym("", "<module>", app, 120);
+    let main = sym("", "main", app, 111);
+    let fib = |line| sym("", "fib", app, line);
+    let handle = |line| sym("Server", "handle", app, line);
+    let encode = sym("JSONEncoder", "encode", enc, 200);
+    let iterencode = sym("JSONEncoder", "iterencode", enc, 258);
+    let get = sym("", "get", req, 73);
+    let groesse = sym("Käse", "größe_berechnen", "/srv/données/計算.py", 7);
+    let inner = sym("outer.<locals>", "inner", &long, 3);
+    let outer = sym("", "outer", &long, 9);
+    let lambda = sym("", "<lambda>", odd, 1);
+    let unresolved = Symbol {
+        scope: String::new(),
+        name: "<unresolved code 0x7f3a2c001230>".into(),
+        file: "<unknown>".into(),
+        line: 0,
+        flags: symbol_flags::UNRESOLVED,
+    };
+    let cut = Symbol {
+        scope: String::new(),
+        name: "a_function_whose_name_was_c".into(),
+        file: "/srv/app/generated/bui".into(),
+        line: 5,
+        flags: symbol_flags::NAME_CUT | symbol_flags::FILE_CUT,
+    };
+    let ping = sym("", "ping", app, 60);
+    let pong = sym("", "pong", app, 65);
+    let bootstrap = sym("Thread", "_bootstrap", thr38, 890);
+    let bootstrap_inner = sym("Thread", "_bootstrap_inner", thr38, 932);
+    let run = sym("Thread", "run", thr38, 870);
+    let poll = sym("Poller", "poll", "/opt/worker/worker.py", 31);
+    let poll2 = sym("Poller", "poll", "/opt/worker/worker.py", 34);
+    let tool = sym("", "<module>", "/home/user/tool.py", 3);
+    let scan = sym("", "scan", "/home/user/tool.py", 17);
+    let recurse = sym("", "recurse", "/home/user/tool.py", 25);
+
+    let mut deep = vec![recurse.clone(); 24];
+    deep.push(scan.clone());
+    let stacks = vec![
+        /* 0 */
+        stack(
+            vec![module.clone(), main.clone(), handle(88), encode.clone(), iterencode.clone()],
+            StackStatus::Complete,
+            HELD,
+        ),
+        /* 1 */
+        stack(vec![module.clone(), main.clone(), handle(91), get.clone()], StackStatus::Complete, RELEASED),
+        /* 2 */
+        stack(vec![module.clone(), main.clone(), fib(5), fib(6), fib(6), fib(5)], StackStatus::Complete, HELD),
+        /* 3 */ stack(vec![module.clone(), main.clone(), fib(5), fib(6)], StackStatus::Complete, HELD),
+        /* 4 */ stack(vec![module.clone(), main.clone(), groesse.clone()], StackStatus::Complete, HELD),
+        /* 5 */
+        stack(vec![module.clone(), main.clone(), outer.clone(), inner.clone()], StackStatus::Complete, HELD),
+        /* 6 */ stack(vec![module.clone(), main.clone(), lambda.clone()], StackStatus::Complete, HELD),
+        /* 7 */ stack(vec![], StackStatus::Idle, RELEASED),
+        /* 8 */
+        stack(
+            vec![bootstrap.clone(), bootstrap_inner.clone(), run.clone(), poll.clone()],
+            StackStatus::Complete,
+            WAITING,
+        ),
+        /* 9 */
+        stack(
+            vec![bootstrap.clone(), bootstrap_inner.clone(), run.clone(), poll2.clone()],
+            StackStatus::Complete,
+            HELD,
+        ),
+        /* 10 */ stack(vec![main.clone(), unresolved.clone()], StackStatus::Error, HELD),
+        /* 11 */ stack(vec![], StackStatus::Error, &[GilState::Error]),
+        /* 12 */ stack(deep, StackStatus::Truncated, HELD),
+        /* 13 */ stack(vec![tool.clone(), scan.clone(), cut.clone()], StackStatus::Complete, HELD),
+        /* 14 */
+        stack(
+            vec![module.clone(), main.clone(), ping.clone(), pong.clone(), ping.clone(), pong.clone()],
+            StackStatus::Complete,
+            HELD,
+        ),
+        /* 15 */
+        stack(
+            vec![tool.clone(), scan.clone()],
+            StackStatus::Complete,
+            &[GilState::NoInfo, GilState::Uninitialized, GilState::Null],
+        ),
+    ];
+    let threads = [
+        ThreadSpec {
+            pid: 1000,
+            tid: 1000,
+            comm: "python3.11",
+            stacks: vec![(0, 20), (2, 10), (3, 6), (4, 5), (5, 4), (6, 3), (14, 4), (10, 1), (11, 1)],
+            weight: 30,
+        },
+        ThreadSpec { pid: 1000, tid: 1001, comm: "worker-1", stacks: vec![(1, 10), (0, 6), (7, 8)], weight: 20 },
+        ThreadSpec { pid: 1000, tid: 1002, comm: "worker-2", stacks: vec![(1, 6), (7, 10), (2, 2)], weight: 12 },
+        ThreadSpec { pid: 2000, tid: 2000, comm: "python3.8", stacks: vec![(7, 1)], weight: 6 },
+        ThreadSpec { pid: 2000, tid: 2001, comm: "pool-κ", stacks: vec![(8, 10), (9, 6)], weight: 14 },
+        ThreadSpec { pid: 3000, tid: 3000, comm: "tool", stacks: vec![(12, 3), (13, 4), (15, 3)], weight: 14 },
+        ThreadSpec { pid: 4000, tid: 4000, comm: "ghost", stacks: vec![(7, 1), (15, 1)], weight: 2 },
+    ];
+    let mut rng = Rng::new(0x5eed_0001);
+    let mut w = Writer::new(
+        Vec::new(),
+        &header(
+            &["python3.11", "app.py", "--jobs", "4"],
+            &["pyperf", "record", "-F", "100", "-o", "mixed.pyp", "--", "python3.11", "app.py", "--jobs", "4"],
+            "cpu-clock",
+            Rate::Frequency(100),
+        ),
+    )
+    .expect("header");
+    let p1000 = Process {
+        pid: 1000,
+        command: args(&["/usr/bin/python3.11", "app.py", "--jobs", "4"]),
+        python_version: "3.11.7".into(),
+        interpreter_path: "/usr/bin/python3.11".into(),
+        build_id: "3f2a9c0d1e4b5a6978877665544332211f0e0d0c".into(),
+        first_seen_ns: 0,
+    };
+    let p2000 = Process {
+        pid: 2000,
+        command: args(&["/opt/py38/bin/python3.8", "-m", "worker", "--name", "données"]),
+        python_version: "3.8.18".into(),
+        interpreter_path: "/opt/py38/lib/libpython3.8.so.1.0".into(),
+        build_id: String::new(),
+        first_seen_ns: 5_000_000,
+    };
+    let p3000 = Process {
+        pid: 3000,
+        command: args(&["python3.13", "/home/user/tool.py"]),
+        python_version: "3.13.0".into(),
+        interpreter_path: "/usr/local/lib/libpython3.13.so.1.0".into(),
+        build_id: "0123456789abcdef0123456789abcdef01234567".into(),
+        first_seen_ns: 2_000_000_000,
+    };
+    w.add_process(&p1000).expect("process");
+    w.add_process(&p2000).expect("process");
+    let leaves: Vec<u32> = stacks
+        .iter()
+        .map(|s| {
+            let ids: Vec<u32> = s.frames.iter().map(|f| w.intern_symbol(f)).collect();
+            w.intern_stack(&ids)
+        })
+        .collect();
+    let steps = 600u64; // 2 CPUs x 600 = 1200 samples over 3 s.
+    let mut truncated = 0;
+    let mut count = 0;
+    let mut p3000_added = false;
+    for step in 0..steps {
+        for cpu in 0..2u32 {
+            // CPUs deliver slightly out of time order: cpu 1's sample can come before cpu 0's.
+            let time = step * 5_000_000 + if cpu == 0 { rng.below(40_000) } else { 10_000 };
+            let mut weights: Vec<u32> = threads.iter().map(|t| t.weight).collect();
+            if time < 2_000_000_000 {
+                weights[5] = 0; // pid 3000 starts later
+            }
+            let t = &threads[rng.pick(&weights)];
+            if t.pid == 3000 && !p3000_added {
+                w.add_process(&p3000).expect("process");
+                p3000_added = true;
+            }
+            let spec_weights: Vec<u32> = t.stacks.iter().map(|s| s.1).collect();
+            let si = t.stacks[rng.pick(&spec_weights)].0;
+            let spec = &stacks[si];
+            let gil = spec.gil[rng.below(spec.gil.len() as u64) as usize];
+            let (thread_state, pthread_id) = match gil {
+                GilState::ThisThread => (ThreadStateMatch::Match, PthreadIdMatch::Match),
+                GilState::OtherThread | GilState::NotLocked if spec.status == StackStatus::Idle => {
+                    (ThreadStateMatch::ThisThreadNull, PthreadIdMatch::ThreadStateNull)
+                }
+                GilState::OtherThread | GilState::NotLocked => (ThreadStateMatch::Mismatch, PthreadIdMatch::Match),
+                GilState::Error => (ThreadStateMatch::Unknown0, PthreadIdMatch::Error),
+                GilState::NoInfo => (ThreadStateMatch::Unknown0, PthreadIdMatch::Unknown0),
+                GilState::Null => (ThreadStateMatch::GlobalCurrentThreadNull, PthreadIdMatch::Null),
+                _ => (ThreadStateMatch::BothNull, PthreadIdMatch::Mismatch),
+            };
+            if spec.status == StackStatus::Truncated {
+                truncated += 1;
+            }
+            // A newer recorder's states, once each.
+            let (gil, status) = match (step, cpu) {
+                (333, 0) => (GilState::Unknown(42), spec.status),
+                (444, 1) if spec.status == StackStatus::Complete => (gil, StackStatus::Unknown(9)),
+                _ => (gil, spec.status),
+            };
+            w.push_sample(&SampleRecord {
+                time_ns: time,
+                cpu,
+                pid: t.pid,
+                tid: t.tid,
+                comm: t.comm,
+                thread_state,
+                gil,
+                pthread_id,
+                status,
+                stack: leaves[si],
+            })
+            .expect("sample");
+            count += 1;
+        }
+        if step % 150 == 149 {
+            w.flush().expect("flush");
+        }
+    }
+    let stats = Stats {
+        samples: count,
+        lost_samples: 7,
+        truncated_stacks: truncated,
+        lost_symbols: 1,
+        errors: 2,
+        duration_ns: steps * 5_000_000,
+        counters: vec![("ringbuf-drops".into(), 7), ("read-errors".into(), 2)],
+    };
+    w.finish(&stats).expect("finish")
+}
+
+/// A recorder killed part way: no trailer. Attached with -p (no workload), a 3.12 process, period-based rate.
+fn killed() -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut w = Writer::new(
+        &mut out,
+        &header(&[], &["pyperf", "record", "-p", "777", "-c", "1000000"], "cpu-clock", Rate::Period(1_000_000)),
+    )
+    .expect("header");
+    w.add_process(&Process {
+        pid: 777,
+        command: args(&["/usr/bin/python3.12", "-u", "serve.py", "--port", "8080"]),
+        python_version: "3.12.3".into(),
+        interpreter_path: "/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0".into(),
+        build_id: "aabbccddeeff00112233445566778899aabbccdd".into(),
+        first_seen_ns: 0,
+    })
+    .expect("process");
+    let f = "/srv/serve.py";
+    let module = w.intern_symbol(&sym("", "<module>", f, 40));
+    let serve = w.intern_symbol(&sym("", "serve_forever", f, 22));
+    let handle = w.intern_symbol(&sym("Handler", "do_GET", f, 12));
+    let handle2 = w.intern_symbol(&sym("Handler", "do_GET", f, 14));
+    let s1 = w.intern_stack(&[module, serve]);
+    let s2 = w.intern_stack(&[module, serve, handle]);
+    let s3 = w.intern_stack(&[module, serve, handle2]);
+    let mut rng = Rng::new(0x5eed_0002);
+    for i in 0..240u64 {
+        let (tid, comm) = if i % 3 == 0 { (778, "handler") } else { (777, "python3.12") };
+        let stack = [0, s1, s2, s3][rng.below(4) as usize];
+        w.push_sample(&SampleRecord {
+            time_ns: 1_000_000 * i + 250_000 * rng.below(3),
+            cpu: (i % 2) as u32,
+            pid: 777,
+            tid,
+            comm,
+            thread_state: if stack == 0 { ThreadStateMatch::ThisThreadNull } else { ThreadStateMatch::Match },
+            gil: if stack == 0 { GilState::NotLocked } else { GilState::ThisThread },
+            pthread_id: PthreadIdMatch::Match,
+            status: if stack == 0 { StackStatus::Idle } else { StackStatus::Complete },
+            stack,
+        })
+        .expect("sample");
+        if i % 80 == 79 {
+            w.flush().expect("flush");
+        }
+    }
+    w.flush().expect("flush");
+    drop(w);
+    out
+}
+
+/// (offset, length) of each complete chunk after the preamble (layout: FORMAT.md, "Chunk").
+pub fn chunks(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let (pre, head) = (pyperf_format::PREAMBLE_LEN, pyperf_format::CHUNK_HEADER_LEN);
+    let mut out = Vec::new();
+    let mut at = pre;
+    while at + head <= bytes.len() {
+        let stored = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().expect("4 bytes")) as usize;
+        let len = head + stored;
+        if at + len > bytes.len() {
+            break;
+        }
+        out.push((at, len));
+        at += len;
+    }
+    out
+}
+
+/// `mixed` cut off in the middle of a sample chunk.
+fn cutoff() -> Vec<u8> {
+    let mut bytes = mixed();
+    let list = chunks(&bytes);
+    // The file ends: ..., samples, samples, symbol table, trailer. Cut inside the second-to-last sample chunk.
+    let (at, len) = list[list.len() - 4];
+    bytes.truncate(at + len / 2);
+    bytes
+}
+
+/// A chunk as the format writes it (FORMAT.md, "Chunk"): kind, zstd flag, lengths, payload CRC, header CRC.
+pub fn raw_chunk(kind: u16, payload: &[u8]) -> Vec<u8> {
+    let stored = zstd::bulk::compress(payload, 3).expect("zstd");
+    raw_chunk_stored(kind, 1, &stored, payload.len())
+}
+
+/// A chunk around an already-compressed payload.
+pub fn raw_chunk_stored(kind: u16, flags: u16, stored: &[u8], raw_len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(pyperf_format::CHUNK_HEADER_LEN + stored.len());
+    out.extend_from_slice(&kind.to_le_bytes());
+    out.extend_from_slice(&flags.to_le_bytes());
+    out.extend_from_slice(&(stored.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(raw_len as u32).to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(stored).to_le_bytes());
+    let header_crc = crc32fast::hash(&out[..16]);
+    out.extend_from_slice(&header_crc.to_le_bytes());
+    assert_eq!(out.len(), pyperf_format::CHUNK_HEADER_LEN, "chunk header layout changed: update synth.rs");
+    out.extend_from_slice(stored);
+    out
+}
+
+/// Format 1.1 (a newer minor) with a chunk of a kind this version does not know; a process whose command
+/// could not be read (so the title falls back to pyperf's command line); the cycles event.
+fn newer_minor() -> Vec<u8> {
+    let mut w = Writer::new(
+        Vec::new(),
+        &header(&[], &["pyperf", "record", "-a", "-e", "cycles", "-c", "100000"], "cycles", Rate::Period(100_000)),
+    )
+    .expect("header");
+    w.add_process(&Process {
+        pid: 55,
+        command: vec![],
+        python_version: "3.10.14".into(),
+        interpreter_path: "/usr/bin/python3.10".into(),
+        build_id: String::new(),
+        first_seen_ns: 0,
+    })
+    .expect("process");
+    let f = "/x/job.py";
+    let a = w.intern_symbol(&sym("", "<module>", f, 1));
+    let b = w.intern_symbol(&sym("", "step", f, 2));
+    let s = w.intern_stack(&[a, b]);
+    let s0 = w.intern_stack(&[a]);
+    for i in 0..20u64 {
+        w.push_sample(&SampleRecord {
+            time_ns: 40_000 * i * (1 + i % 3),
+            cpu: 0,
+            pid: 55,
+            tid: 55 + (i % 2) as u32,
+            comm: if i % 2 == 0 { "python3.10" } else { "job\tthread" },
+            thread_state: ThreadStateMatch::Match,
+            gil: GilState::ThisThread,
+            pthread_id: PthreadIdMatch::Match,
+            status: StackStatus::Complete,
+            stack: if i % 4 == 0 { s0 } else { s },
+        })
+        .expect("sample");
+    }
+    let mut bytes = w.finish(&Stats { samples: 20, duration_ns: 2_000_000, ..Default::default() }).expect("finish");
+    bytes[10..12].copy_from_slice(&1u16.to_le_bytes());
+    let list = chunks(&bytes);
+    let after_header = list[0].0 + list[0].1;
+    let unknown = raw_chunk(42, b"a chunk kind from the future");
+    bytes.splice(after_header..after_header, unknown);
+    bytes
+}
