@@ -120,6 +120,8 @@ pub fn write_chunk<W: Write>(out: &mut W, kind: Kind, raw: &[u8], level: i32) ->
 pub struct RawChunk {
     pub kind: u16,
     pub offset: u64,
+    /// Bytes the chunk takes in the file, header included.
+    pub size: u64,
     pub payload: Vec<u8>,
 }
 
@@ -190,14 +192,27 @@ pub fn read_chunk<R: Read>(
     if flags & !FLAG_ZSTD != 0 {
         return Err(Error::Corrupt { offset, what: format!("unknown chunk flags {flags:#x}") });
     }
-    Ok(Some(RawChunk { kind, offset, payload }))
+    Ok(Some(RawChunk { kind, offset, size: CHUNK_HEADER_LEN as u64 + stored_len as u64, payload }))
 }
 
-/// Decompresses into a buffer that grows with the real output, refusing more than `raw_len` bytes.
+/// Decompresses a chunk of `raw_len` bytes (bounded by MAX_CHUNK_BYTES and the ratio budget, checked before).
 fn decompress(stored: &[u8], raw_len: u32) -> io::Result<Vec<u8>> {
-    let mut decoder = zstd::stream::read::Decoder::with_buffer(stored)?.single_frame();
-    let mut out = Vec::with_capacity((raw_len as usize).min(stored.len().saturating_mul(8)).min(1 << 20));
-    decoder.by_ref().take(raw_len as u64 + 1).read_to_end(&mut out)?;
+    // One zstd context per thread, reused: creating one per chunk costs more than decompressing a small chunk
+    // (ZSTD_createDCtx probes the CPU, which traps in virtual machines).
+    thread_local! {
+        static DCTX: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let mut out = Vec::with_capacity(raw_len as usize);
+    DCTX.with(|d| -> io::Result<()> {
+        let mut d = d.borrow_mut();
+        let d = match d.as_mut() {
+            Some(d) => d,
+            None => d.insert(zstd::bulk::Decompressor::new()?),
+        };
+        d.decompress_to_buffer(stored, &mut out)?;
+        Ok(())
+    })?;
     if out.len() != raw_len as usize {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,

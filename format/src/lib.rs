@@ -4,6 +4,7 @@
 //! This crate has no Linux, BPF or profiler dependency: a recording can be read anywhere.
 
 mod chunk;
+mod columns;
 mod model;
 mod reader;
 mod states;
@@ -43,6 +44,12 @@ impl Error {
     pub fn is_truncation(&self) -> bool {
         matches!(self, Error::Truncated { .. })
     }
+}
+
+/// The payload of a sample chunk as the writer stores it (before compression): for tools and tests that build
+/// chunks by hand.
+pub fn encode_sample_chunk(c: &SampleChunk) -> Result<Vec<u8>, Error> {
+    columns::encode(c).map_err(|e| Error::Encode(e.to_string()))
 }
 
 /// What [`scan`] noticed on the way that the reader of a report should know.

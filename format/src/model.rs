@@ -106,9 +106,10 @@ pub struct StackChunk {
     pub symbols: Vec<u32>,
 }
 
-/// A batch of samples stored column by column (it compresses several times better than row by row).
-/// All columns have the same length.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// A batch of samples, column by column (it compresses several times better than row by row), as a reader
+/// hands it out. All decoded columns have `len` entries; a column the reader was told to skip
+/// ([`crate::Reader::set_columns`]) is empty. `base_time_ns`, `status` and `stack` are always decoded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SampleChunk {
     /// Time of the first sample, ns since the recording's start.
     pub base_time_ns: u64,
@@ -141,6 +142,52 @@ impl SampleChunk {
     pub fn is_empty(&self) -> bool {
         self.stack.is_empty()
     }
+}
+
+/// Which optional sample columns a reader decodes. Skipping a column costs nothing: each is stored as its own
+/// length-prefixed byte string, so a reader steps over it without looking at its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Columns {
+    pub time: bool,
+    pub cpu: bool,
+    pub pid: bool,
+    pub tid: bool,
+    /// `comm` and `comms`.
+    pub comm: bool,
+    /// `thread_state`, `gil` and `pthread_id`.
+    pub states: bool,
+}
+
+impl Columns {
+    pub const ALL: Columns = Columns { time: true, cpu: true, pid: true, tid: true, comm: true, states: true };
+    /// Only what every reader gets: time base, status, stack.
+    pub const MINIMAL: Columns = Columns { time: false, cpu: false, pid: false, tid: false, comm: false, states: false };
+}
+
+impl Default for Columns {
+    fn default() -> Self {
+        Columns::ALL
+    }
+}
+
+/// The on-disk form of a sample chunk (FORMAT.md): per column a postcard byte string, holding LEB128 varints
+/// (zigzag for the time deltas) or raw bytes.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct WireSampleChunk<'a> {
+    pub base_time_ns: u64,
+    pub len: u32,
+    #[serde(borrow)]
+    pub time_delta: &'a [u8],
+    pub cpu: &'a [u8],
+    pub pid: &'a [u8],
+    pub tid: &'a [u8],
+    pub comm: &'a [u8],
+    pub comms: Vec<&'a str>,
+    pub thread_state: &'a [u8],
+    pub gil: &'a [u8],
+    pub pthread_id: &'a [u8],
+    pub status: &'a [u8],
+    pub stack: &'a [u8],
 }
 
 /// The trailer: what the recorder counted. Written last; missing when the recorder was killed.

@@ -32,6 +32,7 @@ pub struct Reader<R: Read> {
     chunks: u64,
     stored: Vec<u8>,
     budget: chunk::Budget,
+    columns: Columns,
 }
 
 impl<R: Read> Reader<R> {
@@ -47,8 +48,13 @@ impl<R: Read> Reader<R> {
             return Err(Error::Corrupt { offset, what: "first chunk is not the header".into() });
         }
         let header = decode(&first.payload, offset)?;
-        let offset = offset + chunk::CHUNK_HEADER_LEN as u64 + stored.len() as u64;
-        Ok(Reader { input, version, header, offset, chunks: 1, stored, budget })
+        let offset = offset + first.size;
+        Ok(Reader { input, version, header, offset, chunks: 1, stored, budget, columns: Columns::ALL })
+    }
+
+    /// Decode only these optional sample columns from now on (default: all). Skipped ones come out empty.
+    pub fn set_columns(&mut self, columns: Columns) {
+        self.columns = columns;
     }
 
     pub fn header(&self) -> &Header {
@@ -79,7 +85,7 @@ impl<R: Read> Reader<R> {
             return Ok(None);
         };
         let at = raw.offset;
-        self.offset += chunk::CHUNK_HEADER_LEN as u64 + self.stored.len() as u64;
+        self.offset += raw.size;
         self.chunks += 1;
         let record = match Kind::from_u16(raw.kind) {
             Some(Kind::Header) => return Err(Error::Corrupt { offset: at, what: "second header chunk".into() }),
@@ -93,8 +99,10 @@ impl<R: Read> Reader<R> {
                 Record::Stacks(c)
             }
             Some(Kind::Samples) => {
-                let c: SampleChunk = decode(&raw.payload, at)?;
-                check_columns(&c, at)?;
+                let wire: WireSampleChunk<'_> = decode_borrowed(&raw.payload, at)?;
+                let mut c = SampleChunk::default();
+                crate::columns::decode(&wire, self.columns, &mut c)
+                    .map_err(|what| Error::Corrupt { offset: at, what: what.into() })?;
                 Record::Samples(c)
             }
             Some(Kind::SymbolTable) => Record::SymbolTable(decode(&raw.payload, at)?),
@@ -112,26 +120,10 @@ fn decode<T: DeserializeOwned>(payload: &[u8], offset: u64) -> Result<T, Error> 
         .map_err(|e| Error::Corrupt { offset, what: format!("undecodable record: {e}") })
 }
 
-fn check_columns(c: &SampleChunk, offset: u64) -> Result<(), Error> {
-    let n = c.stack.len();
-    let lens = [
-        c.time_delta_ns.len(),
-        c.cpu.len(),
-        c.pid.len(),
-        c.tid.len(),
-        c.comm.len(),
-        c.thread_state.len(),
-        c.gil.len(),
-        c.pthread_id.len(),
-        c.status.len(),
-    ];
-    if lens.iter().any(|&l| l != n) {
-        return Err(Error::Corrupt { offset, what: "sample chunk columns differ in length".into() });
-    }
-    if c.comm.iter().any(|&i| i as usize >= c.comms.len()) {
-        return Err(Error::Corrupt { offset, what: "sample names a thread name that is not there".into() });
-    }
-    Ok(())
+fn decode_borrowed<'a, T: serde::Deserialize<'a>>(payload: &'a [u8], offset: u64) -> Result<T, Error> {
+    postcard::take_from_bytes(payload)
+        .map(|(v, _rest)| v)
+        .map_err(|e| Error::Corrupt { offset, what: format!("undecodable record: {e}") })
 }
 
 /// One sample, resolved against its chunk.
@@ -151,20 +143,23 @@ pub struct Sample<'a> {
     pub stack: u32,
 }
 
-/// Iterates the samples of a chunk.
+/// Iterates the samples of a chunk. Columns the reader skipped read as 0 (time: the chunk's base time).
 pub fn samples(c: &SampleChunk) -> impl Iterator<Item = Sample<'_>> + '_ {
     let mut time = c.base_time_ns;
+    let u32_at = |v: &Vec<u32>, i: usize| v.get(i).copied().unwrap_or(0);
+    let u8_at = |v: &Vec<u8>, i: usize| v.get(i).copied().unwrap_or(0);
     (0..c.len()).map(move |i| {
-        time = time.wrapping_add(c.time_delta_ns[i] as u64);
+        time = time.wrapping_add(c.time_delta_ns.get(i).copied().unwrap_or(0) as u64);
         Sample {
             time_ns: time,
-            cpu: c.cpu[i],
-            pid: c.pid[i],
-            tid: c.tid[i],
-            comm: &c.comms[c.comm[i] as usize],
-            thread_state: ThreadStateMatch::from_u8(c.thread_state[i]),
-            gil: GilState::from_u8(c.gil[i]),
-            pthread_id: PthreadIdMatch::from_u8(c.pthread_id[i]),
+            cpu: u32_at(&c.cpu, i),
+            pid: u32_at(&c.pid, i),
+            tid: u32_at(&c.tid, i),
+            // Indices were checked against `comms` when the column was decoded.
+            comm: c.comm.get(i).and_then(|&k| c.comms.get(k as usize)).map(String::as_str).unwrap_or(""),
+            thread_state: ThreadStateMatch::from_u8(u8_at(&c.thread_state, i)),
+            gil: GilState::from_u8(u8_at(&c.gil, i)),
+            pthread_id: PthreadIdMatch::from_u8(u8_at(&c.pthread_id, i)),
             status: StackStatus::from_u8(c.status[i]),
             stack: c.stack[i],
         }

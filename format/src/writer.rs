@@ -190,9 +190,10 @@ impl<W: Write> Writer<W> {
             self.write_record(Kind::Stacks, &chunk)?;
         }
         if !self.batch.is_empty() {
-            let batch = std::mem::take(&mut self.batch);
+            let raw = crate::columns::encode(&self.batch).map_err(|e| Error::Encode(e.to_string()))?;
+            self.bytes_written += chunk::write_chunk(&mut self.out, Kind::Samples, &raw, self.level)?;
+            self.batch = SampleChunk::default();
             self.batch_comms.clear();
-            self.write_record(Kind::Samples, &batch)?;
         }
         Ok(())
     }

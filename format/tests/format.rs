@@ -316,7 +316,7 @@ fn references_to_undefined_stacks_or_symbols_are_errors() {
         stack: vec![5],
         ..Default::default()
     };
-    bytes.extend_from_slice(&raw_chunk(Kind::Samples as u16, &postcard::to_stdvec(&chunk).unwrap()));
+    bytes.extend_from_slice(&raw_chunk(Kind::Samples as u16, &encode_sample_chunk(&chunk).unwrap()));
     let msg = read(&bytes).err().unwrap().to_string();
     assert!(msg.contains("stack 5"), "{msg}");
 
@@ -342,4 +342,42 @@ fn zstd_bombs_are_refused() {
     assert!(bytes.len() < 4096, "{}", bytes.len());
     let msg = read(&bytes).err().expect("refused").to_string();
     assert!(msg.contains("implausible compression ratio"), "{msg}");
+}
+
+#[test]
+fn skipped_columns_come_out_empty_and_the_rest_intact() {
+    let w = write(500, 0);
+    let mut r = Reader::new(&w.bytes[..]).unwrap();
+    r.set_columns(Columns::MINIMAL);
+    let mut tables = Tables::default();
+    let mut stacks = Vec::new();
+    scan(&mut r, &mut tables, |_, c| {
+        assert!(c.pid.is_empty() && c.time_delta_ns.is_empty() && c.comms.is_empty() && c.gil.is_empty());
+        assert_eq!(c.status.len(), c.len());
+        stacks.extend(samples(c).map(|s| (s.stack, s.status)));
+    })
+    .unwrap();
+    let (_, full_tables, all, _) = read(&w.bytes).unwrap();
+    assert_eq!(stacks.len(), all.len());
+    for ((leaf, status), s) in stacks.iter().zip(&all) {
+        assert_eq!(*status, s.5);
+        let names: Vec<Symbol> = {
+            let mut v: Vec<Symbol> = full_tables.frames(*leaf).map(|id| full_tables.symbol(id).clone()).collect();
+            v.reverse();
+            v
+        };
+        assert_eq!(names, s.6);
+    }
+}
+
+#[test]
+fn offsets_stay_right_after_every_chunk() {
+    let w = write(100, 10);
+    let ends = chunk_ends(&w.bytes);
+    let mut r = Reader::new(&w.bytes[..]).unwrap();
+    let mut seen = vec![r.offset() as usize];
+    while r.next_record().unwrap().is_some() {
+        seen.push(r.offset() as usize);
+    }
+    assert_eq!(seen, ends[1..]);
 }

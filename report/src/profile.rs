@@ -5,7 +5,7 @@ use std::io::{self, BufReader, Read};
 use std::path::Path;
 
 use pyperf_format::{
-    GilState, Header, PthreadIdMatch, Rate, Reader, SampleChunk, StackStatus, Tables, ThreadStateMatch,
+    Columns, GilState, Header, PthreadIdMatch, Rate, Reader, SampleChunk, StackStatus, Tables, ThreadStateMatch,
 };
 
 use crate::error::{io_reason, ReportError};
@@ -257,6 +257,20 @@ impl Aggregator {
         }
     }
 
+    /// The sample columns `add` reads: the rest are skipped by the reader, undecoded.
+    fn columns(&self) -> Columns {
+        let (threads, filtering) = (self.track_threads, self.filter.active);
+        let states = self.states || threads || filtering;
+        Columns {
+            time: states || threads,
+            cpu: false,
+            pid: threads || filtering,
+            tid: threads || filtering,
+            comm: threads,
+            states,
+        }
+    }
+
     #[inline]
     fn thread(&mut self, pid: u32, tid: u32) -> u32 {
         let c = self.thread_cache[tid as usize % THREAD_CACHE];
@@ -323,10 +337,21 @@ impl Aggregator {
     ) {
         let nodes = tables.nodes.len();
         let n = c.len();
-        // The reader checked that all columns have this length; slicing lets the compiler drop bounds checks.
-        let (deltas, pids, tids, comms) = (&c.time_delta_ns[..n], &c.pid[..n], &c.tid[..n], &c.comm[..n]);
-        let (gils, tss, pts, sts, leaves) =
-            (&c.gil[..n], &c.thread_state[..n], &c.pthread_id[..n], &c.status[..n], &c.stack[..n]);
+        // The reader decoded exactly the columns `Aggregator::columns` asked for, each with `n` entries; the
+        // others are empty and never indexed (the const parameters gate every use). Slicing lets the compiler
+        // drop bounds checks.
+        fn col<T>(v: &[T], on: bool, n: usize) -> &[T] {
+            if on {
+                &v[..n]
+            } else {
+                &v[..0]
+            }
+        }
+        let (pids, tids) = (col(&c.pid, THREADS || FILTERING, n), col(&c.tid, THREADS || FILTERING, n));
+        let comms = col(&c.comm, THREADS, n);
+        let deltas = col(&c.time_delta_ns, STATES || THREADS, n);
+        let (gils, tss, pts) = (col(&c.gil, STATES, n), col(&c.thread_state, STATES, n), col(&c.pthread_id, STATES, n));
+        let (sts, leaves) = (&c.status[..n], &c.stack[..n]);
         let chunk_no = self.chunk_no;
         self.chunk_no += 1;
         let mut all = Local::new();
@@ -350,7 +375,8 @@ impl Aggregator {
                 }
                 *mark = (chunk_no, comms[i]);
             }
-            let (gil, ts, pt, st, leaf) = (gils[i], tss[i], pts[i], sts[i], leaves[i]);
+            let (gil, ts, pt) = if STATES { (gils[i], tss[i], pts[i]) } else { (0, 0, 0) };
+            let (st, leaf) = (sts[i], leaves[i]);
             if FILTERING {
                 all.add(gil, ts, pt, st);
                 if !self.filter.matches(pids[i], tids[i], gil, ts, pt, st) {
@@ -419,6 +445,7 @@ impl Profile {
         let version = reader.version();
         let mut tables = Tables::default();
         let mut agg = Aggregator::new(options);
+        reader.set_columns(agg.columns());
         let notes = pyperf_format::scan(&mut reader, &mut tables, |tables, chunk| agg.add(tables, chunk))?;
         let mut warnings = Vec::new();
         if version.1 > pyperf_format::MINOR && version.0 == pyperf_format::MAJOR {
