@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use crate::error::ReportError;
 use crate::filter::Filter;
 use crate::profile::{LoadOptions, Profile};
-use crate::{flamegraph, folded, names, speedscope, text, PROGRAM};
+use crate::{flamegraph, folded, names, program, speedscope, text};
 
 /// Output format; at most one.
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
@@ -190,7 +190,7 @@ fn run_report(args: &ReportArgs) -> Result<(), ReportError> {
     {
         let mut stderr = io::stderr().lock();
         for w in &profile.warnings {
-            let _ = writeln!(stderr, "{PROGRAM}: warning: {}", names::escape_text(w));
+            let _ = writeln!(stderr, "{}: warning: {}", program(), names::escape_text(w));
         }
     }
     if args.output_format() == Format::Flamegraph && profile.matched.samples == 0 {

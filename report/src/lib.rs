@@ -38,4 +38,11 @@ pub use filter::Filter;
 pub use profile::{LoadOptions, Profile, StackCount, StateCounts, Thread, Timeline, ALL_THREADS};
 
 /// Name used in messages: `pyperf-report: warning: ...`.
-pub const PROGRAM: &str = "pyperf-report";
+pub fn program() -> String {
+    // `pyperf report` and `pyperf-report` share this code: name whichever the user ran.
+    std::env::args_os()
+        .next()
+        .and_then(|a| std::path::Path::new(&a).file_name().map(|f| f.to_string_lossy().into_owned()))
+        .filter(|n| n.starts_with("pyperf"))
+        .unwrap_or_else(|| "pyperf-report".to_string())
+}

@@ -18,7 +18,7 @@ fn main() -> ExitCode {
     match pyperf_report::run(&cli.report) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "{}: {e:#}", pyperf_report::PROGRAM);
+            let _ = writeln!(std::io::stderr(), "{}: {e:#}", pyperf_report::program());
             ExitCode::FAILURE
         }
     }
