@@ -209,7 +209,7 @@ import json, sys
 try:
     import jsonschema
 except ImportError:
-    sys.exit("python3 has no jsonschema module: install it (pip install jsonschema) to validate speedscope output")
+    sys.exit("python3 has no jsonschema module: install it (apt-get install python3-jsonschema, or scripts/setup) to validate speedscope output")
 schema = json.load(open(sys.argv[1]))
 validator = jsonschema.Draft7Validator(schema)
 bad = 0
@@ -220,7 +220,9 @@ for path in sys.argv[2:]:
 sys.exit(1 if bad else 0)
 "#;
     let out =
-        Command::new("python3").arg("-c").arg(script).arg(&schema).args(&files).output().unwrap_or_else(|e| {
+        // Debian's interpreter with Debian's python3-jsonschema, both installed by scripts/setup.
+        Command::new(std::env::var_os("PYPERF_SCHEMA_PYTHON").unwrap_or_else(|| "/usr/bin/python3".into()))
+            .arg("-c").arg(script).arg(&schema).args(&files).output().unwrap_or_else(|e| {
             panic!("cannot run python3 (needed with jsonschema to validate speedscope output): {e}")
         });
     assert!(
