@@ -161,7 +161,8 @@ pub struct Columns {
 impl Columns {
     pub const ALL: Columns = Columns { time: true, cpu: true, pid: true, tid: true, comm: true, states: true };
     /// Only what every reader gets: time base, status, stack.
-    pub const MINIMAL: Columns = Columns { time: false, cpu: false, pid: false, tid: false, comm: false, states: false };
+    pub const MINIMAL: Columns =
+        Columns { time: false, cpu: false, pid: false, tid: false, comm: false, states: false };
 }
 
 impl Default for Columns {
