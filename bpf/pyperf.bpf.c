@@ -61,6 +61,9 @@ struct task_struct___pyperf {
 
 /* Set by user space before load (frozen .rodata: the verifier sees constants). */
 const volatile __u64 wakeup_bytes = 0; /* force a wakeup when this much data is pending; 0 = always adaptive */
+/* Set by user space at run time (`pyperf record --bpf-stats`): account the time spent on each
+ * target sample in pyperf_counters.target_ns (one more clock read per target sample). */
+__u8 measure_cost = 0;
 
 /* Makes the shared enums appear in BTF, hence in the Rust skeleton's `types`. */
 struct pyperf_btf_anchor {
@@ -70,6 +73,7 @@ struct pyperf_btf_anchor {
 	enum pyperf_pthread_id pthread_id;
 	enum pyperf_instr_kind instr_kind;
 	enum pyperf_match_kind match_kind;
+	enum pyperf_gil_kind gil_kind;
 };
 const volatile struct pyperf_btf_anchor pyperf_btf_anchor = {};
 
@@ -270,7 +274,15 @@ static __always_inline __u8 thread_state_match(__u64 this_ts, __u64 global_ts)
 /*
  * Reads the GIL block (and with it, when user space could place it there,
  * the global current thread state; else that costs a read of its own).
- * Sets *global_ts (0 if unknown) and returns the gil_state.
+ * Sets *global_ts (0 if unknown or none) and returns the gil_state.
+ *
+ * Per version (see enum pyperf_gil_kind):
+ *  - 2.7 (GIL_KIND_LOCK_PTR): the GIL is the plain lock `interpreter_lock`,
+ *    created with the first thread; its holder is _PyThreadState_Current,
+ *    which PyEval_SaveThread clears before releasing the lock.
+ *  - 3.6 (statics gil_locked / gil_last_holder), 3.7-3.11 (_PyRuntime.ceval.gil),
+ *    3.12+ (interp->ceval.gil, per interpreter): struct _gil_runtime_state.
+ *  - 3.12+: global_ts is the GIL holder (see py_offsets.global_from_gil).
  */
 static __always_inline __u8 gil_state(const struct py_proc *proc,
 				      struct pyperf_scratch *s, __u64 this_ts,
@@ -280,6 +292,8 @@ static __always_inline __u8 gil_state(const struct py_proc *proc,
 	__s32 locked;
 
 	*global_ts = 0;
+	if (proc->off.gil_kind == GIL_KIND_NONE)
+		goto no_gil;
 	if (!gil && proc->off.interp_gil_ptr >= 0) {
 		/* 3.12+: per-interpreter pointer, interp = tstate->interp, or the
 		 * main interpreter for a thread without a thread state. */
@@ -293,21 +307,32 @@ static __always_inline __u8 gil_state(const struct py_proc *proc,
 			s->counters.read_errors++;
 			return GIL_STATE_ERROR;
 		}
+		if (!gil)
+			return GIL_STATE_UNINITIALIZED;
 	}
-	if (gil && read_user(s->gbuf, proc->off.gil_size, PYPERF_GIL_BUF, gil)) {
+	if (!gil || read_user(s->gbuf, proc->off.gil_size, PYPERF_GIL_BUF, gil)) {
 		s->counters.read_errors++;
 		gil = 0;
 	}
+no_gil:
 	if (proc->tstate_current_addr) {
 		if (gil && proc->off.gil_tstate_current >= 0)
 			*global_ts = get_u64(s->gbuf, proc->off.gil_tstate_current, PYPERF_GIL_BUF);
 		else if (read_ptr(proc->tstate_current_addr, global_ts))
 			s->counters.read_errors++;
 	}
-	if (!gil)
-		return proc->gil_addr || proc->off.interp_gil_ptr >= 0 ? GIL_STATE_ERROR : GIL_STATE_NO_INFO;
-	if (proc->off.gil_locked < 0 || (proc->off.gil_last_holder < 0 && !proc->gil_holder_addr))
+	if (proc->off.gil_kind == GIL_KIND_NONE)
 		return GIL_STATE_NO_INFO;
+	if (!gil)
+		return GIL_STATE_ERROR;
+	if (proc->off.gil_kind == GIL_KIND_LOCK_PTR) {
+		/* 2.7: no lock yet = single-threaded so far, like 3.6's locked == -1. */
+		if (!get_u64(s->gbuf, proc->off.gil_locked, PYPERF_GIL_BUF))
+			return GIL_STATE_UNINITIALIZED;
+		if (!*global_ts)
+			return GIL_STATE_NOT_LOCKED;
+		return *global_ts == this_ts ? GIL_STATE_THIS_THREAD : GIL_STATE_GLOBAL_CURRENT_THREAD;
+	}
 	locked = get_s32(s->gbuf, proc->off.gil_locked, PYPERF_GIL_BUF);
 	switch (locked) {
 	case -1:
@@ -323,6 +348,8 @@ static __always_inline __u8 gil_state(const struct py_proc *proc,
 		} else {
 			holder = get_u64(s->gbuf, proc->off.gil_last_holder, PYPERF_GIL_BUF);
 		}
+		if (proc->off.global_from_gil)
+			*global_ts = holder;
 		if (!holder)
 			return GIL_STATE_NULL;
 		if (holder == this_ts)
@@ -359,6 +386,7 @@ struct frame_walk {
 	__u64 cur;
 	__u64 last_code;  /* checksum of the previous frame's code object, reused */
 	__u32 last_check; /* for recursion (same code object): one read less per frame */
+	__s32 last_argcount;
 	__u32 n;
 	__u8 status;
 };
@@ -384,6 +412,8 @@ static long frame_walk_step(__u32 i, void *arg)
 	    get_u8(s->fbuf, proc->off.frame_owner, PYPERF_FRAME_BUF) == proc->off.owner_cstack)
 		return 0; /* shim / entry frame owned by the C stack: not Python code */
 	code = get_u64(s->fbuf, proc->off.frame_code, PYPERF_FRAME_BUF) & proc->code_mask;
+	if (proc->skip_code && code == proc->skip_code)
+		return 0; /* 3.13+: f_executable == Py_None, a C-stack entry frame */
 	if (!code) {
 		w->status = STACK_STATUS_ERROR;
 		return 1;
@@ -405,18 +435,36 @@ static long frame_walk_step(__u32 i, void *arg)
 		f->check = w->last_check;
 	} else {
 		f->check = 0;
+		w->last_argcount = 0;
 		if (proc->off.code_span >= 0) {
 			if (read_user(s->cbuf, proc->off.code_span_len, PYPERF_CODE_BUF,
-				      code + proc->off.code_span))
+				      code + proc->off.code_span)) {
 				s->counters.read_errors++;
-			else
+			} else {
 				f->check = pyperf_code_check(
 					(__u32)get_s32(s->cbuf, proc->off.check_firstlineno, PYPERF_CODE_BUF),
 					get_u64(s->cbuf, proc->off.check_filename, PYPERF_CODE_BUF),
 					get_u64(s->cbuf, proc->off.check_name, PYPERF_CODE_BUF));
+				if (proc->off.check_argcount >= 0)
+					w->last_argcount = get_s32(s->cbuf, proc->off.check_argcount,
+								   PYPERF_CODE_BUF);
+			}
 		}
 		w->last_code = code;
 		w->last_check = f->check;
+	}
+	/* <= 3.10: the first argument and its type, for the self/cls heuristic
+	 * (see struct pyperf_frame). One read, only for frames with arguments. */
+	f->first_local = 0;
+	f->first_local_type = 0;
+	if (proc->off.frame_localsplus >= 0 && w->last_argcount > 0) {
+		__u64 obj = get_u64(s->fbuf, proc->off.frame_localsplus, PYPERF_FRAME_BUF);
+		__u64 type = 0;
+
+		if (obj && !read_ptr(obj + proc->off.object_type, &type) && type) {
+			f->first_local = obj;
+			f->first_local_type = type;
+		}
 	}
 	w->n = n + 1;
 	return 0;
@@ -463,7 +511,7 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 	ts = find_tstate(proc, s, pid_tgid, fsbase);
 
 	h->gil_state = gil_state(proc, s, ts, &global_ts);
-	h->thread_state_match = proc->tstate_current_addr ?
+	h->thread_state_match = proc->tstate_current_addr || proc->off.global_from_gil ?
 		thread_state_match(ts, global_ts) : THREAD_STATE_UNKNOWN;
 	h->pthread_id_match = pthread_id_match(proc, s, ts, fsbase);
 
@@ -511,5 +559,7 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 		s->counters.rb_full++;
 	else
 		s->counters.events++;
+	if (measure_cost)
+		s->counters.target_ns += bpf_ktime_get_ns() - h->ktime;
 	return 0;
 }

@@ -27,8 +27,8 @@
  * bpf_probe_read_user each (user space computes the exact size it needs,
  * which must not exceed these). */
 #define PYPERF_TSTATE_BUF 256
-#define PYPERF_FRAME_BUF 256
-#define PYPERF_GIL_BUF 256
+#define PYPERF_FRAME_BUF 384 /* <= 3.10: up to f_localsplus[0] (2.7/3.6: 376 + 8) */
+#define PYPERF_GIL_BUF 512 /* 2.7: interpreter_lock and _PyThreadState_Current, 440 bytes apart, in one read */
 #define PYPERF_CODE_BUF 128
 /* Longest a sample waits in the ring buffer before user space is woken.
  * Short, because user space reads each new code object from the target after
@@ -81,6 +81,14 @@ enum pyperf_instr_kind {
 	INSTR_PTR_MINUS_CODE = 2, /* pointer at frame_instr minus the code object's address (3.11+) */
 };
 
+/* What the GIL block at py_proc.gil_addr holds (py_offsets.gil_kind). */
+enum pyperf_gil_kind {
+	GIL_KIND_NONE = 0,   /* no GIL information: gil_state NO_INFO */
+	GIL_KIND_STRUCT = 1, /* int locked (-1 = not created yet) + PyThreadState *last_holder (3.6+) */
+	GIL_KIND_LOCK_PTR = 2, /* 2.7: the lock pointer `interpreter_lock` (NULL = GIL not created yet); the
+	                        * holder is the global current thread (_PyThreadState_Current), NULL = released */
+};
+
 /* How the sampled thread's PyThreadState is recognised (py_offsets.match_kind). */
 enum pyperf_match_kind {
 	MATCH_NATIVE_TID = 0, /* tstate->native_thread_id == kernel tid (3.11+) */
@@ -131,6 +139,20 @@ struct py_offsets {
 	__u8 instr_kind;            /* enum pyperf_instr_kind */
 	__u8 match_kind;            /* enum pyperf_match_kind */
 	__s16 owner_cstack;         /* owner value of frames owned by the C stack, skipped (3.12+: 3), -1 none */
+	/* First-local probe (<= 3.10 only, for the self/cls class-name heuristic; -1 on 3.11+,
+	 * which has co_qualname and pays nothing for this): PyFrameObject.f_localsplus, read
+	 * within the frame block; PyObject.ob_type; co_argcount relative to code_span (inside
+	 * the check read). See struct pyperf_frame.first_local. */
+	__s16 frame_localsplus;
+	__s16 object_type;
+	__s16 check_argcount;
+	__u8 gil_kind;              /* enum pyperf_gil_kind */
+	/* 3.12+: no global "current thread state" exists any more (_Py_tss_tstate is a C
+	 * thread-local). The GIL holder stands in for it: global current thread =
+	 * gil.locked == 1 ? gil.last_holder : NULL, which is what 3.7-3.11's
+	 * gilstate.tstate_current holds (set after taking the GIL, cleared before dropping
+	 * it). 0 = use tstate_current_addr (or nothing). */
+	__u8 global_from_gil;
 };
 
 /* Value of the `procs` map (key: tgid), filled by user space. Addresses have
@@ -144,6 +166,8 @@ struct py_proc {
 	__u64 gil_holder_addr;     /* pre-3.7: address of the static gil_last_holder when it is not in the
 	                            * GIL block (read separately), else 0 */
 	__u64 code_mask;           /* mask applied to the code pointer read from a frame (tagged refs), ~0 normally */
+	__u64 skip_code;           /* frames whose (masked) code pointer equals this are skipped: &_Py_NoneStruct
+	                            * on 3.13+ (C-stack entry frames hold Py_None in f_executable), 0 = none */
 	__u8 major;
 	__u8 minor;
 	__u8 micro;
@@ -157,6 +181,23 @@ struct pyperf_frame {
 	__u64 code;  /* PyCodeObject address */
 	__u32 instr; /* raw instruction position (see enum pyperf_instr_kind) */
 	__u32 check; /* pyperf_code_check() of the code object, to detect freed-and-reused addresses */
+	/* <= 3.10 only (0 on 3.11+, which has co_qualname): the frame's first local
+	 * variable, read at sample time, for the self/cls class-name heuristic.
+	 * Filled when the code object has co_argcount >= 1 (so localsplus[0] is the
+	 * first argument, not value-stack garbage) and the slot is not NULL (a `del`ed
+	 * argument, or one moved into a cell, reads as NULL: both fields 0).
+	 *   first_local      = f_localsplus[0], the object (e.g. the instance bound to
+	 *                      `self`, or the class bound to `cls`). User space must NOT
+	 *                      dereference it unless first_local_type shows it is a class
+	 *                      (a type object: long-lived), never an instance, which may
+	 *                      be freed and reused by the time user space reads.
+	 *   first_local_type = Py_TYPE(first_local), read at sample time: a type object.
+	 * Use: co_varnames[0] == "self" -> class name = first_local_type->tp_name;
+	 *      co_varnames[0] == "cls" and first_local_type is a metatype (== &PyType_Type,
+	 *      or its tp_flags has Py_TPFLAGS_TYPE_SUBCLASS) -> class name =
+	 *      ((PyTypeObject *)first_local)->tp_name. */
+	__u64 first_local;
+	__u64 first_local_type;
 };
 
 /* Fixed part of a ring buffer record; `nframes` pyperf_frame follow it. */
@@ -189,6 +230,7 @@ struct pyperf_counters {
 	__u64 thread_walk_bound; /* thread-list walks that hit PYPERF_MAX_THREADS */
 	__u64 thread_walks;      /* thread-state cache misses (list walked) */
 	__u64 idle;              /* events with stack_status IDLE */
+	__u64 target_ns;         /* time spent on samples of target processes, when measure_cost is set */
 };
 
 /* Per-CPU scratch (one slot per CPU of the `scratch` array): too big for the

@@ -50,8 +50,15 @@ unsafe impl plain::Plain for types::pyperf_event_header {}
 unsafe impl plain::Plain for types::pyperf_frame {}
 unsafe impl plain::Plain for types::pyperf_counters {}
 
-/// One Python frame of a sample, leaf first: `{code object address, raw instruction position,
-/// checksum word of the code object}` (the `struct pyperf_frame` of bpf/pyperf.h).
+/// One Python frame of a sample, leaf first (the `struct pyperf_frame` of bpf/pyperf.h):
+/// - `code`: the code object's address; `instr`: raw instruction position; `check`: check word
+///   of the code object (see `symbolize::code_check`);
+/// - `first_local`, `first_local_type` (Python <= 3.10 only, 0 on 3.11+ which has `co_qualname`):
+///   the frame's first argument `f_localsplus[0]` and its type `Py_TYPE(f_localsplus[0])`, read
+///   at sample time, for the self/cls class-name heuristic. Both 0 when the code object takes no
+///   positional argument or the slot is NULL. `first_local_type` is a type object; `first_local`
+///   may be an instance that is freed by the time user space looks: dereference it only once
+///   `first_local_type` shows it is a class (`== &PyType_Type`, or a metatype), i.e. for `cls`.
 pub type RawFrame = types::pyperf_frame;
 
 /// Deepest stack the BPF program records (`PYPERF_MAX_FRAMES`); deeper stacks keep the
@@ -178,6 +185,10 @@ pub struct Counters {
     pub thread_walks: u64,
     /// Events without Python frames (status IDLE).
     pub idle: u64,
+    /// Nanoseconds the BPF program spent on samples of target processes (from the first clock read of
+    /// a target sample to the end; 0 unless [`Sampler::enable_bpf_stats`]): `target_ns / samples` is the
+    /// per-sample cost of the walk, free of the cheap runs for other processes.
+    pub target_ns: u64,
     /// Ring buffer records user space could not parse.
     pub malformed: u64,
 }
@@ -194,6 +205,7 @@ impl Counters {
             ("bpf_thread_walk_bound", self.thread_walk_bound),
             ("bpf_thread_walks", self.thread_walks),
             ("bpf_idle", self.idle),
+            ("bpf_target_ns", self.target_ns),
             ("malformed_records", self.malformed),
         ]
         .into_iter()
@@ -493,6 +505,7 @@ impl Sampler {
             c.thread_walk_bound += pc.thread_walk_bound;
             c.thread_walks += pc.thread_walks;
             c.idle += pc.idle;
+            c.target_ns += pc.target_ns;
         }
         c
     }
@@ -514,6 +527,10 @@ impl Sampler {
         }
         // SAFETY: fresh fd owned by us.
         self.inner.stats_fd = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+        // And the program's own accounting of target samples (Counters::target_ns).
+        if let Some(bss) = self.inner.skel.maps.bss_data.as_deref_mut() {
+            bss.measure_cost = 1;
+        }
         Ok(())
     }
 
@@ -620,8 +637,8 @@ fn open_perf_event(event: SampleEvent, rate: Rate, cpu: u32) -> Result<OwnedFd, 
 // ---- process configuration ----------------------------------------------------------------------
 
 const TSTATE_BUF: i32 = 256; // PYPERF_TSTATE_BUF
-const FRAME_BUF: i32 = 256; // PYPERF_FRAME_BUF
-const GIL_BUF: i32 = 256; // PYPERF_GIL_BUF
+const FRAME_BUF: i32 = 384; // PYPERF_FRAME_BUF
+const GIL_BUF: i32 = 512; // PYPERF_GIL_BUF
 const CODE_BUF: i32 = 128; // PYPERF_CODE_BUF
 const _: () = {
     let s = std::mem::size_of::<types::pyperf_scratch>();
@@ -654,8 +671,17 @@ pub fn py_proc_config(p: &PythonProcess) -> Result<types::py_proc, BpfError> {
     let mut gil_addr = 0u64;
     let mut gil_holder_addr = 0u64;
     let (mut gil_locked, mut gil_last_holder) = (l.gil_locked, l.gil_last_holder);
+    let mut gil_kind = types::pyperf_gil_kind::GIL_KIND_STRUCT.0;
+    let mut gil_locked_width = 4;
     if let (Some(locked), true) = (at(rt, l.runtime_gil_locked), l.gil_locked >= 0) {
         gil_addr = locked - l.gil_locked as u64;
+    } else if let (Some(lock), Some(_), true) = (p.addrs.interpreter_lock, p.addrs.tstate_current, p.version.0 == 2) {
+        // 2.7: the lock pointer says whether the GIL exists; _PyThreadState_Current is its holder.
+        gil_kind = types::pyperf_gil_kind::GIL_KIND_LOCK_PTR.0;
+        gil_addr = lock;
+        gil_locked = 0;
+        gil_locked_width = 8;
+        gil_last_holder = -1;
     } else if let (Some(a), Some(b)) = (p.addrs.gil_locked, p.addrs.gil_last_holder) {
         // Pre-3.7 statics: one block when they sit close together, else two reads.
         let base = a.min(b);
@@ -672,16 +698,23 @@ pub fn py_proc_config(p: &PythonProcess) -> Result<types::py_proc, BpfError> {
     }
     let interp_gil_ptr = if gil_addr == 0 { l.interp_gil_ptr } else { -1 };
     if gil_addr == 0 && interp_gil_ptr < 0 {
+        // No GIL to look at (e.g. 2.7 or 3.6 without the static symbols): NO_INFO.
+        gil_kind = types::pyperf_gil_kind::GIL_KIND_NONE.0;
         gil_locked = -1;
         gil_last_holder = -1;
     }
+    // 3.12+: the GIL holder stands in for the global current thread state (see pyperf.h).
+    let global_from_gil = u8::from(tstate_current_addr == 0 && interp_gil_ptr >= 0);
     // Fold the global current thread state into the same block read when it is near.
     let mut gil_tstate_current = -1;
     if gil_addr != 0 && tstate_current_addr != 0 {
         let base = gil_addr.min(tstate_current_addr);
         let shift = (gil_addr - base) as i32;
         let ts_off = (tstate_current_addr - base) as i32;
-        let last = [gil_locked + shift + 4, gil_last_holder + shift + 8, ts_off + 8].into_iter().max().unwrap_or(0);
+        let last = [gil_locked + shift + gil_locked_width, gil_last_holder + shift + 8, ts_off + 8]
+            .into_iter()
+            .max()
+            .unwrap_or(0);
         if last <= GIL_BUF {
             gil_addr = base;
             gil_locked += shift;
@@ -716,6 +749,9 @@ pub fn py_proc_config(p: &PythonProcess) -> Result<types::py_proc, BpfError> {
         types::pyperf_match_kind::MATCH_PTHREAD.0
     };
     let owner_cstack = if l.frame_owner >= 0 { l.frame_owned_by_cstack } else { -1 };
+    // <= 3.10 (no co_qualname): report each frame's first argument and its type.
+    let first_local = l.code_qualname < 0 && l.frame_localsplus >= 0 && l.code_argcount >= 0 && l.object_type >= 0;
+    let frame_localsplus = if first_local { l.frame_localsplus } else { -1 };
 
     // Bytes to read per block: up to the end of the last field used.
     let end = |fields: &[(i32, i32)]| fields.iter().filter(|(o, _)| *o >= 0).map(|(o, w)| o + w).max().unwrap_or(0);
@@ -732,17 +768,26 @@ pub fn py_proc_config(p: &PythonProcess) -> Result<types::py_proc, BpfError> {
         (l.frame_code, 8),
         (frame_instr, if instr_kind == 1 { 4 } else { 8 }),
         (l.frame_owner, 1),
+        (frame_localsplus, 8),
     ]);
-    let gil_size =
-        if gil_locked >= 0 { end(&[(gil_locked, 4), (gil_last_holder, 8), (gil_tstate_current, 8)]) } else { 0 };
+    let gil_size = if gil_locked >= 0 {
+        end(&[(gil_locked, gil_locked_width), (gil_last_holder, 8), (gil_tstate_current, 8)])
+    } else {
+        0
+    };
     if tstate_size > TSTATE_BUF || frame_size > FRAME_BUF || gil_size > GIL_BUF {
         return Err(unsupported(format!(
             "struct fields beyond the BPF read buffers (thread state {tstate_size}, frame {frame_size}, gil {gil_size} bytes)"
         )));
     }
-    // The check word's span: co_firstlineno, co_filename and co_name in one read (see pyperf.h).
-    let span_start = l.code_firstlineno.min(l.code_filename).min(l.code_name);
-    let span_end = (l.code_firstlineno + 4).max(l.code_filename + 8).max(l.code_name + 8);
+    // The check word's span: co_firstlineno, co_filename and co_name in one read (see pyperf.h),
+    // and co_argcount where the first-local probe needs it.
+    let mut span_start = l.code_firstlineno.min(l.code_filename).min(l.code_name);
+    let mut span_end = (l.code_firstlineno + 4).max(l.code_filename + 8).max(l.code_name + 8);
+    if first_local {
+        span_start = span_start.min(l.code_argcount);
+        span_end = span_end.max(l.code_argcount + 4);
+    }
     let span = (span_start, (span_end - span_start) as u16);
     if span_start < 0 || span.1 as i32 > CODE_BUF {
         return Err(unsupported(format!("code object check span of {} bytes", span.1)));
@@ -756,7 +801,10 @@ pub fn py_proc_config(p: &PythonProcess) -> Result<types::py_proc, BpfError> {
         tstate_current_addr,
         gil_addr,
         gil_holder_addr,
-        code_mask: u64::MAX,
+        // After 3.13 f_executable is a tagged stack reference (low bits are flags): objects are
+        // at least 8-aligned, so masking the low 3 bits is exact for every version.
+        code_mask: if (p.version.0, p.version.1) > (3, 13) { !7 } else { u64::MAX },
+        skip_code: p.addrs.none.filter(|_| p.version >= (3, 13, 0)).unwrap_or(0),
         major: p.version.0,
         minor: p.version.1,
         micro: p.version.2,
@@ -789,6 +837,11 @@ pub fn py_proc_config(p: &PythonProcess) -> Result<types::py_proc, BpfError> {
             instr_kind: instr_kind as u8,
             match_kind: match_kind as u8,
             owner_cstack: s16(owner_cstack)?,
+            frame_localsplus: s16(frame_localsplus)?,
+            object_type: s16(if first_local { l.object_type } else { -1 })?,
+            check_argcount: s16(if first_local { l.code_argcount - span.0 } else { -1 })?,
+            gil_kind: gil_kind as u8,
+            global_from_gil,
         },
         _pad2: [0; 4],
     })
@@ -813,10 +866,86 @@ mod tests {
         assert_eq!(ring_size(1 << 20), 1 << 20);
     }
 
+    fn fake(version: (u8, u8, u8), layout: &'static Layout) -> PythonProcess {
+        let addrs = if version >= (3, 7, 0) {
+            crate::process::PythonAddrs { runtime: Some(0x10000), none: Some(0x5000), ..Default::default() }
+        } else {
+            crate::process::PythonAddrs {
+                interp_head: Some(0x20000),
+                tstate_current: Some(0x20100),
+                interpreter_lock: Some(0x20040),
+                gil_locked: (version.0 == 3).then_some(0x30000),
+                gil_last_holder: (version.0 == 3).then_some(0x40000),
+                ..Default::default()
+            }
+        };
+        PythonProcess {
+            pid: 1,
+            version,
+            interpreter: "/x".into(),
+            executable: "/x".into(),
+            build_id: None,
+            cmdline: Vec::new(),
+            load_bias: 0,
+            addrs,
+            layout,
+        }
+    }
+
+    /// What each version's configuration asks of the BPF walker.
+    #[test]
+    fn per_version_configuration() {
+        use types::pyperf_gil_kind as K;
+        for &(major, minor) in crate::layouts::SUPPORTED {
+            let l = crate::layouts::layout_for(major, minor).unwrap();
+            let p = fake((major, minor, 0), l);
+            let c = py_proc_config(&p).unwrap_or_else(|e| panic!("{major}.{minor}: {e}"));
+            let o = c.off;
+            let v = (major, minor);
+            // GIL: 2.7 from the lock pointer + current thread, else struct _gil_runtime_state.
+            let kind = if v == (2, 7) { K::GIL_KIND_LOCK_PTR.0 } else { K::GIL_KIND_STRUCT.0 };
+            assert_eq!(o.gil_kind as u32, kind, "{v:?}");
+            // Global current thread: the GIL holder on 3.12+, a global before.
+            assert_eq!(o.global_from_gil == 1, v >= (3, 12), "{v:?}");
+            assert_eq!(c.tstate_current_addr != 0, v < (3, 12), "{v:?}");
+            // The first-local probe: <= 3.10 only; 3.11+ read nothing more per frame.
+            assert_eq!(o.frame_localsplus >= 0, v <= (3, 10), "{v:?}");
+            assert_eq!(o.check_argcount >= 0, v <= (3, 10), "{v:?}");
+            if v >= (3, 11) {
+                assert!(o.frame_size <= 128, "{v:?}: frame block {}", o.frame_size);
+            }
+            assert!(o.frame_size as i32 <= FRAME_BUF && o.tstate_size as i32 <= TSTATE_BUF, "{v:?}");
+            assert!(o.gil_size as i32 <= GIL_BUF && o.code_span_len as i32 <= CODE_BUF, "{v:?}");
+            // Entry frames: owner == C stack (3.12+), f_executable == None (3.13+).
+            assert_eq!(o.owner_cstack >= 0, v >= (3, 12), "{v:?}");
+            assert_eq!(c.skip_code != 0, v >= (3, 13), "{v:?}");
+            assert_eq!(c.code_mask, u64::MAX, "{v:?}");
+        }
+        // 2.7 without the static interpreter_lock (stripped): no GIL information, still sampled.
+        let mut p = fake((2, 7, 18), crate::layouts::layout_for(2, 7).unwrap());
+        p.addrs.interpreter_lock = None;
+        let c = py_proc_config(&p).unwrap();
+        assert_eq!(c.off.gil_kind as u32, K::GIL_KIND_NONE.0);
+        assert!(c.tstate_current_addr != 0);
+    }
+
+    /// A 3.14 layout (as built from _Py_DebugOffsets) configures like 3.13, with tagged
+    /// f_executable references masked.
+    #[test]
+    fn newer_version_configuration() {
+        let l13 = crate::layouts::layout_for(3, 13).unwrap();
+        let l14: &'static Layout = Box::leak(Box::new(Layout { version: (3, 14), runtime_autotss_key: -1, ..*l13 }));
+        let c13 = py_proc_config(&fake((3, 13, 0), l13)).unwrap();
+        let c14 = py_proc_config(&fake((3, 14, 0), l14)).unwrap();
+        assert_eq!(c14.code_mask, !7);
+        assert_eq!(c14.skip_code, 0x5000);
+        assert_eq!(format!("{:?}", c14.off), format!("{:?}", c13.off));
+    }
+
     #[test]
     fn shared_struct_sizes() {
         assert_eq!(std::mem::size_of::<types::pyperf_event_header>(), 48);
-        assert_eq!(std::mem::size_of::<RawFrame>(), 16);
-        assert_eq!(std::mem::size_of::<types::py_proc>(), 104);
+        assert_eq!(std::mem::size_of::<RawFrame>(), 32);
+        assert_eq!(std::mem::size_of::<types::py_proc>(), 120);
     }
 }

@@ -376,6 +376,118 @@ static LAYOUTS: [Layout; 9] =
     [column(0), column(1), column(2), column(3), column(4), column(5), column(6), column(7), column(8)];
 const _: () = assert!(LAYOUTS.len() == SUPPORTED.len());
 
+/// `_Py_DebugOffsets` (3.13+): the struct CPython places at the very start of `_PyRuntime` so
+/// that out-of-process tools can find its internals without DWARF. Each member is a `uint64_t`
+/// holding an offset (or a size) of the running interpreter's own build.
+///
+/// This module says where pyperf finds, inside that struct, the values it needs: the byte
+/// positions of the struct layout of CPython 3.13 (`DEBUG_OFFSETS_FIRST`), each checked by the
+/// tests against the DWARF of the pyenv 3.13 interpreter (`debug_offsets_positions_match_dwarf`).
+/// A 3.13 interpreter's values are cross-checked against the `layouts!` table; a later 3.x is
+/// read with these positions only if the sanity checks of `process::layout_from_debug_offsets`
+/// hold (ABI-stable sentinels, every offset inside its struct's size), so that a moved struct
+/// layout is refused instead of producing garbage stacks.
+pub mod debug_offsets {
+    /// `cookie[8]` at position 0.
+    pub const COOKIE: &[u8; 8] = b"xdebugpy";
+    /// The first CPython version that has `_Py_DebugOffsets` (and whose layout the positions below are).
+    pub const DEBUG_OFFSETS_FIRST: (u8, u8) = (3, 13);
+    /// `uint64_t version` (`PY_VERSION_HEX`).
+    pub const VERSION: i32 = 8;
+    /// `uint64_t free_threaded` (1 on `Py_GIL_DISABLED` builds).
+    pub const FREE_THREADED: i32 = 16;
+    /// `sizeof(_Py_DebugOffsets)` of 3.13: bytes to read.
+    pub const SIZE: i32 = 584;
+
+    /// `(Layout field, member of _Py_DebugOffsets, byte position of that member)`: the u64 at
+    /// the position is the value of the [`super::Layout`] field.
+    pub const FIELDS: &[(&str, &str, i32)] = &[
+        ("runtime_interpreters_head", "runtime_state.interpreters_head", 40),
+        ("interp_next", "interpreter_state.next", 64),
+        ("interp_tstate_head", "interpreter_state.threads_head", 72),
+        ("interp_gil_ptr", "interpreter_state.ceval_gil", 112),
+        ("tstate_next", "thread_state.next", 168),
+        ("tstate_interp", "thread_state.interp", 176),
+        ("tstate_current_frame", "thread_state.current_frame", 184),
+        ("tstate_thread_id", "thread_state.thread_id", 192),
+        ("tstate_native_thread_id", "thread_state.native_thread_id", 200),
+        ("frame_back", "interpreter_frame.previous", 232),
+        ("frame_code", "interpreter_frame.executable", 240),
+        ("frame_instr", "interpreter_frame.instr_ptr", 248),
+        ("frame_localsplus", "interpreter_frame.localsplus", 256),
+        ("frame_owner", "interpreter_frame.owner", 264),
+        ("code_size", "code_object.size", 272),
+        ("code_filename", "code_object.filename", 280),
+        ("code_name", "code_object.name", 288),
+        ("code_qualname", "code_object.qualname", 296),
+        ("code_linetable", "code_object.linetable", 304),
+        ("code_firstlineno", "code_object.firstlineno", 312),
+        ("code_argcount", "code_object.argcount", 320),
+        ("code_varnames", "code_object.localsplusnames", 328),
+        ("code_code", "code_object.co_code_adaptive", 344),
+        ("object_type", "pyobject.ob_type", 360),
+        ("type_name", "type_object.tp_name", 376),
+        ("tuple_item", "tuple_object.ob_item", 408),
+        ("bytes_size", "bytes_object.ob_size", 520),
+        ("bytes_data", "bytes_object.ob_sval", 528),
+        ("unicode_state", "unicode_object.state", 544),
+        ("unicode_length", "unicode_object.length", 552),
+        ("ascii_data", "unicode_object.asciiobject_size", 560),
+    ];
+
+    /// `interpreter_state.gil_runtime_state`: offset of the interpreter's own
+    /// `struct _gil_runtime_state _gil`; `gil_locked` / `gil_last_holder` are
+    /// `GIL_LOCKED` / `GIL_HOLDER` values minus this one.
+    pub const GIL_STATE: (&str, i32) = ("interpreter_state.gil_runtime_state", 120);
+    /// `interpreter_state.gil_runtime_state_locked` (offset of `_gil.locked` in the interpreter).
+    pub const GIL_LOCKED: (&str, i32) = ("interpreter_state.gil_runtime_state_locked", 136);
+    /// `interpreter_state.gil_runtime_state_holder` (offset of `_gil.last_holder` in the interpreter).
+    pub const GIL_HOLDER: (&str, i32) = ("interpreter_state.gil_runtime_state_holder", 144);
+
+    /// `(size member, position, Layout fields that are offsets inside that struct)`: each
+    /// such offset plus its read width must not exceed the size (sanity check of a layout read
+    /// from an interpreter newer than the table).
+    pub const SIZES: &[(&str, i32, &[&str])] = &[
+        ("runtime_state.size", 24, &["runtime_interpreters_head"]),
+        ("interpreter_state.size", 48, &["interp_next", "interp_tstate_head", "interp_gil_ptr"]),
+        (
+            "thread_state.size",
+            152,
+            &["tstate_next", "tstate_interp", "tstate_current_frame", "tstate_thread_id", "tstate_native_thread_id"],
+        ),
+        (
+            "interpreter_frame.size",
+            224,
+            &["frame_back", "frame_code", "frame_instr", "frame_localsplus", "frame_owner"],
+        ),
+        (
+            "code_object.size",
+            272,
+            &[
+                "code_filename",
+                "code_name",
+                "code_qualname",
+                "code_linetable",
+                "code_firstlineno",
+                "code_argcount",
+                "code_varnames",
+            ],
+        ),
+        ("pyobject.size", 352, &["object_type"]),
+        ("type_object.size", 368, &["type_name"]),
+        ("tuple_object.size", 400, &["tuple_item"]),
+        ("bytes_object.size", 512, &["bytes_size"]),
+        ("unicode_object.size", 536, &["unicode_state", "unicode_length"]),
+    ];
+
+    /// Layout fields whose value is part of the stable object ABI of every CPython 3.x GIL
+    /// build on x86-64 (PyObject header, PyVarObject, tp_name, tuple and bytes data): a
+    /// debug-offsets block read with the wrong positions is caught by these (the expected
+    /// value is the newest compiled-in table's).
+    pub const SENTINELS: &[&str] =
+        &["object_type", "type_name", "tuple_item", "bytes_size", "bytes_data", "unicode_length"];
+}
+
 #[cfg(test)]
 mod tests {
     //! Checks every [`Layout`] entry against the DWARF of the matching pyenv interpreter: one gdb
@@ -937,5 +1049,60 @@ print("@@\tEND")
         assert_eq!(version_from_hex(0x030D00F0), (3, 13, 0));
         assert_eq!(version_from_hex(0x030E00A1), (3, 14, 0)); // 3.14.0a1
         assert_eq!(version_from_hex(0x030A0DF0), (3, 10, 13));
+    }
+
+    /// `debug_offsets` positions against the DWARF of every installed 3.13+ interpreter (the
+    /// struct layout of `_Py_DebugOffsets`), and its field mapping against `DEBUG_OFFSETS` above
+    /// (which checks the values against the table).
+    #[test]
+    fn debug_offsets_positions_match_dwarf() {
+        use super::debug_offsets as d;
+        let root = pyenv_root();
+        let installs = find_installs(&root, d::DEBUG_OFFSETS_FIRST).unwrap_or_else(|e| panic!("{e}"));
+        let mut probes: Vec<(String, i32)> = vec![
+            ("off|struct _Py_DebugOffsets|cookie".to_string(), 0),
+            ("off|struct _Py_DebugOffsets|version".to_string(), d::VERSION),
+            ("off|struct _Py_DebugOffsets|free_threaded".to_string(), d::FREE_THREADED),
+            ("size|struct _Py_DebugOffsets".to_string(), d::SIZE),
+        ];
+        for (_, member, pos) in d::FIELDS.iter().chain([&("", d::GIL_STATE.0, d::GIL_STATE.1)]) {
+            probes.push((format!("off|struct _Py_DebugOffsets|{member}"), *pos));
+        }
+        for (member, pos) in [d::GIL_LOCKED, d::GIL_HOLDER] {
+            probes.push((format!("off|struct _Py_DebugOffsets|{member}"), pos));
+        }
+        for (member, pos, _) in d::SIZES {
+            probes.push((format!("off|struct _Py_DebugOffsets|{member}"), *pos));
+        }
+        let exprs: Vec<&str> = probes.iter().map(|p| p.0.as_str()).collect();
+        let mut errors = Vec::new();
+        for install in &installs {
+            let evals = run_gdb(install, &exprs).unwrap_or_else(|e| panic!("{e}"));
+            for ((expr, want), got) in probes.iter().zip(evals) {
+                if got != Ok(i64::from(*want)) {
+                    errors.push(format!("{}: `{expr}` is {got:?}, debug_offsets says {want}", install.name));
+                }
+            }
+        }
+        // Same member for the same field as the value check above.
+        for (field, member, _) in d::FIELDS {
+            if let Some((_, m)) = DEBUG_OFFSETS.iter().find(|(f, _)| f == field) {
+                if m != member {
+                    errors.push(format!("{field}: debug_offsets reads {member}, DEBUG_OFFSETS checks {m}"));
+                }
+            }
+            assert!(LAYOUTS[0].fields().iter().any(|(n, _)| n == field), "unknown field {field}");
+        }
+        for (_, _, fields) in d::SIZES {
+            for f in *fields {
+                assert!(d::FIELDS.iter().any(|(n, _, _)| n == f), "{f} is not read from the debug offsets");
+            }
+        }
+        for f in d::SENTINELS {
+            assert!(d::FIELDS.iter().any(|(n, _, _)| n == f), "{f} is not read from the debug offsets");
+        }
+        let names: Vec<&str> = installs.iter().map(|i| i.name.as_str()).collect();
+        eprintln!("checked _Py_DebugOffsets positions against DWARF of: {}", names.join(" "));
+        assert!(errors.is_empty(), "{}", errors.join("\n"));
     }
 }

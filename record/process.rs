@@ -7,6 +7,13 @@
 //! interpreter version from the binary itself (the `Py_Version` constant on 3.11+, else the
 //! `PY_VERSION` string that `Py_GetVersion` formats), never from the file name.
 //!
+//! Which layout (struct offsets) is used: the compiled-in table of [`crate::layouts`] for 2.7 and
+//! 3.6-3.12. From 3.13 on, the interpreter's own `_Py_DebugOffsets` (the start of `_PyRuntime`,
+//! read from the binary's initialised data) is the source: on 3.13 it must agree with the table
+//! (else the process is refused), and a later 3.x is profiled from it alone when it passes the
+//! sanity checks of [`layout_from_debug_offsets`]. Free-threaded (`Py_GIL_DISABLED`), debug
+//! (`Py_DEBUG`) builds, versions before 2.7 / 3.6 and PyPy are refused with one clear line.
+//!
 //! Files are opened through `/proc/PID/root/...` so processes in other mount namespaces
 //! (containers) resolve to the right file; `/proc/PID/map_files/...` is the fallback for files
 //! that were deleted or replaced after the process mapped them.
@@ -16,6 +23,7 @@ use std::fmt;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use object::read::elf::ElfFile64;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
@@ -29,8 +37,10 @@ pub enum InspectError {
     NoSuchProcess(u32),
     #[error("process {0} is not a Python process (no libpython or CPython interpreter symbols found)")]
     NotPython(u32),
-    #[error("process {pid} runs Python {version}, which this pyperf does not support")]
-    Unsupported { pid: u32, version: String },
+    /// `what` names the interpreter (`Python 3.5.10`, `Python 3.13.0 free-threaded`, `PyPy`);
+    /// `why`, when not empty, says more (starts with ": ").
+    #[error("process {pid} runs {what}, which pyperf does not support ({}){why}", supported_versions())]
+    Unsupported { pid: u32, what: String, why: String },
     #[error("permission denied inspecting process {0} (run as root or with CAP_SYS_PTRACE)")]
     PermissionDenied(u32),
     #[error("process {pid}: cannot read {path}: {source}")]
@@ -60,6 +70,12 @@ pub struct PythonAddrs {
     pub gil_last_holder: Option<u64>,
     /// &PyCode_Type: user space checks that what it reads at a code address is still a code object.
     pub code_type: Option<u64>,
+    /// `interpreter_lock` (2.7 static, `.symtab` only): the GIL, NULL until a thread is started.
+    pub interpreter_lock: Option<u64>,
+    /// &_Py_NoneStruct: 3.13+ C-stack entry frames hold it in `f_executable`.
+    pub none: Option<u64>,
+    /// &PyType_Type: for the `cls` heuristic (`RawFrame::first_local_type == &PyType_Type`).
+    pub type_type: Option<u64>,
 }
 
 /// A process found to run a supported CPython interpreter.
@@ -118,7 +134,52 @@ const WANTED: &[&str] = &[
     "gil_locked",
     "gil_last_holder",
     "PyCode_Type",
+    "interpreter_lock",
+    "_Py_NoneStruct",
+    "PyType_Type",
+    // Only in Py_REF_DEBUG (debug) builds, whose object header and structs differ.
+    "_Py_NegativeRefcount",
+    // PyPy's libpypy*-c.so.
+    "pypy_setup_home",
 ];
+
+/// The supported versions, for messages: `2.7, 3.6-3.13`.
+pub fn supported_versions() -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let v = layouts::SUPPORTED;
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1].0 == v[i].0 && v[j + 1].1 == v[j].1 + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            format!("{}.{}", v[i].0, v[i].1)
+        } else {
+            format!("{}.{}-{}.{}", v[i].0, v[i].1, v[j].0, v[j].1)
+        });
+        i = j + 1;
+    }
+    parts.join(", ")
+}
+
+/// Why an interpreter is refused, before the pid is known (see [`InspectError::Unsupported`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsupported {
+    pub what: String,
+    pub why: String,
+}
+
+impl Unsupported {
+    fn new(what: impl Into<String>, why: impl Into<String>) -> Unsupported {
+        let why = why.into();
+        Unsupported { what: what.into(), why: if why.is_empty() { why } else { format!(": {why}") } }
+    }
+
+    pub fn for_pid(self, pid: u32) -> InspectError {
+        InspectError::Unsupported { pid, what: self.what, why: self.why }
+    }
+}
 
 /// Finds and describes the Python interpreter running in process `pid`.
 pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
@@ -148,7 +209,8 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
     let mut candidates: Vec<String> = Vec::new();
     for m in &mappings {
         let base = m.path.rsplit('/').next().unwrap_or("");
-        if base.starts_with("libpython") && base.contains(".so") && !candidates.contains(&m.path) {
+        let lib = base.starts_with("libpython") || base.starts_with("libpypy");
+        if lib && base.contains(".so") && !candidates.contains(&m.path) {
             candidates.push(m.path.clone());
         }
     }
@@ -166,6 +228,9 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
         };
         let Ok(elf) = ElfFile64::<object::Endianness>::parse(&*data) else { continue };
         let syms = find_symbols(&elf);
+        if syms.contains_key("pypy_setup_home") {
+            return Err(Unsupported::new("PyPy", "pyperf reads CPython's interpreter state only").for_pid(pid));
+        }
         let is_interp = syms.contains_key("_PyRuntime")
             || (syms.contains_key("interp_head") || syms.contains_key("_PyThreadState_Current"))
                 && syms.contains_key("Py_GetVersion");
@@ -176,13 +241,12 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
         let version = read_version(&elf, &syms).ok_or(InspectError::NotPython(pid))?;
         let (major, minor, micro) = version;
         let vstr = format!("{major}.{minor}.{micro}");
-        if let Some(&rt) = syms.get("_PyRuntime") {
-            if is_free_threaded(&elf, rt, version) {
-                return Err(InspectError::Unsupported { pid, version: format!("{vstr} (free-threaded build)") });
-            }
+        if syms.contains_key("_Py_NegativeRefcount") {
+            return Err(Unsupported::new(format!("Python {vstr} debug build"), "Py_DEBUG changes the object layout")
+                .for_pid(pid));
         }
-        let layout =
-            layouts::layout_for(major, minor).ok_or(InspectError::Unsupported { pid, version: vstr.clone() })?;
+        let debug = syms.get("_PyRuntime").and_then(|&rt| data_at(&elf, rt, layouts::debug_offsets::SIZE as u64));
+        let layout = select_layout(version, debug).map_err(|u| u.for_pid(pid))?;
         let at = |name: &str| syms.get(name).map(|&a| a.wrapping_add(bias));
         let addrs = PythonAddrs {
             runtime: at("_PyRuntime"),
@@ -192,13 +256,17 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
             gil_locked: at("gil_locked"),
             gil_last_holder: at("gil_last_holder"),
             code_type: at("PyCode_Type"),
+            interpreter_lock: at("interpreter_lock"),
+            none: at("_Py_NoneStruct"),
+            type_type: at("PyType_Type"),
         };
         if addrs.runtime.is_none() && addrs.interp_head.is_none() {
             // Pre-3.7 with a stripped .symtab: interp_head is static, nothing to walk.
-            return Err(InspectError::Unsupported {
-                pid,
-                version: format!("{vstr} without symbol interp_head (stripped binary)"),
-            });
+            return Err(Unsupported::new(
+                format!("Python {vstr}"),
+                "its symbol table is stripped (no interp_head: the threads cannot be found)",
+            )
+            .for_pid(pid));
         }
         let build_id = elf.build_id().ok().flatten().map(hex);
         return Ok(PythonProcess {
@@ -407,15 +475,180 @@ fn parse_version(s: &[u8]) -> Option<(u8, u8, u8)> {
     Some((major, minor, rest[..digits].parse().ok()?))
 }
 
-/// 3.13+: `_PyRuntime` starts with `_Py_DebugOffsets` {cookie "xdebugpy", version, free_threaded}.
-fn is_free_threaded(elf: &ElfFile64<'_, object::Endianness>, runtime: u64, v: (u8, u8, u8)) -> bool {
-    if v < (3, 13, 0) {
-        return false;
+/// The layout for an interpreter of `version`, given the first bytes of its `_PyRuntime`
+/// (`debug`, 3.13+: they start with `_Py_DebugOffsets`; `None` when the binary has no
+/// `_PyRuntime` or it is not in initialised data).
+///
+/// - Up to 3.12: the compiled-in table, if the version is supported.
+/// - 3.13+: `_Py_DebugOffsets` is required; a free-threaded build is refused. On a version with a
+///   table (3.13), the debug offsets must agree with it, field by field; on a later one, the layout
+///   comes from the debug offsets alone ([`layout_from_debug_offsets`]).
+pub fn select_layout(version: (u8, u8, u8), debug: Option<&[u8]>) -> Result<&'static Layout, Unsupported> {
+    let (major, minor, micro) = version;
+    let what = format!("Python {major}.{minor}.{micro}");
+    let first = layouts::debug_offsets::DEBUG_OFFSETS_FIRST;
+    if major != 3 || (major, minor) < first {
+        return layouts::layout_for(major, minor).ok_or_else(|| Unsupported::new(what, ""));
     }
-    match data_at(elf, runtime, 24) {
-        Some(b) if &b[..8] == b"xdebugpy" => u64::from_le_bytes(b[16..24].try_into().unwrap()) != 0,
-        _ => false,
+    let Some(debug) = debug.filter(|d| d.len() >= 24 && d[..8] == layouts::debug_offsets::COOKIE[..]) else {
+        return Err(Unsupported::new(what, "no _Py_DebugOffsets at the start of _PyRuntime"));
+    };
+    if u64_at(debug, layouts::debug_offsets::FREE_THREADED) != Some(0) {
+        return Err(Unsupported::new(
+            format!("{what} free-threaded (Py_GIL_DISABLED)"),
+            "the free-threaded build has a different object layout and no GIL",
+        ));
     }
+    let hex = u64_at(debug, layouts::debug_offsets::VERSION).unwrap_or(0);
+    let dv = layouts::version_from_hex(hex as u32);
+    if (dv.0, dv.1) != (major, minor) {
+        return Err(Unsupported::new(
+            what,
+            format!("_Py_DebugOffsets says version {}.{}.{} ({hex:#x})", dv.0, dv.1, dv.2),
+        ));
+    }
+    let newest = layouts::layout_for(first.0, first.1).expect("a table for the first debug-offsets version");
+    let newest = layouts::SUPPORTED.iter().rev().find_map(|v| layouts::layout_for(v.0, v.1)).unwrap_or(newest);
+    let built = layout_from_debug_offsets(debug, (major, minor), newest).map_err(|why| Unsupported::new(&what, why))?;
+    match layouts::layout_for(major, minor) {
+        Some(table) => {
+            let diff = cross_check(&built, table);
+            if diff.is_empty() {
+                Ok(table)
+            } else {
+                Err(Unsupported::new(
+                    what,
+                    format!("its _Py_DebugOffsets disagree with pyperf's {major}.{minor} table ({})", diff.join(", ")),
+                ))
+            }
+        }
+        None => Ok(intern(built)),
+    }
+}
+
+/// The fields read from the debug offsets that differ between `built` and `table`, as
+/// `name debug_offsets=X table=Y`.
+fn cross_check(built: &Layout, table: &Layout) -> Vec<String> {
+    let ours = table.fields();
+    let mut names: Vec<&str> = layouts::debug_offsets::FIELDS.iter().map(|f| f.0).collect();
+    names.extend(["gil_locked", "gil_last_holder"]);
+    built
+        .fields()
+        .into_iter()
+        .filter(|(n, _)| names.contains(n))
+        .filter_map(|(n, v)| {
+            let t = ours.iter().find(|f| f.0 == n).map_or(-1, |f| f.1);
+            (t != v).then(|| format!("{n} debug_offsets={v} table={t}"))
+        })
+        .collect()
+}
+
+fn u64_at(data: &[u8], pos: i32) -> Option<u64> {
+    let pos = usize::try_from(pos).ok()?;
+    Some(u64::from_le_bytes(data.get(pos..pos + 8)?.try_into().ok()?))
+}
+
+/// Builds a [`Layout`] for `version` from a `_Py_DebugOffsets` block, read at the positions of
+/// [`layouts::debug_offsets`]. Values the block does not carry (enum values, bit positions, a few
+/// sizes) come from `base`, the newest compiled-in table; `runtime_autotss_key`, which pyperf does
+/// not use, is -1. Refuses (with the reason) a block that fails the sanity checks: the
+/// ABI-stable sentinel fields must equal `base`'s, and every offset must lie inside the size its
+/// struct declares; so a block whose own layout moved is not misread.
+pub fn layout_from_debug_offsets(debug: &[u8], version: (u8, u8), base: &Layout) -> Result<Layout, String> {
+    use layouts::debug_offsets as d;
+    let mut vals: HashMap<&str, i32> = HashMap::new();
+    let get = |pos: i32| -> Result<i32, String> {
+        let v = u64_at(debug, pos).ok_or_else(|| format!("_Py_DebugOffsets cut short at byte {pos}"))?;
+        i32::try_from(v).ok().filter(|v| *v < 1 << 15).ok_or_else(|| format!("implausible offset {v} at byte {pos}"))
+    };
+    for (field, _, pos) in d::FIELDS {
+        vals.insert(field, get(*pos)?);
+    }
+    let gil = get(d::GIL_STATE.1)?;
+    let gil_locked = get(d::GIL_LOCKED.1)? - gil;
+    let gil_last_holder = get(d::GIL_HOLDER.1)? - gil;
+    let base_fields = base.fields();
+    for s in d::SENTINELS {
+        let want = base_fields.iter().find(|f| f.0 == *s).map_or(-1, |f| f.1);
+        if vals[s] != want {
+            return Err(format!(
+                "_Py_DebugOffsets not in the layout pyperf reads ({s} = {}, expected {want})",
+                vals[s]
+            ));
+        }
+    }
+    for (size_member, pos, fields) in d::SIZES {
+        // Sizes may be large (sizeof(_PyRuntimeState) is ~280 KB on 3.13): not limited like offsets.
+        let size = u64_at(debug, *pos).ok_or_else(|| format!("_Py_DebugOffsets cut short at byte {pos}"))?;
+        let size = i64::try_from(size).unwrap_or(i64::MAX);
+        for f in *fields {
+            if vals[f] < 0 || i64::from(vals[f]) + 4 > size {
+                return Err(format!(
+                    "_Py_DebugOffsets not in the layout pyperf reads ({f} = {} outside {size_member} = {size})",
+                    vals[f]
+                ));
+            }
+        }
+    }
+    if !(0..=64).contains(&gil_locked) || !(0..=64).contains(&gil_last_holder) {
+        return Err(format!("implausible GIL offsets (locked {gil_locked}, last_holder {gil_last_holder})"));
+    }
+    let v = |name: &str| vals[name];
+    Ok(Layout {
+        version,
+        runtime_interpreters_head: v("runtime_interpreters_head"),
+        runtime_autotss_key: -1,
+        runtime_debug_offsets: 0,
+        interp_next: v("interp_next"),
+        interp_tstate_head: v("interp_tstate_head"),
+        interp_gil_ptr: v("interp_gil_ptr"),
+        gil_locked,
+        gil_last_holder,
+        tstate_next: v("tstate_next"),
+        tstate_interp: v("tstate_interp"),
+        tstate_current_frame: v("tstate_current_frame"),
+        tstate_thread_id: v("tstate_thread_id"),
+        tstate_native_thread_id: v("tstate_native_thread_id"),
+        frame_back: v("frame_back"),
+        frame_code: v("frame_code"),
+        frame_instr: v("frame_instr"),
+        frame_owner: v("frame_owner"),
+        frame_localsplus: v("frame_localsplus"),
+        code_argcount: v("code_argcount"),
+        code_firstlineno: v("code_firstlineno"),
+        code_filename: v("code_filename"),
+        code_name: v("code_name"),
+        code_qualname: v("code_qualname"),
+        code_varnames: v("code_varnames"),
+        code_linetable: v("code_linetable"),
+        code_code: v("code_code"),
+        code_size: v("code_size"),
+        unicode_state: v("unicode_state"),
+        unicode_length: v("unicode_length"),
+        ascii_data: v("ascii_data"),
+        // PyCompactUnicodeObject = PyASCIIObject + utf8_length + utf8 (3.12+).
+        compact_data: v("ascii_data") + (base.compact_data - base.ascii_data),
+        bytes_size: v("bytes_size"),
+        bytes_data: v("bytes_data"),
+        tuple_item: v("tuple_item"),
+        object_type: v("object_type"),
+        type_name: v("type_name"),
+        // Not in _Py_DebugOffsets: as in the newest table (3.7+/3.12+ fields that are -1 there stay -1).
+        ..*base
+    })
+}
+
+/// Layouts built at run time live as long as the program; equal ones are shared, so that
+/// profiling many processes of one interpreter keeps one copy.
+fn intern(l: Layout) -> &'static Layout {
+    static BUILT: Mutex<Vec<&'static Layout>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(found) = built.iter().find(|b| ***b == l) {
+        return found;
+    }
+    let leaked: &'static Layout = Box::leak(Box::new(l));
+    built.push(leaked);
+    leaked
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -458,5 +691,136 @@ mod tests {
     #[test]
     fn not_python() {
         assert!(matches!(inspect(std::process::id()), Err(InspectError::NotPython(_))));
+    }
+
+    fn message(r: Result<&'static Layout, Unsupported>) -> String {
+        r.expect_err("must be refused").for_pid(123).to_string()
+    }
+
+    #[test]
+    fn supported_versions_text() {
+        assert_eq!(supported_versions(), "2.7, 3.6-3.13");
+    }
+
+    /// Versions no interpreter here has: one clear line each.
+    #[test]
+    fn unsupported_versions_say_so() {
+        assert_eq!(
+            message(select_layout((3, 5, 10), None)),
+            "process 123 runs Python 3.5.10, which pyperf does not support (2.7, 3.6-3.13)"
+        );
+        assert_eq!(
+            message(select_layout((2, 6, 9), None)),
+            "process 123 runs Python 2.6.9, which pyperf does not support (2.7, 3.6-3.13)"
+        );
+        assert_eq!(
+            message(select_layout((3, 14, 0), None)),
+            "process 123 runs Python 3.14.0, which pyperf does not support (2.7, 3.6-3.13): \
+             no _Py_DebugOffsets at the start of _PyRuntime"
+        );
+        assert_eq!(
+            message(select_layout((3, 13, 0), Some(&[0u8; 600]))),
+            "process 123 runs Python 3.13.0, which pyperf does not support (2.7, 3.6-3.13): \
+             no _Py_DebugOffsets at the start of _PyRuntime"
+        );
+        let pypy = Unsupported::new("PyPy", "pyperf reads CPython's interpreter state only").for_pid(7).to_string();
+        assert_eq!(
+            pypy,
+            "process 7 runs PyPy, which pyperf does not support (2.7, 3.6-3.13): \
+             pyperf reads CPython's interpreter state only"
+        );
+        for v in [(2, 7, 18), (3, 6, 15), (3, 12, 1)] {
+            assert_eq!(select_layout(v, None).map(|l| l.version), Ok((v.0, v.1)));
+        }
+    }
+
+    /// The `_Py_DebugOffsets` block of the pyenv 3.13 interpreter (the static initialiser of
+    /// `_PyRuntime` in its .data), read as `inspect` reads it.
+    fn debug_block_3_13() -> Vec<u8> {
+        let root = std::env::var_os("PYENV_ROOT").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root/.pyenv"));
+        let lib = root.join("versions/3.13.0/lib/libpython3.13.so.1.0");
+        let data = fs::read(&lib).unwrap_or_else(|e| panic!("{} (pyenv 3.13.0 is required): {e}", lib.display()));
+        let elf = ElfFile64::<object::Endianness>::parse(&*data).expect("ELF");
+        let syms = find_symbols(&elf);
+        assert_eq!(read_version(&elf, &syms), Some((3, 13, 0)));
+        let rt = syms["_PyRuntime"];
+        data_at(&elf, rt, layouts::debug_offsets::SIZE as u64).expect("_PyRuntime in .data").to_vec()
+    }
+
+    fn put_u64(block: &mut [u8], pos: i32, v: u64) {
+        block[pos as usize..pos as usize + 8].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// 3.13: the interpreter's own debug offsets agree with the DWARF-checked table, field by
+    /// field, and a disagreement refuses the process, naming the field.
+    #[test]
+    fn debug_offsets_cross_checked_on_3_13() {
+        let block = debug_block_3_13();
+        let table = layouts::layout_for(3, 13).unwrap();
+        assert!(std::ptr::eq(select_layout((3, 13, 0), Some(&block)).unwrap(), table));
+        let built = layout_from_debug_offsets(&block, (3, 13), table).unwrap();
+        assert_eq!(cross_check(&built, table), Vec::<String>::new());
+        // Every field but the one pyperf does not read from there is the table's.
+        assert_eq!(Layout { runtime_autotss_key: table.runtime_autotss_key, ..built }, *table);
+
+        let mut bad = block.clone();
+        let pos = layouts::debug_offsets::FIELDS.iter().find(|f| f.0 == "tstate_native_thread_id").unwrap().2;
+        put_u64(&mut bad, pos, table.tstate_native_thread_id as u64 + 8);
+        assert_eq!(
+            message(select_layout((3, 13, 0), Some(&bad))),
+            format!(
+                "process 123 runs Python 3.13.0, which pyperf does not support (2.7, 3.6-3.13): its _Py_DebugOffsets \
+                 disagree with pyperf's 3.13 table (tstate_native_thread_id debug_offsets={} table={})",
+                table.tstate_native_thread_id + 8,
+                table.tstate_native_thread_id
+            )
+        );
+
+        let mut ft = block.clone();
+        put_u64(&mut ft, layouts::debug_offsets::FREE_THREADED, 1);
+        assert_eq!(
+            message(select_layout((3, 13, 0), Some(&ft))),
+            "process 123 runs Python 3.13.0 free-threaded (Py_GIL_DISABLED), which pyperf does not support \
+             (2.7, 3.6-3.13): the free-threaded build has a different object layout and no GIL"
+        );
+
+        // Py_Version and the block's version must agree.
+        assert!(message(select_layout((3, 14, 0), Some(&block))).contains("_Py_DebugOffsets says version 3.13.0"));
+    }
+
+    /// A version after the newest table: the layout comes from the debug offsets alone. Fed the
+    /// 3.13 block relabelled 3.14.0, it must give the 3.13 offsets under version 3.14, and a block
+    /// whose own layout moved must be refused, not misread.
+    #[test]
+    fn debug_offsets_alone_for_a_newer_version() {
+        let mut block = debug_block_3_13();
+        put_u64(&mut block, layouts::debug_offsets::VERSION, 0x030E_00F0);
+        let l = select_layout((3, 14, 0), Some(&block)).expect("3.14 from its debug offsets");
+        let table = layouts::layout_for(3, 13).unwrap();
+        assert_eq!(l.version, (3, 14));
+        assert_eq!(cross_check(l, table), Vec::<String>::new());
+        assert_eq!(l.runtime_autotss_key, -1);
+        assert_eq!(Layout { version: (3, 13), runtime_autotss_key: table.runtime_autotss_key, ..*l }, *table);
+        // Interned: a second process of the same interpreter shares it.
+        assert!(std::ptr::eq(select_layout((3, 14, 0), Some(&block)).unwrap(), l));
+
+        // A member added to interpreter_state moves everything after it by 8 bytes.
+        let mut moved = block[..152].to_vec();
+        moved.extend_from_slice(&[0u8; 8]);
+        moved.extend_from_slice(&block[152..block.len() - 8]);
+        let m = message(select_layout((3, 14, 0), Some(&moved)));
+        assert!(m.starts_with("process 123 runs Python 3.14.0, which pyperf does not support"), "{m}");
+        assert!(m.contains("_Py_DebugOffsets not in the layout pyperf reads"), "{m}");
+
+        // An offset beyond its struct's declared size.
+        let mut big = block.clone();
+        let pos = layouts::debug_offsets::FIELDS.iter().find(|f| f.0 == "frame_owner").unwrap().2;
+        put_u64(&mut big, pos, 4000);
+        let m = message(select_layout((3, 14, 0), Some(&big)));
+        assert!(m.contains("frame_owner = 4000 outside interpreter_frame.size"), "{m}");
+
+        // Free-threaded 3.14t is refused by the flag too.
+        put_u64(&mut block, layouts::debug_offsets::FREE_THREADED, 1);
+        assert!(message(select_layout((3, 14, 0), Some(&block))).contains("free-threaded (Py_GIL_DISABLED)"));
     }
 }

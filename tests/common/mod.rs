@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 
-use pyperf_format::{samples, scan, GilState, Reader, StackStatus, Tables};
+use pyperf_format::{samples, scan, GilState, PthreadIdMatch, Reader, StackStatus, Tables, ThreadStateMatch};
 
 /// End-to-end tests burn CPU and measure shares: run them one at a time on this 2-CPU machine.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -78,6 +78,8 @@ pub struct S {
     pub tid: u32,
     pub comm: String,
     pub gil: GilState,
+    pub thread_state: ThreadStateMatch,
+    pub pthread_id: PthreadIdMatch,
     pub status: StackStatus,
     /// Qualified function names, root first.
     pub names: Vec<String>,
@@ -113,6 +115,8 @@ pub fn read(path: &Path) -> Recording {
                 tid: s.tid,
                 comm: s.comm.to_string(),
                 gil: s.gil,
+                thread_state: s.thread_state,
+                pthread_id: s.pthread_id,
                 status: s.status,
                 names: frames.iter().map(|f| f.0.clone()).collect(),
                 frames,
