@@ -13,10 +13,9 @@ use pyperf_format::{
 };
 
 use crate::bpf::{Rate, RawSample, SampleEvent, Sampler};
-use crate::layouts;
 use crate::output::Output;
 use crate::process::PythonProcess;
-use crate::symbolize::{self, CodeReader, ProcMem};
+use crate::symbolize::{self, CodeReader, FirstLocal, ProcMem, Resolution};
 
 pub fn header(args: &crate::cli::RecordArgs, event: SampleEvent, rate: Rate) -> Header {
     let uts = uname();
@@ -69,13 +68,22 @@ struct Target {
     code: CodeReader<ProcMem>,
 }
 
+/// `frame_ids` value of a frame the interpreter does not show (see `symbolize::Resolution::Hidden`).
+const HIDDEN: u32 = u32::MAX;
+
+/// What BPF read of the frame's first argument, for the <= 3.10 self/cls heuristic (0 on 3.11+).
+fn first_local(f: &crate::bpf::RawFrame) -> FirstLocal {
+    FirstLocal { object: f.first_local, type_addr: f.first_local_type }
+}
+
 pub struct Recorder {
     writer: Writer<BufWriter<File>>,
     path: PathBuf,
     start_ns: u64,
     targets: HashMap<u32, Target>,
-    /// (pid, code, check, instr) -> symbol id: the per-frame cost after the first sight is this lookup.
-    frame_ids: HashMap<(u32, u64, u32, u32), u32>,
+    /// (pid, code, check, instr, class) -> symbol id, or [`HIDDEN`]: the per-frame cost after the first sight
+    /// is this lookup (and on <= 3.10, for frames with an argument, the class lookup of `CodeReader::class_key`).
+    frame_ids: HashMap<(u32, u64, u32, u32, u64), u32>,
     stack: Vec<u32>,
     lost_symbols: u64,
     truncated: u64,
@@ -102,10 +110,12 @@ impl Recorder {
         })
     }
 
-    /// Starts following a process: records it in the file and opens its memory for symbolization.
-    pub fn add_process(&mut self, p: &PythonProcess) -> Result<()> {
-        let layout = layouts::layout_for(p.version.0, p.version.1)
-            .with_context(|| format!("no layout for Python {}.{}", p.version.0, p.version.1))?;
+    /// Starts following a process: records it in the file and opens its memory for symbolization. `seen_ns`
+    /// (CLOCK_MONOTONIC, taken before the sampler was told about the process) becomes its `first_seen_ns`: samples
+    /// of a reused pid before it belong to the earlier process.
+    pub fn add_process(&mut self, p: &PythonProcess, seen_ns: u64) -> Result<()> {
+        // The process's own layout: from the table, or built from the interpreter's _Py_DebugOffsets (3.13+).
+        let layout = p.layout;
         let mem = ProcMem::open(p.pid).with_context(|| format!("cannot read the memory of process {}", p.pid))?;
         self.writer
             .add_process(&Process {
@@ -114,7 +124,7 @@ impl Recorder {
                 python_version: format!("{}.{}.{}", p.version.0, p.version.1, p.version.2),
                 interpreter_path: p.interpreter.display().to_string(),
                 build_id: p.build_id.clone().unwrap_or_default(),
-                first_seen_ns: monotonic_ns().saturating_sub(self.start_ns),
+                first_seen_ns: seen_ns.saturating_sub(self.start_ns),
             })
             .context("writing the recording")?;
         self.frame_ids.retain(|k, _| k.0 != p.pid);
@@ -141,28 +151,40 @@ impl Recorder {
         self.stack.clear();
         // BPF walks leaf to root; the file wants root first.
         for f in s.frames.iter().rev() {
-            let key = (s.pid, f.code, f.check, f.instr);
+            let first = first_local(f);
+            let class = match self.targets.get_mut(&s.pid) {
+                Some(t) if first.type_addr != 0 => t.code.class_key(f.code, f.check, first),
+                _ => 0,
+            };
+            let key = (s.pid, f.code, f.check, f.instr, class);
             let id = match self.frame_ids.get(&key) {
                 Some(&id) => id,
                 None => {
-                    let resolved = self.targets.get_mut(&s.pid).and_then(|t| t.code.resolve(f.code, f.instr, f.check));
-                    let sym = match resolved {
-                        Some(sym) => sym,
-                        None => {
-                            self.lost_symbols += 1;
-                            symbolize::unresolved(f.code)
-                        }
+                    let resolved = match self.targets.get_mut(&s.pid) {
+                        Some(t) => t.code.resolve(f.code, f.instr, f.check, first),
+                        None => Resolution::Lost,
                     };
-                    let unresolved = sym.flags & pyperf_format::symbol_flags::UNRESOLVED != 0;
-                    let id = self.writer.intern_symbol(&sym);
-                    // An unresolved frame may resolve later (a transient read failure): don't cache it.
-                    if !unresolved {
-                        self.frame_ids.insert(key, id);
+                    match resolved {
+                        Resolution::Frame(sym) => {
+                            let id = self.writer.intern_symbol(&sym);
+                            self.frame_ids.insert(key, id);
+                            id
+                        }
+                        Resolution::Hidden => {
+                            self.frame_ids.insert(key, HIDDEN);
+                            HIDDEN
+                        }
+                        // An unresolved frame may resolve later (a transient read failure): don't cache it.
+                        Resolution::Lost => {
+                            self.lost_symbols += 1;
+                            self.writer.intern_symbol(&symbolize::unresolved(f.code))
+                        }
                     }
-                    id
                 }
             };
-            self.stack.push(id);
+            if id != HIDDEN {
+                self.stack.push(id);
+            }
         }
         let stack = self.writer.intern_stack(&self.stack);
         let comm_len = s.comm.iter().position(|&c| c == 0).unwrap_or(s.comm.len());
@@ -203,8 +225,8 @@ impl Recorder {
         )
     }
 
-    /// Writes the trailer; returns the summary to show.
-    pub fn finish(mut self, elapsed: Duration, sampler: &Sampler) -> Result<String> {
+    /// Writes the trailer (with `more` counters, e.g. the targets' own); returns the summary to show.
+    pub fn finish(mut self, elapsed: Duration, sampler: &Sampler, more: &[(&str, u64)]) -> Result<String> {
         self.flush()?;
         let c = sampler.counters();
         let samples = self.writer.samples_written();
@@ -215,7 +237,7 @@ impl Recorder {
             lost_symbols: self.lost_symbols,
             errors: c.read_errors + self.walk_errors,
             duration_ns: elapsed.as_nanos() as u64,
-            counters: c.named(),
+            counters: c.named().into_iter().chain(more.iter().map(|&(k, v)| (k.to_string(), v))).collect(),
         };
         let symbols = self.writer.symbol_count();
         let nodes = self.writer.stack_node_count();

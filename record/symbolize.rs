@@ -5,6 +5,18 @@
 //! /proc/PID/mem, decode its names and keep its line table; later frames cost a hash lookup. The check word
 //! catches a code object freed and another allocated at the same address between the sample and our read: then
 //! the frame is reported as unresolved rather than with a wrong name.
+//!
+//! Names are the interpreter's: `co_name` and, on 3.11+, the scope from `co_qualname` (`Class.method`,
+//! `outer.<locals>.inner`). Before 3.11 code objects know no class: the self/cls heuristic names a method
+//! whose first argument is `self` after `type(self)` and one whose first argument is `cls` after `cls`, from
+//! the first argument BPF read at sample time ([`FirstLocal`]). Strings are decoded from every layout CPython
+//! uses: compact ASCII, compact 1/2/4-byte kinds, legacy (non-compact) `str` of 3.6 - 3.11, and 2.7's byte
+//! strings; names longer than [`MAX_NAME_BYTES`] and paths longer than [`MAX_FILE_BYTES`] are cut on a
+//! character boundary and flagged.
+//!
+//! Frames the interpreter itself does not show are hidden ([`Resolution::Hidden`]): on 3.11+ a frame whose
+//! instruction is before the code object's `_co_firsttraceable` is "incomplete" (CPython's
+//! `_PyFrame_IsIncomplete`: pushed but not started, or a shim such as 3.13's `__init__` trampoline).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -41,6 +53,59 @@ impl ReadMem for ProcMem {
     }
 }
 
+/// `PyTypeObject.tp_flags` [unsigned long] (2.7 and every 3.x on x86-64; the tests check it against every
+/// interpreter through ctypes).
+const TYPE_FLAGS: u64 = 168;
+/// `Py_TPFLAGS_TYPE_SUBCLASS`: set in the flags of `type` and of every metaclass (2.7 and 3.x; tested likewise).
+const TPFLAGS_TYPE_SUBCLASS: u64 = 1 << 31;
+
+/// Offset of `PyCodeObject._co_firsttraceable` [int, code units] (3.11+), checked against DWARF in the tests.
+/// `None` where it does not exist (<= 3.10) or is not known (later versions: no frame is hidden there).
+fn first_traceable_offset(version: (u8, u8)) -> Option<i32> {
+    match version {
+        (3, 11) => Some(168),
+        (3, 12) => Some(176),
+        (3, 13) => Some(184),
+        _ => None,
+    }
+}
+
+/// What BPF read of a frame's first local variable at sample time (<= 3.10 only, for the self/cls
+/// heuristic; all zero on 3.11+ and when the code object takes no argument): `f_localsplus[0]` and its type.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct FirstLocal {
+    /// The object (the instance bound to `self`, or the class bound to `cls`). Never dereferenced unless
+    /// `type_addr` shows it is a class: an instance may have been freed since the sample.
+    pub object: u64,
+    /// `Py_TYPE(object)`, read at sample time.
+    pub type_addr: u64,
+}
+
+impl FirstLocal {
+    pub const NONE: FirstLocal = FirstLocal { object: 0, type_addr: 0 };
+}
+
+/// What a frame resolves to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// A Python frame, as the interpreter names it.
+    Frame(Symbol),
+    /// A frame the interpreter does not show (not started yet, or a shim): leave it out of the stack.
+    Hidden,
+    /// The code object is gone or unreadable.
+    Lost,
+}
+
+/// The first argument of a code object, as far as the self/cls heuristic cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Receiver {
+    None,
+    /// `co_varnames[0] == "self"`: the class is `type(self)`.
+    SelfArg,
+    /// `co_varnames[0] == "cls"`: the class is the argument itself, when it is a class.
+    ClsArg,
+}
+
 /// What we keep of a code object.
 #[derive(Debug)]
 pub struct CodeInfo {
@@ -49,6 +114,9 @@ pub struct CodeInfo {
     pub file: String,
     pub first_line: u32,
     pub flags: u32,
+    receiver: Receiver,
+    /// 3.11+: `_co_firsttraceable`, in code units.
+    first_traceable: Option<u32>,
     table: Vec<u8>,
 }
 
@@ -60,14 +128,30 @@ pub struct CodeReader<M> {
     code_type: Option<u64>,
     version: (u8, u8),
     table_kind: Option<LineTable>,
+    first_traceable: Option<i32>,
     cache: HashMap<(u64, u32), Option<Arc<CodeInfo>>>,
+    /// Class object -> its name (`tp_name`), `None` when it is not a class or not readable.
+    classes: HashMap<u64, Option<Arc<str>>>,
+    /// Type object -> is it a metaclass (`cls` frames look this up per sample).
+    metatypes: HashMap<u64, bool>,
 }
 
 impl<M: ReadMem> CodeReader<M> {
     pub fn new(mem: M, layout: &'static Layout, code_type: Option<u64>) -> Self {
         let version = layout.version;
         let table_kind = LineTable::for_version(version.0, version.1);
-        CodeReader { mem, layout, code_type, version, table_kind, cache: HashMap::new() }
+        let first_traceable = first_traceable_offset(version).filter(|&o| o + 4 <= layout.code_size);
+        CodeReader {
+            mem,
+            layout,
+            code_type,
+            version,
+            table_kind,
+            first_traceable,
+            cache: HashMap::new(),
+            classes: HashMap::new(),
+            metatypes: HashMap::new(),
+        }
     }
 
     /// Number of distinct code objects seen.
@@ -75,19 +159,30 @@ impl<M: ReadMem> CodeReader<M> {
         self.cache.len()
     }
 
-    /// Resolves one frame to a symbol. `None` when the code object is gone or unreadable.
-    pub fn resolve(&mut self, code: u64, instr: u32, check: u32) -> Option<Symbol> {
-        let info = match self.cache.get(&(code, check)) {
-            Some(hit) => hit.clone(),
-            None => {
-                let info = self.read_code(code, check).map(Arc::new);
-                self.cache.insert((code, check), info.clone());
-                info
+    /// Resolves one frame: the code object at `code` (whose check word BPF computed as `check`), executing
+    /// the raw instruction position `instr`, with the first local BPF read (<= 3.10; [`FirstLocal::NONE`] else).
+    ///
+    /// The result depends on the frame's class ([`CodeReader::class_key`]) besides (code, check, instr): a
+    /// caller caching results must key them by all four.
+    pub fn resolve(&mut self, code: u64, instr: u32, check: u32, first_local: FirstLocal) -> Resolution {
+        let Some(info) = self.code_info(code, check) else { return Resolution::Lost };
+        let offset = self.instr_offset(instr);
+        if let Some(first) = info.first_traceable {
+            // CPython's _PyFrame_IsIncomplete: not started (no offset) or stopped before the first traceable
+            // instruction (3.13's __init__ shim sits at offset 0 of a code object whose first traceable is 4).
+            if offset.is_none_or(|o| o / 2 < first) {
+                return Resolution::Hidden;
             }
-        }?;
-        let line = self.line(&info, instr).unwrap_or(info.first_line);
-        Some(Symbol {
-            scope: info.scope.clone(),
+        }
+        let line = offset
+            .and_then(|o| self.table_kind.and_then(|k| linetable::line_at(k, info.first_line, &info.table, o)))
+            .unwrap_or(info.first_line);
+        let class = self.class_of(&info, first_local).and_then(|c| self.class_name(c));
+        Resolution::Frame(Symbol {
+            scope: match class {
+                Some(c) => c.to_string(),
+                None => info.scope.clone(),
+            },
             name: info.name.clone(),
             file: info.file.clone(),
             line,
@@ -95,11 +190,111 @@ impl<M: ReadMem> CodeReader<M> {
         })
     }
 
-    fn line(&self, info: &CodeInfo, instr: u32) -> Option<u32> {
-        let kind = self.table_kind?;
-        let offset =
-            linetable::instr_byte_offset(self.version.0, self.version.1, instr, self.layout.code_code.max(0) as u32)?;
-        linetable::line_at(kind, info.first_line, &info.table, offset)
+    /// The class a frame is named after, or 0: what a cache of [`CodeReader::resolve`] results must key by,
+    /// besides (code, check, instr). Costs nothing on 3.11+ and for frames without a first argument.
+    pub fn class_key(&mut self, code: u64, check: u32, first_local: FirstLocal) -> u64 {
+        if first_local.type_addr == 0 {
+            return 0;
+        }
+        match self.code_info(code, check) {
+            Some(info) => self.class_of(&info, first_local).unwrap_or(0),
+            None => 0,
+        }
+    }
+
+    fn code_info(&mut self, code: u64, check: u32) -> Option<Arc<CodeInfo>> {
+        match self.cache.get(&(code, check)) {
+            Some(hit) => hit.clone(),
+            None => {
+                let info = self.read_code(code, check).map(Arc::new);
+                self.cache.insert((code, check), info.clone());
+                info
+            }
+        }
+    }
+
+    /// The class object of the self/cls heuristic: `type(self)`, or `cls` when BPF saw a class there.
+    fn class_of(&mut self, info: &CodeInfo, first: FirstLocal) -> Option<u64> {
+        if first.type_addr == 0 {
+            return None;
+        }
+        match info.receiver {
+            Receiver::None => None,
+            Receiver::SelfArg => Some(first.type_addr),
+            // `cls` is a class when its type is a metaclass; then the object is long-lived and may be read.
+            Receiver::ClsArg => (first.object != 0 && self.is_metatype(first.type_addr)).then_some(first.object),
+        }
+    }
+
+    /// Is `t` (a type object) `type` or a subclass of it? Types are long-lived: cached.
+    fn is_metatype(&mut self, t: u64) -> bool {
+        if let Some(&hit) = self.metatypes.get(&t) {
+            return hit;
+        }
+        let mut flags = [0u8; 8];
+        let meta = self.mem.read(t + TYPE_FLAGS, &mut flags) && u64::from_le_bytes(flags) & TPFLAGS_TYPE_SUBCLASS != 0;
+        self.metatypes.insert(t, meta);
+        meta
+    }
+
+    /// `tp_name` of the class object `class`, once it is checked to be one (its type is a metaclass).
+    fn class_name(&mut self, class: u64) -> Option<Arc<str>> {
+        if let Some(hit) = self.classes.get(&class) {
+            return hit.clone();
+        }
+        let name = self.read_class_name(class).map(Arc::from);
+        self.classes.insert(class, name.clone());
+        name
+    }
+
+    fn read_class_name(&mut self, class: u64) -> Option<String> {
+        let l = self.layout;
+        let meta = self.read_u64(class + u64::try_from(l.object_type).ok()?)?;
+        if !self.is_metatype(meta) {
+            return None;
+        }
+        let ptr = self.read_u64(class + u64::try_from(l.type_name).ok()?)?;
+        let (name, cut) = self.read_cstr(ptr, MAX_NAME_BYTES)?;
+        // 2.7 old-style classes: instances are all of type `instance`, classes of type `classobj`.
+        if cut || name.is_empty() || (self.version.0 == 2 && (name == "instance" || name == "classobj")) {
+            return None;
+        }
+        Some(name)
+    }
+
+    fn read_u64(&self, addr: u64) -> Option<u64> {
+        let mut b = [0u8; 8];
+        self.mem.read(addr, &mut b).then(|| u64::from_le_bytes(b))
+    }
+
+    /// A NUL-terminated UTF-8 C string of at most `max` bytes, read page by page (a string near the end of a
+    /// mapping must not fail because of a read past it). Returns the text and whether it was cut.
+    fn read_cstr(&self, addr: u64, max: usize) -> Option<(String, bool)> {
+        const PAGE: u64 = 4096;
+        if addr == 0 {
+            return None;
+        }
+        let mut out = Vec::new();
+        let mut at = addr;
+        while out.len() <= max {
+            let n = ((PAGE - at % PAGE) as usize).min(max + 1 - out.len()).min(256);
+            let mut chunk = vec![0u8; n];
+            if !self.mem.read(at, &mut chunk) {
+                return None;
+            }
+            if let Some(end) = chunk.iter().position(|&b| b == 0) {
+                out.extend_from_slice(&chunk[..end]);
+                return Some((utf8_cut(&out, max).0, false));
+            }
+            out.extend_from_slice(&chunk);
+            at += n as u64;
+        }
+        Some((utf8_cut(&out, max).0, true))
+    }
+
+    /// Byte offset of the instruction in the bytecode; `None` when the frame has not started.
+    fn instr_offset(&self, instr: u32) -> Option<u32> {
+        linetable::instr_byte_offset(self.version.0, self.version.1, instr, self.layout.code_code.max(0) as u32)
     }
 
     fn read_code(&self, code: u64, check: u32) -> Option<CodeInfo> {
@@ -129,27 +324,54 @@ impl<M: ReadMem> CodeReader<M> {
         if cut {
             flags |= symbol_flags::FILE_CUT;
         }
+        let mut receiver = Receiver::None;
         let scope = match field_ptr(&obj, l.code_qualname) {
             Some(q) => {
-                let (qualname, cut) = self.read_str(q, MAX_NAME_BYTES)?;
-                if cut {
+                // Long enough for the scope of a name cut at MAX_NAME_BYTES; the scope itself is cut there.
+                let (qualname, cut) = self.read_str(q, 2 * MAX_NAME_BYTES + 1)?;
+                let scope =
+                    if cut { String::new() } else { scope_of(&qualname, &name, flags & symbol_flags::NAME_CUT != 0) };
+                let (scope, scope_cut) = cut_str(scope, MAX_NAME_BYTES);
+                if cut || scope_cut {
                     flags |= symbol_flags::NAME_CUT;
                 }
-                scope_of(&qualname, &name)
+                scope
             }
-            None => String::new(),
+            None => {
+                if field_i32(&obj, l.code_argcount).is_some_and(|n| n >= 1) {
+                    receiver = self.receiver(&obj);
+                }
+                String::new()
+            }
         };
+        let first_traceable = self.first_traceable.and_then(|o| field_i32(&obj, o)).map(|n| n.max(0) as u32);
         let table = field_ptr(&obj, l.code_linetable).and_then(|p| self.read_bytes(p, 1 << 20)).unwrap_or_default();
-        Some(CodeInfo { scope, name, file, first_line, flags, table })
+        Some(CodeInfo { scope, name, file, first_line, flags, receiver, first_traceable, table })
+    }
+
+    /// `co_varnames[0]` of a code object taking at least one argument: `self`, `cls` or something else.
+    fn receiver(&self, obj: &[u8]) -> Receiver {
+        let l = self.layout;
+        let first = field_ptr(obj, l.code_varnames)
+            .and_then(|t| {
+                let mut n = [0u8; 8];
+                let len = self.mem.read(t + l.bytes_size as u64, &mut n).then(|| i64::from_le_bytes(n))?;
+                (len >= 1).then(|| self.read_u64(t + l.tuple_item as u64))?
+            })
+            .and_then(|v| self.read_str(v, 8));
+        match first {
+            Some((s, false)) if s == "self" => Receiver::SelfArg,
+            Some((s, false)) if s == "cls" => Receiver::ClsArg,
+            _ => Receiver::None,
+        }
     }
 
     /// Reads a str (PyUnicode, or PyString on 2.7). Returns the text and whether it was cut at `max` bytes.
     fn read_str(&self, obj: u64, max: usize) -> Option<(String, bool)> {
         if self.version.0 == 2 {
+            // PyString: bytes, UTF-8 in practice (source identifiers are ASCII, file names the file system's).
             let bytes = self.read_bytes(obj, max + 1)?;
-            let cut = bytes.len() > max;
-            let bytes = &bytes[..bytes.len().min(max)];
-            return Some((String::from_utf8_lossy(bytes).into_owned(), cut));
+            return Some(utf8_cut(&bytes, max));
         }
         let l = self.layout;
         let mut head = [0u8; 8];
@@ -239,12 +461,53 @@ pub fn code_check(first_line: u32, filename: u64, name: u64) -> u32 {
     first_line.wrapping_add(fold(filename).wrapping_mul(31)).wrapping_add(fold(name).wrapping_mul(1009))
 }
 
-/// `Class.method` -> `Class`; `outer.<locals>.inner` -> `outer.<locals>`; `f` -> ``.
-fn scope_of(qualname: &str, name: &str) -> String {
+/// `Class.method` -> `Class`; `outer.<locals>.inner` -> `outer.<locals>`; `f` -> ``. `name_cut`: `name` is the
+/// first bytes of the real name, which the qualname holds in full: the scope ends before the last `.` that
+/// comes before where `name` starts.
+fn scope_of(qualname: &str, name: &str, name_cut: bool) -> String {
+    if name_cut {
+        return match qualname.rfind(&format!(".{name}")) {
+            Some(i) => qualname[..i].to_string(),
+            None => String::new(),
+        };
+    }
     match qualname.strip_suffix(name) {
         Some(prefix) if prefix.ends_with('.') => prefix[..prefix.len() - 1].to_string(),
         _ => String::new(),
     }
+}
+
+/// At most `max` bytes of UTF-8 text, cut on a character boundary: (text, was cut). Invalid sequences become
+/// U+FFFD; a character split by the cut is dropped rather than shown as U+FFFD.
+fn utf8_cut(bytes: &[u8], max: usize) -> (String, bool) {
+    let mut end = bytes.len().min(max);
+    if end < bytes.len() {
+        // Back up over the start of a character the cut splits (at most 3 bytes).
+        if let Err(e) = std::str::from_utf8(&bytes[..end]) {
+            if e.error_len().is_none() && end - e.valid_up_to() < 4 {
+                end = e.valid_up_to();
+            }
+        }
+    }
+    let (s, cut) = cut_str(String::from_utf8_lossy(&bytes[..end]).into_owned(), max);
+    (s, cut || end < bytes.len())
+}
+
+/// `s` cut to at most `max` bytes on a character boundary: (text, was cut).
+fn cut_str(mut s: String, max: usize) -> (String, bool) {
+    if s.len() <= max {
+        return (s, false);
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.truncate(end);
+    (s, true)
+}
+
+fn field_i32(obj: &[u8], off: i32) -> Option<i32> {
+    field_u32(obj, off).map(|v| v as i32)
 }
 
 fn field_u32(obj: &[u8], off: i32) -> Option<u32> {
@@ -261,12 +524,354 @@ fn field_ptr(obj: &[u8], off: i32) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layouts::layout_for;
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+    use std::process::Command;
 
     #[test]
     fn scopes() {
-        assert_eq!(scope_of("Worker.run", "run"), "Worker");
-        assert_eq!(scope_of("outer.<locals>.inner", "inner"), "outer.<locals>");
-        assert_eq!(scope_of("f", "f"), "");
-        assert_eq!(scope_of("xf", "f"), "");
+        assert_eq!(scope_of("Worker.run", "run", false), "Worker");
+        assert_eq!(scope_of("outer.<locals>.inner", "inner", false), "outer.<locals>");
+        assert_eq!(scope_of("f", "f", false), "");
+        assert_eq!(scope_of("xf", "f", false), "");
+        assert_eq!(scope_of("A.<locals>.long_name_beyond", "long_na", true), "A.<locals>");
+        assert_eq!(scope_of("long_name_beyond", "long_na", true), "");
+    }
+
+    #[test]
+    fn cuts_on_character_boundaries() {
+        assert_eq!(utf8_cut("abc".as_bytes(), 3), ("abc".to_string(), false));
+        assert_eq!(utf8_cut("aé".as_bytes(), 2), ("a".to_string(), true)); // é split: dropped
+        assert_eq!(utf8_cut("a𠮷b".as_bytes(), 4), ("a".to_string(), true));
+        assert_eq!(utf8_cut("a𠮷b".as_bytes(), 5), ("a𠮷".to_string(), true));
+        // An invalid byte becomes U+FFFD (3 bytes): the result still fits in `max`.
+        assert_eq!(utf8_cut(b"a\xffbc", 3), ("a".to_string(), true));
+        assert_eq!(utf8_cut(b"a\xffbc", 5), ("a\u{fffd}b".to_string(), true));
+        assert_eq!(cut_str("ééé".to_string(), 5), ("éé".to_string(), true));
+    }
+
+    /// A fake target address space: disjoint regions, a read must fall inside one.
+    #[derive(Default)]
+    struct Mem {
+        regions: BTreeMap<u64, Vec<u8>>,
+        next: u64,
+    }
+
+    impl ReadMem for &Mem {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+            let Some((start, data)) = self.regions.range(..=addr).next_back() else { return false };
+            let off = (addr - start) as usize;
+            match data.get(off..off + buf.len()) {
+                Some(src) => {
+                    buf.copy_from_slice(src);
+                    true
+                }
+                None => false,
+            }
+        }
+    }
+
+    impl Mem {
+        fn new() -> Mem {
+            Mem { regions: BTreeMap::new(), next: 0x10_000 }
+        }
+
+        /// Places `data` at a fresh address, padded to whole pages (memory is readable page by page), with an
+        /// unmapped page after it.
+        fn put(&mut self, mut data: Vec<u8>) -> u64 {
+            data.resize(data.len().div_ceil(4096).max(1) * 4096, 0);
+            let at = self.next;
+            self.next += (data.len() as u64 / 4096 + 2) * 4096;
+            self.regions.insert(at, data);
+            at
+        }
+
+        fn set(&mut self, obj: u64, off: i32, bytes: &[u8]) {
+            let data = self.regions.get_mut(&obj).unwrap();
+            data[off as usize..off as usize + bytes.len()].copy_from_slice(bytes);
+        }
+
+        /// A 3.x str in the layout of `l`: compact (ASCII or not) or legacy, of the smallest kind.
+        fn str3(&mut self, l: &Layout, text: &str, compact: bool) -> u64 {
+            let chars: Vec<u32> = text.chars().map(|c| c as u32).collect();
+            let max = chars.iter().copied().max().unwrap_or(0);
+            let ascii = max < 128;
+            let kind: u32 = if max < 256 {
+                1
+            } else if max < 65536 {
+                2
+            } else {
+                4
+            };
+            let mut data = Vec::new();
+            for &c in &chars {
+                data.extend_from_slice(&c.to_le_bytes()[..kind as usize]);
+            }
+            data.extend_from_slice(&[0; 4]);
+            let state = (kind << l.unicode_kind_shift)
+                | (u32::from(compact) << l.unicode_compact_shift)
+                | (u32::from(ascii) << l.unicode_ascii_shift)
+                | 1 << 7; // ready
+            let head = if !compact {
+                l.compact_data as usize + 8
+            } else if ascii {
+                l.ascii_data as usize
+            } else {
+                l.compact_data as usize
+            };
+            let mut obj = vec![0u8; head + if compact { data.len() } else { 0 }];
+            obj[l.unicode_length as usize..][..8].copy_from_slice(&(chars.len() as u64).to_le_bytes());
+            obj[l.unicode_state as usize..][..4].copy_from_slice(&state.to_le_bytes());
+            if compact {
+                obj[head..].copy_from_slice(&data);
+                self.put(obj)
+            } else {
+                let d = self.put(data);
+                obj[l.compact_data as usize..][..8].copy_from_slice(&d.to_le_bytes());
+                self.put(obj)
+            }
+        }
+
+        /// PyBytesObject / 2.7 PyStringObject.
+        fn bytes(&mut self, l: &Layout, b: &[u8]) -> u64 {
+            let mut obj = vec![0u8; l.bytes_data as usize + b.len() + 1];
+            obj[l.bytes_size as usize..][..8].copy_from_slice(&(b.len() as u64).to_le_bytes());
+            obj[l.bytes_data as usize..][..b.len()].copy_from_slice(b);
+            self.put(obj)
+        }
+
+        fn text(&mut self, l: &Layout, t: &str) -> u64 {
+            if l.version.0 == 2 {
+                self.bytes(l, t.as_bytes())
+            } else {
+                self.str3(l, t, true)
+            }
+        }
+
+        fn tuple(&mut self, l: &Layout, items: &[u64]) -> u64 {
+            let mut obj = vec![0u8; l.tuple_item as usize + 8 * items.len()];
+            obj[l.bytes_size as usize..][..8].copy_from_slice(&(items.len() as u64).to_le_bytes());
+            for (i, it) in items.iter().enumerate() {
+                obj[l.tuple_item as usize + 8 * i..][..8].copy_from_slice(&it.to_le_bytes());
+            }
+            self.put(obj)
+        }
+
+        /// A type object named `name` whose type is `meta` (0: itself), with tp_flags `flags`.
+        fn type_obj(&mut self, l: &Layout, name: &str, meta: u64, flags: u64) -> u64 {
+            let mut cname = name.as_bytes().to_vec();
+            cname.push(0);
+            let name_at = self.put(cname);
+            let t = self.put(vec![0u8; 400]);
+            let meta = if meta == 0 { t } else { meta };
+            self.set(t, l.object_type, &meta.to_le_bytes());
+            self.set(t, l.type_name, &name_at.to_le_bytes());
+            self.set(t, TYPE_FLAGS as i32, &flags.to_le_bytes());
+            t
+        }
+    }
+
+    struct Code {
+        addr: u64,
+        check: u32,
+    }
+
+    /// A code object named `name` at line `first` of `file`, with `args.0` arguments, the first `args.1`.
+    fn code(mem: &mut Mem, l: &Layout, code_type: u64, name: &str, file: &str, first: u32, args: (i32, &str)) -> Code {
+        let (argc, arg0) = args;
+        let name_p = mem.text(l, name);
+        let file_p = mem.text(l, file);
+        let v0 = mem.text(l, arg0);
+        let varnames = mem.tuple(l, &[v0]);
+        let table = mem.bytes(l, &[]);
+        let c = mem.put(vec![0u8; l.code_size as usize]);
+        mem.set(c, l.object_type, &code_type.to_le_bytes());
+        mem.set(c, l.code_firstlineno, &first.to_le_bytes());
+        mem.set(c, l.code_argcount, &argc.to_le_bytes());
+        mem.set(c, l.code_name, &name_p.to_le_bytes());
+        mem.set(c, l.code_filename, &file_p.to_le_bytes());
+        mem.set(c, l.code_varnames, &varnames.to_le_bytes());
+        mem.set(c, l.code_linetable, &table.to_le_bytes());
+        if l.code_qualname >= 0 {
+            let q = mem.text(l, name);
+            mem.set(c, l.code_qualname, &q.to_le_bytes());
+        }
+        Code { addr: c, check: code_check(first, file_p, name_p) }
+    }
+
+    fn frame(r: Resolution) -> Symbol {
+        match r {
+            Resolution::Frame(s) => s,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn strings_of_every_layout() {
+        for v in [(3, 6), (3, 9), (3, 11), (3, 12), (3, 13)] {
+            let l = layout_for(v.0, v.1).unwrap();
+            let mut mem = Mem::new();
+            let texts = ["plain", "calcul_é", "計算_名前", "chemin_𝔘/𠮷.py", ""];
+            let mut objs = Vec::new();
+            for t in texts {
+                objs.push((t, mem.str3(l, t, true)));
+                if v < (3, 12) {
+                    objs.push((t, mem.str3(l, t, false))); // legacy
+                }
+            }
+            let r = CodeReader::new(&mem, l, None);
+            for &(t, o) in &objs {
+                assert_eq!(r.read_str(o, 1024), Some((t.to_string(), false)), "{v:?} {t:?}");
+                // Cut on a character boundary, and said so.
+                let (cut, was_cut) = r.read_str(o, 7).unwrap();
+                assert_eq!(was_cut, t.len() > 7, "{v:?} {t:?}");
+                assert!(t.starts_with(&cut) && cut.len() <= 7 && cut.len() + 3 >= t.len().min(7), "{t:?} -> {cut:?}");
+            }
+        }
+        // 2.7: byte strings, cut on a UTF-8 character boundary.
+        let l = layout_for(2, 7).unwrap();
+        let mut mem = Mem::new();
+        let o = mem.bytes(l, "chemin_ü_𝔘/f.py".as_bytes());
+        let r = CodeReader::new(&mem, l, None);
+        assert_eq!(r.read_str(o, 100), Some(("chemin_ü_𝔘/f.py".to_string(), false)));
+        assert_eq!(r.read_str(o, 12), Some(("chemin_ü_".to_string(), true)));
+    }
+
+    #[test]
+    fn self_and_cls_name_the_class_before_3_11() {
+        for v in [(2, 7), (3, 6), (3, 10)] {
+            let l = layout_for(v.0, v.1).unwrap();
+            let mut mem = Mem::new();
+            let code_type = mem.put(vec![0u8; 64]);
+            let meta = mem.type_obj(l, "type", 0, TPFLAGS_TYPE_SUBCLASS);
+            let worker = mem.type_obj(l, "Worker", meta, 0);
+            let instance = mem.type_obj(l, "instance", meta, 0);
+            let method = code(&mut mem, l, code_type, "step", "/w.py", 10, (1, "self"));
+            let cm = code(&mut mem, l, code_type, "make", "/w.py", 20, (1, "cls"));
+            let plain = code(&mut mem, l, code_type, "helper", "/w.py", 30, (1, "n"));
+            let noarg = code(&mut mem, l, code_type, "local_self", "/w.py", 40, (0, "self"));
+            let obj = mem.put(vec![0u8; 64]);
+            let mut r = CodeReader::new(&mem, l, Some(code_type));
+            let inst = FirstLocal { object: obj, type_addr: worker };
+            let class = FirstLocal { object: worker, type_addr: meta };
+            let q = |r: &mut CodeReader<&Mem>, c: &Code, fl| {
+                frame(r.resolve(c.addr, u32::MAX, c.check, fl)).qualified_name()
+            };
+            assert_eq!(q(&mut r, &method, inst), "Worker.step", "{v:?}");
+            assert_eq!(r.class_key(method.addr, method.check, inst), worker);
+            assert_eq!(q(&mut r, &cm, class), "Worker.make");
+            assert_eq!(r.class_key(cm.addr, cm.check, class), worker);
+            // cls bound to an instance (a misnamed argument): not a class, no name.
+            assert_eq!(q(&mut r, &cm, inst), "make");
+            assert_eq!(r.class_key(cm.addr, cm.check, inst), 0);
+            assert_eq!(q(&mut r, &plain, inst), "helper");
+            assert_eq!(q(&mut r, &noarg, inst), "local_self");
+            assert_eq!(q(&mut r, &method, FirstLocal::NONE), "step");
+            assert_eq!(r.class_key(method.addr, method.check, FirstLocal::NONE), 0);
+            // 2.7 old-style instances are all of type `instance`: no class name.
+            let old = FirstLocal { object: obj, type_addr: instance };
+            assert_eq!(q(&mut r, &method, old), if v.0 == 2 { "step" } else { "instance.step" });
+            // A wrong check word or a freed code object: lost, never a wrong name.
+            assert_eq!(r.resolve(method.addr, 0, method.check ^ 1, inst), Resolution::Lost);
+            mem.set(method.addr, l.object_type, &0u64.to_le_bytes());
+            let mut r = CodeReader::new(&mem, l, Some(code_type));
+            assert_eq!(r.resolve(method.addr, 0, method.check, inst), Resolution::Lost);
+        }
+    }
+
+    #[test]
+    fn qualified_names_and_long_names_from_3_11() {
+        let l = layout_for(3, 12).unwrap();
+        let mut mem = Mem::new();
+        let code_type = mem.put(vec![0u8; 64]);
+        let c = code(&mut mem, l, code_type, "inner", "/w.py", 5, (0, "x"));
+        let q = mem.text(l, "outer.<locals>.inner");
+        mem.set(c.addr, l.code_qualname, &q.to_le_bytes());
+        let long = "n".repeat(1500);
+        let lc = code(&mut mem, l, code_type, &long, &format!("/{}.py", "d".repeat(5000)), 7, (0, "x"));
+        let lq = mem.text(l, &format!("Cls.{long}"));
+        mem.set(lc.addr, l.code_qualname, &lq.to_le_bytes());
+        let mut r = CodeReader::new(&mem, l, Some(code_type));
+        let at = l.code_code as u32; // first instruction
+        let s = frame(r.resolve(c.addr, at, c.check, FirstLocal::NONE));
+        assert_eq!((s.scope.as_str(), s.name.as_str(), s.flags), ("outer.<locals>", "inner", 0));
+        let s = frame(r.resolve(lc.addr, at, lc.check, FirstLocal::NONE));
+        assert_eq!((s.scope.as_str(), s.name.len(), s.file.len()), ("Cls", MAX_NAME_BYTES, MAX_FILE_BYTES));
+        assert_eq!(s.flags, symbol_flags::NAME_CUT | symbol_flags::FILE_CUT);
+    }
+
+    #[test]
+    fn frames_the_interpreter_hides() {
+        for v in [(3, 11), (3, 12), (3, 13)] {
+            let l = layout_for(v.0, v.1).unwrap();
+            let mut mem = Mem::new();
+            let code_type = mem.put(vec![0u8; 64]);
+            let shim = code(&mut mem, l, code_type, "__init__", "__init__", 0, (0, "x"));
+            let ft = first_traceable_offset(v).unwrap();
+            mem.set(shim.addr, ft, &4i32.to_le_bytes());
+            let mut r = CodeReader::new(&mem, l, Some(code_type));
+            let base = l.code_code as u32;
+            // The 3.13 __init__ shim waits at its first instruction; a frame not started (3.11 / 3.12: before
+            // the first unit) is hidden too; from the first traceable instruction on, it is a frame.
+            assert_eq!(r.resolve(shim.addr, base, shim.check, FirstLocal::NONE), Resolution::Hidden);
+            assert_eq!(r.resolve(shim.addr, base + 6, shim.check, FirstLocal::NONE), Resolution::Hidden);
+            assert_eq!(r.resolve(shim.addr, base - 2, shim.check, FirstLocal::NONE), Resolution::Hidden);
+            assert!(matches!(r.resolve(shim.addr, base + 8, shim.check, FirstLocal::NONE), Resolution::Frame(_)));
+        }
+        // Before 3.11 a frame not started yet is shown at its first line, as the interpreter does.
+        let l = layout_for(3, 10).unwrap();
+        let mut mem = Mem::new();
+        let code_type = mem.put(vec![0u8; 64]);
+        let c = code(&mut mem, l, code_type, "f", "/f.py", 12, (0, "x"));
+        let mut r = CodeReader::new(&mem, l, Some(code_type));
+        assert_eq!(frame(r.resolve(c.addr, u32::MAX, c.check, FirstLocal::NONE)).line, 12);
+    }
+
+    fn pyenv_root() -> PathBuf {
+        std::env::var_os("PYENV_ROOT").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root/.pyenv"))
+    }
+
+    /// TYPE_FLAGS and TPFLAGS_TYPE_SUBCLASS in every interpreter (through ctypes: the flags word at that offset
+    /// is `__flags__`, the bit is set for `type` and metaclasses only), and `_co_firsttraceable` against DWARF.
+    #[test]
+    fn constants_match_the_interpreters() {
+        let script = format!(
+            "import ctypes, abc\n\
+             flags = lambda t: ctypes.c_ulong.from_address(id(t) + {TYPE_FLAGS}).value\n\
+             assert all(flags(t) == t.__flags__ for t in (int, type, abc.ABCMeta, object))\n\
+             assert flags(type) & {TPFLAGS_TYPE_SUBCLASS} and flags(abc.ABCMeta) & {TPFLAGS_TYPE_SUBCLASS}\n\
+             assert not flags(int) & {TPFLAGS_TYPE_SUBCLASS} and not flags(object) & {TPFLAGS_TYPE_SUBCLASS}\n\
+             print('ok')\n"
+        );
+        let root = pyenv_root();
+        let mut pythons: Vec<PathBuf> =
+            ["2.7.18", "3.6.15", "3.7.16", "3.8.18", "3.9.18", "3.10.13", "3.11.7", "3.12.1", "3.13.0"]
+                .iter()
+                .map(|v| root.join("versions").join(v).join("bin/python"))
+                .collect();
+        pythons.push(PathBuf::from("/usr/bin/python3.11"));
+        for py in &pythons {
+            let out =
+                Command::new(py).args(["-c", &script]).output().unwrap_or_else(|e| panic!("{}: {e}", py.display()));
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                "ok",
+                "{}: {}",
+                py.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        for (v, dir) in [((3, 11), "3.11.7"), ((3, 12), "3.12.1"), ((3, 13), "3.13.0")] {
+            let lib = root.join("versions").join(dir).join(format!("lib/libpython{}.{}.so.1.0", v.0, v.1));
+            let out = Command::new("gdb")
+                .args(["-batch", "-ex", "print (long)&((PyCodeObject*)0)->_co_firsttraceable"])
+                .arg(&lib)
+                .output()
+                .expect("gdb");
+            let text = String::from_utf8_lossy(&out.stdout);
+            let got: Option<i32> = text.trim().rsplit(' ').next().and_then(|n| n.parse().ok());
+            assert_eq!(got, first_traceable_offset(v), "{}: {text}", lib.display());
+        }
     }
 }
