@@ -51,8 +51,12 @@ pub struct RecordArgs {
 
 pub const DEFAULT_FREQ: u64 = 99;
 
-/// Flush to disk at least this often, so that a killed recorder loses at most this much.
-const FLUSH_EVERY: Duration = Duration::from_secs(1);
+/// Hand what is buffered to the kernel (write(2)) at least this often, so that a killed recorder (SIGKILL, OOM
+/// killer, a crash) loses at most this much: the kernel's page cache outlives the process. Half a second keeps the
+/// loss well under the one second promised, with a poll timeout (POLL_EVERY) on top. No fsync while recording: it
+/// would stall the loop on the disk, and only a crash of the whole machine loses unsynced pages; the file is
+/// synced once at the end.
+const FLUSH_EVERY: Duration = Duration::from_millis(500);
 /// Longest wait for samples. The BPF program wakes us within PYPERF_WAKEUP_NS (2 ms) of a sample; this only
 /// bounds how late the loop notices a signal, a deadline or an exited target.
 const POLL_EVERY: Duration = Duration::from_millis(100);
@@ -74,6 +78,7 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     let event = if args.event == "cycles" { SampleEvent::Cycles } else { SampleEvent::CpuClock };
 
     // Everything that can fail at start fails before the output file exists.
+    crate::output::check(&args.output)?;
     let mut sampler = Sampler::new(&SamplerOptions { event, rate, ringbuf_bytes: args.ringbuf_kib.max(4) * 1024 })
         .context("cannot start sampling")?;
     let mut targets = if args.all {
@@ -86,12 +91,16 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     if args.bpf_stats {
         sampler.enable_bpf_stats().context("cannot measure the BPF program")?;
     }
+    // A failure from here to the end of the start removes the new file and puts the previous one back (and
+    // dropping `targets` ends a workload it started).
     let output = Output::create(&args.output)?;
+    let created = output.guard();
     signals::install();
 
     let header = crate::recorder::header(args, event, rate);
     let mut rec = Recorder::new(output, &header)?;
     targets.start(&mut sampler, &mut rec)?;
+    created.keep();
 
     let started = Instant::now();
     let deadline = args.duration.map(|d| started + Duration::from_secs_f64(d));
@@ -116,12 +125,16 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
             break;
         }
     }
-    // Take what is still in the ring buffer before closing.
+    // Stop sampling, then take what is still in the ring buffer: every sample the BPF program counted is now in
+    // the file or counted lost. (A program run that started before the stop may still be writing: give it a
+    // moment, it takes microseconds.)
+    targets.stop_sampling(&mut sampler);
+    std::thread::sleep(Duration::from_millis(2));
     sampler.poll(Duration::ZERO, &mut |s| rec.on_sample(s)).context("reading samples")?;
     if status_line {
         eprint!("\r\x1b[K");
     }
-    let summary = rec.finish(started.elapsed(), &sampler)?;
+    let summary = rec.finish(started.elapsed(), &sampler, &targets.counters())?;
     eprintln!("{summary}");
     if args.bpf_stats {
         if let Some((run_ns, runs)) = sampler.bpf_stats() {

@@ -1,0 +1,836 @@
+//! The recorder and the reader under faults, churn, load and hostile input (issue 7).
+//!
+//! End-to-end tests run the real `pyperf record` (root, BPF) on real Python processes and read back what it
+//! wrote; they take `common::serial()` because they burn CPU and measure on a 2-CPU machine. The memory-bound test
+//! needs neither.
+//!
+//! | issue 7 point | test |
+//! |---|---|
+//! | SIGKILL mid-recording | `sigkill_mid_recording_keeps_all_but_the_last_second` |
+//! | exits, exec, pid reuse, new processes in `-a` | `churn_in_all_processes_mode_keeps_samples_with_their_process` (+ unit tests in record/targets.rs) |
+//! | full ring buffer | `full_ring_buffer_is_counted_in_the_trailer_and_shown_by_report` |
+//! | full maps | `full_process_map_is_counted_in_the_trailer_and_shown_by_report` |
+//! | unreadable target memory | `unreadable_target_memory_is_counted_and_never_names_a_wrong_function` |
+//! | load | `load_many_busy_threads_at_1khz` (bench/load.sh: the 16 x 4 x 60 s run) |
+//! | output file | unit tests in record/output.rs |
+//! | 1 KiB file, 64 MiB | `a_1k_file_cannot_make_the_reader_or_the_report_hold_64_mib` (+ the fuzzer's own check, fuzz/) |
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{interpreter, pyperf, run, scratch, serial, start_workload};
+use pyperf_format::{samples, scan, symbol_flags, Header, Process, Reader, Stats, Tables};
+use pyperf_report::{flamegraph, folded, speedscope, text, Filter, LoadOptions, Profile};
+
+// ---- memory bound on hostile input -------------------------------------------------------------------------
+
+/// Counts the heap bytes live on the current thread and their peak. Per thread, so that the other tests of this
+/// binary, running at the same time, do not count.
+struct Counting;
+
+thread_local! {
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+    static PEAK: Cell<isize> = const { Cell::new(0) };
+}
+
+fn count(delta: isize) {
+    let _ = LIVE.try_with(|live| {
+        let now = live.get() + delta;
+        live.set(now);
+        let _ = PEAK.try_with(|peak| peak.set(peak.get().max(now)));
+    });
+}
+
+// SAFETY: forwards to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            count(layout.size() as isize);
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            count(layout.size() as isize);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        count(-(layout.size() as isize));
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            count(new_size as isize - layout.size() as isize);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// Peak heap bytes held by this thread while `f` runs.
+fn peak_bytes(f: impl FnOnce()) -> usize {
+    let base = LIVE.with(Cell::get);
+    PEAK.with(|p| p.set(base));
+    f();
+    (PEAK.with(Cell::get) - base).max(0) as usize
+}
+
+const MIB: usize = 1 << 20;
+
+/// Everything `pyperf report` can do with a file, in every output format.
+fn report_all_formats(bytes: &[u8]) {
+    for options in [LoadOptions::new(Filter::default(), true), LoadOptions::stacks_only(Filter::default())] {
+        let Ok(profile) = Profile::load(bytes, &options) else { return };
+        let _ = text::render(&profile, &text::Options::default());
+        let mut o = folded::Options::default();
+        let _ = folded::write(&profile, &o, std::io::sink());
+        o.lines = false;
+        o.pid_root = options.per_thread;
+        o.tid_root = options.per_thread;
+        let _ = folded::write(&profile, &o, std::io::sink());
+        if options.timeline {
+            let _ = speedscope::write(&profile, &speedscope::Options::default(), std::io::sink());
+        }
+        if profile.matched.samples > 0 {
+            let _ = flamegraph::write(&profile, &flamegraph::Options::default(), std::io::sink());
+        }
+    }
+}
+
+fn read_with_format_crate(bytes: &[u8]) -> usize {
+    const STALE: &str =
+        "fuzz/budget no longer matches the format: `cargo run --manifest-path fuzz/Cargo.toml --example seeds`";
+    let mut reader = Reader::new(bytes).expect(STALE);
+    let mut tables = Tables::default();
+    let mut n = 0;
+    scan(&mut reader, &mut tables, |_, c| n += samples(c).count()).expect(STALE);
+    n
+}
+
+/// The crafted 1 KiB files of fuzz/budget (made by fuzz/examples/seeds.rs): each spends the whole expansion the
+/// reader allows (256 KiB + 64 x the stored bytes) on the record that costs the most memory per encoded byte.
+const BUDGET_FILES: &[(&str, &[u8])] = &[
+    ("header", include_bytes!("../fuzz/budget/header-1k.pyp")),
+    ("process", include_bytes!("../fuzz/budget/process-1k.pyp")),
+    ("symbols", include_bytes!("../fuzz/budget/symbols-1k.pyp")),
+    ("stacks", include_bytes!("../fuzz/budget/stacks-1k.pyp")),
+    ("samples", include_bytes!("../fuzz/budget/samples-1k.pyp")),
+    ("comms", include_bytes!("../fuzz/budget/comms-1k.pyp")),
+    ("stats", include_bytes!("../fuzz/budget/stats-1k.pyp")),
+];
+
+#[test]
+fn a_1k_file_cannot_make_the_reader_or_the_report_hold_64_mib() {
+    let mut worst = 0;
+    for &(name, bytes) in BUDGET_FILES {
+        assert!(bytes.len() <= 1024, "{name}: {} bytes", bytes.len());
+        let read = peak_bytes(|| {
+            read_with_format_crate(bytes);
+        });
+        let report = peak_bytes(|| report_all_formats(bytes));
+        eprintln!("{name:>8}-1k.pyp: reader peak {:.1} MiB, report peak {:.1} MiB", mb(read), mb(report));
+        assert!(read <= 64 * MIB, "{name}: reading a 1 KiB file held {:.1} MiB", mb(read));
+        assert!(report <= 64 * MIB, "{name}: reporting a 1 KiB file held {:.1} MiB", mb(report));
+        worst = worst.max(read).max(report);
+    }
+    // The files really are worst cases, not files the reader refuses early.
+    assert!(worst > 16 * MIB, "the crafted files only reached {:.1} MiB", mb(worst));
+}
+
+fn mb(n: usize) -> f64 {
+    n as f64 / MIB as f64
+}
+
+// ---- end to end: reading back what `pyperf record` wrote --------------------------------------------------------
+
+/// One sample, with its frames as symbol ids (root first).
+#[derive(Debug, Clone)]
+struct Smp {
+    time_ns: u64,
+    pid: u32,
+    ids: Vec<u32>,
+}
+
+struct Rec {
+    header: Header,
+    tables: Tables,
+    samples: Vec<Smp>,
+    warnings: Vec<String>,
+}
+
+fn load(path: &Path) -> Rec {
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    let mut reader = Reader::new(std::io::BufReader::new(file)).expect("recording header");
+    let header = reader.header().clone();
+    let mut tables = Tables::default();
+    let mut out = Vec::new();
+    let notes = scan(&mut reader, &mut tables, |t, chunk| {
+        for s in samples(chunk) {
+            let mut ids = Vec::new();
+            t.frames_root_first(s.stack, &mut ids);
+            out.push(Smp { time_ns: s.time_ns, pid: s.pid, ids });
+        }
+    })
+    .expect("a readable recording (every stack and symbol defined before use)");
+    Rec { header, tables, samples: out, warnings: notes.warnings }
+}
+
+impl Rec {
+    fn names(&self, s: &Smp) -> Vec<String> {
+        s.ids.iter().map(|&id| self.tables.symbol(id).qualified_name()).collect()
+    }
+
+    fn stats(&self) -> &Stats {
+        self.tables.stats.as_ref().expect("trailer")
+    }
+
+    fn counter(&self, name: &str) -> u64 {
+        let c = &self.stats().counters;
+        c.iter().find(|(k, _)| k == name).unwrap_or_else(|| panic!("no counter {name} in {c:?}")).1
+    }
+
+    /// The process record a sample of `pid` at `time_ns` belongs to: the last one of that pid seen by then
+    /// (FORMAT.md: after pid reuse, the later record applies from its first_seen_ns).
+    fn process_at(&self, pid: u32, time_ns: u64) -> Option<&Process> {
+        self.tables
+            .processes
+            .iter()
+            .filter(|p| p.pid == pid && p.first_seen_ns <= time_ns)
+            .max_by_key(|p| p.first_seen_ns)
+    }
+}
+
+/// Sends a signal to a process we started.
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: plain kill(2).
+    assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0, "kill({pid}, {sig})");
+}
+
+fn unix_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
+}
+
+/// The direct children of `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Waits until the recorder writing `out` is recording: its first flush (FLUSH_EVERY after the sampling loop
+/// starts) has put the header on disk. Starting takes from a few hundred milliseconds to seconds (loading the BPF
+/// program, inspecting every target), more on a loaded machine: fixed sleeps would make the tests flaky.
+fn wait_until_recording(out: &Path) {
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    while !std::fs::metadata(out).is_ok_and(|m| m.len() > 0) {
+        assert!(std::time::Instant::now() < until, "the recorder did not start within a minute");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `pyperf report ARGS -i PATH` and returns its standard output.
+fn report_text(path: &Path) -> String {
+    let o = run(pyperf().args(["report", "--text", "-i"]).arg(path));
+    assert!(o.status.success());
+    String::from_utf8(o.stdout).unwrap()
+}
+
+const HEAVY: &[&str] = &["<module>", "main", "Runner.run", "heavy", "burn"];
+const LIGHT: &[&str] = &["<module>", "main", "Runner.run", "light", "burn"];
+
+#[test]
+fn sigkill_mid_recording_keeps_all_but_the_last_second() {
+    let _guard = serial();
+    let py = interpreter("3.11.7");
+    let (_dir, out) = scratch("killed.pyp");
+    let mut rec = pyperf()
+        .args(["record", "-F", "499", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&py)
+        .arg(common::workload("split.py"))
+        .arg("8")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until_recording(&out);
+    std::thread::sleep(Duration::from_millis(2500));
+    let workload = children(rec.id());
+    let killed_at = unix_ns();
+    signal(rec.id(), libc::SIGKILL);
+    let _ = rec.wait();
+    for pid in workload {
+        signal(pid, libc::SIGKILL);
+    }
+
+    let r = load(&out);
+    assert!(r.tables.stats.is_none());
+    assert!(r.warnings.iter().any(|w| w.contains("no trailer")), "{:?}", r.warnings);
+    // At most the last second is lost: samples reach to within a second of the kill.
+    let killed_after = killed_at - r.header.start_time_unix_ns;
+    let last = r.samples.iter().map(|s| s.time_ns).max().expect("samples");
+    eprintln!(
+        "killed {:.3} s after the start; last sample on disk at {:.3} s; {} samples",
+        killed_after as f64 / 1e9,
+        last as f64 / 1e9,
+        r.samples.len()
+    );
+    assert!(last + 1_000_000_000 >= killed_after, "lost {:.3} s", (killed_after - last) as f64 / 1e9);
+    // The hot frames resolve, every one of them, to the right names.
+    let hot: Vec<&Smp> = r.samples.iter().filter(|s| r.names(s).iter().any(|n| n == "Runner.run")).collect();
+    assert!(hot.len() > 500, "only {} samples in Runner.run", hot.len());
+    for s in &hot {
+        for &id in &s.ids {
+            let sym = r.tables.symbol(id);
+            assert_eq!(sym.flags & symbol_flags::UNRESOLVED, 0, "unresolved hot frame {sym:?}");
+        }
+    }
+    let exact = hot.iter().filter(|s| r.names(s) == HEAVY || r.names(s) == LIGHT).count();
+    assert!(exact * 10 >= hot.len() * 9, "{exact} of {} hot stacks are heavy or light", hot.len());
+}
+
+/// A workload whose hot function is named after a token given on its command line (`fn_TOKEN`, compiled from
+/// generated source), so that a sample's frames say which process it must come from.
+/// `churn.py TOKEN SECONDS [PROGRAM ARGS...]`: runs fn_TOKEN for SECONDS, then execs PROGRAM if given.
+const CHURN_PY: &str = r#"
+import os, sys, time
+token, seconds, then = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+src = "def fn_%s(seconds):\n    end = time.time() + seconds\n    x = 0\n    while time.time() < end:\n        for i in range(3000):\n            x += i\n    return x\n" % token
+ns = {"time": time}
+exec(compile(src, "churn_%s.py" % token, "exec"), ns)
+ns["fn_" + token](seconds)
+if then:
+    os.execv(then[0], then)
+"#;
+
+/// A busy shell loop of about a second: what a Python process turns into when it execs something else.
+const BUSY_SH: &str = "i=0; while [ $i -lt 600000 ]; do i=$((i+1)); done";
+
+struct Churn {
+    dir: tempfile::TempDir,
+    py: PathBuf,
+    /// token -> pid that must carry its samples.
+    pids: Vec<(String, u32)>,
+    children: Vec<Child>,
+}
+
+impl Churn {
+    fn new() -> Churn {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("churn.py"), CHURN_PY).unwrap();
+        Churn { dir, py: interpreter("3.11.7"), pids: Vec::new(), children: Vec::new() }
+    }
+
+    fn script(&self) -> PathBuf {
+        self.dir.path().join("churn.py")
+    }
+
+    /// Starts `churn.py TOKEN SECONDS THEN...` directly.
+    fn python(&mut self, token: &str, seconds: f64, then: &[&str]) -> u32 {
+        let child =
+            Command::new(&self.py).arg(self.script()).arg(token).arg(seconds.to_string()).args(then).spawn().unwrap();
+        self.started(token, child)
+    }
+
+    fn started(&mut self, token: &str, child: Child) -> u32 {
+        let pid = child.id();
+        self.pids.push((token.to_string(), pid));
+        self.children.push(child);
+        pid
+    }
+
+    fn wait_all(&mut self) {
+        for c in &mut self.children {
+            assert!(c.wait().unwrap().success());
+        }
+        self.children.clear();
+    }
+
+    fn pid_of(&self, token: &str) -> Option<u32> {
+        self.pids.iter().find(|(t, _)| t == token).map(|&(_, p)| p)
+    }
+}
+
+/// The token of a `fn_TOKEN` frame.
+fn token_of(name: &str) -> Option<&str> {
+    name.strip_prefix("fn_")
+}
+
+#[test]
+fn churn_in_all_processes_mode_keeps_samples_with_their_process() {
+    let _guard = serial();
+    let (_out_dir, out) = scratch("churn.pyp");
+    let mut rec = pyperf().args(["record", "-a", "-F", "199", "-d", "11", "-o"]).arg(&out).spawn().unwrap();
+    wait_until_recording(&out);
+    let mut c = Churn::new();
+    let py = c.py.display().to_string();
+    let script = c.script().display().to_string();
+
+    // Short-lived processes, one after the other and overlapping.
+    c.python("a1", 0.8, &[]);
+    std::thread::sleep(Duration::from_millis(300));
+    c.python("a2", 0.8, &[]);
+    // A shell that execs into Python after a while: first not Python, then Python, same pid.
+    let sh = Command::new("sh").arg("-c").arg(format!("sleep 0.5; exec {py} {script} sh1 0.8")).spawn().unwrap();
+    c.started("sh1", sh);
+    std::thread::sleep(Duration::from_millis(300));
+    // Python that execs into a busy shell loop: no Python frames after the exec.
+    let x1 = c.python("x1", 0.8, &["/bin/sh", "-c", BUSY_SH]);
+    std::thread::sleep(Duration::from_millis(300));
+    // Python that execs into another Python program: same pid, new image, new functions.
+    let r1 = c.python("r1", 0.8, &[&py, &script, "r2", "0.8"]);
+    c.pids.push(("r2".into(), r1));
+    c.wait_all();
+
+    // Pid reuse: q1 exits, then q2 gets the same pid (the kernel's next pid set through ns_last_pid).
+    let q1 = c.python("q1", 0.8, &[]);
+    c.wait_all();
+    std::thread::sleep(Duration::from_millis(400));
+    let mut reused = None;
+    for attempt in 0..10 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (q1 - 1).to_string()).unwrap();
+        let token = format!("q2x{attempt}");
+        let pid = c.python(&token, 0.8, &[]);
+        if pid == q1 {
+            reused = Some(token);
+            break;
+        }
+        c.wait_all(); // another fork took the pid first: try again
+    }
+    let reused = reused.expect("could not make the kernel reuse a pid");
+    c.wait_all();
+    assert!(rec.wait().unwrap().success());
+
+    let r = load(&out);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    let mut per_token: std::collections::HashMap<String, Vec<&Smp>> = Default::default();
+    for s in &r.samples {
+        let names = r.names(s);
+        for n in &names {
+            if let Some(t) = token_of(n) {
+                let want = c.pid_of(t).unwrap_or_else(|| panic!("a frame of unknown token {t}: {names:?}"));
+                assert_eq!(s.pid, want, "a sample of fn_{t} from pid {} ({names:?})", s.pid);
+                // The process record it falls under is the one that ran that token's program.
+                let p = r.process_at(s.pid, s.time_ns).expect("a process record for the sample");
+                let owner = if t == "r2" { "r1" } else { t };
+                assert!(
+                    p.command.iter().any(|a| a == owner || a == t),
+                    "fn_{t} sample at {} ns under {:?}",
+                    s.time_ns,
+                    p.command
+                );
+                per_token.entry(t.to_string()).or_default().push(s);
+            }
+        }
+        // Never a wrong symbol: frames are either resolved or flagged unresolved placeholders.
+        for &id in &s.ids {
+            let sym = r.tables.symbol(id);
+            if sym.flags & symbol_flags::UNRESOLVED != 0 {
+                assert!(sym.name.starts_with("[unknown"), "{sym:?}");
+            }
+        }
+    }
+    let counts: Vec<(String, usize)> =
+        c.pids.iter().map(|(t, _)| (t.clone(), per_token.get(t).map_or(0, Vec::len))).collect();
+    eprintln!("samples per token: {counts:?}");
+    for t in ["a1", "a2", "sh1", "x1", "r1", "r2", "q1", reused.as_str()] {
+        let n = per_token.get(t).map_or(0, Vec::len);
+        assert!(n >= 15, "only {n} samples of fn_{t}");
+    }
+    // After x1 exec'd into the shell loop, its pid is no longer sampled as Python (the exec is noticed within a
+    // rescan): no samples of it later than 0.5 s after its last Python sample.
+    let x1_last = per_token["x1"].iter().map(|s| s.time_ns).max().unwrap();
+    let late: Vec<&Smp> = r.samples.iter().filter(|s| s.pid == x1 && s.time_ns > x1_last + 500_000_000).collect();
+    assert!(
+        late.is_empty(),
+        "{} samples of pid {x1} long after it stopped running Python: {:?}",
+        late.len(),
+        &late[..late.len().min(3)]
+    );
+    // r1 and r2 (same pid) and q1 and q2 (same pid) each got their own process record.
+    assert_eq!(r.tables.processes.iter().filter(|p| p.pid == r1).count(), 2, "{:?}", r.tables.processes);
+    assert_eq!(r.tables.processes.iter().filter(|p| p.pid == q1).count(), 2, "{:?}", r.tables.processes);
+    let stats = r.stats();
+    eprintln!("stats: {stats:?}");
+    assert!(r.counter("targets_ended") >= 8);
+}
+
+/// The line of `pyperf report --text` that starts with `key` (after indentation).
+fn report_field(text: &str, key: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .find(|l| l.starts_with(key))
+        .unwrap_or_else(|| panic!("no {key:?} line in the report:\n{text}"))
+        .to_string()
+}
+
+#[test]
+fn full_ring_buffer_is_counted_in_the_trailer_and_shown_by_report() {
+    let _guard = serial();
+    let py = interpreter("3.11.7");
+    let mut target = start_workload(&py, "split.py", &["30"]);
+    let (_dir, out) = scratch("ringfull.pyp");
+    // The smallest ring buffer (one page: about 20 samples), and a consumer that stops for a second.
+    let mut rec = pyperf()
+        .args(["record", "-F", "999", "--ringbuf-kib", "4", "-d", "3.5", "-p", &target.id().to_string(), "-o"])
+        .arg(&out)
+        .spawn()
+        .unwrap();
+    wait_until_recording(&out);
+    std::thread::sleep(Duration::from_millis(500));
+    signal(rec.id(), libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(1000));
+    signal(rec.id(), libc::SIGCONT);
+    assert!(rec.wait().unwrap().success());
+    let _ = target.kill();
+    let _ = target.wait();
+
+    let r = load(&out);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    let stats = r.stats().clone();
+    eprintln!("stats: {stats:?}");
+    // About a second of samples at 999 Hz could not be taken: counted, not silently missing.
+    assert!(stats.lost_samples >= 300, "{} lost", stats.lost_samples);
+    assert_eq!(stats.lost_samples, r.counter("bpf_ringbuf_full"));
+    // Every sample the kernel took is in the file or counted lost.
+    assert_eq!(stats.samples, r.samples.len() as u64);
+    assert_eq!(stats.samples + stats.lost_samples, r.counter("bpf_samples"));
+    // What did reach the file is right.
+    let hot = r.samples.iter().filter(|s| r.names(s).iter().any(|n| n == "Runner.run")).count();
+    assert!(hot * 10 >= r.samples.len() * 9, "{hot} of {}", r.samples.len());
+    let text = report_text(&out);
+    let lost = report_field(&text, "lost ");
+    assert!(lost.contains(&format!("{} samples", stats.lost_samples)), "{lost}");
+}
+
+#[test]
+fn unreadable_target_memory_is_counted_and_never_names_a_wrong_function() {
+    let _guard = serial();
+    let (_dir, out) = scratch("unreadable.pyp");
+    let c = Churn::new();
+    // fn_gone starts when told to (a file appears), once the recorder follows the process and is stopped; the
+    // process is gone when the recorder reads its samples: its code objects cannot be read any more.
+    let go = c.dir.path().join("go");
+    let mut target = Command::new(&c.py)
+        .arg("-c")
+        .arg(format!(
+            "import os, sys, time\n\
+             print('ready', flush=True)\n\
+             while not os.path.exists({go:?}): time.sleep(0.01)\n\
+             sys.argv = ['churn', 'gone', '0.6']\n\
+             exec(open({script:?}).read())",
+            go = go.display().to_string(),
+            script = c.script().display().to_string()
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(target.stdout.as_mut().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let mut rec = pyperf()
+        .args(["record", "-F", "499", "-d", "4", "-p", &target.id().to_string(), "-o"])
+        .arg(&out)
+        .spawn()
+        .unwrap();
+    wait_until_recording(&out);
+    signal(rec.id(), libc::SIGSTOP);
+    std::fs::write(&go, b"").unwrap();
+    assert!(target.wait().unwrap().success());
+    signal(rec.id(), libc::SIGCONT);
+    assert!(rec.wait().unwrap().success());
+
+    let r = load(&out);
+    let stats = r.stats().clone();
+    eprintln!("stats: {stats:?}");
+    let mut unresolved = 0;
+    for s in &r.samples {
+        for &id in &s.ids {
+            let sym = r.tables.symbol(id);
+            if sym.flags & symbol_flags::UNRESOLVED != 0 {
+                assert!(sym.name.starts_with("[unknown code 0x") && sym.file.is_empty(), "{sym:?}");
+                unresolved += 1;
+            } else {
+                // A resolved frame of this process can only be one of its own functions.
+                assert!(
+                    sym.file.contains("churn") || sym.file == "<string>" || sym.file.contains("/lib/python3"),
+                    "{sym:?}"
+                );
+            }
+        }
+    }
+    assert!(unresolved >= 50, "{unresolved} unresolved frames");
+    assert!(stats.lost_symbols > 0);
+    let text = report_text(&out);
+    let field = report_field(&text, "lost symbols");
+    assert!(field.contains(&stats.lost_symbols.to_string()), "{field}");
+}
+
+/// `load.py THREADS SECONDS`: THREADS threads, each spinning in its own function (`busy_K`) for SECONDS.
+const LOAD_PY: &str = r#"
+import sys, threading, time
+threads, seconds = int(sys.argv[1]), float(sys.argv[2])
+def make(k):
+    src = "def busy_%d(end):\n    x = 0\n    while time.time() < end:\n        for i in range(1000):\n            x += i\n    return x\n" % k
+    ns = {"time": time}
+    exec(compile(src, "load_%d.py" % k, "exec"), ns)
+    return ns["busy_%d" % k]
+end = time.time() + seconds
+ts = [threading.Thread(target=make(k), args=(end,)) for k in range(threads)]
+for t in ts:
+    t.start()
+sys.stdout.write("ready\n")
+sys.stdout.flush()
+for t in ts:
+    t.join()
+"#;
+
+/// A `KEY: N kB` line of /proc/PID/status.
+fn status_kib(pid: u32, key: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(key) && l[key.len()..].starts_with(':'))?;
+    line[key.len() + 1..].trim().trim_end_matches("kB").trim().parse().ok()
+}
+
+fn env_or(name: &str, default: f64) -> f64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// Waits for `pid` (a child of ours) and returns its exit status and resource usage (ru_maxrss: peak RSS in KiB).
+fn wait_with_rusage(pid: u32) -> (i32, libc::rusage) {
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: plain wait4(2) on our own child.
+    let rc = unsafe { libc::wait4(pid as i32, &mut status, 0, &mut usage) };
+    assert_eq!(rc, pid as i32, "wait4: {}", std::io::Error::last_os_error());
+    (status, usage)
+}
+
+/// The recorder under load: PROCS Python processes x THREADS busy threads at HZ per CPU for SECONDS (defaults: 8 x
+/// 4 at 1 kHz for 10 s; bench/load.sh runs 16 x 4 for 60 s). Lost samples under 0.1%, the recorder's peak RSS
+/// flat while recording, its peak under PYPERF_LOAD_RSS_MIB (default 256: the peak comes from inspecting the
+/// targets at the start, ~60 MiB in most runs, once 164 MiB; see bench/RESULTS.md).
+#[test]
+fn load_many_busy_threads_at_1khz() {
+    let _guard = serial();
+    let procs = env_or("PYPERF_LOAD_PROCS", 8.0) as usize;
+    let threads = env_or("PYPERF_LOAD_THREADS", 4.0) as usize;
+    let seconds = env_or("PYPERF_LOAD_SECONDS", 10.0);
+    let hz = env_or("PYPERF_LOAD_HZ", 1000.0) as u64;
+    let rss_bound_mib = env_or("PYPERF_LOAD_RSS_MIB", 256.0);
+    let py = interpreter("3.11.7");
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("load.py");
+    std::fs::write(&script, LOAD_PY).unwrap();
+    let out = dir.path().join("load.pyp");
+    let mut workers = Vec::new();
+    for _ in 0..procs {
+        // Each runs past the end of the recording, so that every second of it is under full load.
+        let mut child = Command::new(&py)
+            .arg(&script)
+            .args([threads.to_string(), (seconds + 15.0).to_string()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        workers.push(child);
+    }
+    let pids: Vec<String> = workers.iter().map(|c| c.id().to_string()).collect();
+    let started = std::time::Instant::now();
+    // Waited for by wait4 below, which also gives its resource usage.
+    #[allow(clippy::zombie_processes)]
+    let rec = pyperf()
+        .args(["record", "-F", &hz.to_string(), "-d", &seconds.to_string(), "-p", &pids.join(","), "-o"])
+        .arg(&out)
+        .spawn()
+        .unwrap();
+    // Resident memory while recording, every half second from a second after the first flush (the start, with
+    // the BPF load and the inspection of every target, can take seconds under this load): it must not grow with
+    // the samples (everything that grows with the recording goes to the file).
+    let mut recording_since = None;
+    let mut rss_kib = Vec::new();
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = started.elapsed().as_secs_f64();
+        if recording_since.is_none() && std::fs::metadata(&out).is_ok_and(|m| m.len() > 0) {
+            recording_since = Some(now);
+        }
+        let exited = std::fs::read_to_string(format!("/proc/{}/stat", rec.id()))
+            .map_or(true, |st| st.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')));
+        match recording_since {
+            _ if exited || now > seconds + 120.0 => break,
+            Some(t) if now > t + seconds - 1.5 => break,
+            Some(t) if now >= t + 1.0 => rss_kib.extend(status_kib(rec.id(), "VmRSS")),
+            _ => {}
+        }
+    }
+    let (status, usage) = wait_with_rusage(rec.id());
+    let startup = recording_since.expect("the recording never started") - 0.5;
+    let wall = started.elapsed().as_secs_f64();
+    for w in &mut workers {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+    assert_eq!(status, 0, "pyperf record failed");
+
+    let r = load(&out);
+    let stats = r.stats().clone();
+    let taken = stats.samples + stats.lost_samples;
+    let lost_pct = 100.0 * stats.lost_samples as f64 / taken.max(1) as f64;
+    let rss_mib = usage.ru_maxrss as f64 / 1024.0;
+    let (rss_lo, rss_hi) =
+        (*rss_kib.iter().min().unwrap() as f64 / 1024.0, *rss_kib.iter().max().unwrap() as f64 / 1024.0);
+    let cpu_s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let recorder_cpu = cpu_s(usage.ru_utime) + cpu_s(usage.ru_stime);
+    let size = std::fs::metadata(&out).unwrap().len();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    eprintln!(
+        "load: {procs} processes x {threads} threads, {hz} Hz x {cpus} CPUs, {seconds} s: {} samples ({:.0}/s), \
+         {} lost ({lost_pct:.4}%), recorder peak RSS {rss_mib:.1} MiB, RSS while recording {rss_lo:.1}-{rss_hi:.1} MiB, recorder CPU {recorder_cpu:.2} s \
+         ({:.2}% of one CPU over {wall:.1} s, of which about {startup:.1} s starting), file {} bytes ({:.1} bytes/sample), {} symbols, {} stack nodes",
+        stats.samples,
+        stats.samples as f64 / seconds,
+        stats.lost_samples,
+        100.0 * recorder_cpu / wall,
+        size,
+        size as f64 / stats.samples.max(1) as f64,
+        r.tables.symbols.len(),
+        r.tables.nodes.len(),
+    );
+    // Nearly every sample lands on a busy thread of ours (the machine has nothing else to do).
+    let expected = seconds * hz as f64 * cpus as f64;
+    assert!(taken as f64 >= 0.8 * expected, "{taken} samples taken, expected about {expected}");
+    assert!(lost_pct < 0.1, "{lost_pct:.4}% lost");
+    assert!(rss_mib < rss_bound_mib, "recorder peak RSS {rss_mib:.1} MiB");
+    assert!(rss_hi - rss_lo < 8.0, "the recorder grew from {rss_lo:.1} to {rss_hi:.1} MiB while recording");
+    // Every busy thread of every process is in the file, under its own function.
+    let busy = r.samples.iter().filter(|s| r.names(s).last().is_some_and(|n| n.starts_with("busy_"))).count();
+    assert!(busy as f64 >= 0.9 * stats.samples as f64, "{busy} of {} samples in busy_*", stats.samples);
+}
+
+#[test]
+fn full_process_map_is_counted_in_the_trailer_and_shown_by_report() {
+    use pyperf::bpf::{Sampler, SamplerOptions};
+    use pyperf::{output::Output, process, recorder::Recorder, targets::Targets};
+    let _guard = serial();
+    let py = interpreter("3.11.7");
+    let mut target = start_workload(&py, "split.py", &["10"]);
+    let mut sampler = Sampler::new(&SamplerOptions::default()).expect("BPF sampler (run as root)");
+    // Fill the BPF map of profiled processes with pids that cannot exist (pid_max is at most 2^22).
+    let p = process::inspect(target.id()).unwrap();
+    let mut filled = 0u32;
+    loop {
+        let mut fake = p.clone();
+        fake.pid = u32::MAX - filled;
+        if sampler.add_process(&fake).is_err() {
+            break;
+        }
+        filled += 1;
+        assert!(filled < 1 << 20, "the process map never fills");
+    }
+    // What `pyperf record -a` does, with that sampler: the workload is found, cannot be set up, is counted.
+    let (_dir, out) = scratch("mapfull.pyp");
+    let header = Header {
+        pyperf_version: "test".into(),
+        hostname: String::new(),
+        kernel_release: String::new(),
+        arch: String::new(),
+        start_time_unix_ns: unix_ns(),
+        event: "cpu-clock".into(),
+        rate: pyperf_format::Rate::Frequency(99),
+        command_line: vec!["pyperf".into(), "record".into(), "-a".into()],
+        workload: vec![],
+    };
+    let mut rec = Recorder::new(Output::create(&out).unwrap(), &header).unwrap();
+    let mut targets = Targets::all();
+    targets.start(&mut sampler, &mut rec).unwrap();
+    let counters = targets.counters();
+    rec.finish(Duration::from_millis(1), &sampler, &counters).unwrap();
+    let _ = target.kill();
+    let _ = target.wait();
+
+    eprintln!("{filled} fake processes filled the map; counters {counters:?}");
+    let r = load(&out);
+    assert!(!r.tables.processes.iter().any(|q| q.pid == target.id()), "{:?}", r.tables.processes);
+    assert!(r.counter("targets_setup_failed") >= 1);
+    let text = report_text(&out);
+    let field = report_field(&text, "counters");
+    assert!(field.contains("targets_setup_failed"), "{field}");
+}
+
+/// The BPF program promises to wake the reader within PYPERF_WAKEUP_NS (2 ms) of a sample, so a small ring buffer
+/// (16 KiB: about 75 samples, 75 ms at 999 Hz) never fills while the reader keeps up. An *adaptive* wakeup
+/// (flags 0) would not do: the kernel sends one only if the reader has consumed everything up to that very record
+/// (bpf_ringbuf_commit: cons_pos == rec_pos), which is rarely the case after records written with
+/// BPF_RB_NO_WAKEUP, and the reader then drains only at its 100 ms poll timeout (74% lost with a 4 KiB ring).
+/// Hence BPF_RB_FORCE_WAKEUP when the time or size threshold is reached.
+#[test]
+fn small_ring_buffer_does_not_fill_while_the_reader_keeps_up() {
+    let _guard = serial();
+    let py = interpreter("3.11.7");
+    let (_dir, out) = scratch("wakeup.pyp");
+    let o = run(pyperf()
+        .args(["record", "-F", "999", "--ringbuf-kib", "16", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&py)
+        .arg(common::workload("split.py"))
+        .arg("2"));
+    assert!(o.status.success());
+    let r = load(&out);
+    let stats = r.stats();
+    assert!(stats.samples > 1000, "{stats:?}");
+    assert_eq!(stats.lost_samples, 0, "{stats:?}");
+}
+
+#[test]
+fn output_file_policy_end_to_end() {
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    let _guard = serial();
+    let py = interpreter("3.11.7");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("prof.pyp");
+    let old = dir.path().join("prof.pyp.old");
+    let record = |out: &Path| run(pyperf().args(["record", "-o"]).arg(out).arg("--").arg(&py).args(["-c", "pass"]));
+    // A symlink planted at the output path: moved aside, never written through.
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    symlink(&victim, &out).unwrap();
+    let o = record(&out);
+    assert!(o.status.success());
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    assert_eq!(std::fs::read_link(&old).unwrap(), victim);
+    let meta = std::fs::symlink_metadata(&out).unwrap();
+    assert!(meta.file_type().is_file());
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o600, "readable by its owner only");
+    let first = std::fs::read(&out).unwrap();
+    assert!(load(&out).tables.stats.is_some());
+    // Again: the first recording is kept as .old, byte for byte.
+    assert!(record(&out).status.success());
+    assert_eq!(std::fs::read(&old).unwrap(), first);
+    assert!(String::from_utf8_lossy(&record(&out).stderr).contains("kept the previous"));
+    // A directory at the output path: refused, left alone, nothing written.
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let o = record(&sub);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("is a directory") && err.trim().lines().count() == 1, "{err}");
+    assert!(sub.is_dir() && !dir.path().join("sub.old").exists());
+}
