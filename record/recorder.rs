@@ -87,7 +87,6 @@ pub struct Recorder {
     stack: Vec<u32>,
     lost_symbols: u64,
     truncated: u64,
-    walk_errors: u64,
     io_error: Option<std::io::Error>,
 }
 
@@ -105,7 +104,6 @@ impl Recorder {
             stack: Vec::with_capacity(1024),
             lost_symbols: 0,
             truncated: 0,
-            walk_errors: 0,
             io_error: None,
         })
     }
@@ -143,10 +141,8 @@ impl Recorder {
             return;
         }
         let status = StackStatus::from_u8(s.status);
-        match status {
-            StackStatus::Truncated => self.truncated += 1,
-            StackStatus::Error => self.walk_errors += 1,
-            _ => {}
+        if status == StackStatus::Truncated {
+            self.truncated += 1;
         }
         self.stack.clear();
         // BPF walks leaf to root; the file wants root first.
@@ -235,7 +231,9 @@ impl Recorder {
             lost_samples: c.lost,
             truncated_stacks: self.truncated,
             lost_symbols: self.lost_symbols,
-            errors: c.read_errors + self.walk_errors,
+            // Failed reads of target memory. Not plus the samples whose walk ended in an error: such a walk
+            // failed on a read that is counted here already (the report's stack-status table shows those samples).
+            errors: c.read_errors,
             duration_ns: elapsed.as_nanos() as u64,
             counters: c.named().into_iter().chain(more.iter().map(|&(k, v)| (k.to_string(), v))).collect(),
         };
