@@ -26,7 +26,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use object::read::elf::ElfFile64;
-use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ReadRef};
+
+type Elf<'d, R> = ElfFile64<'d, object::Endianness, R>;
 
 use crate::layouts::{self, Layout};
 
@@ -221,13 +223,13 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
 
     for path in candidates {
         let file_maps: Vec<&Mapping> = mappings.iter().filter(|m| m.path == path).collect();
-        let data = match read_mapped_file(pid, &path, &file_maps) {
-            Ok(d) => d,
+        let info = match binary_info(pid, &path, &file_maps) {
+            Ok(info) => info,
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Err(InspectError::PermissionDenied(pid)),
             Err(_) => continue,
         };
-        let Ok(elf) = ElfFile64::<object::Endianness>::parse(&*data) else { continue };
-        let syms = find_symbols(&elf);
+        let Some(info) = info.as_ref() else { continue };
+        let syms = &info.syms;
         if syms.contains_key("pypy_setup_home") {
             return Err(Unsupported::new("PyPy", "pyperf reads CPython's interpreter state only").for_pid(pid));
         }
@@ -237,16 +239,15 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
         if !is_interp {
             continue;
         }
-        let Some(bias) = load_bias(&elf, &file_maps) else { continue };
-        let version = read_version(&elf, &syms).ok_or(InspectError::NotPython(pid))?;
+        let Some(bias) = load_bias(&info.segments, &file_maps) else { continue };
+        let version = info.version.ok_or(InspectError::NotPython(pid))?;
         let (major, minor, micro) = version;
         let vstr = format!("{major}.{minor}.{micro}");
         if syms.contains_key("_Py_NegativeRefcount") {
             return Err(Unsupported::new(format!("Python {vstr} debug build"), "Py_DEBUG changes the object layout")
                 .for_pid(pid));
         }
-        let debug = syms.get("_PyRuntime").and_then(|&rt| data_at(&elf, rt, layouts::debug_offsets::SIZE as u64));
-        let layout = select_layout(version, debug).map_err(|u| u.for_pid(pid))?;
+        let layout = select_layout(version, info.debug_block.as_deref()).map_err(|u| u.for_pid(pid))?;
         let at = |name: &str| syms.get(name).map(|&a| a.wrapping_add(bias));
         let addrs = PythonAddrs {
             runtime: at("_PyRuntime"),
@@ -268,7 +269,7 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
             )
             .for_pid(pid));
         }
-        let build_id = elf.build_id().ok().flatten().map(hex);
+        let build_id = info.build_id.clone();
         return Ok(PythonProcess {
             pid,
             version,
@@ -313,17 +314,17 @@ fn parse_maps(maps: &str) -> Vec<Mapping> {
     out
 }
 
-/// Reads a file the target has mapped: through its root (containers), else through
-/// map_files (deleted / replaced files).
-fn read_mapped_file(pid: u32, path: &str, maps: &[&Mapping]) -> io::Result<Vec<u8>> {
+/// Opens a file the target has mapped: through its root (containers), else through map_files (deleted or
+/// replaced files).
+fn open_mapped_file(pid: u32, path: &str, maps: &[&Mapping]) -> io::Result<fs::File> {
     let rooted = format!("/proc/{pid}/root{path}");
-    match fs::read(&rooted) {
-        Ok(d) => Ok(d),
+    match fs::File::open(&rooted) {
+        Ok(f) => Ok(f),
         Err(e) => {
             for m in maps {
                 if m.offset == 0 {
-                    if let Ok(d) = fs::read(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)) {
-                        return Ok(d);
+                    if let Ok(f) = fs::File::open(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)) {
+                        return Ok(f);
                     }
                 }
             }
@@ -332,8 +333,69 @@ fn read_mapped_file(pid: u32, path: &str, maps: &[&Mapping]) -> io::Result<Vec<u
     }
 }
 
+/// A PT_LOAD segment: where its bytes are in the file and where they go in memory.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    file_offset: u64,
+    file_size: u64,
+    address: u64,
+}
+
+/// What pyperf needs from an interpreter binary, independent of the process that maps it.
+#[derive(Debug)]
+struct BinaryInfo {
+    syms: HashMap<&'static str, u64>,
+    version: Option<(u8, u8, u8)>,
+    /// The `_Py_DebugOffsets` block at the start of `_PyRuntime`, as in the file.
+    debug_block: Option<Vec<u8>>,
+    build_id: Option<String>,
+    segments: Vec<Segment>,
+}
+
+/// Binaries already analysed, by file identity: every process of one interpreter shares one analysis, so `-a` on a
+/// host with many Python processes reads and parses libpython once, not once per process.
+static BINARIES: Mutex<Vec<((u64, u64, u64, i64), std::sync::Arc<Option<BinaryInfo>>)>> = Mutex::new(Vec::new());
+
+/// Analyses the ELF file `path` mapped by `pid`; `None` if it is not a 64-bit ELF file. Reads only the parts of
+/// the file it looks at (headers, symbol tables, a few bytes of data), not the whole file: libpython is tens of
+/// megabytes.
+fn binary_info(pid: u32, path: &str, maps: &[&Mapping]) -> io::Result<std::sync::Arc<Option<BinaryInfo>>> {
+    use std::os::unix::fs::MetadataExt;
+    let file = open_mapped_file(pid, path, maps)?;
+    let meta = file.metadata()?;
+    let key = (meta.dev(), meta.ino(), meta.size(), meta.mtime());
+    let mut cache = BINARIES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, info)) = cache.iter().find(|(k, _)| *k == key) {
+        return Ok(info.clone());
+    }
+    let data = object::read::ReadCache::new(file);
+    let info = std::sync::Arc::new(ElfFile64::<object::Endianness, _>::parse(&data).ok().map(|elf| {
+        let syms = find_symbols(&elf);
+        let version = read_version(&elf, &syms);
+        let debug_block = syms
+            .get("_PyRuntime")
+            .and_then(|&rt| data_at(&elf, rt, layouts::debug_offsets::SIZE as u64))
+            .map(<[u8]>::to_vec);
+        let build_id = elf.build_id().ok().flatten().map(hex);
+        let segments = elf
+            .segments()
+            .map(|s| {
+                let (file_offset, file_size) = s.file_range();
+                Segment { file_offset, file_size, address: s.address() }
+            })
+            .collect();
+        BinaryInfo { syms, version, debug_block, build_id, segments }
+    }));
+    // Bounded: a host has few distinct interpreter binaries; forget the oldest beyond that.
+    if cache.len() >= 64 {
+        cache.remove(0);
+    }
+    cache.push((key, info.clone()));
+    Ok(info)
+}
+
 /// Defined symbols of interest, by name -> link-time address. `.symtab` wins over `.dynsym`.
-fn find_symbols(elf: &ElfFile64<'_, object::Endianness>) -> HashMap<&'static str, u64> {
+fn find_symbols<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>) -> HashMap<&'static str, u64> {
     let mut out = HashMap::new();
     for sym in elf.symbols().chain(elf.dynamic_symbols()) {
         if sym.is_undefined() || sym.address() == 0 {
@@ -349,14 +411,13 @@ fn find_symbols(elf: &ElfFile64<'_, object::Endianness>) -> HashMap<&'static str
 
 /// Load bias = runtime address - link-time address, from a mapping of the file and the PT_LOAD
 /// segment that covers the mapping's file offset. 0 for a non-PIE executable.
-fn load_bias(elf: &ElfFile64<'_, object::Endianness>, maps: &[&Mapping]) -> Option<u64> {
+fn load_bias(segments: &[Segment], maps: &[&Mapping]) -> Option<u64> {
     for m in maps {
-        for seg in elf.segments() {
-            let (foff, fsize) = seg.file_range();
+        for seg in segments {
             // Mappings start on page boundaries: the segment's offset rounded down.
-            let page_off = foff & !0xfff;
-            if m.offset >= page_off && m.offset < foff + fsize.max(1) {
-                let vaddr_at_map = seg.address() - (foff - m.offset);
+            let page_off = seg.file_offset & !0xfff;
+            if m.offset >= page_off && m.offset < seg.file_offset + seg.file_size.max(1) {
+                let vaddr_at_map = seg.address - (seg.file_offset - m.offset);
                 return Some(m.start.wrapping_sub(vaddr_at_map));
             }
         }
@@ -365,11 +426,11 @@ fn load_bias(elf: &ElfFile64<'_, object::Endianness>, maps: &[&Mapping]) -> Opti
 }
 
 /// Bytes of the file backing link-time address `addr` (from the segment containing it).
-fn data_at<'d>(elf: &ElfFile64<'d, object::Endianness>, addr: u64, size: u64) -> Option<&'d [u8]> {
+fn data_at<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, addr: u64, size: u64) -> Option<&'d [u8]> {
     elf.segments().find_map(|s| s.data_range(addr, size).ok().flatten())
 }
 
-fn read_version(elf: &ElfFile64<'_, object::Endianness>, syms: &HashMap<&'static str, u64>) -> Option<(u8, u8, u8)> {
+fn read_version<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, syms: &HashMap<&'static str, u64>) -> Option<(u8, u8, u8)> {
     // 3.11+: `const unsigned long Py_Version = PY_VERSION_HEX;`
     if let Some(&addr) = syms.get("Py_Version") {
         if let Some(b) = data_at(elf, addr, 4) {
@@ -390,7 +451,7 @@ fn read_version(elf: &ElfFile64<'_, object::Endianness>, syms: &HashMap<&'static
     version_from_rodata(elf)
 }
 
-fn version_from_code(elf: &ElfFile64<'_, object::Endianness>, func: u64) -> Option<(u8, u8, u8)> {
+fn version_from_code<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, func: u64) -> Option<(u8, u8, u8)> {
     // Up to 192 bytes of the function body.
     let text = elf.segments().find_map(|s| {
         let (a, len) = (s.address(), s.size());
@@ -415,7 +476,7 @@ fn version_from_code(elf: &ElfFile64<'_, object::Endianness>, func: u64) -> Opti
     None
 }
 
-fn c_string_at<'d>(elf: &ElfFile64<'d, object::Endianness>, addr: u64) -> Option<&'d [u8]> {
+fn c_string_at<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, addr: u64) -> Option<&'d [u8]> {
     for sec in elf.sections() {
         let (a, len) = (sec.address(), sec.size());
         if addr >= a && addr < a + len {
@@ -429,7 +490,7 @@ fn c_string_at<'d>(elf: &ElfFile64<'d, object::Endianness>, addr: u64) -> Option
 }
 
 /// Last resort: a lone `X.Y.Z` string in .rodata next to the `Py_GetVersion` format string.
-fn version_from_rodata(elf: &ElfFile64<'_, object::Endianness>) -> Option<(u8, u8, u8)> {
+fn version_from_rodata<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>) -> Option<(u8, u8, u8)> {
     let data = elf.section_by_name(".rodata")?.data().ok()?;
     if !data.windows(19).any(|w| w == b"%.80s (%.80s) %.80s") {
         return None;
