@@ -354,12 +354,17 @@ struct BinaryInfo {
 
 /// Binaries already analysed, by file identity: every process of one interpreter shares one analysis, so `-a` on a
 /// host with many Python processes reads and parses libpython once, not once per process.
-static BINARIES: Mutex<Vec<((u64, u64, u64, i64), std::sync::Arc<Option<BinaryInfo>>)>> = Mutex::new(Vec::new());
+static BINARIES: Mutex<Vec<(FileId, Analysis)>> = Mutex::new(Vec::new());
+
+/// (device, inode, size, mtime) of a file.
+type FileId = (u64, u64, u64, i64);
+/// `None`: not a 64-bit ELF file.
+type Analysis = std::sync::Arc<Option<BinaryInfo>>;
 
 /// Analyses the ELF file `path` mapped by `pid`; `None` if it is not a 64-bit ELF file. Reads only the parts of
 /// the file it looks at (headers, symbol tables, a few bytes of data), not the whole file: libpython is tens of
 /// megabytes.
-fn binary_info(pid: u32, path: &str, maps: &[&Mapping]) -> io::Result<std::sync::Arc<Option<BinaryInfo>>> {
+fn binary_info(pid: u32, path: &str, maps: &[&Mapping]) -> io::Result<Analysis> {
     use std::os::unix::fs::MetadataExt;
     let file = open_mapped_file(pid, path, maps)?;
     let meta = file.metadata()?;
