@@ -552,7 +552,10 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 	flags = BPF_RB_NO_WAKEUP;
 	if (!wakeup_bytes || h->ktime - s->last_wakeup >= PYPERF_WAKEUP_NS ||
 	    bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes) {
-		flags = 0; /* adaptive: wakes the consumer if it is waiting */
+		/* Forced: an adaptive wakeup (0) is not delivered after records that
+		 * were written with NO_WAKEUP, so the consumer would sleep until its
+		 * poll timeout (tests/faults.rs measured 74% loss on a small ring). */
+		flags = BPF_RB_FORCE_WAKEUP;
 		s->last_wakeup = h->ktime;
 	}
 	if (bpf_ringbuf_output(&events, &s->ev, size, flags))
