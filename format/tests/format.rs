@@ -44,10 +44,12 @@ fn stats(samples: u64) -> Stats {
     }
 }
 
+/// (time, pid, tid, comm, gil, status, root-first stack as symbols)
+type WrittenSample = (u64, u32, u32, String, GilState, StackStatus, Vec<Symbol>);
+
 struct Written {
     bytes: Vec<u8>,
-    /// (time, pid, tid, comm, gil, status, root-first stack as symbols)
-    samples: Vec<(u64, u32, u32, String, GilState, StackStatus, Vec<Symbol>)>,
+    samples: Vec<WrittenSample>,
 }
 
 /// A recording with `n` samples over a handful of stacks, flushed every `flush_every` samples.
@@ -224,7 +226,7 @@ fn newer_major_is_refused_naming_both_versions() {
     let mut bytes = write(3, 0).bytes;
     bytes[8..10].copy_from_slice(&(MAJOR + 1).to_le_bytes());
     bytes[10..12].copy_from_slice(&7u16.to_le_bytes());
-    let err = read(&bytes).err().expect("refused");
+    let err = read(&bytes).expect_err("refused");
     let msg = err.to_string();
     assert!(msg.contains(&format!("{}.7", MAJOR + 1)), "{msg}");
     assert!(msg.contains(&format!("{MAJOR}.{MINOR}")), "{msg}");
@@ -276,7 +278,7 @@ fn absurd_lengths_are_refused_without_allocating_them() {
         // A crafted file, not a damaged one: its header checksum matches the lie.
         let crc = crc32fast::hash(&bad[at..at + 16]);
         bad[at + 16..at + 20].copy_from_slice(&crc.to_le_bytes());
-        let msg = read(&bad).err().expect("refused").to_string();
+        let msg = read(&bad).expect_err("refused").to_string();
         assert!(msg.contains("more than"), "{msg}");
     }
     // A well-formed chunk whose record claims a huge vector: postcard must not pre-allocate it.
@@ -285,7 +287,7 @@ fn absurd_lengths_are_refused_without_allocating_them() {
     lie.extend_from_slice(&[0]); // first_id = 0
     lie.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]); // vector of 4 billion symbols
     bytes.extend_from_slice(&raw_chunk(Kind::Symbols as u16, &lie));
-    let msg = read(&bytes).err().expect("refused").to_string();
+    let msg = read(&bytes).expect_err("refused").to_string();
     assert!(msg.contains("corrupt"), "{msg}");
 }
 
@@ -340,7 +342,7 @@ fn zstd_bombs_are_refused() {
     let mut bytes = w.bytes[..ends[1]].to_vec();
     bytes.extend_from_slice(&raw_chunk(Kind::Symbols as u16, &vec![0u8; 15 << 20]));
     assert!(bytes.len() < 4096, "{}", bytes.len());
-    let msg = read(&bytes).err().expect("refused").to_string();
+    let msg = read(&bytes).expect_err("refused").to_string();
     assert!(msg.contains("implausible compression ratio"), "{msg}");
 }
 
