@@ -14,9 +14,17 @@ fn main() {
     let out =
         PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR must be set in build script")).join("pyperf.skel.rs");
 
+    // PYPERF_BPF_CFLAGS: extra clang flags for benchmark-only variants of the BPF program (bench/run.sh builds
+    // one with -DPYPERF_BENCH_INTERN into its own target directory). Unset for every shipped build.
+    let mut clang_args: Vec<String> = ["-Ibpf", "-Wall", "-Werror"].iter().map(|s| s.to_string()).collect();
+    if let Some(extra) = env::var_os("PYPERF_BPF_CFLAGS") {
+        clang_args.extend(extra.to_string_lossy().split_whitespace().map(str::to_string));
+    }
+    println!("cargo:rerun-if-env-changed=PYPERF_BPF_CFLAGS");
+
     SkeletonBuilder::new()
         .source(SRC)
-        .clang_args(["-Ibpf", "-Wall", "-Werror"])
+        .clang_args(clang_args)
         .build_and_generate(&out)
         .unwrap_or_else(|e| panic!("building {SRC} failed (needs clang, libelf, zlib): {e:#}"));
 

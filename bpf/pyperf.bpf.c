@@ -22,17 +22,20 @@
  *    prefix, frame prefix, gil state) and fields are picked from the copy;
  *    a cached thread state costs 1 read, each frame costs 2 (frame block +
  *    the code object's checksum word, skipped when the code object is the
- *    previous frame's: recursion);
+ *    previous frame's: recursion), and on 3.11+ the frame blocks come by
+ *    windows of several frames (PYPERF_FRAME_WINDOW): ~1 read per frame;
  *  - on 3.7-3.11 the GIL state and the global current thread state are
  *    read as one block of _PyRuntime;
  *  - the thread pointer comes from a direct load of the BTF task pointer, not
  *    a helper call;
- *  - the thread state is cached per thread (LRU), validated by the read that
- *    is needed anyway; the thread list is walked only on a miss, bounded;
+ *  - the thread state is cached per thread (LRU, and the CPU's previous
+ *    thread before that), validated by the read that is needed anyway; the
+ *    thread list is walked only on a miss, bounded;
  *  - scratch memory and counters share one per-CPU slot: one lookup;
  *  - the event is copied to the ring buffer with its used size only, and
- *    without a wakeup unless the ring is filling up (user space polls with a
- *    timeout): a wakeup per sample would cost an irq_work per sample.
+ *    without a wakeup unless its stack is new, user space sleeps or the ring
+ *    is filling up (see PYPERF_WAKEUP_NS): a wakeup costs the sampled CPU an
+ *    irq_work (a self-IPI, a VM exit in a VM).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -64,6 +67,9 @@ const volatile __u64 wakeup_bytes = 0; /* force a wakeup when this much data is 
 /* Set by user space at run time (`pyperf record --bpf-stats`): account the time spent on each
  * target sample in pyperf_counters.target_ns (one more clock read per target sample). */
 __u8 measure_cost = 0;
+/* Set by user space at run time: 1 while it polls the ring on its own timer (PYPERF_POLL_NS), 0 while it sleeps
+ * until woken (see PYPERF_WAKEUP_NS in pyperf.h). */
+__u32 consumer_polling = 0;
 
 /* Makes the shared enums appear in BTF, hence in the Rust skeleton's `types`. */
 struct pyperf_btf_anchor {
@@ -94,6 +100,17 @@ struct {
 	__type(value, __u64);
 } tstate_cache SEC(".maps");
 
+/* Stacks seen so far (a hash of the process and its frames' code objects and check words). A sample with a
+ * stack not in here may hold a code object user space has never read: it wakes user space at once (see
+ * PYPERF_WAKEUP_NS), since such a code object may be freed soon. Samples of known stacks wait for user space's
+ * own, slower poll. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u8);
+} seen_stacks SEC(".maps");
+
 /*
  * Per-CPU scratch + counters, indexed by CPU id. A plain ARRAY with one slot
  * per possible CPU (user space sets max_entries) rather than a PERCPU_ARRAY:
@@ -112,6 +129,58 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4 << 20); /* resized by user space before load */
 } events SEC(".maps");
+
+#ifdef PYPERF_BENCH_INTERN
+/*
+ * BENCHMARK-ONLY VARIANT, never shipped (bench/run.sh builds it with -DPYPERF_BENCH_INTERN into its own target
+ * directory). It measures the design pyperf did not choose: interning symbols in the kernel, as the seed did.
+ * Per frame (per new code object, like the check read) it additionally reads co_name (64 bytes) and
+ * co_filename (128 bytes) with bpf_probe_read_user_str into a zeroed {name, file} key and looks the key up in a
+ * hash map, inserting it with a fresh id when new. The event is unchanged (so the recorder works as usual):
+ * the variant's extra run time is exactly the cost of in-kernel interning on top of the shipped walk.
+ */
+#ifndef PYPERF_BENCH_STR_OFF
+#define PYPERF_BENCH_STR_OFF 48 /* sizeof(PyASCIIObject): 48 on 3.7-3.11, 40 on 3.12+ */
+#endif
+struct pyperf_intern_key {
+	char name[64];
+	char file[128];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pyperf_intern_key);
+} intern_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct pyperf_intern_key);
+	__type(value, __u32);
+} interned SEC(".maps");
+
+__u32 intern_next = 0;
+__u64 intern_frames = 0;
+
+static __always_inline void intern_symbol(struct pyperf_intern_key *k, __u64 filename, __u64 name)
+{
+	__u32 *id, fresh;
+
+	__builtin_memset(k, 0, sizeof(*k));
+	if (name)
+		bpf_probe_read_user_str(k->name, sizeof(k->name), (const void *)(name + PYPERF_BENCH_STR_OFF));
+	if (filename)
+		bpf_probe_read_user_str(k->file, sizeof(k->file), (const void *)(filename + PYPERF_BENCH_STR_OFF));
+	id = bpf_map_lookup_elem(&interned, k);
+	if (!id) {
+		fresh = intern_next++; /* racy across CPUs; fine for a cost measurement */
+		bpf_map_update_elem(&interned, k, &fresh, BPF_NOEXIST);
+	}
+	__sync_fetch_and_add(&intern_frames, 1);
+}
+#endif
 
 /* Field of a block copied from the target. Offsets come from a map value, so
  * the verifier needs the explicit bound; a negative (absent) offset becomes
@@ -219,14 +288,24 @@ static __always_inline __u64 find_tstate(const struct py_proc *proc,
 	__u64 *cached, interp = 0, head = 0;
 	struct thread_walk w = {};
 
+	/* The thread of this CPU's previous sample: no hash lookup. */
+	if (s->last_pid_tgid == pid_tgid && s->last_ts &&
+	    !read_user(s->tbuf, proc->off.tstate_size, PYPERF_TSTATE_BUF, s->last_ts) &&
+	    tstate_is_ours(proc, s, tid, fsbase))
+		return s->last_ts;
+	s->last_pid_tgid = pid_tgid;
+	s->last_ts = 0;
+
 	cached = bpf_map_lookup_elem(&tstate_cache, &pid_tgid);
 	if (cached) {
 		__u64 ts = *cached;
 
 		/* Validation is the read we need anyway. */
 		if (ts && !read_user(s->tbuf, proc->off.tstate_size, PYPERF_TSTATE_BUF, ts) &&
-		    tstate_is_ours(proc, s, tid, fsbase))
+		    tstate_is_ours(proc, s, tid, fsbase)) {
+			s->last_ts = ts;
 			return ts;
+		}
 	}
 
 	s->counters.thread_walks++;
@@ -250,6 +329,7 @@ static __always_inline __u64 find_tstate(const struct py_proc *proc,
 		s->counters.read_errors++;
 	if (w.found) {
 		bpf_map_update_elem(&tstate_cache, &pid_tgid, &w.found, BPF_ANY);
+		s->last_ts = w.found;
 		return w.found;
 	}
 	if (w.cur && !w.err)
@@ -387,8 +467,13 @@ struct frame_walk {
 	__u64 last_code;  /* checksum of the previous frame's code object, reused */
 	__u32 last_check; /* for recursion (same code object): one read less per frame */
 	__s32 last_argcount;
+	__u64 wlo, whi;   /* target addresses [wlo, whi) copied at the start of s->wbuf; whi 0 = none */
+	__u64 hash;       /* of the frames so far (code, check), for seen_stacks */
 	__u32 n;
 	__u8 status;
+#ifdef PYPERF_BENCH_INTERN
+	struct pyperf_intern_key *ikey;
+#endif
 };
 
 static long frame_walk_step(__u32 i, void *arg)
@@ -397,21 +482,59 @@ static long frame_walk_step(__u32 i, void *arg)
 	const struct py_proc *proc = w->proc;
 	struct pyperf_scratch *s = w->s;
 	struct pyperf_frame *f;
-	__u64 code, cur = w->cur;
-	__u32 n = w->n;
+	const __u8 *fb;
+	__u64 code, cur = w->cur, lo, o;
+	__u32 n = w->n, fsz = proc->off.frame_size;
+	bool copied = false;
 
 	if (!cur)
 		return 1;
-	if (read_user(s->fbuf, proc->off.frame_size, PYPERF_FRAME_BUF, cur)) {
-		s->counters.read_errors++;
+	/*
+	 * The frame's bytes, from the copy of the target's [wlo, whi) at the start of s->wbuf: the current window,
+	 * else a new read. 3.11+ (frame_window): a window of PYPERF_FRAME_WINDOW bytes ending at the frame's end,
+	 * so that the callers below it come from the same copy; else (or when that read fails) the frame alone.
+	 * Every path ends in the same buffer at a bounded offset, so the verifier checks what follows once.
+	 */
+	if (!(w->whi && cur >= w->wlo && cur + fsz <= w->whi)) {
+		w->whi = 0;
+		if (fsz == 0 || fsz > PYPERF_FRAME_BUF) {
+			w->status = STACK_STATUS_ERROR;
+			return 1;
+		}
+		if (proc->frame_window && cur + fsz >= PYPERF_FRAME_WINDOW) {
+			lo = cur + fsz - PYPERF_FRAME_WINDOW;
+			copied = !bpf_probe_read_user(s->wbuf, PYPERF_FRAME_WINDOW, (const void *)lo);
+			if (!copied) {
+				/* The window would start in unmapped memory (bottom of a data stack chunk):
+				 * take it from the frame's own page only, which is mapped if the frame is. */
+				lo = cur & ~4095ULL;
+				o = cur + fsz - lo;
+				copied = o >= fsz && o <= PYPERF_FRAME_WINDOW &&
+					 !bpf_probe_read_user(s->wbuf, o, (const void *)lo);
+			}
+		}
+		if (!copied) {
+			lo = cur;
+			if (bpf_probe_read_user(s->wbuf, fsz, (const void *)cur)) {
+				s->counters.read_errors++;
+				w->status = STACK_STATUS_ERROR;
+				return 1;
+			}
+		}
+		w->wlo = lo;
+		w->whi = cur + fsz;
+	}
+	o = cur - w->wlo;
+	if (o > PYPERF_FRAME_WINDOW) {
 		w->status = STACK_STATUS_ERROR;
 		return 1;
 	}
-	w->cur = get_u64(s->fbuf, proc->off.frame_back, PYPERF_FRAME_BUF);
+	fb = s->wbuf + o;
+	w->cur = get_u64(fb, proc->off.frame_back, PYPERF_FRAME_BUF);
 	if (proc->off.owner_cstack >= 0 &&
-	    get_u8(s->fbuf, proc->off.frame_owner, PYPERF_FRAME_BUF) == proc->off.owner_cstack)
+	    get_u8(fb, proc->off.frame_owner, PYPERF_FRAME_BUF) == proc->off.owner_cstack)
 		return 0; /* shim / entry frame owned by the C stack: not Python code */
-	code = get_u64(s->fbuf, proc->off.frame_code, PYPERF_FRAME_BUF) & proc->code_mask;
+	code = get_u64(fb, proc->off.frame_code, PYPERF_FRAME_BUF) & proc->code_mask;
 	if (proc->skip_code && code == proc->skip_code)
 		return 0; /* 3.13+: f_executable == Py_None, a C-stack entry frame */
 	if (!code) {
@@ -426,9 +549,9 @@ static long frame_walk_step(__u32 i, void *arg)
 	f = &s->ev.frames[n];
 	f->code = code;
 	if (proc->off.instr_kind == INSTR_PTR_MINUS_CODE)
-		f->instr = (__u32)(get_u64(s->fbuf, proc->off.frame_instr, PYPERF_FRAME_BUF) - code);
+		f->instr = (__u32)(get_u64(fb, proc->off.frame_instr, PYPERF_FRAME_BUF) - code);
 	else if (proc->off.instr_kind == INSTR_LASTI)
-		f->instr = (__u32)get_s32(s->fbuf, proc->off.frame_instr, PYPERF_FRAME_BUF);
+		f->instr = (__u32)get_s32(fb, proc->off.frame_instr, PYPERF_FRAME_BUF);
 	else
 		f->instr = 0;
 	if (code == w->last_code) {
@@ -445,6 +568,12 @@ static long frame_walk_step(__u32 i, void *arg)
 					(__u32)get_s32(s->cbuf, proc->off.check_firstlineno, PYPERF_CODE_BUF),
 					get_u64(s->cbuf, proc->off.check_filename, PYPERF_CODE_BUF),
 					get_u64(s->cbuf, proc->off.check_name, PYPERF_CODE_BUF));
+#ifdef PYPERF_BENCH_INTERN
+				if (w->ikey)
+					intern_symbol(w->ikey,
+						      get_u64(s->cbuf, proc->off.check_filename, PYPERF_CODE_BUF),
+						      get_u64(s->cbuf, proc->off.check_name, PYPERF_CODE_BUF));
+#endif
 				if (proc->off.check_argcount >= 0)
 					w->last_argcount = get_s32(s->cbuf, proc->off.check_argcount,
 								   PYPERF_CODE_BUF);
@@ -458,7 +587,7 @@ static long frame_walk_step(__u32 i, void *arg)
 	f->first_local = 0;
 	f->first_local_type = 0;
 	if (proc->off.frame_localsplus >= 0 && w->last_argcount > 0) {
-		__u64 obj = get_u64(s->fbuf, proc->off.frame_localsplus, PYPERF_FRAME_BUF);
+		__u64 obj = get_u64(fb, proc->off.frame_localsplus, PYPERF_FRAME_BUF);
 		__u64 type = 0;
 
 		if (obj && !read_ptr(obj + proc->off.object_type, &type) && type) {
@@ -466,9 +595,26 @@ static long frame_walk_step(__u32 i, void *arg)
 			f->first_local_type = type;
 		}
 	}
+	w->hash = (w->hash ^ code ^ ((__u64)f->check << 32)) * 0x9e3779b97f4a7c15ULL;
+	w->hash ^= w->hash >> 29;
 	w->n = n + 1;
 	return 0;
 }
+
+#ifdef PYPERF_BENCH_PROFILE
+/* BENCHMARK-ONLY (bench/profile-bpf.sh, -DPYPERF_BENCH_PROFILE, never shipped): time per section of a target
+ * sample, summed over samples in prof_ns[] (read with bpftool from .bss). One clock read per section. */
+__u64 prof_ns[8] = {};
+__u64 prof_samples = 0;
+#define PROF(i)                                                        \
+	do {                                                           \
+		__u64 __t = bpf_ktime_get_ns();                         \
+		__sync_fetch_and_add(&prof_ns[i], __t - prof_last);     \
+		prof_last = __t;                                        \
+	} while (0)
+#else
+#define PROF(i) do {} while (0)
+#endif
 
 SEC("perf_event")
 int pyperf_sample(struct bpf_perf_event_data *ctx)
@@ -494,6 +640,10 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 
 	h = &s->ev.hdr;
 	h->ktime = bpf_ktime_get_ns();
+#ifdef PYPERF_BENCH_PROFILE
+	__u64 prof_last = h->ktime;
+	__sync_fetch_and_add(&prof_samples, 1);
+#endif
 	h->pid = pid;
 	h->tid = (__u32)pid_tgid;
 	h->cpu = cpu;
@@ -508,12 +658,15 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 	(void)task; /* TODO other architectures: no pthread id, MATCH_PTHREAD unusable */
 #endif
 
+	PROF(0); /* header, comm, task */
 	ts = find_tstate(proc, s, pid_tgid, fsbase);
+	PROF(1); /* thread state (cache + read) */
 
 	h->gil_state = gil_state(proc, s, ts, &global_ts);
 	h->thread_state_match = proc->tstate_current_addr || proc->off.global_from_gil ?
 		thread_state_match(ts, global_ts) : THREAD_STATE_UNKNOWN;
 	h->pthread_id_match = pthread_id_match(proc, s, ts, fsbase);
+	PROF(2); /* GIL block, states */
 
 	/* Leaf frame: tstate->frame / ->current_frame, or tstate->cframe->current_frame. */
 	if (ts) {
@@ -527,15 +680,24 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 		}
 	}
 
+	PROF(3); /* leaf frame pointer */
 	w.status = STACK_STATUS_COMPLETE;
 	if (frame) {
 		w.proc = proc;
 		w.s = s;
 		w.cur = frame;
+#ifdef PYPERF_BENCH_INTERN
+		{
+			__u32 zero = 0;
+
+			w.ikey = bpf_map_lookup_elem(&intern_scratch, &zero);
+		}
+#endif
 		bpf_loop(PYPERF_MAX_WALK, frame_walk_step, &w, 0);
 		if (w.status == STACK_STATUS_COMPLETE && w.cur)
 			w.status = STACK_STATUS_TRUNCATED; /* bpf_loop bound (many skipped shims) */
 	}
+	PROF(4); /* frame walk */
 	n = w.n;
 	if (n > PYPERF_MAX_FRAMES)
 		n = PYPERF_MAX_FRAMES;
@@ -549,19 +711,34 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 	h->stack_status = w.status;
 
 	size = sizeof(struct pyperf_event_header) + (__u64)n * sizeof(struct pyperf_frame);
+	/* A stack never seen: wake user space now (PYPERF_WAKEUP_NS), rate-limited per CPU (a suppressed one
+	 * wakes it at the next sample past the limit). */
+	if (n) {
+		__u64 key = w.hash ^ ((__u64)pid * 0xff51afd7ed558ccdULL);
+
+		if (!bpf_map_lookup_elem(&seen_stacks, &key)) {
+			__u8 one = 1;
+
+			bpf_map_update_elem(&seen_stacks, &key, &one, BPF_ANY);
+			s->new_stack = 1;
+		}
+	}
 	flags = BPF_RB_NO_WAKEUP;
-	if (!wakeup_bytes || h->ktime - s->last_wakeup >= PYPERF_WAKEUP_NS ||
+	if (!wakeup_bytes ||
+	    ((!consumer_polling || s->new_stack) && h->ktime - s->last_wakeup >= PYPERF_WAKEUP_NS) ||
 	    bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes) {
 		/* Forced: an adaptive wakeup (0) is not delivered after records that
 		 * were written with NO_WAKEUP, so the consumer would sleep until its
 		 * poll timeout (tests/faults.rs measured 74% loss on a small ring). */
 		flags = BPF_RB_FORCE_WAKEUP;
 		s->last_wakeup = h->ktime;
+		s->new_stack = 0;
 	}
 	if (bpf_ringbuf_output(&events, &s->ev, size, flags))
 		s->counters.rb_full++;
 	else
 		s->counters.events++;
+	PROF(5); /* ring buffer output */
 	if (measure_cost)
 		s->counters.target_ns += bpf_ktime_get_ns() - h->ktime;
 	return 0;

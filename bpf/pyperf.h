@@ -30,12 +30,28 @@
 #define PYPERF_FRAME_BUF 384 /* <= 3.10: up to f_localsplus[0] (2.7/3.6: 376 + 8) */
 #define PYPERF_GIL_BUF 512 /* 2.7: interpreter_lock and _PyThreadState_Current, 440 bytes apart, in one read */
 #define PYPERF_CODE_BUF 128
-/* Longest a sample waits in the ring buffer before user space is woken.
- * Short, because user space reads each new code object from the target after
- * the sample: code that runs once (a module body during import) is freed soon
- * after, and its frames are lost if read too late. Time-based, so an idle or
- * slow recording costs no wakeups. */
+/* 3.11+ (py_proc.frame_window): frames live on the thread's data stack, each caller just below its callee, so
+ * the walk copies this many bytes ending at the end of a frame in ONE read and takes the callers that lie in
+ * that window from the copy. A bpf_probe_read_user costs ~100 ns whatever its size up to a few KiB, so this
+ * replaces one read per frame with one read per several frames. */
+#define PYPERF_FRAME_WINDOW 1024
+/* Longest a sample that may hold a code object user space has not read yet
+ * waits in the ring buffer before user space is woken. Short, because user
+ * space reads each new code object from the target after the sample: code that
+ * runs once (a module body during import) is freed soon after, and its frames
+ * are lost if read too late.
+ * Wakeups are rationed, because a wakeup from the program is an irq_work, i.e.
+ * a self-IPI on the sampled CPU, paid by the target (a VM exit in a VM: ~20 us
+ * measured, bench/RESULTS.md). The program wakes user space (at most once per
+ * PYPERF_WAKEUP_NS per CPU) only for
+ *  - a stack not seen before (seen_stacks): it may hold a new code object;
+ *  - any sample while user space sleeps (`consumer_polling` 0: no samples for
+ *    a while), so an idle recording costs no wakeups;
+ *  - a ring filling past `wakeup_bytes` (always).
+ * Otherwise user space takes the ring every PYPERF_POLL_NS on its own timer,
+ * which fires on the recorder's CPU, not on the target's. */
 #define PYPERF_WAKEUP_NS 2000000ULL
+#define PYPERF_POLL_NS 20000000ULL
 
 /* Values are also the on-disk values. */
 enum pyperf_stack_status {
@@ -171,7 +187,8 @@ struct py_proc {
 	__u8 major;
 	__u8 minor;
 	__u8 micro;
-	__u8 _pad[5];
+	__u8 frame_window;         /* 1: frames are on the data stack (3.11+), read them by windows (PYPERF_FRAME_WINDOW) */
+	__u8 _pad[4];
 	struct py_offsets off;
 	__u8 _pad2[4];
 };
@@ -239,10 +256,17 @@ struct pyperf_counters {
 struct pyperf_scratch {
 	struct pyperf_counters counters;
 	__u64 last_wakeup; /* ktime of this CPU's last ring buffer wakeup */
+	/* The thread state found for the last sample on this CPU: tried before the tstate_cache (a hash
+	 * lookup), validated like it by the read of the thread state that is needed anyway. */
+	__u64 last_pid_tgid;
+	__u64 last_ts;
+	__u64 new_stack; /* a new stack's wakeup is pending (rate limit) */
 	__u8 tbuf[PYPERF_TSTATE_BUF];
-	__u8 fbuf[PYPERF_FRAME_BUF];
 	__u8 gbuf[PYPERF_GIL_BUF];
 	__u8 cbuf[PYPERF_CODE_BUF];
+	/* frames: one frame, or a window of frames (3.11+); PYPERF_FRAME_BUF more so that fields of a frame
+	 * that ends the window are read with the same bounds as any other */
+	__u8 wbuf[PYPERF_FRAME_WINDOW + PYPERF_FRAME_BUF];
 	struct pyperf_event ev;
 };
 

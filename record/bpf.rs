@@ -17,7 +17,7 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{
@@ -287,15 +287,24 @@ fn has_verifier_log() -> bool {
 
 type Sink = *mut (dyn for<'a, 'b> FnMut(&'a RawSample<'b>) + 'static);
 
+/// How often [`Sampler::poll`] takes the ring while samples flow (`PYPERF_POLL_NS`). Samples that may hold a
+/// code object not read yet (a new stack) wake it sooner, within `PYPERF_WAKEUP_NS` (2 ms).
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// Empty polls in a row after which [`Sampler::poll`] sleeps until the program wakes it (60 ms).
+const IDLE_ROUNDS: u32 = 3;
+
 /// State shared with the ring buffer callback.
 struct Shared {
     /// The caller's callback, set only for the duration of [`Sampler::poll`].
     sink: Cell<Option<Sink>>,
     malformed: Cell<u64>,
+    /// Records handed over so far (to tell whether a consume found any).
+    records: Cell<u64>,
 }
 
 impl Shared {
     fn dispatch(&self, data: &[u8]) {
+        self.records.set(self.records.get() + 1);
         let hsize = std::mem::size_of::<types::pyperf_event_header>();
         let Ok(h) = plain::from_bytes::<types::pyperf_event_header>(data) else {
             self.malformed.set(self.malformed.get() + 1);
@@ -337,8 +346,8 @@ impl Shared {
 }
 
 /// Clears the sink when `poll` returns or unwinds.
-struct SinkGuard<'a>(&'a Shared);
-impl Drop for SinkGuard<'_> {
+struct SinkGuard(Rc<Shared>);
+impl Drop for SinkGuard {
     fn drop(&mut self) {
         self.0.sink.set(None);
     }
@@ -375,6 +384,10 @@ struct Loaded {
 pub struct Sampler {
     inner: ManuallyDrop<Loaded>,
     cpus_possible: usize,
+    /// What the program's `consumer_polling` says: we take the ring every [`POLL_INTERVAL`] on our own timer.
+    polling: bool,
+    /// Consecutive polls that found nothing.
+    idle_rounds: u32,
     _storage: Storage,
 }
 
@@ -411,7 +424,7 @@ impl Sampler {
         }
         let skel = open.load().map_err(|e| load_error("loading", e))?;
 
-        let shared = Rc::new(Shared { sink: Cell::new(None), malformed: Cell::new(0) });
+        let shared = Rc::new(Shared { sink: Cell::new(None), malformed: Cell::new(0), records: Cell::new(0) });
         let cb_shared = Rc::clone(&shared);
         let mut rb = RingBufferBuilder::new();
         rb.add(&skel.maps.events, move |data: &[u8]| {
@@ -439,7 +452,7 @@ impl Sampler {
             links.push(link);
         }
         let inner = ManuallyDrop::new(Loaded { links, ring, shared, stats_fd: None, skel });
-        Ok(Sampler { inner, cpus_possible, _storage: storage })
+        Ok(Sampler { inner, cpus_possible, polling: false, idle_rounds: 0, _storage: storage })
     }
 
     /// Starts sampling `proc_` (replaces an earlier registration of the same pid).
@@ -465,29 +478,80 @@ impl Sampler {
         let _ = self.inner.skel.maps.procs.delete(&pid.to_ne_bytes());
     }
 
-    /// Waits up to `timeout` for samples and hands each pending one to `on_sample`.
+    /// Hands every pending sample to `on_sample`, then for up to `timeout` each new one: within
+    /// `PYPERF_WAKEUP_NS` (2 ms) of its taking for a sample with a stack not seen before (it may hold a
+    /// code object not read yet, which may be freed soon), within [`POLL_INTERVAL`] for the others.
     /// `Duration::ZERO` drains what is pending without waiting.
+    ///
+    /// While samples flow, this takes the ring every [`POLL_INTERVAL`] on its own timer and tells the
+    /// program so (`consumer_polling`), which then wakes us only for new stacks or a filling ring: a
+    /// wakeup from the program is an irq_work (a self-IPI) on the sampled CPU, paid by the target (a VM
+    /// exit in a VM), while our timer fires on our own CPU. After [`IDLE_ROUNDS`] empty polls we sleep
+    /// until the program wakes us (first sample after the pause) or `timeout`: an idle recording costs no
+    /// wakeups.
     pub fn poll(&mut self, timeout: Duration, on_sample: &mut dyn FnMut(&RawSample<'_>)) -> Result<(), BpfError> {
         // SAFETY: only the lifetime is erased; the pointer is cleared by the guard before this
         // function returns, and the callback only runs inside the calls below.
         let sink: Sink =
             unsafe { std::mem::transmute::<*mut (dyn for<'a, 'b> FnMut(&'a RawSample<'b>) + '_), Sink>(on_sample) };
         self.inner.shared.sink.set(Some(sink));
-        let _guard = SinkGuard(&self.inner.shared);
-        if !timeout.is_zero() {
-            if let Err(e) = self.inner.ring.poll(timeout) {
+        let _guard = SinkGuard(Rc::clone(&self.inner.shared));
+        let deadline = Instant::now() + timeout;
+        let mut before = self.inner.shared.records.get();
+        loop {
+            self.consume()?;
+            let now = Instant::now();
+            // (The ring's poll counts whole milliseconds: less would spin.)
+            if now + Duration::from_millis(1) > deadline {
+                return Ok(());
+            }
+            // Records taken this round: by the ring's poll below (it consumes what is ready) or the consume.
+            let got = self.inner.shared.records.get() != before;
+            before = self.inner.shared.records.get();
+            if got {
+                self.idle_rounds = 0;
+                self.set_polling(true);
+            } else {
+                self.idle_rounds = self.idle_rounds.saturating_add(1);
+            }
+            let wait = if self.idle_rounds >= IDLE_ROUNDS {
+                if self.polling {
+                    self.set_polling(false);
+                    // A sample written while the program still saw us polling woke nobody: take it now.
+                    self.consume()?;
+                }
+                deadline - now
+            } else {
+                POLL_INTERVAL.min(deadline - now)
+            };
+            // Returns early when the program wakes us (we sleep, or the ring is filling up).
+            if let Err(e) = self.inner.ring.poll(wait) {
                 if e.kind() != ErrorKind::Interrupted {
                     return Err(BpfError::Bpf { what: "polling the ring buffer", source: e });
                 }
             }
         }
-        // The program writes without wakeups most of the time: always consume.
+    }
+
+    fn consume(&self) -> Result<(), BpfError> {
         match self.inner.ring.consume() {
             Err(e) if e.kind() != ErrorKind::Interrupted => {
                 Err(BpfError::Bpf { what: "reading the ring buffer", source: e })
             }
             _ => Ok(()),
         }
+    }
+
+    fn set_polling(&mut self, on: bool) {
+        if self.polling == on {
+            return;
+        }
+        self.polling = on;
+        if let Some(bss) = self.inner.skel.maps.bss_data.as_deref_mut() {
+            // SAFETY: a u32 in the program's mmapped .bss, read by the program on every sample.
+            unsafe { std::ptr::write_volatile(&mut bss.consumer_polling, u32::from(on)) };
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     }
 
     /// BPF counters summed over CPUs.
@@ -640,13 +704,15 @@ const TSTATE_BUF: i32 = 256; // PYPERF_TSTATE_BUF
 const FRAME_BUF: i32 = 384; // PYPERF_FRAME_BUF
 const GIL_BUF: i32 = 512; // PYPERF_GIL_BUF
 const CODE_BUF: i32 = 128; // PYPERF_CODE_BUF
+const FRAME_WINDOW: i32 = 1024; // PYPERF_FRAME_WINDOW
 const _: () = {
     let s = std::mem::size_of::<types::pyperf_scratch>();
-    // counters + tbuf + fbuf + gbuf + event: catches a change of the C buffer sizes.
+    // counters + last_wakeup, last_pid_tgid, last_ts, new_stack + tbuf + gbuf + cbuf + wbuf + event: catches a change
+    // of the C buffer sizes.
     assert!(
         s == std::mem::size_of::<types::pyperf_counters>()
-            + 8
-            + (TSTATE_BUF + FRAME_BUF + GIL_BUF + CODE_BUF) as usize
+            + 4 * 8
+            + (TSTATE_BUF + GIL_BUF + CODE_BUF + FRAME_WINDOW + FRAME_BUF) as usize
             + std::mem::size_of::<types::pyperf_event>()
     );
 };
@@ -808,7 +874,9 @@ pub fn py_proc_config(p: &PythonProcess) -> Result<types::py_proc, BpfError> {
         major: p.version.0,
         minor: p.version.1,
         micro: p.version.2,
-        _pad: [0; 5],
+        // 3.11+: _PyInterpreterFrame on the thread's data stack, callers just below callees (see pyperf.h).
+        frame_window: u8::from(l.frame_owner >= 0),
+        _pad: [0; 4],
         off: types::py_offsets {
             interp_tstate_head: s16(l.interp_tstate_head)?,
             interp_gil_ptr: s16(interp_gil_ptr)?,
@@ -918,6 +986,8 @@ mod tests {
             assert!(o.gil_size as i32 <= GIL_BUF && o.code_span_len as i32 <= CODE_BUF, "{v:?}");
             // Entry frames: owner == C stack (3.12+), f_executable == None (3.13+).
             assert_eq!(o.owner_cstack >= 0, v >= (3, 12), "{v:?}");
+            // Frames read by windows where they live on the data stack (3.11+).
+            assert_eq!(c.frame_window == 1, v >= (3, 11), "{v:?}");
             assert_eq!(c.skip_code != 0, v >= (3, 13), "{v:?}");
             assert_eq!(c.code_mask, u64::MAX, "{v:?}");
         }

@@ -1,6 +1,7 @@
 //! Writing a recording: interning symbols and stacks, batching samples into column chunks.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Write;
 
 use crate::chunk::{self, Kind};
@@ -30,6 +31,28 @@ pub struct SampleRecord<'a> {
     pub stack: u32,
 }
 
+/// Hasher for the stack-node map, keyed by one `u64` (parent << 32 | symbol) that the writer makes itself: a
+/// multiply-rotate (as rustc's FxHash) instead of SipHash, which the recorder otherwise pays per frame of every
+/// sample. No flooding concern: the keys are the writer's own dense ids.
+#[derive(Default, Clone, Copy)]
+struct NodeHasher(u64);
+
+impl Hasher for NodeHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+type NodeMap = HashMap<u64, u32, BuildHasherDefault<NodeHasher>>;
+
 pub struct Writer<W: Write> {
     out: W,
     level: i32,
@@ -38,7 +61,11 @@ pub struct Writer<W: Write> {
     symbols: Vec<Symbol>,
     /// Index in `symbols` of the first symbol not yet on disk.
     symbols_flushed: usize,
-    nodes: HashMap<(u32, u32), u32>,
+    nodes: NodeMap,
+    /// The last stack interned (root first) and the node of each of its prefixes: consecutive samples mostly
+    /// share all but their leaf frames, and those are not looked up again.
+    last_stack: Vec<u32>,
+    last_nodes: Vec<u32>,
     pending_nodes: StackChunk,
     node_count: u32,
     batch: SampleChunk,
@@ -58,7 +85,9 @@ impl<W: Write> Writer<W> {
             symbol_ids: HashMap::new(),
             symbols: Vec::new(),
             symbols_flushed: 0,
-            nodes: HashMap::new(),
+            nodes: NodeMap::default(),
+            last_stack: Vec::new(),
+            last_nodes: Vec::new(),
             pending_nodes: StackChunk { first_id: 1, ..Default::default() },
             node_count: 1,
             batch: SampleChunk::default(),
@@ -108,9 +137,15 @@ impl<W: Write> Writer<W> {
 
     /// Returns the leaf node of the stack `frames` (symbol ids, ROOT FIRST); 0 for an empty stack.
     pub fn intern_stack(&mut self, frames: &[u32]) -> u32 {
-        let mut node = 0;
-        for &sym in frames {
+        // Start below the prefix shared with the previous stack (its nodes are known).
+        let shared = frames.iter().zip(&self.last_stack).take_while(|(a, b)| a == b).count();
+        self.last_stack.truncate(shared);
+        self.last_nodes.truncate(shared);
+        let mut node = if shared == 0 { 0 } else { self.last_nodes[shared - 1] };
+        for &sym in &frames[shared..] {
             node = self.intern_node(node, sym);
+            self.last_stack.push(sym);
+            self.last_nodes.push(node);
         }
         node
     }
@@ -118,12 +153,13 @@ impl<W: Write> Writer<W> {
     /// Returns the node for frame `symbol` called from `parent` (0 for a root frame).
     pub fn intern_node(&mut self, parent: u32, symbol: u32) -> u32 {
         debug_assert!((symbol as usize) < self.symbols.len(), "symbol interned before use");
-        if let Some(&id) = self.nodes.get(&(parent, symbol)) {
+        let key = (parent as u64) << 32 | symbol as u64;
+        if let Some(&id) = self.nodes.get(&key) {
             return id;
         }
         let id = self.node_count;
         self.node_count += 1;
-        self.nodes.insert((parent, symbol), id);
+        self.nodes.insert(key, id);
         // A root frame refers back to itself (distance = own id), which decodes to parent 0.
         self.pending_nodes.parent_back.push(id - parent);
         self.pending_nodes.symbols.push(symbol);
@@ -215,5 +251,59 @@ impl<W: Write> Writer<W> {
         let raw = postcard::to_stdvec(value).map_err(|e| Error::Encode(e.to_string()))?;
         self.bytes_written += chunk::write_chunk(&mut self.out, kind, &raw, self.level)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The prefix cache of `intern_stack` gives the nodes a plain per-frame walk gives, whatever the order.
+    #[test]
+    fn intern_stack_reuses_prefixes_exactly() {
+        let header = Header {
+            pyperf_version: String::new(),
+            hostname: String::new(),
+            kernel_release: String::new(),
+            arch: String::new(),
+            start_time_unix_ns: 0,
+            event: String::new(),
+            rate: Rate::Frequency(1),
+            command_line: Vec::new(),
+            workload: Vec::new(),
+        };
+        let mut w = Writer::new(Vec::new(), &header).unwrap();
+        for i in 0..6 {
+            let s = Symbol { scope: String::new(), name: format!("f{i}"), file: String::new(), line: 1, flags: 0 };
+            w.intern_symbol(&s);
+        }
+        let stacks: [&[u32]; 9] =
+            [&[0, 1, 2], &[0, 1, 3], &[0, 1, 2], &[0], &[], &[0, 1, 2, 4, 5], &[1, 0], &[0, 1], &[0, 1, 2, 4]];
+        for _ in 0..2 {
+            for s in stacks {
+                let mut node = 0;
+                for &sym in s {
+                    node = *w.nodes.get(&((node as u64) << 32 | sym as u64)).unwrap_or(&u32::MAX);
+                    if node == u32::MAX {
+                        break;
+                    }
+                }
+                let got = w.intern_stack(s);
+                if node != u32::MAX {
+                    assert_eq!(got, node, "{s:?}");
+                }
+                // Walking the tree up from the node gives the stack back.
+                let mut back = Vec::new();
+                let mut n = got;
+                while n != 0 {
+                    let (&key, _) = w.nodes.iter().find(|(_, &v)| v == n).unwrap();
+                    back.push(key as u32);
+                    n = (key >> 32) as u32;
+                }
+                back.reverse();
+                assert_eq!(back, s);
+            }
+        }
+        assert_eq!(w.stack_node_count(), 8);
     }
 }
