@@ -62,56 +62,50 @@ unsafe impl plain::Plain for types::pyperf_counters {}
 pub type RawFrame = types::pyperf_frame;
 
 /// Deepest stack the BPF program records (`PYPERF_MAX_FRAMES`); deeper stacks keep the
-/// leaf-nearest frames and have status [`status::TRUNCATED`].
+/// leaf-nearest frames and have status `StackStatus::Truncated`.
 pub const MAX_FRAMES: usize = 2048;
 const _: () = assert!(
     std::mem::size_of::<types::pyperf_event>()
         == std::mem::size_of::<types::pyperf_event_header>() + MAX_FRAMES * std::mem::size_of::<RawFrame>()
 );
 
-/// `stack_status` values (enum pyperf_stack_status).
-pub mod status {
-    use super::types::pyperf_stack_status as S;
-    pub const COMPLETE: u8 = S::STACK_STATUS_COMPLETE.0 as u8;
-    pub const ERROR: u8 = S::STACK_STATUS_ERROR.0 as u8;
-    pub const TRUNCATED: u8 = S::STACK_STATUS_TRUNCATED.0 as u8;
-    pub const IDLE: u8 = S::STACK_STATUS_IDLE.0 as u8;
-}
-
-/// `gil_state` values (enum pyperf_gil_state).
-pub mod gil {
-    use super::types::pyperf_gil_state as G;
-    pub const NO_INFO: u8 = G::GIL_STATE_NO_INFO.0 as u8;
-    pub const ERROR: u8 = G::GIL_STATE_ERROR.0 as u8;
-    pub const UNINITIALIZED: u8 = G::GIL_STATE_UNINITIALIZED.0 as u8;
-    pub const NOT_LOCKED: u8 = G::GIL_STATE_NOT_LOCKED.0 as u8;
-    pub const THIS_THREAD: u8 = G::GIL_STATE_THIS_THREAD.0 as u8;
-    pub const GLOBAL_CURRENT_THREAD: u8 = G::GIL_STATE_GLOBAL_CURRENT_THREAD.0 as u8;
-    pub const OTHER_THREAD: u8 = G::GIL_STATE_OTHER_THREAD.0 as u8;
-    pub const NULL: u8 = G::GIL_STATE_NULL.0 as u8;
-}
-
-/// `thread_state_match` values (enum pyperf_thread_state).
-pub mod thread_state {
-    use super::types::pyperf_thread_state as T;
-    pub const UNKNOWN: u8 = T::THREAD_STATE_UNKNOWN.0 as u8;
-    pub const MATCH: u8 = T::THREAD_STATE_MATCH.0 as u8;
-    pub const MISMATCH: u8 = T::THREAD_STATE_MISMATCH.0 as u8;
-    pub const THIS_THREAD_NULL: u8 = T::THREAD_STATE_THIS_THREAD_NULL.0 as u8;
-    pub const GLOBAL_CURRENT_THREAD_NULL: u8 = T::THREAD_STATE_GLOBAL_CURRENT_THREAD_NULL.0 as u8;
-    pub const BOTH_NULL: u8 = T::THREAD_STATE_BOTH_NULL.0 as u8;
-}
-
-/// `pthread_id_match` values (enum pyperf_pthread_id).
-pub mod pthread_id {
-    use super::types::pyperf_pthread_id as P;
-    pub const UNKNOWN: u8 = P::PTHREAD_ID_UNKNOWN.0 as u8;
-    pub const MATCH: u8 = P::PTHREAD_ID_MATCH.0 as u8;
-    pub const MISMATCH: u8 = P::PTHREAD_ID_MISMATCH.0 as u8;
-    pub const THREAD_STATE_NULL: u8 = P::PTHREAD_ID_THREAD_STATE_NULL.0 as u8;
-    pub const NULL: u8 = P::PTHREAD_ID_NULL.0 as u8;
-    pub const ERROR: u8 = P::PTHREAD_ID_ERROR.0 as u8;
-}
+// The states the kernel writes are stored in the file byte for byte: the C enums (bpf/pyperf.h) and the format's
+// enums must agree, checked here at compile time rather than defined a second time.
+const _: () = {
+    use pyperf_format::{GilState as G, PthreadIdMatch as P, StackStatus as S, ThreadStateMatch as T};
+    use types::{pyperf_gil_state as g, pyperf_pthread_id as p, pyperf_stack_status as s, pyperf_thread_state as t};
+    let pairs: &[(u32, u8)] = &[
+        (s::STACK_STATUS_COMPLETE.0, S::Complete.as_u8()),
+        (s::STACK_STATUS_ERROR.0, S::Error.as_u8()),
+        (s::STACK_STATUS_TRUNCATED.0, S::Truncated.as_u8()),
+        (s::STACK_STATUS_IDLE.0, S::Idle.as_u8()),
+        (g::GIL_STATE_NO_INFO.0, G::NoInfo.as_u8()),
+        (g::GIL_STATE_ERROR.0, G::Error.as_u8()),
+        (g::GIL_STATE_UNINITIALIZED.0, G::Uninitialized.as_u8()),
+        (g::GIL_STATE_NOT_LOCKED.0, G::NotLocked.as_u8()),
+        (g::GIL_STATE_THIS_THREAD.0, G::ThisThread.as_u8()),
+        (g::GIL_STATE_GLOBAL_CURRENT_THREAD.0, G::GlobalCurrentThread.as_u8()),
+        (g::GIL_STATE_OTHER_THREAD.0, G::OtherThread.as_u8()),
+        (g::GIL_STATE_NULL.0, G::Null.as_u8()),
+        (t::THREAD_STATE_UNKNOWN.0, T::Unknown0.as_u8()),
+        (t::THREAD_STATE_MATCH.0, T::Match.as_u8()),
+        (t::THREAD_STATE_MISMATCH.0, T::Mismatch.as_u8()),
+        (t::THREAD_STATE_THIS_THREAD_NULL.0, T::ThisThreadNull.as_u8()),
+        (t::THREAD_STATE_GLOBAL_CURRENT_THREAD_NULL.0, T::GlobalCurrentThreadNull.as_u8()),
+        (t::THREAD_STATE_BOTH_NULL.0, T::BothNull.as_u8()),
+        (p::PTHREAD_ID_UNKNOWN.0, P::Unknown0.as_u8()),
+        (p::PTHREAD_ID_MATCH.0, P::Match.as_u8()),
+        (p::PTHREAD_ID_MISMATCH.0, P::Mismatch.as_u8()),
+        (p::PTHREAD_ID_THREAD_STATE_NULL.0, P::ThreadStateNull.as_u8()),
+        (p::PTHREAD_ID_NULL.0, P::Null.as_u8()),
+        (p::PTHREAD_ID_ERROR.0, P::Error.as_u8()),
+    ];
+    let mut i = 0;
+    while i < pairs.len() {
+        assert!(pairs[i].0 == pairs[i].1 as u32, "bpf/pyperf.h and the format's state enums disagree");
+        i += 1;
+    }
+};
 
 /// Which perf event drives sampling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use pyperf::bpf::{self, Rate, SampleEvent, Sampler, SamplerOptions};
 use pyperf::layouts::Layout;
 use pyperf::process::{self, PythonProcess};
+use pyperf_format::{GilState, PthreadIdMatch, StackStatus, ThreadStateMatch};
 
 /// The tests load BPF and burn CPU: run them one at a time (the machine has 2 cores).
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -207,10 +208,10 @@ fn callchain_on_pyenv_and_debian_python311() {
         // 499 Hz for 2 s, one busy thread: ~1000 samples (less if the CPUs are shared).
         assert!(n >= 200, "{p}: only {n} samples");
         let mut names = Names::new(p);
-        let complete = samples.iter().filter(|s| s.status == bpf::status::COMPLETE).count();
-        let gil_mine = samples.iter().filter(|s| s.gil == bpf::gil::THIS_THREAD).count();
-        let ts_match = samples.iter().filter(|s| s.thread_state == bpf::thread_state::MATCH).count();
-        let pt_match = samples.iter().filter(|s| s.pthread_id == bpf::pthread_id::MATCH).count();
+        let complete = samples.iter().filter(|s| s.status == StackStatus::Complete.as_u8()).count();
+        let gil_mine = samples.iter().filter(|s| s.gil == GilState::ThisThread.as_u8()).count();
+        let ts_match = samples.iter().filter(|s| s.thread_state == ThreadStateMatch::Match.as_u8()).count();
+        let pt_match = samples.iter().filter(|s| s.pthread_id == PthreadIdMatch::Match.as_u8()).count();
         let mut chains: HashMap<Vec<String>, usize> = HashMap::new();
         let mut full_chain = 0;
         for s in &samples {
@@ -226,7 +227,7 @@ fn callchain_on_pyenv_and_debian_python311() {
                 full_chain += 1;
             }
             // Every complete stack starts at the module and main, whatever the leaf.
-            if s.status == bpf::status::COMPLETE {
+            if s.status == StackStatus::Complete.as_u8() {
                 assert!(chain.len() >= 2 && chain[0] == "<module>" && chain[1] == "main", "{p}: {chain:?}");
             }
             *chains.entry(chain).or_default() += 1;
@@ -284,7 +285,7 @@ fn deep_stacks_complete_and_truncated() {
     let s1 = by_pid.get(&p1.pid).cloned().unwrap_or_default();
     assert!(s1.len() >= 50, "deep: only {} samples", s1.len());
     let mut names = Names::new(&p1);
-    let ok = s1.iter().filter(|s| s.status == bpf::status::COMPLETE && s.frames.len() == 1503).count();
+    let ok = s1.iter().filter(|s| s.status == StackStatus::Complete.as_u8() && s.frames.len() == 1503).count();
     eprintln!("deep (1503 frames): {} samples, {} complete with 1503 frames", s1.len(), ok);
     assert!(frac(ok, s1.len()) > 0.9, "complete 1503-frame stacks");
     let s = s1.iter().find(|s| s.frames.len() == 1503).unwrap();
@@ -296,11 +297,12 @@ fn deep_stacks_complete_and_truncated() {
     let s2 = by_pid.get(&p2.pid).cloned().unwrap_or_default();
     assert!(s2.len() >= 50, "deeper: only {} samples", s2.len());
     let mut names = Names::new(&p2);
-    let trunc = s2.iter().filter(|s| s.status == bpf::status::TRUNCATED && s.frames.len() == bpf::MAX_FRAMES).count();
+    let trunc =
+        s2.iter().filter(|s| s.status == StackStatus::Truncated.as_u8() && s.frames.len() == bpf::MAX_FRAMES).count();
     eprintln!("deeper (3003 frames): {} samples, {} truncated at {}", s2.len(), trunc, bpf::MAX_FRAMES);
     assert!(frac(trunc, s2.len()) > 0.9, "truncated stacks keep MAX_FRAMES frames");
     assert!(counters.truncated >= trunc as u64);
-    let s = s2.iter().find(|s| s.status == bpf::status::TRUNCATED).unwrap();
+    let s = s2.iter().find(|s| s.status == StackStatus::Truncated.as_u8()).unwrap();
     // Leaf-nearest frames kept: the leaf is spin, everything else recurse.
     assert_eq!(names.name(s.frames[0].code).as_deref(), Some("spin"));
     assert!(s.frames[1..].iter().all(|f| names.name(f.code).as_deref() == Some("recurse")));
@@ -331,9 +333,9 @@ fn thread_without_thread_state_is_idle() {
     let s = by_pid.get(&pid).cloned().unwrap_or_default();
     eprintln!("idle: {} samples, {counters:?}", s.len());
     assert!(s.len() >= 50, "only {} samples", s.len());
-    assert!(s.iter().all(|s| s.status == bpf::status::IDLE && s.frames.is_empty()));
-    assert!(s.iter().all(|s| s.pthread_id == bpf::pthread_id::THREAD_STATE_NULL));
-    assert!(s.iter().all(|s| s.thread_state == bpf::thread_state::BOTH_NULL));
-    assert!(s.iter().all(|s| s.gil == bpf::gil::ERROR));
+    assert!(s.iter().all(|s| s.status == StackStatus::Idle.as_u8() && s.frames.is_empty()));
+    assert!(s.iter().all(|s| s.pthread_id == PthreadIdMatch::ThreadStateNull.as_u8()));
+    assert!(s.iter().all(|s| s.thread_state == ThreadStateMatch::BothNull.as_u8()));
+    assert!(s.iter().all(|s| s.gil == GilState::Error.as_u8()));
     assert_eq!(counters.idle, s.len() as u64);
 }

@@ -28,7 +28,7 @@ macro_rules! state_enum {
                 }
             }
 
-            pub fn as_u8(self) -> u8 {
+            pub const fn as_u8(self) -> u8 {
                 match self {
                     $( $name::$variant => $value, )*
                     $name::Unknown(raw) => raw,
