@@ -7,7 +7,8 @@
 //! 1. `split.py 2 --threads 2 --thread-seconds 1`: the main thread alone runs `Runner.run`, which calls
 //!    `heavy` (3 units of work) and `light` (1 unit); then two threads run `spin`. Checked: the frames root to
 //!    leaf, exactly (per version: thread bootstrap names, and on <= 3.10 method names without their class
-//!    unless the self/cls heuristic adds it, see [`Expect::method`]); the 3:1 split within 5 points; the GIL
+//!    unless the self/cls heuristic adds it, see [`Expect::method`]); the heavy:light split of the samples against
+//!    the workload's own thread-CPU timing (`assert_share`: 4 standard errors, at least 3 points); the GIL
 //!    state (below); the thread state and pthread id; the two spin threads as two distinct tids other than the
 //!    main thread's; COMPLETE stacks.
 //! 2. `gil_released.py 30`: a thread runs `zlib.compress`, on the CPU in C with the GIL released, while the
@@ -179,17 +180,17 @@ fn record_enough(
     args: &[&str],
     out: &std::path::Path,
     too_few: impl Fn(&Recording) -> Option<String>,
-) -> Recording {
-    let rec = record(python, script, args, out);
+) -> (Recording, Vec<u8>) {
+    let (rec, stdout) = record(python, script, args, out);
     match too_few(&rec) {
-        None => rec,
+        None => (rec, stdout),
         Some(why) => {
             eprintln!("{script}: {why}; the machine is busy: recording once more");
-            let rec = record(python, script, args, out);
+            let (rec, stdout) = record(python, script, args, out);
             if let Some(why) = too_few(&rec) {
                 panic!("{script} under {}: {why}", python.display());
             }
-            rec
+            (rec, stdout)
         }
     }
 }
@@ -206,22 +207,22 @@ fn thin(rec: &Recording, minimums: &[(&str, usize)]) -> Option<String> {
     (!short.is_empty()).then(|| short.join(", "))
 }
 
-fn record(python: &std::path::Path, script: &str, args: &[&str], out: &std::path::Path) -> Recording {
-    let status = run(pyperf()
+/// Records `script` under `-- CMD`; returns the recording and what the workload printed.
+fn record(python: &std::path::Path, script: &str, args: &[&str], out: &std::path::Path) -> (Recording, Vec<u8>) {
+    let o = run(pyperf()
         .args(["record", "-F", "499", "-o"])
         .arg(out)
         .arg("--")
         .arg(python)
         .arg(workload(script))
-        .args(args))
-    .status;
-    assert!(status.success(), "pyperf record failed: {status:?}");
+        .args(args));
+    assert!(o.status.success(), "pyperf record failed: {:?}", o.status);
     let rec = read(out);
     assert!(rec.warnings.is_empty(), "{:?}", rec.warnings);
     let stats = rec.tables.stats.clone().expect("trailer");
     assert_eq!(stats.samples as usize, rec.samples.len());
     assert_eq!(rec.tables.processes.len(), 1, "{:?}", rec.tables.processes);
-    rec
+    (rec, o.stdout)
 }
 
 fn check_version(name: &str) {
@@ -231,7 +232,7 @@ fn check_version(name: &str) {
     let (_dir, out) = scratch("split.pyp");
 
     // ---- split.py: frames, work split, GIL, threads ----
-    let rec = record_enough(&py, "split.py", &["2", "--threads", "2", "--thread-seconds", "1"], &out, |r| {
+    let (rec, stdout) = record_enough(&py, "split.py", &["2", "--threads", "2", "--thread-seconds", "1"], &out, |r| {
         thin(r, &[("heavy", 200), ("light", 50), ("spin", 100)])
     });
     let proc = &rec.tables.processes[0];
@@ -262,9 +263,7 @@ fn check_version(name: &str) {
     let forms: HashSet<usize> = h_var.union(&l_var).chain(s_var.iter()).copied().collect();
     assert_eq!(forms.len(), 1, "{name}: stacks named with and without classes");
 
-    let heavy_share = share(heavy.len(), heavy.len() + light.len());
-    eprintln!("{name}: heavy share {heavy_share:.3}");
-    assert!((heavy_share - 0.75).abs() <= 0.05, "{name}: heavy share {heavy_share:.3}, want 0.75 +- 0.05");
+    assert_share(name, heavy.len(), heavy.len() + light.len(), split_truth(&stdout));
 
     // Main thread alone: its own GIL state, current thread, its own pthread id, complete stacks.
     let main_phase: Vec<&S> = heavy.iter().chain(light.iter()).copied().collect();
@@ -321,7 +320,7 @@ fn check_version(name: &str) {
 
     // ---- gil_released.py: a thread on the CPU in C with the GIL released is still found ----
     let (_dir2, out2) = scratch("released.pyp");
-    let rec =
+    let (rec, _) =
         record_enough(&py, "gil_released.py", &["30"], &out2, |r| thin(r, &[("compress_loop", 100), ("hold", 100)]));
     let pid = rec.tables.processes[0].pid;
     let zip_boot: Vec<&str> = e.bootstrap.iter().copied().chain(["compress_loop"]).collect();

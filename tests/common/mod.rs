@@ -61,6 +61,35 @@ pub fn run(cmd: &mut Command) -> Output {
     out
 }
 
+/// The heavy share of `split.py`'s Runner.run phase as the workload itself timed it: the `cpu heavy=H light=L`
+/// line it printed (thread CPU time).
+pub fn split_truth(stdout: &[u8]) -> f64 {
+    let text = String::from_utf8_lossy(stdout);
+    let line = text.lines().find(|l| l.starts_with("cpu heavy=")).unwrap_or_else(|| panic!("no cpu line in {text:?}"));
+    let num = |key: &str| -> f64 {
+        let v = line.split_whitespace().find_map(|w| w.strip_prefix(key)).unwrap_or_else(|| panic!("{line:?}"));
+        v.parse().unwrap_or_else(|_| panic!("{line:?}"))
+    };
+    let (h, l) = (num("heavy="), num("light="));
+    assert!(h + l > 0.0, "{line:?}");
+    h / (h + l)
+}
+
+/// Checks a sampled share against the workload's own timing: within four binomial standard errors (at least
+/// 3 points), so a biased sampler fails and sampling noise does not. The workload should do 3:1 work; a truth far
+/// from 0.75 means the workload itself is broken.
+pub fn assert_share(what: &str, hits: usize, of: usize, truth: f64) {
+    assert!((0.6..=0.9).contains(&truth), "{what}: the workload timed a {truth:.3} share; it should be near 0.75");
+    assert!(of >= 100, "{what}: only {of} samples");
+    let sampled = hits as f64 / of as f64;
+    let tolerance = (4.0 * (truth * (1.0 - truth) / of as f64).sqrt()).max(0.03);
+    eprintln!("{what}: sampled share {sampled:.3}, timed by the workload {truth:.3} (tolerance {tolerance:.3})");
+    assert!(
+        (sampled - truth).abs() <= tolerance,
+        "{what}: sampled share {sampled:.3} of {of} samples, the workload timed {truth:.3} (tolerance {tolerance:.3})"
+    );
+}
+
 /// Starts a workload and waits until it has printed its `ready` line.
 pub fn start_workload(python: &Path, script: &str, args: &[&str]) -> Child {
     let mut child =
