@@ -368,6 +368,119 @@ def exp_slowdown(t, a):
     }
 
 
+# ---- 2b. slowdown, one process, profiler attached and detached --------------------------------------------------
+
+
+def exp_toggle(t, a):
+    """One long-lived workload process (20 frames, pinned) doing the same chunk of work again and again and
+    printing the clocks after each; windows without a profiler alternate with windows under one (pyperf, floor,
+    perf, py-spy at a.toggle_rate), each profiled window compared with the mean of the unprofiled windows on either
+    side. Within one process, the differences between processes (memory layout, hash seeds: the 'none' spread of
+    experiment 2) are gone, and a chunk that was preempted is one outlier among ~150 in a window (medians)."""
+    import threading
+
+    depth, rate = 20, a.toggle_rate
+    # Calibrate the chunk: ~20 ms of work.
+    probe = Workload(["chunks", depth, 20], t.python, TARGET_CPU)
+    lines = [probe.p.stdout.readline() for _ in range(30)]
+    probe.kill()
+    walls = [float(x.split()[0]) for x in lines[5:]]
+    per_unit = (walls[-1] - walls[0]) / (len(walls) - 1) / 20
+    units = max(int(0.020 / per_unit), 1)
+    wl = Workload(["chunks", depth, units], t.python, TARGET_CPU)
+    chunks = []
+
+    def reader():
+        for line in wl.p.stdout:
+            w, c = line.split()
+            chunks.append((float(w), float(c)))
+
+    th = threading.Thread(target=reader, daemon=True)
+    th.start()
+    tools = ["pyperf", "floor", "perf", "pyspy"]
+    windows = []  # (tool, start, end)
+    idle = subprocess.Popen([t.python, "-c", "import time; time.sleep(3600)"])
+    started_pids.append(idle.pid)
+    try:
+        time.sleep(1.0)
+        for rep in range(a.toggle_reps):
+            order = tools[rep % len(tools):] + tools[:rep % len(tools)]
+            for tool in order:
+                windows.append(("none",) + sleep_window(a.toggle_secs))
+                windows.append(toggle_window(t, a, wl, idle, tool, rate))
+            log("toggle rep %d done" % rep)
+        windows.append(("none",) + sleep_window(a.toggle_secs))
+    finally:
+        wl.kill()
+        idle.kill()
+        idle.wait()
+        started_pids.remove(idle.pid)
+    th.join(5)
+
+    def stat(start, end):
+        ws, cs = [], []
+        for (w0, c0), (w1, c1) in zip(chunks, chunks[1:]):
+            if w0 >= start and w1 <= end:
+                ws.append(w1 - w0)
+                cs.append(c1 - c0)
+        return (median(ws), median(cs), len(ws)) if ws else (None, None, 0)
+
+    stats = [(tool,) + stat(s0, s1) for tool, s0, s1 in windows]
+    res = {tool: {"wall": [], "cpu": [], "chunks": 0} for tool in tools}
+    for i, (tool, w, c, n) in enumerate(stats):
+        if tool == "none" or w is None:
+            continue
+        before = [x for x in stats[:i] if x[0] == "none" and x[1] is not None][-1:]
+        after = [x for x in stats[i + 1:] if x[0] == "none" and x[1] is not None][:1]
+        ref = before + after
+        if not ref:
+            continue
+        res[tool]["wall"].append(w / (sum(x[1] for x in ref) / len(ref)) - 1)
+        res[tool]["cpu"].append(c / (sum(x[2] for x in ref) / len(ref)) - 1)
+        res[tool]["chunks"] += n
+    base = [x for x in stats if x[0] == "none" and x[1] is not None]
+    return {
+        "units": units,
+        "chunk_ms": 1e3 * median([x[1] for x in base]),
+        "none_spread": (max(x[1] for x in base) - min(x[1] for x in base)) / median([x[1] for x in base]),
+        "rate": rate,
+        "rows": res,
+    }
+
+
+def sleep_window(secs):
+    t0 = time.perf_counter()
+    time.sleep(secs)
+    t1 = time.perf_counter()
+    time.sleep(0.2)  # the gap before the next window's profiler starts
+    return t0, t1
+
+
+def toggle_window(t, a, wl, idle, tool, rate):
+    """Starts `tool` on the workload (floor: pyperf on the sleeping `idle` process), waits until it samples, measures
+    a window, stops it."""
+    if tool == "pyperf":
+        out = fresh(os.path.join(t.out, "tmp-toggle.pyp"))
+        prof = Run(t.pyperf_cmd([wl.pid], rate, None, out, bpf_stats=False))
+    elif tool == "floor":
+        out = fresh(os.path.join(t.out, "tmp-toggle.pyp"))
+        prof = Run(t.pyperf_cmd([idle.pid], rate, None, out, bpf_stats=False))
+    elif tool == "perf":
+        out = fresh(os.path.join(t.out, "tmp-toggle.data"))
+        prof = Run([t.perf, "record", "-q", "-e", "cpu-clock", "-F", str(rate), "-p", str(wl.pid), "-o", out])
+    else:
+        out = fresh(os.path.join(t.out, "tmp-toggle.txt"))
+        prof = Run(t.pyspy_cmd(wl.pid, rate, None, out))
+    wait_started(prof, out, 0.3)
+    t0 = time.perf_counter()
+    time.sleep(a.toggle_secs)
+    t1 = time.perf_counter()
+    prof.p.send_signal(signal.SIGINT)
+    prof.finish(120, check=False)
+    time.sleep(0.2)
+    return (tool, t0, t1)
+
+
 # ---- 3. highest rate without loss, every CPU busy -------------------------------------------------------------------
 
 
@@ -601,7 +714,7 @@ def machine(t, load0, load1, a):
     ]
 
 
-def render(t, a, load0, load1, cost, slow, rates, size, report, acc):
+def render(t, a, load0, load1, cost, slow, toggle, rates, size, report, acc):
     L = []
     L += machine(t, load0, load1, a)
     L.append("")
@@ -613,7 +726,13 @@ def render(t, a, load0, load1, cost, slow, rates, size, report, acc):
         summary.append(("Cost per sample, 1 kHz, 20 frames: pyperf (BPF + recorder) vs py-spy",
                         "<= 1/20 of py-spy", "%.1f us vs %.1f us = 1/%.0f" % (total / 1e3, c["spy"] / 1e3, ratio),
                         ratio >= 20))
-    if slow:
+    if toggle and toggle["rows"]["pyperf"]["wall"]:
+        r = toggle["rows"]
+        s = 100 * median(r["pyperf"]["wall"])
+        summary.append(("Target slowdown under pyperf at 1 kHz (2b: one process, attached / detached)", "<= 1%",
+                        "%.2f%% (interrupt floor %.2f%%, plain perf %.2f%%)" % (
+                            s, 100 * median(r["floor"]["wall"]), 100 * median(r["perf"]["wall"])), s <= 1.0))
+    elif slow:
         s = slow["rows"][("pyperf", 1000)]["slow"] * 100
         summary.append(("Target slowdown under pyperf at 1 kHz", "<= 1%", "%.2f%%" % s, s <= 1.0))
     if rates:
@@ -716,6 +835,39 @@ def render(t, a, load0, load1, cost, slow, rates, size, report, acc):
                 "%.2f%% at %d Hz" % (100 * slow["rows"][("pyperf-before", r)]["slow"], r) for r in (1000, 10000))))
             L.append("")
 
+    if toggle:
+        r = toggle["rows"]
+        L.append("### 2b. Target slowdown, one process, profiler attached and detached (%d Hz, 20 frames)"
+                 % toggle["rate"])
+        L.append("")
+        L.append("One workload process pinned to CPU %s repeats the same chunk of work (%d units, %.1f ms unprofiled) "
+                 "and prints its clocks after each. %g s windows without a profiler alternate with %g s windows "
+                 "under one (started, then measured from 0.3 s after it samples; pinned to CPU %s), %d per profiler, "
+                 "in rotating order. Per window: the median chunk time; a profiled window's slowdown is its median "
+                 "over the mean of the unprofiled windows either side, minus 1. Unprofiled windows spread %.2f%%. "
+                 "Wall: what the target's work takes; CPU: the target thread's CPU time (the sampling interrupt and "
+                 "the BPF program are charged to it, preemption by other processes is not)." % (
+                     TARGET_CPU, toggle["units"], toggle["chunk_ms"], a.toggle_secs, a.toggle_secs, TOOL_CPU,
+                     a.toggle_reps, 100 * toggle["none_spread"]))
+        L.append("")
+        L.append("| profiler | wall slowdown, median | min - max | CPU slowdown, median | windows | chunks |")
+        L.append("|---|---|---|---|---|---|")
+        names = {"pyperf": "**pyperf**", "floor": "floor: pyperf sampling another, sleeping process",
+                 "perf": "`perf record -e cpu-clock` (no call graph)", "pyspy": "py-spy"}
+        for tool in ("pyperf", "floor", "perf", "pyspy"):
+            x = r[tool]
+            if not x["wall"]:
+                continue
+            L.append("| %s | **%.2f%%** | %.2f%% - %.2f%% | %.2f%% | %d | %d |" % (
+                names[tool], 100 * median(x["wall"]), 100 * min(x["wall"]), 100 * max(x["wall"]),
+                100 * median(x["cpu"]), len(x["wall"]), x["chunks"]))
+        L.append("")
+        if r["pyperf"]["wall"] and r["floor"]["wall"]:
+            L.append("pyperf's own part (its slowdown minus the floor): %.2f%% wall, %.2f%% CPU." % (
+                100 * (median(r["pyperf"]["wall"]) - median(r["floor"]["wall"])),
+                100 * (median(r["pyperf"]["cpu"]) - median(r["floor"]["cpu"]))))
+            L.append("")
+
     if rates:
         L.append("### 3. Rate with every CPU busy (%d busy processes, 20 frames, %g s per rate)" % (NCPU, a.rate_secs))
         L.append("")
@@ -808,7 +960,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--reps", type=int)
-    ap.add_argument("--only", default="cost,slowdown,rates,size,report,accuracy")
+    ap.add_argument("--only", default="cost,slowdown,toggle,rates,size,report,accuracy")
     ap.add_argument("--write", action="store_true", help="also write the results into bench/RESULTS.md")
     a = ap.parse_args()
     if a.quick:
@@ -820,6 +972,9 @@ def main():
         a.cost_secs, a.work_secs, a.rate_secs, a.size_secs, a.acc_secs = 8, 2.0, 6, 10, 10
         a.rates = [1000, 2000, 5000, 10000, 20000, 50000]
     a.pyspy_max_rate = 10000
+    a.toggle_rate = 1000
+    a.toggle_reps = 2 if a.quick else 8
+    a.toggle_secs = 1.5 if a.quick else 3.0
     a.attach_secs = 0.5  # after the profiler has started (pyperf: its output exists; py-spy: 1 s)
     os.makedirs(a.out, exist_ok=True)
     only = set(a.only.split(","))
@@ -828,6 +983,7 @@ def main():
     log("load average %s" % load0)
     cost = exp_cost(t, a) if "cost" in only else None
     slow = exp_slowdown(t, a) if "slowdown" in only else None
+    toggle = exp_toggle(t, a) if "toggle" in only else None
     size = exp_size(t, a) if "size" in only else None
     acc = exp_accuracy(t, a) if "accuracy" in only else None
     rates = None
@@ -846,7 +1002,7 @@ def main():
         real = max(rates, key=lambda r: r["samples"])["file"]
     report = exp_report(t, a, real) if "report" in only else None
     load1 = loadavg()
-    text = render(t, a, load0, load1, cost, slow, rates, size, report, acc)
+    text = render(t, a, load0, load1, cost, slow, toggle, rates, size, report, acc)
     with open(os.path.join(a.out, "profilers.md"), "w") as f:
         f.write(text)
     sys.stdout.write(text)

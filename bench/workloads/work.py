@@ -6,6 +6,9 @@ each frame has its own code object, which is the costly case for a walker that r
   busy DEPTH SECONDS        burn CPU at a stack of DEPTH Python frames (<module> and main included) for SECONDS.
   fixed DEPTH UNITS         print "ready", wait for a line on stdin, then do UNITS units of work at that depth;
                             print "elapsed WALL CPU" (seconds) and exit. The same work every run.
+  chunks DEPTH UNITS        print "ready", then forever: do UNITS units of work at that depth and print "WALL CPU" (the
+                            clocks at the end of the chunk, seconds). One process, many chunks: a profiler is attached
+                            and detached around it and the chunks of each window compared (bench.py, experiment 2b).
   split SECONDS             print "ready", wait for a line on stdin, then alternate alpha_work() and beta_work()
                             (about 70 / 30 of the time) for SECONDS; print "truth ALPHA_CPU BETA_CPU ALPHA_WALL
                             BETA_WALL" (seconds spent inside each, measured by the workload itself) and exit.
@@ -104,6 +107,18 @@ def main():
         w1, c1 = time.perf_counter(), time.process_time()
         sys.stdout.write("elapsed %.6f %.6f\n" % (w1 - w0, c1 - c0))
         sys.stdout.flush()
+    elif mode == "chunks":
+        depth, units = int(sys.argv[2]), int(sys.argv[3])
+        sys.setrecursionlimit(depth + 100)
+        f = chain(depth)
+        out = sys.stdout
+        wall, cpu = time.perf_counter, time.thread_time
+        out.write("ready\n")
+        out.flush()
+        while True:
+            f(units, 0)
+            out.write("%.6f %.6f\n" % (wall(), cpu()))
+            out.flush()
     elif mode == "split":
         split(float(sys.argv[2]))
     else:
