@@ -4,7 +4,7 @@
 # See bench/README.md. Needs root. Installs what it needs: linux-perf (apt), py-spy (PyPI, in a virtualenv
 # under bench/out/), and builds the release binary and the bench-only BPF variant.
 #
-# Usage: bench/run.sh [--quick] [--reps N] [--only cost,slowdown,rates,size,report,accuracy] [--write]
+# Usage: bench/run.sh [--quick] [--reps N] [--only cost,slowdown,toggle,rates,size,report,accuracy] [--write]
 #   --quick   short runs, one repetition (checks the harness; about 3 minutes)
 #   --write   also put the results into bench/RESULTS.md ("Profiler comparison")
 # Environment: PYTHON (target interpreter; default pyenv 3.11.7, else python3), PYSPY_VERSION (default 0.4.*).

@@ -222,6 +222,8 @@ pub enum BpfError {
     PerfEvent { cpu: u32, source: io::Error },
     #[error("cannot sample process {pid} (Python {version}): {reason}")]
     Unsupported { pid: u32, version: String, reason: String },
+    #[error("too many Python processes: pyperf samples at most {max} at once (its BPF map of processes is full)")]
+    ProcessMapFull { max: u32 },
     #[error("BPF {what} failed: {source}")]
     Bpf {
         what: &'static str,
@@ -459,12 +461,15 @@ impl Sampler {
                 std::mem::size_of::<types::py_proc>(),
             )
         };
-        self.inner
-            .skel
-            .maps
-            .procs
-            .update(&proc_.pid.to_ne_bytes(), value, MapFlags::ANY)
-            .map_err(bpf_err("registering the process"))
+        self.inner.skel.maps.procs.update(&proc_.pid.to_ne_bytes(), value, MapFlags::ANY).map_err(|source| match source
+            .kind()
+        {
+            // What a hash map answers when it has no free entry left.
+            libbpf_rs::ErrorKind::TooBig => {
+                BpfError::ProcessMapFull { max: self.inner.skel.maps.procs.info().map_or(0, |i| i.info.max_entries) }
+            }
+            _ => BpfError::Bpf { what: "registering the process", source },
+        })
     }
 
     /// Stops sampling `pid` (no error if it was not registered).
