@@ -973,7 +973,7 @@ def main():
         a.rates = [1000, 2000, 5000, 10000, 20000, 50000]
     a.pyspy_max_rate = 10000
     a.toggle_rate = 1000
-    a.toggle_reps = 2 if a.quick else 8
+    a.toggle_reps = 2 if a.quick else 12
     a.toggle_secs = 1.5 if a.quick else 3.0
     a.attach_secs = 0.5  # after the profiler has started (pyperf: its output exists; py-spy: 1 s)
     os.makedirs(a.out, exist_ok=True)
