@@ -397,7 +397,7 @@ def exp_toggle(t, a):
 
     th = threading.Thread(target=reader, daemon=True)
     th.start()
-    tools = ["pyperf", "floor", "perf", "pyspy"]
+    tools = a.toggle_tools
     windows = []  # (tool, start, end)
     idle = subprocess.Popen([t.python, "-c", "import time; time.sleep(3600)"])
     started_pids.append(idle.pid)
@@ -426,7 +426,7 @@ def exp_toggle(t, a):
         return (median(ws), median(cs), len(ws)) if ws else (None, None, 0)
 
     stats = [(tool,) + stat(s0, s1) for tool, s0, s1 in windows]
-    res = {tool: {"wall": [], "cpu": [], "chunks": 0} for tool in tools}
+    res = {tool: {"wall": [], "cpu": [], "chunks": 0} for tool in ("pyperf", "floor", "perf", "pyspy") + tuple(tools)}
     for i, (tool, w, c, n) in enumerate(stats):
         if tool == "none" or w is None:
             continue
@@ -465,9 +465,12 @@ def toggle_window(t, a, wl, idle, tool, rate):
     elif tool == "floor":
         out = fresh(os.path.join(t.out, "tmp-toggle.pyp"))
         prof = Run(t.pyperf_cmd([idle.pid], rate, None, out, bpf_stats=False))
-    elif tool == "perf":
+    elif tool in ("perf", "perf-a", "perf-c0"):
+        # perf: per-task events on the target (only its CPU is interrupted); perf-a: one event per CPU, every CPU
+        # interrupted; perf-c0: only the profiler's CPU interrupted (does that slow the target's CPU?).
         out = fresh(os.path.join(t.out, "tmp-toggle.data"))
-        prof = Run([t.perf, "record", "-q", "-e", "cpu-clock", "-F", str(rate), "-p", str(wl.pid), "-o", out])
+        where = {"perf": ["-p", str(wl.pid)], "perf-a": ["-a"], "perf-c0": ["-C", TOOL_CPU]}[tool]
+        prof = Run([t.perf, "record", "-q", "-e", "cpu-clock", "-F", str(rate), "-o", out] + where)
     else:
         out = fresh(os.path.join(t.out, "tmp-toggle.txt"))
         prof = Run(t.pyspy_cmd(wl.pid, rate, None, out))
@@ -714,6 +717,10 @@ def machine(t, load0, load1, a):
     ]
 
 
+def pct(x):
+    return "-" if x is None else "%.2f%%" % (100 * x)
+
+
 def render(t, a, load0, load1, cost, slow, toggle, rates, size, report, acc):
     L = []
     L += machine(t, load0, load1, a)
@@ -730,8 +737,8 @@ def render(t, a, load0, load1, cost, slow, toggle, rates, size, report, acc):
         r = toggle["rows"]
         s = 100 * median(r["pyperf"]["wall"])
         summary.append(("Target slowdown under pyperf at 1 kHz (2b: one process, attached / detached)", "<= 1%",
-                        "%.2f%% (interrupt floor %.2f%%, plain perf %.2f%%)" % (
-                            s, 100 * median(r["floor"]["wall"]), 100 * median(r["perf"]["wall"])), s <= 1.0))
+                        "%.2f%% (interrupt floor %s, plain perf %s)" % (
+                            s, pct(median(r["floor"]["wall"])), pct(median(r["perf"]["wall"]))), s <= 1.0))
     elif slow:
         s = slow["rows"][("pyperf", 1000)]["slow"] * 100
         summary.append(("Target slowdown under pyperf at 1 kHz", "<= 1%", "%.2f%%" % s, s <= 1.0))
@@ -853,8 +860,10 @@ def render(t, a, load0, load1, cost, slow, toggle, rates, size, report, acc):
         L.append("| profiler | wall slowdown, median | min - max | CPU slowdown, median | windows | chunks |")
         L.append("|---|---|---|---|---|---|")
         names = {"pyperf": "**pyperf**", "floor": "floor: pyperf sampling another, sleeping process",
-                 "perf": "`perf record -e cpu-clock` (no call graph)", "pyspy": "py-spy"}
-        for tool in ("pyperf", "floor", "perf", "pyspy"):
+                 "perf": "`perf record -e cpu-clock -p` (no call graph)", "pyspy": "py-spy",
+                 "perf-a": "`perf record -e cpu-clock -a` (every CPU)",
+                 "perf-c0": "`perf record -e cpu-clock -C %s` (the other CPU only)" % TOOL_CPU}
+        for tool in r:
             x = r[tool]
             if not x["wall"]:
                 continue
@@ -962,6 +971,8 @@ def main():
     ap.add_argument("--reps", type=int)
     ap.add_argument("--only", default="cost,slowdown,toggle,rates,size,report,accuracy")
     ap.add_argument("--write", action="store_true", help="also write the results into bench/RESULTS.md")
+    ap.add_argument("--toggle-tools", default="pyperf,floor,perf,pyspy",
+                    help="experiment 2b's profilers; also perf-a (perf on every CPU), perf-c0 (on the profiler's CPU)")
     a = ap.parse_args()
     if a.quick:
         a.reps = a.reps or 1
@@ -973,6 +984,7 @@ def main():
         a.rates = [1000, 2000, 5000, 10000, 20000, 50000]
     a.pyspy_max_rate = 10000
     a.toggle_rate = 1000
+    a.toggle_tools = a.toggle_tools.split(",")
     a.toggle_reps = 2 if a.quick else 12
     a.toggle_secs = 1.5 if a.quick else 3.0
     a.attach_secs = 0.5  # after the profiler has started (pyperf: its output exists; py-spy: 1 s)
