@@ -461,12 +461,11 @@ impl Sampler {
                 std::mem::size_of::<types::py_proc>(),
             )
         };
-        self.inner.skel.maps.procs.update(&proc_.pid.to_ne_bytes(), value, MapFlags::ANY).map_err(|source| match source
-            .kind()
-        {
+        let procs = &self.inner.skel.maps.procs;
+        procs.update(&proc_.pid.to_ne_bytes(), value, MapFlags::ANY).map_err(|source| match source.kind() {
             // What a hash map answers when it has no free entry left.
             libbpf_rs::ErrorKind::TooBig => {
-                BpfError::ProcessMapFull { max: self.inner.skel.maps.procs.info().map_or(0, |i| i.info.max_entries) }
+                BpfError::ProcessMapFull { max: procs.info().map_or(0, |i| i.info.max_entries) }
             }
             _ => BpfError::Bpf { what: "registering the process", source },
         })
