@@ -695,18 +695,7 @@ print("@@\tEND")
         first <= v && v <= last
     }
 
-    fn pyenv_root() -> PathBuf {
-        if let Some(r) = std::env::var_os("PYENV_ROOT").filter(|r| !r.is_empty()) {
-            return PathBuf::from(r);
-        }
-        if let Ok(out) = Command::new("pyenv").arg("root").output() {
-            let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            if out.status.success() && !s.is_empty() {
-                return PathBuf::from(s);
-            }
-        }
-        PathBuf::from("/root/.pyenv")
-    }
+    use crate::testenv::pyenv_root;
 
     /// One pyenv install of a supported version: `(major.minor, dir name, libpython path)`.
     struct Install {

@@ -214,18 +214,7 @@ mod tests {
     /// Every version the recorder supports must be checked against its real interpreter.
     const REQUIRED: &[(u8, u8)] = &[(2, 7), (3, 6), (3, 7), (3, 8), (3, 9), (3, 10), (3, 11), (3, 12), (3, 13)];
 
-    fn pyenv_root() -> PathBuf {
-        if let Some(r) = std::env::var_os("PYENV_ROOT") {
-            return PathBuf::from(r);
-        }
-        if let Ok(out) = Command::new("pyenv").arg("root").output() {
-            let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            if out.status.success() && !s.is_empty() {
-                return PathBuf::from(s);
-            }
-        }
-        PathBuf::from("/root/.pyenv")
-    }
+    use crate::testenv::pyenv_root;
 
     fn script_path() -> PathBuf {
         let base = match option_env!("CARGO_MANIFEST_DIR") {

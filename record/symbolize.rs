@@ -828,9 +828,7 @@ mod tests {
         assert_eq!(frame(r.resolve(c.addr, u32::MAX, c.check, FirstLocal::NONE)).line, 12);
     }
 
-    fn pyenv_root() -> PathBuf {
-        std::env::var_os("PYENV_ROOT").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root/.pyenv"))
-    }
+    use crate::testenv::pyenv_root;
 
     /// TYPE_FLAGS and TPFLAGS_TYPE_SUBCLASS in every interpreter (through ctypes: the flags word at that offset
     /// is `__flags__`, the bit is set for `type` and metaclasses only), and `_co_firsttraceable` against DWARF.

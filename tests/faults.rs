@@ -170,20 +170,9 @@ struct Rec {
 }
 
 fn load(path: &Path) -> Rec {
-    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
-    let mut reader = Reader::new(std::io::BufReader::new(file)).expect("recording header");
-    let header = reader.header().clone();
-    let mut tables = Tables::default();
-    let mut out = Vec::new();
-    let notes = scan(&mut reader, &mut tables, |t, chunk| {
-        for s in samples(chunk) {
-            let mut ids = Vec::new();
-            t.frames_root_first(s.stack, &mut ids);
-            out.push(Smp { time_ns: s.time_ns, pid: s.pid, ids });
-        }
-    })
-    .expect("a readable recording (every stack and symbol defined before use)");
-    Rec { header, tables, samples: out, warnings: notes.warnings }
+    let (header, tables, samples, warnings) =
+        common::read_each(path, |_, s, ids| Smp { time_ns: s.time_ns, pid: s.pid, ids });
+    Rec { header, tables, samples, warnings }
 }
 
 impl Rec {

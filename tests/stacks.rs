@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
-use pyperf_format::{samples, scan, symbol_flags, Reader, StackStatus, Symbol, Tables};
+use pyperf_format::{symbol_flags, StackStatus, Symbol, Tables};
 
 /// CPU seconds per phase: ~120 samples at 499 Hz.
 const PHASE_SECONDS: &str = "0.25";
@@ -311,20 +311,9 @@ struct Rec {
 
 impl Rec {
     fn read(path: &Path) -> Rec {
-        let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
-        let mut reader = Reader::new(std::io::BufReader::new(file)).expect("recording header");
-        let mut tables = Tables::default();
-        let mut out = Vec::new();
-        let notes = scan(&mut reader, &mut tables, |t, chunk| {
-            for s in samples(chunk) {
-                let mut ids = Vec::new();
-                t.frames_root_first(s.stack, &mut ids);
-                out.push(Smp { pid: s.pid, status: s.status, ids });
-            }
-        })
-        .expect("readable recording");
-        assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
-        Rec { tables, samples: out }
+        let (_, tables, samples, warnings) = read_each(path, |_, s, ids| Smp { pid: s.pid, status: s.status, ids });
+        assert!(warnings.is_empty(), "{warnings:?}");
+        Rec { tables, samples }
     }
 
     fn sym(&self, id: u32) -> &Symbol {

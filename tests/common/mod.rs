@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 
-use pyperf_format::{samples, scan, GilState, PthreadIdMatch, Reader, StackStatus, Tables, ThreadStateMatch};
+use pyperf_format::{samples, scan, GilState, Header, PthreadIdMatch, Reader, StackStatus, Tables, ThreadStateMatch};
 
 /// End-to-end tests burn CPU and measure shares: run them one at a time on this 2-CPU machine.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -122,38 +122,52 @@ pub struct Recording {
     pub warnings: Vec<String>,
 }
 
-pub fn read(path: &Path) -> Recording {
+/// Reads a recording the way `pyperf report` does, checking every reference; `each` makes one test-side value per
+/// sample from the tables so far, the sample and its frames' symbol ids (root first). Returns the header, the
+/// tables, those values and the reader's warnings.
+pub fn read_each<T>(
+    path: &Path,
+    mut each: impl FnMut(&Tables, &pyperf_format::Sample<'_>, Vec<u32>) -> T,
+) -> (Header, Tables, Vec<T>, Vec<String>) {
     let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
     let mut reader = Reader::new(BufReader::new(file)).expect("recording header");
+    let header = reader.header().clone();
     let mut tables = Tables::default();
     let mut out = Vec::new();
     let notes = scan(&mut reader, &mut tables, |t, chunk| {
         for s in samples(chunk) {
-            let mut ids: Vec<u32> = Vec::new();
+            let mut ids = Vec::new();
             t.frames_root_first(s.stack, &mut ids);
-            let frames: Vec<(String, String, u32)> = ids
-                .iter()
-                .map(|&id| {
-                    let sym = t.symbol(id);
-                    (sym.qualified_name(), sym.file.clone(), sym.line)
-                })
-                .collect();
-            out.push(S {
-                time_ns: s.time_ns,
-                pid: s.pid,
-                tid: s.tid,
-                comm: s.comm.to_string(),
-                gil: s.gil,
-                thread_state: s.thread_state,
-                pthread_id: s.pthread_id,
-                status: s.status,
-                names: frames.iter().map(|f| f.0.clone()).collect(),
-                frames,
-            });
+            out.push(each(t, &s, ids));
         }
     })
-    .expect("readable recording");
-    Recording { tables, samples: out, warnings: notes.warnings }
+    .expect("a readable recording (every stack and symbol defined before use)");
+    (header, tables, out, notes.warnings)
+}
+
+pub fn read(path: &Path) -> Recording {
+    let (_, tables, samples, warnings) = read_each(path, |t, s, ids| {
+        let frames: Vec<(String, String, u32)> = ids
+            .iter()
+            .map(|&id| {
+                let sym = t.symbol(id);
+                (sym.qualified_name(), sym.file.clone(), sym.line)
+            })
+            .collect();
+        S {
+            time_ns: s.time_ns,
+            pid: s.pid,
+            tid: s.tid,
+            comm: s.comm.to_string(),
+            gil: s.gil,
+            thread_state: s.thread_state,
+            pthread_id: s.pthread_id,
+            status: s.status,
+            names: frames.iter().map(|f| f.0.clone()).collect(),
+            frames,
+        }
+    });
+    Recording { tables, samples, warnings }
 }
 
 impl Recording {
