@@ -1,0 +1,93 @@
+//! Shared by the fuzz target (fuzz/fuzz_targets/reader.rs) and the 1 KiB-file test of tests/faults.rs, which
+//! both include this file with `#[path]`: one memory bound, one way of counting heap bytes, one list of what
+//! `pyperf report` does with a file.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use pyperf_report::{flamegraph, folded, speedscope, text, Filter, LoadOptions, Profile};
+
+pub const MIB: usize = 1 << 20;
+
+/// Most that reading `len` input bytes may hold at once: 64 MiB for a file of at most 1 KiB (issue 7), and
+/// 64 KiB per input byte for larger ones.
+pub fn memory_bound(len: usize) -> usize {
+    (64 * MIB).max(len.saturating_mul(64 << 10))
+}
+
+/// Counts the heap bytes live on the current thread and their peak (install it with `#[global_allocator]`). Per
+/// thread, so that other tests of the same binary, running at the same time, do not count. Works without a
+/// sanitizer (libFuzzer's -malloc_limit_mb needs one).
+pub struct Counting;
+
+thread_local! {
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+    static PEAK: Cell<isize> = const { Cell::new(0) };
+}
+
+fn count(delta: isize) {
+    // try_with: the allocator also runs while thread-locals are being torn down.
+    let _ = LIVE.try_with(|live| {
+        let now = live.get() + delta;
+        live.set(now);
+        let _ = PEAK.try_with(|peak| peak.set(peak.get().max(now)));
+    });
+}
+
+// SAFETY: forwards to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            count(layout.size() as isize);
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            count(layout.size() as isize);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        count(-(layout.size() as isize));
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            count(new_size as isize - layout.size() as isize);
+        }
+        p
+    }
+}
+
+/// Peak heap bytes held by this thread while `f` runs, above what it held before (with [`Counting`] installed).
+pub fn peak_bytes(f: impl FnOnce()) -> usize {
+    let base = LIVE.with(Cell::get);
+    PEAK.with(|p| p.set(base));
+    f();
+    (PEAK.with(Cell::get) - base).max(0) as usize
+}
+
+/// Everything `pyperf report` can do with a file, in every output format. An exporter may refuse with an error
+/// (a clear error for the user); it must not panic.
+pub fn report_all_formats(bytes: &[u8]) {
+    for options in [LoadOptions::new(Filter::default(), true), LoadOptions::stacks_only(Filter::default())] {
+        let Ok(profile) = Profile::load(bytes, &options) else { return };
+        let _ = text::render(&profile, &text::Options::default());
+        let mut o = folded::Options::default();
+        let _ = folded::write(&profile, &o, std::io::sink());
+        o.lines = false;
+        o.pid_root = options.per_thread;
+        o.tid_root = options.per_thread;
+        let _ = folded::write(&profile, &o, std::io::sink());
+        if options.timeline {
+            let _ = speedscope::write(&profile, &speedscope::Options::default(), std::io::sink());
+        }
+        if profile.matched.samples > 0 {
+            let _ = flamegraph::write(&profile, &flamegraph::Options::default(), std::io::sink());
+        }
+    }
+}
