@@ -222,7 +222,7 @@ pub enum BpfError {
     PerfEvent { cpu: u32, source: io::Error },
     #[error("cannot sample process {pid} (Python {version}): {reason}")]
     Unsupported { pid: u32, version: String, reason: String },
-    #[error("too many Python processes: pyperf samples at most {max} at once (its BPF map of processes is full)")]
+    #[error("too many Python processes: pyperf samples at most {max} at once (its BPF map of processes is full); follow fewer processes")]
     ProcessMapFull { max: u32 },
     #[error("BPF {what} failed: {source}")]
     Bpf {

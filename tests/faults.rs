@@ -662,6 +662,7 @@ fn full_process_map_is_counted_in_the_trailer_and_shown_by_report() {
             // Said in words, not as the kernel's E2BIG ("Argument list too long").
             let msg = e.to_string();
             assert!(msg.starts_with("too many Python processes: pyperf samples at most 4096 at once"), "{msg}");
+            assert!(msg.ends_with("follow fewer processes") && !msg.contains('\n'), "{msg}");
             break;
         }
         filled += 1;
