@@ -145,10 +145,12 @@ impl Recorder {
             self.truncated += 1;
         }
         self.stack.clear();
+        // Once per sample, not per frame.
+        let mut target = self.targets.get_mut(&s.pid);
         // BPF walks leaf to root; the file wants root first.
         for f in s.frames.iter().rev() {
             let first = first_local(f);
-            let class = match self.targets.get_mut(&s.pid) {
+            let class = match target.as_deref_mut() {
                 Some(t) if first.type_addr != 0 => t.code.class_key(f.code, f.check, first),
                 _ => 0,
             };
@@ -156,7 +158,7 @@ impl Recorder {
             let id = match self.frame_ids.get(&key) {
                 Some(&id) => id,
                 None => {
-                    let resolved = match self.targets.get_mut(&s.pid) {
+                    let resolved = match target.as_deref_mut() {
                         Some(t) => t.code.resolve(f.code, f.instr, f.check, first),
                         None => Resolution::Lost,
                     };
