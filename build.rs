@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use libbpf_cargo::SkeletonBuilder;
 
 const SRC: &str = "bpf/pyperf.bpf.c";
-const HEADERS: &[&str] = &["bpf/pyperf.h", "bpf/vmlinux.h"];
+const HEADERS: &[&str] = &["bpf/pyperf.h", "bpf/bench.h", "bpf/vmlinux.h"];
 
 fn main() {
     let out =

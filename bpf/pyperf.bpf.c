@@ -10,8 +10,8 @@
  * object's address (read once per code object through /proc/PID/mem).
  *
  * Everything version-specific comes from user space (struct py_proc, filled
- * from record/layouts.rs), so supporting another CPython version is a matter
- * of offsets, not of code here.
+ * from the version's row in record/python/), so supporting another CPython
+ * version is a matter of offsets, not of code here.
  *
  * Cost notes (this runs on every sample, on every CPU):
  *  - the cheapest path comes first: samples of untracked processes cost one
@@ -80,6 +80,7 @@ struct pyperf_btf_anchor {
 	enum pyperf_instr_kind instr_kind;
 	enum pyperf_match_kind match_kind;
 	enum pyperf_gil_kind gil_kind;
+	enum pyperf_limits limits;
 };
 const volatile struct pyperf_btf_anchor pyperf_btf_anchor = {};
 
@@ -130,57 +131,9 @@ struct {
 	__uint(max_entries, 4 << 20); /* resized by user space before load */
 } events SEC(".maps");
 
-#ifdef PYPERF_BENCH_INTERN
-/*
- * BENCHMARK-ONLY VARIANT, never shipped (bench/run.sh builds it with -DPYPERF_BENCH_INTERN into its own target
- * directory). It measures the design pyperf did not choose: interning symbols in the kernel, as the seed did.
- * Per frame (per new code object, like the check read) it additionally reads co_name (64 bytes) and
- * co_filename (128 bytes) with bpf_probe_read_user_str into a zeroed {name, file} key and looks the key up in a
- * hash map, inserting it with a fresh id when new. The event is unchanged (so the recorder works as usual):
- * the variant's extra run time is exactly the cost of in-kernel interning on top of the shipped walk.
- */
-#ifndef PYPERF_BENCH_STR_OFF
-#define PYPERF_BENCH_STR_OFF 48 /* sizeof(PyASCIIObject): 48 on 3.7-3.11, 40 on 3.12+ */
-#endif
-struct pyperf_intern_key {
-	char name[64];
-	char file[128];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct pyperf_intern_key);
-} intern_scratch SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct pyperf_intern_key);
-	__type(value, __u32);
-} interned SEC(".maps");
-
-__u32 intern_next = 0;
-__u64 intern_frames = 0;
-
-static __always_inline void intern_symbol(struct pyperf_intern_key *k, __u64 filename, __u64 name)
-{
-	__u32 *id, fresh;
-
-	__builtin_memset(k, 0, sizeof(*k));
-	if (name)
-		bpf_probe_read_user_str(k->name, sizeof(k->name), (const void *)(name + PYPERF_BENCH_STR_OFF));
-	if (filename)
-		bpf_probe_read_user_str(k->file, sizeof(k->file), (const void *)(filename + PYPERF_BENCH_STR_OFF));
-	id = bpf_map_lookup_elem(&interned, k);
-	if (!id) {
-		fresh = intern_next++; /* racy across CPUs; fine for a cost measurement */
-		bpf_map_update_elem(&interned, k, &fresh, BPF_NOEXIST);
-	}
-	__sync_fetch_and_add(&intern_frames, 1);
-}
-#endif
+/* Benchmark-only variants (never shipped): their code lives in bench.h, hooked in below by macros that are
+ * empty in the shipped build. */
+#include "bench.h"
 
 /* Field of a block copied from the target. Offsets come from a map value, so
  * the verifier needs the explicit bound; a negative (absent) offset becomes
@@ -471,9 +424,7 @@ struct frame_walk {
 	__u64 hash;       /* of the frames so far (code, check), for seen_stacks */
 	__u32 n;
 	__u8 status;
-#ifdef PYPERF_BENCH_INTERN
-	struct pyperf_intern_key *ikey;
-#endif
+	BENCH_WALK_FIELDS
 };
 
 static long frame_walk_step(__u32 i, void *arg)
@@ -568,12 +519,7 @@ static long frame_walk_step(__u32 i, void *arg)
 					(__u32)get_s32(s->cbuf, proc->off.check_firstlineno, PYPERF_CODE_BUF),
 					get_u64(s->cbuf, proc->off.check_filename, PYPERF_CODE_BUF),
 					get_u64(s->cbuf, proc->off.check_name, PYPERF_CODE_BUF));
-#ifdef PYPERF_BENCH_INTERN
-				if (w->ikey)
-					intern_symbol(w->ikey,
-						      get_u64(s->cbuf, proc->off.check_filename, PYPERF_CODE_BUF),
-						      get_u64(s->cbuf, proc->off.check_name, PYPERF_CODE_BUF));
-#endif
+				BENCH_INTERN_FRAME(w, s, proc);
 				if (proc->off.check_argcount >= 0)
 					w->last_argcount = get_s32(s->cbuf, proc->off.check_argcount,
 								   PYPERF_CODE_BUF);
@@ -601,20 +547,6 @@ static long frame_walk_step(__u32 i, void *arg)
 	return 0;
 }
 
-#ifdef PYPERF_BENCH_PROFILE
-/* BENCHMARK-ONLY (bench/profile-bpf.sh, -DPYPERF_BENCH_PROFILE, never shipped): time per section of a target
- * sample, summed over samples in prof_ns[] (read with bpftool from .bss). One clock read per section. */
-__u64 prof_ns[8] = {};
-__u64 prof_samples = 0;
-#define PROF(i)                                                        \
-	do {                                                           \
-		__u64 __t = bpf_ktime_get_ns();                         \
-		__sync_fetch_and_add(&prof_ns[i], __t - prof_last);     \
-		prof_last = __t;                                        \
-	} while (0)
-#else
-#define PROF(i) do {} while (0)
-#endif
 
 SEC("perf_event")
 int pyperf_sample(struct bpf_perf_event_data *ctx)
@@ -640,10 +572,7 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 
 	h = &s->ev.hdr;
 	h->ktime = bpf_ktime_get_ns();
-#ifdef PYPERF_BENCH_PROFILE
-	__u64 prof_last = h->ktime;
-	__sync_fetch_and_add(&prof_samples, 1);
-#endif
+	PROF_START(h->ktime);
 	h->pid = pid;
 	h->tid = (__u32)pid_tgid;
 	h->cpu = cpu;
@@ -686,13 +615,7 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 		w.proc = proc;
 		w.s = s;
 		w.cur = frame;
-#ifdef PYPERF_BENCH_INTERN
-		{
-			__u32 zero = 0;
-
-			w.ikey = bpf_map_lookup_elem(&intern_scratch, &zero);
-		}
-#endif
+		BENCH_WALK_START(w);
 		bpf_loop(PYPERF_MAX_WALK, frame_walk_step, &w, 0);
 		if (w.status == STACK_STATUS_COMPLETE && w.cur)
 			w.status = STACK_STATUS_TRUNCATED; /* bpf_loop bound (many skipped shims) */

@@ -12,46 +12,55 @@
 #ifndef PYPERF_H
 #define PYPERF_H
 
-/* Deepest stack recorded. Python's default recursion limit is 1000, so
- * "complete stacks of 1000+ frames" needs more than that; deeper stacks keep
- * the leaf-nearest frames and are marked TRUNCATED. */
-#define PYPERF_MAX_FRAMES 2048
-/* bpf_loop bound of the frame walk: frames + C-stack shim frames skipped. */
-#define PYPERF_MAX_WALK (PYPERF_MAX_FRAMES + 256)
-/* Bound of the walk of an interpreter's thread list (per sample, on a cache
- * miss). Hitting it is counted in pyperf_counters.thread_walk_bound. */
-#define PYPERF_MAX_THREADS 256
-#define PYPERF_COMM_LEN 16
-
-/* Bytes of a PyThreadState / frame / _gil_runtime_state read in ONE
- * bpf_probe_read_user each (user space computes the exact size it needs,
- * which must not exceed these). */
-#define PYPERF_TSTATE_BUF 256
-#define PYPERF_FRAME_BUF 384 /* <= 3.10: up to f_localsplus[0] (2.7/3.6: 376 + 8) */
-#define PYPERF_GIL_BUF 512 /* 2.7: interpreter_lock and _PyThreadState_Current, 440 bytes apart, in one read */
-#define PYPERF_CODE_BUF 128
-/* 3.11+ (py_proc.frame_window): frames live on the thread's data stack, each caller just below its callee, so
- * the walk copies this many bytes ending at the end of a frame in ONE read and takes the callers that lie in
- * that window from the copy. A bpf_probe_read_user costs ~100 ns whatever its size up to a few KiB, so this
- * replaces one read per frame with one read per several frames. */
-#define PYPERF_FRAME_WINDOW 1024
-/* Longest a sample that may hold a code object user space has not read yet
- * waits in the ring buffer before user space is woken. Short, because user
- * space reads each new code object from the target after the sample: code that
- * runs once (a module body during import) is freed soon after, and its frames
- * are lost if read too late.
- * Wakeups are rationed, because a wakeup from the program is an irq_work, i.e.
- * a self-IPI on the sampled CPU, paid by the target (a VM exit in a VM: ~20 us
- * measured, bench/RESULTS.md). The program wakes user space (at most once per
- * PYPERF_WAKEUP_NS per CPU) only for
- *  - a stack not seen before (seen_stacks): it may hold a new code object;
- *  - any sample while user space sleeps (`consumer_polling` 0: no samples for
- *    a while), so an idle recording costs no wakeups;
- *  - a ring filling past `wakeup_bytes` (always).
- * Otherwise user space takes the ring every PYPERF_POLL_NS on its own timer,
- * which fires on the recorder's CPU, not on the target's. */
-#define PYPERF_WAKEUP_NS 2000000ULL
-#define PYPERF_POLL_NS 20000000ULL
+/*
+ * Sizes and intervals shared with user space. An enum rather than #defines:
+ * enumerators are in the BTF from which build.rs generates the Rust types, so
+ * the recorder reads these values (types::pyperf_limits) instead of copying
+ * them by hand.
+ */
+enum pyperf_limits {
+	/* Deepest stack recorded. Python's default recursion limit is 1000, so
+	 * "complete stacks of 1000+ frames" needs more than that; deeper stacks
+	 * keep the leaf-nearest frames and are marked TRUNCATED. */
+	PYPERF_MAX_FRAMES = 2048,
+	/* bpf_loop bound of the frame walk: frames + C-stack shim frames skipped. */
+	PYPERF_MAX_WALK = PYPERF_MAX_FRAMES + 256,
+	/* Bound of the walk of an interpreter's thread list (per sample, on a
+	 * cache miss). Hitting it is counted in pyperf_counters.thread_walk_bound. */
+	PYPERF_MAX_THREADS = 256,
+	PYPERF_COMM_LEN = 16,
+	/* Bytes of a PyThreadState / frame / _gil_runtime_state read in ONE
+	 * bpf_probe_read_user each (user space computes the exact size it needs,
+	 * which must not exceed these). */
+	PYPERF_TSTATE_BUF = 256,
+	PYPERF_FRAME_BUF = 384, /* <= 3.10: up to f_localsplus[0] (2.7/3.6: 376 + 8) */
+	PYPERF_GIL_BUF = 512,   /* 2.7: interpreter_lock and _PyThreadState_Current, 440 bytes apart, in one read */
+	PYPERF_CODE_BUF = 128,
+	/* 3.11+ (py_proc.frame_window): frames live on the thread's data stack,
+	 * each caller just below its callee, so the walk copies this many bytes
+	 * ending at the end of a frame in ONE read and takes the callers that lie
+	 * in that window from the copy. A bpf_probe_read_user costs ~100 ns
+	 * whatever its size up to a few KiB, so this replaces one read per frame
+	 * with one read per several frames. */
+	PYPERF_FRAME_WINDOW = 1024,
+	/* Longest a sample that may hold a code object user space has not read
+	 * yet waits in the ring buffer before user space is woken. Short, because
+	 * user space reads each new code object from the target after the sample:
+	 * code that runs once (a module body during import) is freed soon after,
+	 * and its frames are lost if read too late.
+	 * Wakeups are rationed, because a wakeup from the program is an irq_work,
+	 * i.e. a self-IPI on the sampled CPU, paid by the target (a VM exit in a
+	 * VM: ~20 us measured, bench/RESULTS.md). The program wakes user space (at
+	 * most once per PYPERF_WAKEUP_NS per CPU) only for
+	 *  - a stack not seen before (seen_stacks): it may hold a new code object;
+	 *  - any sample while user space sleeps (`consumer_polling` 0: no samples
+	 *    for a while), so an idle recording costs no wakeups;
+	 *  - a ring filling past `wakeup_bytes` (always).
+	 * Otherwise user space takes the ring every PYPERF_POLL_NS on its own
+	 * timer, which fires on the recorder's CPU, not on the target's. */
+	PYPERF_WAKEUP_NS = 2000000,
+	PYPERF_POLL_NS = 20000000,
+};
 
 /* Values are also the on-disk values. */
 enum pyperf_stack_status {
@@ -111,8 +120,8 @@ enum pyperf_match_kind {
 	MATCH_PTHREAD = 1,    /* tstate->thread_id == pthread_self() == fsbase (glibc x86-64) */
 };
 
-/* Per-version offsets the walk needs, copied by user space from
- * record/layouts.rs. -1 = absent in this version. All offsets are < the
+/* Per-version offsets the walk needs, copied by user space from the version's
+ * row (record/python/). -1 = absent in this version. All offsets are < the
  * corresponding *_BUF, the *_size fields say how many bytes to read. */
 struct py_offsets {
 	/* PyInterpreterState */

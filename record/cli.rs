@@ -1,4 +1,4 @@
-//! `pyperf record`: arguments, and the loop that ties targets, the BPF sampler and the file together.
+//! `pyperf record`: its arguments, checked, and the session they set up.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -8,12 +8,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use crate::bpf::{Rate, SampleEvent, Sampler, SamplerOptions};
-use crate::output::Output;
-use crate::recorder::Recorder;
+use crate::sampler::{Rate, SampleEvent, Sampler, SamplerOptions};
+use crate::session::{self, Session};
 use crate::signals;
+use crate::sink::file::FileSink;
+use crate::sink::output::{self, Output};
 use crate::targets::{Targets, Workload};
 
+/// `pyperf record`'s arguments.
 #[derive(Args, Debug, Clone)]
 #[command(group(clap::ArgGroup::new("what").required(true).args(["pid", "all", "command"])))]
 pub struct RecordArgs {
@@ -49,20 +51,10 @@ pub struct RecordArgs {
     pub command: Vec<String>,
 }
 
+/// Samples per second per CPU without `-F` / `-c`.
 pub const DEFAULT_FREQ: u64 = 99;
 
-/// Hand what is buffered to the kernel (write(2)) at least this often, so that a killed recorder (SIGKILL, OOM
-/// killer, a crash) loses at most this much: the kernel's page cache outlives the process. Half a second keeps the
-/// loss well under the one second promised, with a poll timeout (POLL_EVERY) on top. No fsync while recording: it
-/// would stall the loop on the disk, and only a crash of the whole machine loses unsynced pages; the file is
-/// synced once at the end.
-const FLUSH_EVERY: Duration = Duration::from_millis(500);
-/// Longest wait for samples. The BPF program wakes us within PYPERF_WAKEUP_NS (2 ms) of a sample; this only
-/// bounds how late the loop notices a signal, a deadline or an exited target.
-const POLL_EVERY: Duration = Duration::from_millis(100);
-/// How often `-a` looks for new Python processes and `-p` / `--` for exited ones.
-const RESCAN_EVERY: Duration = Duration::from_millis(200);
-
+/// Runs `pyperf record`; its exit code is the workload's, if it started one.
 pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     let rate = match (args.freq, args.period) {
         (_, Some(0)) | (Some(0), _) => bail!("the sampling rate must be above 0"),
@@ -78,10 +70,10 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     let event = if args.event == "cycles" { SampleEvent::Cycles } else { SampleEvent::CpuClock };
 
     // Everything that can fail at start fails before the output file exists.
-    crate::output::check(&args.output)?;
+    output::check(&args.output)?;
     let mut sampler = Sampler::new(&SamplerOptions { event, rate, ringbuf_bytes: args.ringbuf_kib.max(4) * 1024 })
         .context("cannot start sampling")?;
-    let mut targets = if args.all {
+    let targets = if args.all {
         Targets::all()
     } else if !args.pid.is_empty() {
         Targets::pids(&args.pid)?
@@ -92,64 +84,17 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
         sampler.enable_bpf_stats().context("cannot measure the BPF program")?;
     }
     // A failure from here to the end of the start removes the new file and puts the previous one back (and
-    // dropping `targets` ends a workload it started).
+    // dropping the targets ends a workload it started).
     let output = Output::create(&args.output)?;
     let created = output.guard();
     signals::install();
 
-    let header = crate::recorder::header(args, event, rate);
-    let mut rec = Recorder::new(output, &header)?;
-    targets.start(&mut sampler, &mut rec)?;
+    let sink = FileSink::new(output, &session::header(&args.command, event, rate))?;
+    let mut session = Session::new(sampler, targets, Box::new(sink));
+    session.start()?;
     created.keep();
 
-    let started = Instant::now();
-    let deadline = args.duration.map(|d| started + Duration::from_secs_f64(d));
-    let status_line = std::io::stderr().is_terminal();
-    let mut last_flush = Instant::now();
-    let mut last_scan = Instant::now();
-    loop {
-        sampler.poll(POLL_EVERY, &mut |s| rec.on_sample(s)).context("reading samples")?;
-        let now = Instant::now();
-        if now.duration_since(last_scan) >= RESCAN_EVERY {
-            targets.rescan(&mut sampler, &mut rec)?;
-            last_scan = now;
-        }
-        if now.duration_since(last_flush) >= FLUSH_EVERY {
-            rec.flush()?;
-            last_flush = now;
-            if status_line {
-                eprint!("\r\x1b[K{}", rec.status(started.elapsed(), &sampler, targets.count()));
-            }
-        }
-        if signals::stop_requested() || deadline.is_some_and(|d| now >= d) || targets.all_exited() {
-            break;
-        }
-    }
-    // Stop sampling, then take what is still in the ring buffer: every sample the BPF program counted is now in
-    // the file or counted lost. (A program run that started before the stop may still be writing: give it a
-    // moment, it takes microseconds.)
-    targets.stop_sampling(&mut sampler);
-    std::thread::sleep(Duration::from_millis(2));
-    sampler.poll(Duration::ZERO, &mut |s| rec.on_sample(s)).context("reading samples")?;
-    if status_line {
-        eprint!("\r\x1b[K");
-    }
-    let summary = rec.finish(started.elapsed(), &sampler, &targets.counters())?;
-    eprintln!("{summary}");
-    if args.bpf_stats {
-        if let Some((run_ns, runs)) = sampler.bpf_stats() {
-            let c = sampler.counters();
-            // Every perf event runs the program, also on CPUs running other processes; those runs return after
-            // one map lookup. Per target sample counts all of it against the samples taken.
-            eprintln!(
-                "pyperf: BPF {} runs, {:.0} ns per run, {:.0} ns per target sample ({} samples)",
-                runs,
-                run_ns as f64 / runs.max(1) as f64,
-                run_ns as f64 / c.samples.max(1) as f64,
-                c.samples
-            );
-        }
-    }
-    let code = targets.finish()?;
-    Ok(code)
+    let deadline = args.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
+    session.run(deadline, std::io::stderr().is_terminal())?;
+    session.finish(args.bpf_stats)
 }

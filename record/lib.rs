@@ -1,34 +1,22 @@
-//! The pyperf recorder: a BPF program walks the Python stack of the thread on the CPU at each perf event;
-//! user space resolves code objects to names and lines and writes the samples to a `.pyp` recording.
+//! The pyperf recorder: a BPF program walks the Python stack of the thread on the CPU at each perf event; user
+//! space resolves code objects to names and lines and hands the samples to a sink (the `.pyp` file).
+//!
+//! Organised by concern; no module imports its caller:
+//! - [`python`]: every CPython fact (per-version rows, offsets, detection, line tables, code objects).
+//! - [`abi`]: the types shared with the BPF program (generated from bpf/pyperf.h).
+//! - [`sampler`]: the BPF glue: skeleton, perf events, ring buffer, libbpf log.
+//! - [`targets`]: which processes to follow; discovery returns events and touches nothing else.
+//! - [`symbolizer`]: raw frames (code object addresses) to symbols, with the per-frame cache.
+//! - [`sink`]: where samples go; the `.pyp` file is the first [`sink::Sink`].
+//! - [`session`]: the loop that applies target events to the sampler, symbolizer and sink; [`cli`]: the
+//!   `pyperf record` arguments that set it up.
 
-pub mod bpf;
+pub mod abi;
 pub mod cli;
-pub mod layouts;
-pub mod linetable;
-pub mod output;
-pub mod process;
-pub mod recorder;
+pub mod python;
+pub mod sampler;
+pub mod session;
 pub mod signals;
-pub mod symbolize;
+pub mod sink;
+pub mod symbolizer;
 pub mod targets;
-
-/// What the unit tests that run real interpreters share.
-#[cfg(test)]
-pub(crate) mod testenv {
-    use std::path::PathBuf;
-    use std::process::Command;
-
-    /// pyenv's root: $PYENV_ROOT, else what `pyenv root` says, else /root/.pyenv (where CI installs it).
-    pub(crate) fn pyenv_root() -> PathBuf {
-        if let Some(r) = std::env::var_os("PYENV_ROOT").filter(|r| !r.is_empty()) {
-            return PathBuf::from(r);
-        }
-        if let Ok(out) = Command::new("pyenv").arg("root").output() {
-            let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            if out.status.success() && !s.is_empty() {
-                return PathBuf::from(s);
-            }
-        }
-        PathBuf::from("/root/.pyenv")
-    }
-}

@@ -8,6 +8,7 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
+/// Installs the handlers of SIGINT and SIGTERM.
 pub fn install() {
     let handler: extern "C" fn(libc::c_int) = on_signal;
     for sig in [libc::SIGINT, libc::SIGTERM] {
@@ -22,6 +23,7 @@ pub fn install() {
     }
 }
 
+/// A signal asked the recording to stop.
 pub fn stop_requested() -> bool {
     STOP.load(Ordering::SeqCst)
 }

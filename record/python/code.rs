@@ -1,4 +1,5 @@
-//! Turning the code object addresses the BPF walker reports into names, files and lines.
+//! Reading code objects: the code object address, instruction position and check word the BPF walker reports
+//! for a frame become a name, a file and a line.
 //!
 //! BPF sends, per frame, the code object's address, a raw instruction position and a check word read from the
 //! code object at sample time. The first time a (pid, address, check) is seen, we read the code object through
@@ -25,11 +26,13 @@ use std::sync::Arc;
 
 use pyperf_format::{symbol_flags, Symbol};
 
-use crate::layouts::Layout;
-use crate::linetable::{self, LineTable};
+use super::layout::Layout;
+use super::linetable;
+use super::versions::{Row, Strings, TPFLAGS_TYPE_SUBCLASS};
 
-/// Longest function name and file name kept, in bytes; longer ones are cut and flagged.
+/// Longest function name kept, in bytes; longer names (and file names) are cut and flagged.
 pub const MAX_NAME_BYTES: usize = 1024;
+/// Longest file name kept, in bytes.
 pub const MAX_FILE_BYTES: usize = 4096;
 
 /// Reads another process's memory.
@@ -42,6 +45,7 @@ pub trait ReadMem {
 pub struct ProcMem(File);
 
 impl ProcMem {
+    /// Opens the memory of process `pid` (needs the right to ptrace it: root, or CAP_SYS_PTRACE).
     pub fn open(pid: u32) -> std::io::Result<ProcMem> {
         File::open(format!("/proc/{pid}/mem")).map(ProcMem)
     }
@@ -50,23 +54,6 @@ impl ProcMem {
 impl ReadMem for ProcMem {
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
         matches!(self.0.read_at(buf, addr), Ok(n) if n == buf.len())
-    }
-}
-
-/// `PyTypeObject.tp_flags` [unsigned long] (2.7 and every 3.x on x86-64; the tests check it against every
-/// interpreter through ctypes).
-const TYPE_FLAGS: u64 = 168;
-/// `Py_TPFLAGS_TYPE_SUBCLASS`: set in the flags of `type` and of every metaclass (2.7 and 3.x; tested likewise).
-const TPFLAGS_TYPE_SUBCLASS: u64 = 1 << 31;
-
-/// Offset of `PyCodeObject._co_firsttraceable` [int, code units] (3.11+), checked against DWARF in the tests.
-/// `None` where it does not exist (<= 3.10) or is not known (later versions: no frame is hidden there).
-fn first_traceable_offset(version: (u8, u8)) -> Option<i32> {
-    match version {
-        (3, 11) => Some(168),
-        (3, 12) => Some(176),
-        (3, 13) => Some(184),
-        _ => None,
     }
 }
 
@@ -82,6 +69,7 @@ pub struct FirstLocal {
 }
 
 impl FirstLocal {
+    /// Nothing read (3.11+, or no first argument).
     pub const NONE: FirstLocal = FirstLocal { object: 0, type_addr: 0 };
 }
 
@@ -109,10 +97,15 @@ enum Receiver {
 /// What we keep of a code object.
 #[derive(Debug)]
 pub struct CodeInfo {
+    /// `Class` or `outer.<locals>` (from `co_qualname`, 3.11+), else empty.
     pub scope: String,
+    /// `co_name`.
     pub name: String,
+    /// `co_filename`.
     pub file: String,
+    /// `co_firstlineno`.
     pub first_line: u32,
+    /// `pyperf_format::symbol_flags` (names cut).
     pub flags: u32,
     receiver: Receiver,
     /// 3.11+: `_co_firsttraceable`, in code units.
@@ -123,11 +116,10 @@ pub struct CodeInfo {
 /// Per-process decoder of code objects.
 pub struct CodeReader<M> {
     mem: M,
+    row: &'static Row,
     layout: &'static Layout,
     /// &PyCode_Type in the target, when known.
     code_type: Option<u64>,
-    version: (u8, u8),
-    table_kind: Option<LineTable>,
     first_traceable: Option<i32>,
     cache: HashMap<(u64, u32), Option<Arc<CodeInfo>>>,
     /// Class object -> its name (`tp_name`), `None` when it is not a class or not readable.
@@ -137,16 +129,16 @@ pub struct CodeReader<M> {
 }
 
 impl<M: ReadMem> CodeReader<M> {
-    pub fn new(mem: M, layout: &'static Layout, code_type: Option<u64>) -> Self {
-        let version = layout.version;
-        let table_kind = LineTable::for_version(version.0, version.1);
-        let first_traceable = first_traceable_offset(version).filter(|&o| o + 4 <= layout.code_size);
+    /// A reader of the code objects of a process whose interpreter is described by `row`; `code_type` is
+    /// `&PyCode_Type` there, if known.
+    pub fn new(mem: M, row: &'static Row, code_type: Option<u64>) -> Self {
+        let layout = row.layout;
+        let first_traceable = row.first_traceable.filter(|&o| o + 4 <= layout.code_size);
         CodeReader {
             mem,
+            row,
             layout,
             code_type,
-            version,
-            table_kind,
             first_traceable,
             cache: HashMap::new(),
             classes: HashMap::new(),
@@ -175,7 +167,7 @@ impl<M: ReadMem> CodeReader<M> {
             }
         }
         let line = offset
-            .and_then(|o| self.table_kind.and_then(|k| linetable::line_at(k, info.first_line, &info.table, o)))
+            .and_then(|o| linetable::line_at(self.row.line_table, info.first_line, &info.table, o))
             .unwrap_or(info.first_line);
         let class = self.class_of(&info, first_local).and_then(|c| self.class_name(c));
         Resolution::Frame(Symbol {
@@ -232,7 +224,8 @@ impl<M: ReadMem> CodeReader<M> {
             return hit;
         }
         let mut flags = [0u8; 8];
-        let meta = self.mem.read(t + TYPE_FLAGS, &mut flags) && u64::from_le_bytes(flags) & TPFLAGS_TYPE_SUBCLASS != 0;
+        let meta = self.mem.read(t + self.row.type_flags as u64, &mut flags)
+            && u64::from_le_bytes(flags) & TPFLAGS_TYPE_SUBCLASS != 0;
         self.metatypes.insert(t, meta);
         meta
     }
@@ -256,7 +249,8 @@ impl<M: ReadMem> CodeReader<M> {
         let ptr = self.read_u64(class + u64::try_from(l.type_name).ok()?)?;
         let (name, cut) = self.read_cstr(ptr, MAX_NAME_BYTES)?;
         // 2.7 old-style classes: instances are all of type `instance`, classes of type `classobj`.
-        if cut || name.is_empty() || (self.version.0 == 2 && (name == "instance" || name == "classobj")) {
+        let old_style = self.row.strings == Strings::Py2Bytes && (name == "instance" || name == "classobj");
+        if cut || name.is_empty() || old_style {
             return None;
         }
         Some(name)
@@ -294,7 +288,7 @@ impl<M: ReadMem> CodeReader<M> {
 
     /// Byte offset of the instruction in the bytecode; `None` when the frame has not started.
     fn instr_offset(&self, instr: u32) -> Option<u32> {
-        linetable::instr_byte_offset(self.version.0, self.version.1, instr, self.layout.code_code.max(0) as u32)
+        linetable::instr_byte_offset(self.row.instr, instr, self.layout.code_code.max(0) as u32)
     }
 
     fn read_code(&self, code: u64, check: u32) -> Option<CodeInfo> {
@@ -368,7 +362,7 @@ impl<M: ReadMem> CodeReader<M> {
 
     /// Reads a str (PyUnicode, or PyString on 2.7). Returns the text and whether it was cut at `max` bytes.
     fn read_str(&self, obj: u64, max: usize) -> Option<(String, bool)> {
-        if self.version.0 == 2 {
+        if self.row.strings == Strings::Py2Bytes {
             // PyString: bytes, UTF-8 in practice (source identifiers are ASCII, file names the file system's).
             let bytes = self.read_bytes(obj, max + 1)?;
             return Some(utf8_cut(&bytes, max));
@@ -524,10 +518,8 @@ fn field_ptr(obj: &[u8], off: i32) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layouts::layout_for;
+    use crate::python::versions::row_for;
     use std::collections::BTreeMap;
-    use std::path::PathBuf;
-    use std::process::Command;
 
     #[test]
     fn scopes() {
@@ -667,7 +659,7 @@ mod tests {
             let meta = if meta == 0 { t } else { meta };
             self.set(t, l.object_type, &meta.to_le_bytes());
             self.set(t, l.type_name, &name_at.to_le_bytes());
-            self.set(t, TYPE_FLAGS as i32, &flags.to_le_bytes());
+            self.set(t, 168, &flags.to_le_bytes());
             t
         }
     }
@@ -710,7 +702,8 @@ mod tests {
     #[test]
     fn strings_of_every_layout() {
         for v in [(3, 6), (3, 9), (3, 11), (3, 12), (3, 13)] {
-            let l = layout_for(v.0, v.1).unwrap();
+            let row = row_for(v.0, v.1).unwrap();
+            let l = row.layout;
             let mut mem = Mem::new();
             let texts = ["plain", "calcul_é", "計算_名前", "chemin_𝔘/𠮷.py", ""];
             let mut objs = Vec::new();
@@ -720,7 +713,7 @@ mod tests {
                     objs.push((t, mem.str3(l, t, false))); // legacy
                 }
             }
-            let r = CodeReader::new(&mem, l, None);
+            let r = CodeReader::new(&mem, row, None);
             for &(t, o) in &objs {
                 assert_eq!(r.read_str(o, 1024), Some((t.to_string(), false)), "{v:?} {t:?}");
                 // Cut on a character boundary, and said so.
@@ -730,10 +723,11 @@ mod tests {
             }
         }
         // 2.7: byte strings, cut on a UTF-8 character boundary.
-        let l = layout_for(2, 7).unwrap();
+        let row = row_for(2, 7).unwrap();
+        let l = row.layout;
         let mut mem = Mem::new();
         let o = mem.bytes(l, "chemin_ü_𝔘/f.py".as_bytes());
-        let r = CodeReader::new(&mem, l, None);
+        let r = CodeReader::new(&mem, row, None);
         assert_eq!(r.read_str(o, 100), Some(("chemin_ü_𝔘/f.py".to_string(), false)));
         assert_eq!(r.read_str(o, 12), Some(("chemin_ü_".to_string(), true)));
     }
@@ -741,7 +735,8 @@ mod tests {
     #[test]
     fn self_and_cls_name_the_class_before_3_11() {
         for v in [(2, 7), (3, 6), (3, 10)] {
-            let l = layout_for(v.0, v.1).unwrap();
+            let row = row_for(v.0, v.1).unwrap();
+            let l = row.layout;
             let mut mem = Mem::new();
             let code_type = mem.put(vec![0u8; 64]);
             let meta = mem.type_obj(l, "type", 0, TPFLAGS_TYPE_SUBCLASS);
@@ -752,7 +747,7 @@ mod tests {
             let plain = code(&mut mem, l, code_type, "helper", "/w.py", 30, (1, "n"));
             let noarg = code(&mut mem, l, code_type, "local_self", "/w.py", 40, (0, "self"));
             let obj = mem.put(vec![0u8; 64]);
-            let mut r = CodeReader::new(&mem, l, Some(code_type));
+            let mut r = CodeReader::new(&mem, row, Some(code_type));
             let inst = FirstLocal { object: obj, type_addr: worker };
             let class = FirstLocal { object: worker, type_addr: meta };
             let q = |r: &mut CodeReader<&Mem>, c: &Code, fl| {
@@ -775,14 +770,15 @@ mod tests {
             // A wrong check word or a freed code object: lost, never a wrong name.
             assert_eq!(r.resolve(method.addr, 0, method.check ^ 1, inst), Resolution::Lost);
             mem.set(method.addr, l.object_type, &0u64.to_le_bytes());
-            let mut r = CodeReader::new(&mem, l, Some(code_type));
+            let mut r = CodeReader::new(&mem, row, Some(code_type));
             assert_eq!(r.resolve(method.addr, 0, method.check, inst), Resolution::Lost);
         }
     }
 
     #[test]
     fn qualified_names_and_long_names_from_3_11() {
-        let l = layout_for(3, 12).unwrap();
+        let row = row_for(3, 12).unwrap();
+        let l = row.layout;
         let mut mem = Mem::new();
         let code_type = mem.put(vec![0u8; 64]);
         let c = code(&mut mem, l, code_type, "inner", "/w.py", 5, (0, "x"));
@@ -792,7 +788,7 @@ mod tests {
         let lc = code(&mut mem, l, code_type, &long, &format!("/{}.py", "d".repeat(5000)), 7, (0, "x"));
         let lq = mem.text(l, &format!("Cls.{long}"));
         mem.set(lc.addr, l.code_qualname, &lq.to_le_bytes());
-        let mut r = CodeReader::new(&mem, l, Some(code_type));
+        let mut r = CodeReader::new(&mem, row, Some(code_type));
         let at = l.code_code as u32; // first instruction
         let s = frame(r.resolve(c.addr, at, c.check, FirstLocal::NONE));
         assert_eq!((s.scope.as_str(), s.name.as_str(), s.flags), ("outer.<locals>", "inner", 0));
@@ -804,13 +800,14 @@ mod tests {
     #[test]
     fn frames_the_interpreter_hides() {
         for v in [(3, 11), (3, 12), (3, 13)] {
-            let l = layout_for(v.0, v.1).unwrap();
+            let row = row_for(v.0, v.1).unwrap();
+            let l = row.layout;
             let mut mem = Mem::new();
             let code_type = mem.put(vec![0u8; 64]);
             let shim = code(&mut mem, l, code_type, "__init__", "__init__", 0, (0, "x"));
-            let ft = first_traceable_offset(v).unwrap();
+            let ft = row.first_traceable.unwrap();
             mem.set(shim.addr, ft, &4i32.to_le_bytes());
-            let mut r = CodeReader::new(&mem, l, Some(code_type));
+            let mut r = CodeReader::new(&mem, row, Some(code_type));
             let base = l.code_code as u32;
             // The 3.13 __init__ shim waits at its first instruction; a frame not started (3.11 / 3.12: before
             // the first unit) is hidden too; from the first traceable instruction on, it is a frame.
@@ -820,56 +817,12 @@ mod tests {
             assert!(matches!(r.resolve(shim.addr, base + 8, shim.check, FirstLocal::NONE), Resolution::Frame(_)));
         }
         // Before 3.11 a frame not started yet is shown at its first line, as the interpreter does.
-        let l = layout_for(3, 10).unwrap();
+        let row = row_for(3, 10).unwrap();
+        let l = row.layout;
         let mut mem = Mem::new();
         let code_type = mem.put(vec![0u8; 64]);
         let c = code(&mut mem, l, code_type, "f", "/f.py", 12, (0, "x"));
-        let mut r = CodeReader::new(&mem, l, Some(code_type));
+        let mut r = CodeReader::new(&mem, row, Some(code_type));
         assert_eq!(frame(r.resolve(c.addr, u32::MAX, c.check, FirstLocal::NONE)).line, 12);
-    }
-
-    use crate::testenv::pyenv_root;
-
-    /// TYPE_FLAGS and TPFLAGS_TYPE_SUBCLASS in every interpreter (through ctypes: the flags word at that offset
-    /// is `__flags__`, the bit is set for `type` and metaclasses only), and `_co_firsttraceable` against DWARF.
-    #[test]
-    fn constants_match_the_interpreters() {
-        let script = format!(
-            "import ctypes, abc\n\
-             flags = lambda t: ctypes.c_ulong.from_address(id(t) + {TYPE_FLAGS}).value\n\
-             assert all(flags(t) == t.__flags__ for t in (int, type, abc.ABCMeta, object))\n\
-             assert flags(type) & {TPFLAGS_TYPE_SUBCLASS} and flags(abc.ABCMeta) & {TPFLAGS_TYPE_SUBCLASS}\n\
-             assert not flags(int) & {TPFLAGS_TYPE_SUBCLASS} and not flags(object) & {TPFLAGS_TYPE_SUBCLASS}\n\
-             print('ok')\n"
-        );
-        let root = pyenv_root();
-        let mut pythons: Vec<PathBuf> =
-            ["2.7.18", "3.6.15", "3.7.16", "3.8.18", "3.9.18", "3.10.13", "3.11.7", "3.12.1", "3.13.0"]
-                .iter()
-                .map(|v| root.join("versions").join(v).join("bin/python"))
-                .collect();
-        pythons.push(PathBuf::from("/usr/bin/python3.11"));
-        for py in &pythons {
-            let out =
-                Command::new(py).args(["-c", &script]).output().unwrap_or_else(|e| panic!("{}: {e}", py.display()));
-            assert_eq!(
-                String::from_utf8_lossy(&out.stdout).trim(),
-                "ok",
-                "{}: {}",
-                py.display(),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        for (v, dir) in [((3, 11), "3.11.7"), ((3, 12), "3.12.1"), ((3, 13), "3.13.0")] {
-            let lib = root.join("versions").join(dir).join(format!("lib/libpython{}.{}.so.1.0", v.0, v.1));
-            let out = Command::new("gdb")
-                .args(["-batch", "-ex", "print (long)&((PyCodeObject*)0)->_co_firsttraceable"])
-                .arg(&lib)
-                .output()
-                .expect("gdb");
-            let text = String::from_utf8_lossy(&out.stdout);
-            let got: Option<i32> = text.trim().rsplit(' ').next().and_then(|n| n.parse().ok());
-            assert_eq!(got, first_traceable_offset(v), "{}: {text}", lib.display());
-        }
     }
 }

@@ -7,12 +7,9 @@
 //! interpreter version from the binary itself (the `Py_Version` constant on 3.11+, else the
 //! `PY_VERSION` string that `Py_GetVersion` formats), never from the file name.
 //!
-//! Which layout (struct offsets) is used: the compiled-in table of [`crate::layouts`] for 2.7 and
-//! 3.6-3.12. From 3.13 on, the interpreter's own `_Py_DebugOffsets` (the start of `_PyRuntime`,
-//! read from the binary's initialised data) is the source: on 3.13 it must agree with the table
-//! (else the process is refused), and a later 3.x is profiled from it alone when it passes the
-//! sanity checks of [`layout_from_debug_offsets`]. Free-threaded (`Py_GIL_DISABLED`), debug
-//! (`Py_DEBUG`) builds, versions before 2.7 / 3.6 and PyPy are refused with one clear line.
+//! Which [`Row`] (struct offsets and the other per-version facts) is used is [`versions::select`]'s choice,
+//! from the version and, from 3.13 on, the interpreter's own `_Py_DebugOffsets` (the start of `_PyRuntime`, read
+//! from the binary's initialised data). Debug (`Py_DEBUG`) builds and PyPy are refused here with one clear line.
 //!
 //! Files are opened through `/proc/PID/root/...` so processes in other mount namespaces
 //! (containers) resolve to the right file; `/proc/PID/map_files/...` is the fallback for files
@@ -30,25 +27,41 @@ use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ReadRef};
 
 type Elf<'d, R> = ElfFile64<'d, object::Endianness, R>;
 
-use crate::layouts::{self, Layout};
+use super::debug_offsets as dbg;
+use super::layout::version_from_hex;
+use super::versions::{self, supported_versions, Row, Unsupported};
 
 /// Why a process could not be profiled.
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
     #[error("no such process: {0}")]
+    /// The pid names no process (or it exited).
     NoSuchProcess(u32),
     #[error("process {0} is not a Python process (no libpython or CPython interpreter symbols found)")]
+    /// No CPython interpreter in its memory map.
     NotPython(u32),
     /// `what` names the interpreter (`Python 3.5.10`, `Python 3.13.0 free-threaded`, `PyPy`);
     /// `why`, when not empty, says more (starts with ": ").
     #[error("process {pid} runs {what}, which pyperf does not support ({}){why}", supported_versions())]
-    Unsupported { pid: u32, what: String, why: String },
+    Unsupported {
+        /// The process.
+        pid: u32,
+        /// The interpreter.
+        what: String,
+        /// Empty, or ": " and the reason.
+        why: String,
+    },
     #[error("permission denied inspecting process {0} (run as root or with CAP_SYS_PTRACE)")]
+    /// Not allowed to look at the process.
     PermissionDenied(u32),
     #[error("process {pid}: cannot read {path}: {source}")]
+    /// Reading one of its /proc files or its interpreter failed.
     Io {
+        /// The process.
         pid: u32,
+        /// What could not be read.
         path: PathBuf,
+        /// Why.
         #[source]
         source: io::Error,
     },
@@ -83,6 +96,7 @@ pub struct PythonAddrs {
 /// A process found to run a supported CPython interpreter.
 #[derive(Debug, Clone)]
 pub struct PythonProcess {
+    /// The process.
     pub pid: u32,
     /// `(major, minor, micro)`, read from the interpreter binary.
     pub version: (u8, u8, u8),
@@ -99,8 +113,8 @@ pub struct PythonProcess {
     pub load_bias: u64,
     /// Resolved global addresses, bias applied.
     pub addrs: PythonAddrs,
-    /// Per-version struct offsets.
-    pub layout: &'static Layout,
+    /// What pyperf knows about this interpreter's version (offsets included).
+    pub row: &'static Row,
 }
 
 impl PythonProcess {
@@ -144,44 +158,6 @@ const WANTED: &[&str] = &[
     // PyPy's libpypy*-c.so.
     "pypy_setup_home",
 ];
-
-/// The supported versions, for messages: `2.7, 3.6-3.13`.
-pub fn supported_versions() -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let v = layouts::SUPPORTED;
-    let mut i = 0;
-    while i < v.len() {
-        let mut j = i;
-        while j + 1 < v.len() && v[j + 1].0 == v[i].0 && v[j + 1].1 == v[j].1 + 1 {
-            j += 1;
-        }
-        parts.push(if i == j {
-            format!("{}.{}", v[i].0, v[i].1)
-        } else {
-            format!("{}.{}-{}.{}", v[i].0, v[i].1, v[j].0, v[j].1)
-        });
-        i = j + 1;
-    }
-    parts.join(", ")
-}
-
-/// Why an interpreter is refused, before the pid is known (see [`InspectError::Unsupported`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unsupported {
-    pub what: String,
-    pub why: String,
-}
-
-impl Unsupported {
-    fn new(what: impl Into<String>, why: impl Into<String>) -> Unsupported {
-        let why = why.into();
-        Unsupported { what: what.into(), why: if why.is_empty() { why } else { format!(": {why}") } }
-    }
-
-    pub fn for_pid(self, pid: u32) -> InspectError {
-        InspectError::Unsupported { pid, what: self.what, why: self.why }
-    }
-}
 
 /// Finds and describes the Python interpreter running in process `pid`.
 pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
@@ -247,7 +223,7 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
             return Err(Unsupported::new(format!("Python {vstr} debug build"), "Py_DEBUG changes the object layout")
                 .for_pid(pid));
         }
-        let layout = select_layout(version, info.debug_block.as_deref()).map_err(|u| u.for_pid(pid))?;
+        let row = versions::select(version, info.debug_block.as_deref()).map_err(|u| u.for_pid(pid))?;
         let at = |name: &str| syms.get(name).map(|&a| a.wrapping_add(bias));
         let addrs = PythonAddrs {
             runtime: at("_PyRuntime"),
@@ -279,7 +255,7 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
             cmdline,
             load_bias: bias,
             addrs,
-            layout,
+            row,
         });
     }
     Err(InspectError::NotPython(pid))
@@ -343,13 +319,38 @@ struct Segment {
 
 /// What pyperf needs from an interpreter binary, independent of the process that maps it.
 #[derive(Debug)]
-struct BinaryInfo {
-    syms: HashMap<&'static str, u64>,
-    version: Option<(u8, u8, u8)>,
+pub struct BinaryInfo {
+    /// The symbols pyperf looks for that the file defines: name -> link-time address.
+    pub syms: HashMap<&'static str, u64>,
+    /// The interpreter version the binary says it is.
+    pub version: Option<(u8, u8, u8)>,
     /// The `_Py_DebugOffsets` block at the start of `_PyRuntime`, as in the file.
-    debug_block: Option<Vec<u8>>,
-    build_id: Option<String>,
+    pub debug_block: Option<Vec<u8>>,
+    /// GNU build id, lower-case hex.
+    pub build_id: Option<String>,
     segments: Vec<Segment>,
+}
+
+impl BinaryInfo {
+    /// Analyses an ELF file; `None` if it is not a 64-bit ELF file. Reads only the parts of the file it looks at
+    /// (headers, symbol tables, a few bytes of data), not the whole file: libpython is tens of megabytes.
+    pub fn read(file: fs::File) -> Option<BinaryInfo> {
+        let data = object::read::ReadCache::new(file);
+        let elf = ElfFile64::<object::Endianness, _>::parse(&data).ok()?;
+        let syms = find_symbols(&elf);
+        let version = read_version(&elf, &syms);
+        let debug_block =
+            syms.get("_PyRuntime").and_then(|&rt| data_at(&elf, rt, dbg::SIZE as u64)).map(<[u8]>::to_vec);
+        let build_id = elf.build_id().ok().flatten().map(hex);
+        let segments = elf
+            .segments()
+            .map(|s| {
+                let (file_offset, file_size) = s.file_range();
+                Segment { file_offset, file_size, address: s.address() }
+            })
+            .collect();
+        Some(BinaryInfo { syms, version, debug_block, build_id, segments })
+    }
 }
 
 /// Binaries already analysed, by file identity: every process of one interpreter shares one analysis, so `-a` on a
@@ -361,9 +362,7 @@ type FileId = (u64, u64, u64, i64);
 /// `None`: not a 64-bit ELF file.
 type Analysis = std::sync::Arc<Option<BinaryInfo>>;
 
-/// Analyses the ELF file `path` mapped by `pid`; `None` if it is not a 64-bit ELF file. Reads only the parts of
-/// the file it looks at (headers, symbol tables, a few bytes of data), not the whole file: libpython is tens of
-/// megabytes.
+/// [`BinaryInfo::read`] of the file `path` mapped by `pid`, once per file.
 fn binary_info(pid: u32, path: &str, maps: &[&Mapping]) -> io::Result<Analysis> {
     use std::os::unix::fs::MetadataExt;
     let file = open_mapped_file(pid, path, maps)?;
@@ -373,24 +372,7 @@ fn binary_info(pid: u32, path: &str, maps: &[&Mapping]) -> io::Result<Analysis> 
     if let Some((_, info)) = cache.iter().find(|(k, _)| *k == key) {
         return Ok(info.clone());
     }
-    let data = object::read::ReadCache::new(file);
-    let info = std::sync::Arc::new(ElfFile64::<object::Endianness, _>::parse(&data).ok().map(|elf| {
-        let syms = find_symbols(&elf);
-        let version = read_version(&elf, &syms);
-        let debug_block = syms
-            .get("_PyRuntime")
-            .and_then(|&rt| data_at(&elf, rt, layouts::debug_offsets::SIZE as u64))
-            .map(<[u8]>::to_vec);
-        let build_id = elf.build_id().ok().flatten().map(hex);
-        let segments = elf
-            .segments()
-            .map(|s| {
-                let (file_offset, file_size) = s.file_range();
-                Segment { file_offset, file_size, address: s.address() }
-            })
-            .collect();
-        BinaryInfo { syms, version, debug_block, build_id, segments }
-    }));
+    let info = std::sync::Arc::new(BinaryInfo::read(file));
     // Bounded: a host has few distinct interpreter binaries; forget the oldest beyond that.
     if cache.len() >= 64 {
         cache.remove(0);
@@ -440,7 +422,7 @@ fn read_version<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, syms: &HashMap<&'static st
     if let Some(&addr) = syms.get("Py_Version") {
         if let Some(b) = data_at(elf, addr, 4) {
             let hex = u32::from_le_bytes(b.try_into().ok()?);
-            let v = layouts::version_from_hex(hex);
+            let v = version_from_hex(hex);
             if v.0 >= 3 {
                 return Some(v);
             }
@@ -541,182 +523,6 @@ fn parse_version(s: &[u8]) -> Option<(u8, u8, u8)> {
     Some((major, minor, rest[..digits].parse().ok()?))
 }
 
-/// The layout for an interpreter of `version`, given the first bytes of its `_PyRuntime`
-/// (`debug`, 3.13+: they start with `_Py_DebugOffsets`; `None` when the binary has no
-/// `_PyRuntime` or it is not in initialised data).
-///
-/// - Up to 3.12: the compiled-in table, if the version is supported.
-/// - 3.13+: `_Py_DebugOffsets` is required; a free-threaded build is refused. On a version with a
-///   table (3.13), the debug offsets must agree with it, field by field; on a later one, the layout
-///   comes from the debug offsets alone ([`layout_from_debug_offsets`]).
-pub fn select_layout(version: (u8, u8, u8), debug: Option<&[u8]>) -> Result<&'static Layout, Unsupported> {
-    let (major, minor, micro) = version;
-    let what = format!("Python {major}.{minor}.{micro}");
-    let first = layouts::debug_offsets::DEBUG_OFFSETS_FIRST;
-    if major != 3 || (major, minor) < first {
-        return layouts::layout_for(major, minor).ok_or_else(|| Unsupported::new(what, ""));
-    }
-    let Some(debug) = debug.filter(|d| d.len() >= 24 && d[..8] == layouts::debug_offsets::COOKIE[..]) else {
-        return Err(Unsupported::new(what, "no _Py_DebugOffsets at the start of _PyRuntime"));
-    };
-    if u64_at(debug, layouts::debug_offsets::FREE_THREADED) != Some(0) {
-        return Err(Unsupported::new(
-            format!("{what} free-threaded (Py_GIL_DISABLED)"),
-            "the free-threaded build has a different object layout and no GIL",
-        ));
-    }
-    let hex = u64_at(debug, layouts::debug_offsets::VERSION).unwrap_or(0);
-    let dv = layouts::version_from_hex(hex as u32);
-    if (dv.0, dv.1) != (major, minor) {
-        return Err(Unsupported::new(
-            what,
-            format!("_Py_DebugOffsets says version {}.{}.{} ({hex:#x})", dv.0, dv.1, dv.2),
-        ));
-    }
-    let newest = layouts::layout_for(first.0, first.1).expect("a table for the first debug-offsets version");
-    let newest = layouts::SUPPORTED.iter().rev().find_map(|v| layouts::layout_for(v.0, v.1)).unwrap_or(newest);
-    let built = layout_from_debug_offsets(debug, (major, minor), newest).map_err(|why| Unsupported::new(&what, why))?;
-    match layouts::layout_for(major, minor) {
-        Some(table) => {
-            let diff = cross_check(&built, table);
-            if diff.is_empty() {
-                Ok(table)
-            } else {
-                Err(Unsupported::new(
-                    what,
-                    format!("its _Py_DebugOffsets disagree with pyperf's {major}.{minor} table ({})", diff.join(", ")),
-                ))
-            }
-        }
-        None => Ok(intern(built)),
-    }
-}
-
-/// The fields read from the debug offsets that differ between `built` and `table`, as
-/// `name debug_offsets=X table=Y`.
-fn cross_check(built: &Layout, table: &Layout) -> Vec<String> {
-    let ours = table.fields();
-    let mut names: Vec<&str> = layouts::debug_offsets::FIELDS.iter().map(|f| f.0).collect();
-    names.extend(["gil_locked", "gil_last_holder"]);
-    built
-        .fields()
-        .into_iter()
-        .filter(|(n, _)| names.contains(n))
-        .filter_map(|(n, v)| {
-            let t = ours.iter().find(|f| f.0 == n).map_or(-1, |f| f.1);
-            (t != v).then(|| format!("{n} debug_offsets={v} table={t}"))
-        })
-        .collect()
-}
-
-fn u64_at(data: &[u8], pos: i32) -> Option<u64> {
-    let pos = usize::try_from(pos).ok()?;
-    Some(u64::from_le_bytes(data.get(pos..pos + 8)?.try_into().ok()?))
-}
-
-/// Builds a [`Layout`] for `version` from a `_Py_DebugOffsets` block, read at the positions of
-/// [`layouts::debug_offsets`]. Values the block does not carry (enum values, bit positions, a few
-/// sizes) come from `base`, the newest compiled-in table; `runtime_autotss_key`, which pyperf does
-/// not use, is -1. Refuses (with the reason) a block that fails the sanity checks: the
-/// ABI-stable sentinel fields must equal `base`'s, and every offset must lie inside the size its
-/// struct declares; so a block whose own layout moved is not misread.
-pub fn layout_from_debug_offsets(debug: &[u8], version: (u8, u8), base: &Layout) -> Result<Layout, String> {
-    use layouts::debug_offsets as d;
-    let mut vals: HashMap<&str, i32> = HashMap::new();
-    let get = |pos: i32| -> Result<i32, String> {
-        let v = u64_at(debug, pos).ok_or_else(|| format!("_Py_DebugOffsets cut short at byte {pos}"))?;
-        i32::try_from(v).ok().filter(|v| *v < 1 << 15).ok_or_else(|| format!("implausible offset {v} at byte {pos}"))
-    };
-    for (field, _, pos) in d::FIELDS {
-        vals.insert(field, get(*pos)?);
-    }
-    let gil = get(d::GIL_STATE.1)?;
-    let gil_locked = get(d::GIL_LOCKED.1)? - gil;
-    let gil_last_holder = get(d::GIL_HOLDER.1)? - gil;
-    let base_fields = base.fields();
-    for s in d::SENTINELS {
-        let want = base_fields.iter().find(|f| f.0 == *s).map_or(-1, |f| f.1);
-        if vals[s] != want {
-            return Err(format!(
-                "_Py_DebugOffsets not in the layout pyperf reads ({s} = {}, expected {want})",
-                vals[s]
-            ));
-        }
-    }
-    for (size_member, pos, fields) in d::SIZES {
-        // Sizes may be large (sizeof(_PyRuntimeState) is ~280 KB on 3.13): not limited like offsets.
-        let size = u64_at(debug, *pos).ok_or_else(|| format!("_Py_DebugOffsets cut short at byte {pos}"))?;
-        let size = i64::try_from(size).unwrap_or(i64::MAX);
-        for f in *fields {
-            if vals[f] < 0 || i64::from(vals[f]) + 4 > size {
-                return Err(format!(
-                    "_Py_DebugOffsets not in the layout pyperf reads ({f} = {} outside {size_member} = {size})",
-                    vals[f]
-                ));
-            }
-        }
-    }
-    if !(0..=64).contains(&gil_locked) || !(0..=64).contains(&gil_last_holder) {
-        return Err(format!("implausible GIL offsets (locked {gil_locked}, last_holder {gil_last_holder})"));
-    }
-    let v = |name: &str| vals[name];
-    Ok(Layout {
-        version,
-        runtime_interpreters_head: v("runtime_interpreters_head"),
-        runtime_autotss_key: -1,
-        runtime_debug_offsets: 0,
-        interp_next: v("interp_next"),
-        interp_tstate_head: v("interp_tstate_head"),
-        interp_gil_ptr: v("interp_gil_ptr"),
-        gil_locked,
-        gil_last_holder,
-        tstate_next: v("tstate_next"),
-        tstate_interp: v("tstate_interp"),
-        tstate_current_frame: v("tstate_current_frame"),
-        tstate_thread_id: v("tstate_thread_id"),
-        tstate_native_thread_id: v("tstate_native_thread_id"),
-        frame_back: v("frame_back"),
-        frame_code: v("frame_code"),
-        frame_instr: v("frame_instr"),
-        frame_owner: v("frame_owner"),
-        frame_localsplus: v("frame_localsplus"),
-        code_argcount: v("code_argcount"),
-        code_firstlineno: v("code_firstlineno"),
-        code_filename: v("code_filename"),
-        code_name: v("code_name"),
-        code_qualname: v("code_qualname"),
-        code_varnames: v("code_varnames"),
-        code_linetable: v("code_linetable"),
-        code_code: v("code_code"),
-        code_size: v("code_size"),
-        unicode_state: v("unicode_state"),
-        unicode_length: v("unicode_length"),
-        ascii_data: v("ascii_data"),
-        // PyCompactUnicodeObject = PyASCIIObject + utf8_length + utf8 (3.12+).
-        compact_data: v("ascii_data") + (base.compact_data - base.ascii_data),
-        bytes_size: v("bytes_size"),
-        bytes_data: v("bytes_data"),
-        tuple_item: v("tuple_item"),
-        object_type: v("object_type"),
-        type_name: v("type_name"),
-        // Not in _Py_DebugOffsets: as in the newest table (3.7+/3.12+ fields that are -1 there stay -1).
-        ..*base
-    })
-}
-
-/// Layouts built at run time live as long as the program; equal ones are shared, so that
-/// profiling many processes of one interpreter keeps one copy.
-fn intern(l: Layout) -> &'static Layout {
-    static BUILT: Mutex<Vec<&'static Layout>> = Mutex::new(Vec::new());
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(found) = built.iter().find(|b| ***b == l) {
-        return found;
-    }
-    let leaked: &'static Layout = Box::leak(Box::new(l));
-    built.push(leaked);
-    leaked
-}
-
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -757,136 +563,5 @@ mod tests {
     #[test]
     fn not_python() {
         assert!(matches!(inspect(std::process::id()), Err(InspectError::NotPython(_))));
-    }
-
-    fn message(r: Result<&'static Layout, Unsupported>) -> String {
-        r.expect_err("must be refused").for_pid(123).to_string()
-    }
-
-    #[test]
-    fn supported_versions_text() {
-        assert_eq!(supported_versions(), "2.7, 3.6-3.13");
-    }
-
-    /// Versions no interpreter here has: one clear line each.
-    #[test]
-    fn unsupported_versions_say_so() {
-        assert_eq!(
-            message(select_layout((3, 5, 10), None)),
-            "process 123 runs Python 3.5.10, which pyperf does not support (2.7, 3.6-3.13)"
-        );
-        assert_eq!(
-            message(select_layout((2, 6, 9), None)),
-            "process 123 runs Python 2.6.9, which pyperf does not support (2.7, 3.6-3.13)"
-        );
-        assert_eq!(
-            message(select_layout((3, 14, 0), None)),
-            "process 123 runs Python 3.14.0, which pyperf does not support (2.7, 3.6-3.13): \
-             no _Py_DebugOffsets at the start of _PyRuntime"
-        );
-        assert_eq!(
-            message(select_layout((3, 13, 0), Some(&[0u8; 600]))),
-            "process 123 runs Python 3.13.0, which pyperf does not support (2.7, 3.6-3.13): \
-             no _Py_DebugOffsets at the start of _PyRuntime"
-        );
-        let pypy = Unsupported::new("PyPy", "pyperf reads CPython's interpreter state only").for_pid(7).to_string();
-        assert_eq!(
-            pypy,
-            "process 7 runs PyPy, which pyperf does not support (2.7, 3.6-3.13): \
-             pyperf reads CPython's interpreter state only"
-        );
-        for v in [(2, 7, 18), (3, 6, 15), (3, 12, 1)] {
-            assert_eq!(select_layout(v, None).map(|l| l.version), Ok((v.0, v.1)));
-        }
-    }
-
-    /// The `_Py_DebugOffsets` block of the pyenv 3.13 interpreter (the static initialiser of
-    /// `_PyRuntime` in its .data), read as `inspect` reads it.
-    fn debug_block_3_13() -> Vec<u8> {
-        let root = std::env::var_os("PYENV_ROOT").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root/.pyenv"));
-        let lib = root.join("versions/3.13.0/lib/libpython3.13.so.1.0");
-        let data = fs::read(&lib).unwrap_or_else(|e| panic!("{} (pyenv 3.13.0 is required): {e}", lib.display()));
-        let elf = ElfFile64::<object::Endianness>::parse(&*data).expect("ELF");
-        let syms = find_symbols(&elf);
-        assert_eq!(read_version(&elf, &syms), Some((3, 13, 0)));
-        let rt = syms["_PyRuntime"];
-        data_at(&elf, rt, layouts::debug_offsets::SIZE as u64).expect("_PyRuntime in .data").to_vec()
-    }
-
-    fn put_u64(block: &mut [u8], pos: i32, v: u64) {
-        block[pos as usize..pos as usize + 8].copy_from_slice(&v.to_le_bytes());
-    }
-
-    /// 3.13: the interpreter's own debug offsets agree with the DWARF-checked table, field by
-    /// field, and a disagreement refuses the process, naming the field.
-    #[test]
-    fn debug_offsets_cross_checked_on_3_13() {
-        let block = debug_block_3_13();
-        let table = layouts::layout_for(3, 13).unwrap();
-        assert!(std::ptr::eq(select_layout((3, 13, 0), Some(&block)).unwrap(), table));
-        let built = layout_from_debug_offsets(&block, (3, 13), table).unwrap();
-        assert_eq!(cross_check(&built, table), Vec::<String>::new());
-        // Every field but the one pyperf does not read from there is the table's.
-        assert_eq!(Layout { runtime_autotss_key: table.runtime_autotss_key, ..built }, *table);
-
-        let mut bad = block.clone();
-        let pos = layouts::debug_offsets::FIELDS.iter().find(|f| f.0 == "tstate_native_thread_id").unwrap().2;
-        put_u64(&mut bad, pos, table.tstate_native_thread_id as u64 + 8);
-        assert_eq!(
-            message(select_layout((3, 13, 0), Some(&bad))),
-            format!(
-                "process 123 runs Python 3.13.0, which pyperf does not support (2.7, 3.6-3.13): its _Py_DebugOffsets \
-                 disagree with pyperf's 3.13 table (tstate_native_thread_id debug_offsets={} table={})",
-                table.tstate_native_thread_id + 8,
-                table.tstate_native_thread_id
-            )
-        );
-
-        let mut ft = block.clone();
-        put_u64(&mut ft, layouts::debug_offsets::FREE_THREADED, 1);
-        assert_eq!(
-            message(select_layout((3, 13, 0), Some(&ft))),
-            "process 123 runs Python 3.13.0 free-threaded (Py_GIL_DISABLED), which pyperf does not support \
-             (2.7, 3.6-3.13): the free-threaded build has a different object layout and no GIL"
-        );
-
-        // Py_Version and the block's version must agree.
-        assert!(message(select_layout((3, 14, 0), Some(&block))).contains("_Py_DebugOffsets says version 3.13.0"));
-    }
-
-    /// A version after the newest table: the layout comes from the debug offsets alone. Fed the
-    /// 3.13 block relabelled 3.14.0, it must give the 3.13 offsets under version 3.14, and a block
-    /// whose own layout moved must be refused, not misread.
-    #[test]
-    fn debug_offsets_alone_for_a_newer_version() {
-        let mut block = debug_block_3_13();
-        put_u64(&mut block, layouts::debug_offsets::VERSION, 0x030E_00F0);
-        let l = select_layout((3, 14, 0), Some(&block)).expect("3.14 from its debug offsets");
-        let table = layouts::layout_for(3, 13).unwrap();
-        assert_eq!(l.version, (3, 14));
-        assert_eq!(cross_check(l, table), Vec::<String>::new());
-        assert_eq!(l.runtime_autotss_key, -1);
-        assert_eq!(Layout { version: (3, 13), runtime_autotss_key: table.runtime_autotss_key, ..*l }, *table);
-        // Interned: a second process of the same interpreter shares it.
-        assert!(std::ptr::eq(select_layout((3, 14, 0), Some(&block)).unwrap(), l));
-
-        // A member added to interpreter_state moves everything after it by 8 bytes.
-        let mut moved = block[..152].to_vec();
-        moved.extend_from_slice(&[0u8; 8]);
-        moved.extend_from_slice(&block[152..block.len() - 8]);
-        let m = message(select_layout((3, 14, 0), Some(&moved)));
-        assert!(m.starts_with("process 123 runs Python 3.14.0, which pyperf does not support"), "{m}");
-        assert!(m.contains("_Py_DebugOffsets not in the layout pyperf reads"), "{m}");
-
-        // An offset beyond its struct's declared size.
-        let mut big = block.clone();
-        let pos = layouts::debug_offsets::FIELDS.iter().find(|f| f.0 == "frame_owner").unwrap().2;
-        put_u64(&mut big, pos, 4000);
-        let m = message(select_layout((3, 14, 0), Some(&big)));
-        assert!(m.contains("frame_owner = 4000 outside interpreter_frame.size"), "{m}");
-
-        // Free-threaded 3.14t is refused by the flag too.
-        put_u64(&mut block, layouts::debug_offsets::FREE_THREADED, 1);
-        assert!(message(select_layout((3, 14, 0), Some(&block))).contains("free-threaded (Py_GIL_DISABLED)"));
     }
 }

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
+/// A freshly created output file (see the module doc).
 pub struct Output {
     path: PathBuf,
     file: File,
@@ -50,6 +51,7 @@ impl Output {
         }
     }
 
+    /// Where it is.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -61,6 +63,7 @@ impl Output {
         StartGuard { path: self.path.clone(), kept: self.kept.clone(), id, armed: true }
     }
 
+    /// The open file, for writing.
     pub fn into_file(self) -> File {
         self.file
     }

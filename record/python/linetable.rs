@@ -2,7 +2,7 @@
 //! -> the line being executed, exactly as the interpreter itself reports it
 //! (`PyCode_Addr2Line`, which `PyFrame_GetLineNumber` and tracebacks use), for CPython 2.7 and 3.6 - 3.13.
 //!
-//! std only (no crate dependencies); the tables come from another process's memory, so every decoder
+//! The tables come from another process's memory, so every decoder
 //! accepts arbitrary bytes: it never panics, never reads outside `table`, and its loops are bounded by
 //! the table length (every iteration consumes at least one byte).
 //!
@@ -17,7 +17,9 @@
 //!   covered - 1, C = kind) and kind-specific varint payload; kind 15 = no location, 13/14 carry a
 //!   signed-varint line delta, 10-12 a delta of C-10, 0-9 none. Entries cover the CACHE code units too.
 
-/// Which line-table encoding a CPython version uses.
+pub use super::versions::Instr;
+
+/// Which line-table encoding a CPython version uses (the version's [`super::versions::Row::line_table`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LineTable {
     /// `co_lnotab` with unsigned line increments: 2.7 (also 3.0 - 3.5, not verified/mapped here).
@@ -28,20 +30,6 @@ pub enum LineTable {
     Linetable310,
     /// Location table (`co_linetable`) of 3.11 - 3.13.
     Locations311,
-}
-
-impl LineTable {
-    /// The encoding of CPython `major.minor`; `None` for versions this module has not been verified
-    /// against (only 2.7 and 3.6 - 3.13 are).
-    pub fn for_version(major: u8, minor: u8) -> Option<LineTable> {
-        match (major, minor) {
-            (2, 7) => Some(LineTable::Lnotab27),
-            (3, 6..=9) => Some(LineTable::Lnotab36),
-            (3, 10) => Some(LineTable::Linetable310),
-            (3, 11..=13) => Some(LineTable::Locations311),
-            _ => None,
-        }
-    }
 }
 
 /// The line CPython reports for the instruction at byte offset `offset` of a code object, i.e.
@@ -68,7 +56,8 @@ pub fn line_at(kind: LineTable, first_line: u32, table: &[u8], offset: u32) -> O
     u32::try_from(line).ok()
 }
 
-/// Convert the raw per-frame position BPF reports into the byte offset [`line_at`] takes.
+/// Convert the raw per-frame position BPF reports into the byte offset [`line_at`] takes, by the version's
+/// [`Instr`] kind:
 ///
 /// * <= 3.9: `raw` is `PyFrameObject.f_lasti` (C int): byte offset of the instruction being executed
 ///   (while an instruction has an EXTENDED_ARG prefix, it is the prefix's offset).
@@ -88,18 +77,17 @@ pub fn line_at(kind: LineTable, first_line: u32, table: &[u8], offset: u32) -> O
 ///
 /// Returns `None` when the frame has not started executing yet (<= 3.10: `f_lasti == -1`;
 /// 3.11 / 3.12: `prev_instr == co_code_adaptive - 1 unit`), where CPython reports `co_firstlineno`
-/// (`PyCode_Addr2Line` with a negative offset): the caller should use `first_line`. Also `None` for
-/// versions [`LineTable::for_version`] does not know and for impossible values (corrupt reads).
-pub fn instr_byte_offset(major: u8, minor: u8, raw: u32, code_adaptive_offset: u32) -> Option<u32> {
-    match (major, minor) {
-        (2, 7) | (3, 6..=9) => u32::try_from(raw as i32).ok(),
-        (3, 10) => u32::try_from(raw as i32).ok()?.checked_mul(2),
-        (3, 11..=13) => {
+/// (`PyCode_Addr2Line` with a negative offset): the caller should use `first_line`. Also `None` for impossible
+/// values (corrupt reads).
+pub fn instr_byte_offset(kind: Instr, raw: u32, code_adaptive_offset: u32) -> Option<u32> {
+    match kind {
+        Instr::LastiBytes => u32::try_from(raw as i32).ok(),
+        Instr::LastiUnits => u32::try_from(raw as i32).ok()?.checked_mul(2),
+        Instr::FromCode => {
             // Pointer difference in code units, as CPython computes it (rounds an odd byte count down).
             let units = raw.checked_sub(code_adaptive_offset)? / 2;
             units.checked_mul(2)
         }
-        _ => None,
     }
 }
 
@@ -208,225 +196,6 @@ fn signed_varint(table: &[u8], i: usize) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::{Path, PathBuf};
-    use std::process::Command;
-
-    /// Every version the recorder supports must be checked against its real interpreter.
-    const REQUIRED: &[(u8, u8)] = &[(2, 7), (3, 6), (3, 7), (3, 8), (3, 9), (3, 10), (3, 11), (3, 12), (3, 13)];
-
-    use crate::testenv::pyenv_root;
-
-    fn script_path() -> PathBuf {
-        let base = match option_env!("CARGO_MANIFEST_DIR") {
-            Some(d) => PathBuf::from(d),
-            None => std::env::current_dir().expect("current dir"),
-        };
-        let p = base.join("testdata/linetable_dump.py");
-        assert!(p.is_file(), "{} not found (run the test from the repository root)", p.display());
-        p
-    }
-
-    /// (major, minor, interpreter) for every pyenv version directory named X.Y.Z.
-    fn interpreters(root: &Path) -> Vec<(u8, u8, PathBuf)> {
-        let mut res = Vec::new();
-        let Ok(dir) = std::fs::read_dir(root.join("versions")) else { return res };
-        for ent in dir.flatten() {
-            let name = ent.file_name().to_string_lossy().to_string();
-            let mut parts = name.split('.');
-            let (Some(a), Some(b)) = (parts.next(), parts.next()) else { continue };
-            let (Ok(major), Ok(minor)) = (a.parse::<u8>(), b.parse::<u8>()) else { continue };
-            let python = ent.path().join("bin/python");
-            if python.exists() {
-                res.push((major, minor, python));
-            }
-        }
-        res.sort();
-        res
-    }
-
-    struct Code {
-        first_line: u32,
-        table: Vec<u8>,
-        name: String,
-        lines: Vec<i64>,
-    }
-
-    fn unhex(s: &str) -> Vec<u8> {
-        if s == "-" {
-            return Vec::new();
-        }
-        (0..s.len() / 2).map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex")).collect()
-    }
-
-    fn expected(line: i64) -> Option<u32> {
-        u32::try_from(line).ok()
-    }
-
-    /// Runs the dump script with one interpreter and checks every answer; returns a summary line.
-    fn check_interpreter(major: u8, minor: u8, python: &Path, script: &Path) -> Result<String, String> {
-        let who = format!("{major}.{minor} ({})", python.display());
-        let kind = LineTable::for_version(major, minor).ok_or(format!("{who}: no LineTable"))?;
-        let out = Command::new(python).arg(script).output().map_err(|e| format!("{who}: cannot run: {e}"))?;
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let mismatches: Vec<&str> = stdout.lines().filter(|l| l.starts_with("MISMATCH")).collect();
-        if !out.status.success() || !mismatches.is_empty() {
-            return Err(format!(
-                "{who}: dump script failed ({}):\n{}\n{}",
-                out.status,
-                mismatches.join("\n"),
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let mut codes: Vec<Code> = Vec::new();
-        let mut frames: Vec<(usize, u32, u32, Option<u32>)> = Vec::new();
-        let mut version = None;
-        let mut end = None;
-        let mut lines = stdout.lines();
-        while let Some(l) = lines.next() {
-            let f: Vec<&str> = l.split(' ').collect();
-            match f[0] {
-                "VERSION" => version = Some((f[1].parse::<u8>().unwrap(), f[2].parse::<u8>().unwrap())),
-                "CODE" => {
-                    assert_eq!(f[1].parse::<usize>().unwrap(), codes.len(), "{who}: code ids");
-                    let n: usize = f[3].parse().unwrap();
-                    let next = lines.next().unwrap_or("");
-                    let ls: Vec<i64> = next.split(' ').skip(1).map(|x| x.parse().expect("line number")).collect();
-                    assert!(next.starts_with("LINES") && ls.len() == n, "{who}: bad LINES after {l}");
-                    codes.push(Code {
-                        first_line: f[2].parse::<i64>().unwrap() as u32,
-                        table: unhex(f[4]),
-                        name: f.get(5).unwrap_or(&"?").to_string(),
-                        lines: ls,
-                    });
-                }
-                "FRAME" => frames.push((
-                    f[1].parse().unwrap(),
-                    f[2].parse().unwrap(),
-                    f[3].parse().unwrap(),
-                    if f[4] == "None" { None } else { Some(f[4].parse().unwrap()) },
-                )),
-                "END" => end = Some((f[1].parse::<usize>().unwrap(), f[2].parse::<usize>().unwrap())),
-                _ => return Err(format!("{who}: unexpected output line {l:?}")),
-            }
-        }
-        if version != Some((major, minor)) {
-            return Err(format!("{who}: interpreter reports version {version:?}"));
-        }
-        if end != Some((codes.len(), frames.len())) {
-            return Err(format!("{who}: truncated output (END {end:?})"));
-        }
-
-        let mut errors = Vec::new();
-        // [real, synthetic] x [offsets, offsets without line]
-        let mut counts = [[0usize; 2]; 2];
-        for (id, c) in codes.iter().enumerate() {
-            let synthetic = usize::from(c.name == "<synthetic>");
-            for (off, &want) in c.lines.iter().enumerate() {
-                counts[synthetic][0] += 1;
-                counts[synthetic][1] += usize::from(want < 0);
-                let got = line_at(kind, c.first_line, &c.table, off as u32);
-                if got != expected(want) && errors.len() < 20 {
-                    errors.push(format!(
-                        "code #{id} {} (first {}) offset {off}: CPython {want}, line_at {got:?}",
-                        c.name, c.first_line
-                    ));
-                }
-            }
-        }
-        // End-to-end: the raw value BPF reads -> instr_byte_offset -> line_at == frame.f_lineno.
-        // A not-started frame (None) is reported by CPython as co_firstlineno.
-        let resolve =
-            |c: &Code, raw: u32, adaptive: u32, shift: i64| match instr_byte_offset(major, minor, raw, adaptive) {
-                None => Some(c.first_line),
-                Some(off) => {
-                    let off = u32::try_from(i64::from(off) + shift).ok()?;
-                    line_at(kind, c.first_line, &c.table, off)
-                }
-            };
-        let mut refuted_prev = 0;
-        for &(id, raw, adaptive, lineno) in &frames {
-            let c = codes.get(id).ok_or(format!("{who}: frame of unknown code {id}"))?;
-            let got = resolve(c, raw, adaptive, 0);
-            if got != lineno && errors.len() < 40 {
-                errors.push(format!(
-                    "frame in {} raw {raw} adaptive {adaptive}: f_lineno {lineno:?}, resolved {got:?}",
-                    c.name
-                ));
-            }
-            refuted_prev += usize::from(resolve(c, raw, adaptive, -2) != lineno);
-        }
-        if !errors.is_empty() {
-            return Err(format!("{who}: {} mismatches:\n  {}", errors.len(), errors.join("\n  ")));
-        }
-        if frames.len() < 20 || codes.len() < 50 {
-            return Err(format!("{who}: too little data ({} codes, {} frames)", codes.len(), frames.len()));
-        }
-        // 3.13's instr_ptr is the executing instruction: "instr_ptr - 2" must be visibly wrong.
-        if (major, minor) == (3, 13) && refuted_prev == 0 {
-            return Err(format!("{who}: the frames do not distinguish instr_ptr from instr_ptr - 2"));
-        }
-        let [[real, real_none], [synth, synth_none]] = counts;
-        Ok(format!(
-            "{major}.{minor}: {} code objects: {real} offsets of compiled code ({real_none} without line), \
-             {synth} of synthetic tables ({synth_none} without line); {} live frames OK \
-             ({refuted_prev} of them would resolve differently at offset - 2)",
-            codes.len(),
-            frames.len()
-        ))
-    }
-
-    #[test]
-    fn matches_every_cpython_interpreter() {
-        let root = pyenv_root();
-        let script = script_path();
-        let found = interpreters(&root);
-        let missing: Vec<String> = REQUIRED
-            .iter()
-            .filter(|(a, b)| !found.iter().any(|(x, y, _)| (x, y) == (a, b)))
-            .map(|(a, b)| format!("{a}.{b}"))
-            .collect();
-        assert!(
-            missing.is_empty(),
-            "missing pyenv interpreters for CPython {} under {}/versions (install them, e.g. \
-             `pyenv install 3.X`): every supported version must be tested",
-            missing.join(", "),
-            root.display()
-        );
-        // Every installed interpreter of a supported version (unknown newer ones are reported).
-        let todo: Vec<(u8, u8, PathBuf)> = found
-            .into_iter()
-            .filter(|(a, b, p)| {
-                let known = LineTable::for_version(*a, *b).is_some();
-                if !known {
-                    eprintln!("linetable: skipping {} (version {a}.{b} not supported)", p.display());
-                }
-                known
-            })
-            .collect();
-        // Two at a time (the machine is small).
-        let mut results = Vec::new();
-        for pair in todo.chunks(2) {
-            let handles: Vec<_> = pair
-                .iter()
-                .cloned()
-                .map(|(a, b, p)| {
-                    let s = script.clone();
-                    std::thread::spawn(move || check_interpreter(a, b, &p, &s))
-                })
-                .collect();
-            for h in handles {
-                results.push(h.join().expect("checker thread"));
-            }
-        }
-        let mut failed = Vec::new();
-        for r in results {
-            match r {
-                Ok(summary) => eprintln!("linetable: {summary}"),
-                Err(e) => failed.push(e),
-            }
-        }
-        assert!(failed.is_empty(), "{}", failed.join("\n\n"));
-    }
 
     /// Small deterministic PRNG (xorshift64*), no crates.
     struct Rng(u64);
@@ -477,8 +246,8 @@ mod tests {
             }
             let raw = rng.next() as u32;
             let adaptive = if rng.below(2) == 0 { rng.next() as u32 } else { 200 };
-            for (major, minor) in [(2u8, 7u8), (3, 0), (3, 6), (3, 9), (3, 10), (3, 11), (3, 12), (3, 13), (3, 14)] {
-                let _ = instr_byte_offset(major, minor, raw, adaptive);
+            for kind in [Instr::LastiBytes, Instr::LastiUnits, Instr::FromCode] {
+                let _ = instr_byte_offset(kind, raw, adaptive);
             }
         }
         // Huge varint chains (shift overflow) and tables ending inside a varint.
@@ -520,15 +289,13 @@ mod tests {
         assert_eq!(line_at(Locations311, 100, &t, 21), Some(31));
         assert_eq!(line_at(Locations311, 100, &t, 22), None); // past the end
                                                               // Offsets.
-        assert_eq!(instr_byte_offset(3, 9, 42, 0), Some(42));
-        assert_eq!(instr_byte_offset(2, 7, u32::MAX, 0), None); // f_lasti == -1: not started
-        assert_eq!(instr_byte_offset(3, 10, 21, 0), Some(42));
-        assert_eq!(instr_byte_offset(3, 10, u32::MAX, 0), None);
-        assert_eq!(instr_byte_offset(3, 11, 184 + 42, 184), Some(42));
-        assert_eq!(instr_byte_offset(3, 12, 190, 192), None); // prev_instr before the first unit
-        assert_eq!(instr_byte_offset(3, 13, 200, 200), Some(0)); // instr_ptr used as is
-        assert_eq!(instr_byte_offset(3, 14, 200, 200), None);
-        assert_eq!(LineTable::for_version(3, 5), None);
-        assert_eq!(LineTable::for_version(3, 12), Some(Locations311));
+        use Instr::*;
+        assert_eq!(instr_byte_offset(LastiBytes, 42, 0), Some(42));
+        assert_eq!(instr_byte_offset(LastiBytes, u32::MAX, 0), None); // f_lasti == -1: not started
+        assert_eq!(instr_byte_offset(LastiUnits, 21, 0), Some(42));
+        assert_eq!(instr_byte_offset(LastiUnits, u32::MAX, 0), None);
+        assert_eq!(instr_byte_offset(FromCode, 184 + 42, 184), Some(42));
+        assert_eq!(instr_byte_offset(FromCode, 190, 192), None); // prev_instr before the first unit
+        assert_eq!(instr_byte_offset(FromCode, 200, 200), Some(0)); // instr_ptr used as is
     }
 }

@@ -1,0 +1,24 @@
+//! Every CPython fact pyperf depends on, and nothing else.
+//!
+//! - [`versions`]: one [`Row`] per supported version (offsets, how threads, the GIL and frames are found, line
+//!   table and instruction kinds, hidden frames, code-pointer tags, string kind) and the choice of a row for an
+//!   interpreter ([`versions::select`]); nothing outside this module compares Python versions.
+//! - [`layout`]: the struct offsets, one column per version; [`debug_offsets`]: the interpreter's own
+//!   `_Py_DebugOffsets` (3.13+), validated and cross-checked; [`probes`]: how each offset is found in the DWARF
+//!   (run by `tests/conformance.rs`).
+//! - [`detect`]: finding the interpreter in a process (ELF symbols, load bias, version from the binary).
+//! - [`config`]: the BPF program's per-process configuration row, built from the version's row.
+//! - [`code`]: reading code objects (names, files, line tables) from a process's memory; [`linetable`]: decoding
+//!   line tables.
+
+pub mod code;
+pub mod config;
+pub mod debug_offsets;
+pub mod detect;
+pub mod layout;
+pub mod linetable;
+pub mod probes;
+pub mod versions;
+
+pub use detect::{inspect, InspectError, PythonAddrs, PythonProcess};
+pub use versions::{row_for, supported_versions, Row, ROWS};

@@ -1,0 +1,552 @@
+//! What pyperf knows about each CPython version: one [`Row`] per supported `major.minor`, and the choice of the
+//! row for an interpreter found in a process ([`select`]).
+//!
+//! A row holds every per-version fact the recorder uses: the struct offsets ([`Layout`], a column of
+//! [`super::layout`]), where the interpreter and its threads are found, how the GIL is read, how frames chain and
+//! which of them the interpreter hides, how a frame's instruction position becomes a line (line-table kind and
+//! instruction kind), how strings are stored, and where the layout itself comes from. Code outside
+//! `record/python/` never compares versions: it reads these fields (the BPF program gets them as a configuration
+//! row, [`super::config`]).
+//!
+//! Adding a version: a row here, a column in [`super::layout`] (and a probe in [`super::probes`] if a member
+//! moved), an interpreter in `testdata/interpreters`; `tests/conformance.rs` then checks the row against the real
+//! interpreter and `tests/versions.rs` records it.
+
+use std::fmt;
+use std::sync::Mutex;
+
+use super::debug_offsets::{self as dbg, cross_check, layout_from_debug_offsets, u64_at};
+use super::layout::{version_from_hex, Layout, LAYOUTS};
+use super::linetable::LineTable;
+
+/// Where the list of interpreters (and from it the thread states) is found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Interpreters {
+    /// The static `interp_head` (2.7, 3.6; `.symtab` only).
+    InterpHead,
+    /// `_PyRuntime.interpreters.head` (3.7+, `.dynsym`).
+    Runtime,
+}
+
+/// How the sampled thread's `PyThreadState` is recognised in the list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ThreadMatch {
+    /// `tstate->thread_id == pthread_self()` (the thread's fs base on glibc x86-64).
+    Pthread,
+    /// `tstate->native_thread_id ==` the kernel tid (3.11+).
+    NativeTid,
+}
+
+/// How the leaf frame is found and frames chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Frames {
+    /// `tstate->frame`, `PyFrameObject`s chained by `f_back` (<= 3.10).
+    Object,
+    /// `tstate->cframe->current_frame`, `_PyInterpreterFrame`s on the thread's data stack (3.11, 3.12).
+    CFrame,
+    /// `tstate->current_frame`, `_PyInterpreterFrame`s on the data stack (3.13+).
+    Current,
+}
+
+impl Frames {
+    /// Frames live on the thread's data stack, each caller just below its callee (read by windows).
+    pub fn on_data_stack(self) -> bool {
+        self != Frames::Object
+    }
+}
+
+/// Where the GIL's state is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Gil {
+    /// 2.7: the lock pointer `interpreter_lock` (NULL until the first thread) and `_PyThreadState_Current` as
+    /// its holder (statics, `.symtab` only).
+    LockPtr,
+    /// 3.6: the statics `gil_locked` / `gil_last_holder` (`.symtab` only).
+    Statics,
+    /// 3.7-3.11: `_PyRuntime.ceval.gil`, and the current thread `_PyRuntime.gilstate.tstate_current`.
+    Runtime,
+    /// 3.12+: the interpreter's own `interp->ceval.gil`; its holder stands in for the current thread.
+    Interpreter,
+}
+
+/// How a frame's raw instruction position (what BPF reads) becomes a byte offset into the bytecode
+/// ([`super::linetable::instr_byte_offset`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Instr {
+    /// `PyFrameObject.f_lasti`, in bytes (<= 3.9); -1 before the first instruction.
+    LastiBytes,
+    /// `PyFrameObject.f_lasti`, in 2-byte code units (3.10).
+    LastiUnits,
+    /// A pointer into the code object's `co_code_adaptive` (`prev_instr` 3.11-3.12, `instr_ptr` 3.13+): BPF
+    /// sends it minus the code object's address.
+    FromCode,
+}
+
+/// How names and file names are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Strings {
+    /// 2.7: byte strings (`PyStringObject`); classes may be old-style (`instance` / `classobj` types).
+    Py2Bytes,
+    /// 3.x: PEP 393 `str` (compact ASCII, compact 1/2/4-byte kinds, legacy before 3.12).
+    Unicode,
+}
+
+/// Where a process's [`Layout`] comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// The compiled-in table alone.
+    Table,
+    /// The compiled-in table, which the interpreter's `_Py_DebugOffsets` must match field by field.
+    TableChecked,
+    /// The interpreter's `_Py_DebugOffsets` alone (a version newer than every row, accepted after validation).
+    DebugOffsets,
+}
+
+/// Every fact pyperf uses about one CPython `major.minor`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Row {
+    /// `(major, minor)`.
+    pub version: (u8, u8),
+    /// Struct offsets.
+    pub layout: &'static Layout,
+    /// Where [`Row::layout`] comes from.
+    pub source: Source,
+    /// Where the interpreter list is.
+    pub interpreters: Interpreters,
+    /// How a thread state is matched to the sampled thread.
+    pub thread_match: ThreadMatch,
+    /// How frames are found and chained.
+    pub frames: Frames,
+    /// How the GIL is read.
+    pub gil: Gil,
+    /// Line-table encoding of `co_lnotab` / `co_linetable`.
+    pub line_table: LineTable,
+    /// What a frame's instruction position is.
+    pub instr: Instr,
+    /// `_PyInterpreterFrame.owner` value of frames the interpreter does not show (owned by the C stack, 3.12+).
+    pub hidden_owner: Option<u8>,
+    /// C-stack entry frames hold `Py_None` in `f_executable` (3.13+): skip them.
+    pub none_is_entry: bool,
+    /// Mask applied to the frame's code pointer: after 3.13 `f_executable` is a tagged stack reference whose low
+    /// bits are flags.
+    pub code_tag_mask: u64,
+    /// Offset of `PyCodeObject._co_firsttraceable` [int, code units] (3.11+): frames stopped before it are not
+    /// shown (CPython's `_PyFrame_IsIncomplete`). `None` where it does not exist or is not known.
+    pub first_traceable: Option<i32>,
+    /// `PyTypeObject.tp_flags` [unsigned long].
+    pub type_flags: i32,
+    /// String representation.
+    pub strings: Strings,
+}
+
+/// `code_tag_mask` of versions whose code pointer is a plain pointer.
+pub const UNTAGGED: u64 = u64::MAX;
+/// `code_tag_mask` after 3.13: objects are at least 8-aligned, so masking the low 3 bits is exact.
+pub const TAGGED: u64 = !7;
+/// `Py_TPFLAGS_TYPE_SUBCLASS`: set in the flags of `type` and of every metaclass (2.7 and 3.x).
+pub const TPFLAGS_TYPE_SUBCLASS: u64 = 1 << 31;
+
+use Frames::{CFrame, Current, Object};
+use Gil::{Interpreter, LockPtr, Runtime as RuntimeGil, Statics};
+use Instr::{FromCode, LastiBytes, LastiUnits};
+use Interpreters::{InterpHead, Runtime};
+use LineTable::{Linetable310, Lnotab27, Lnotab36, Locations311};
+use Source::{Table, TableChecked};
+use Strings::{Py2Bytes, Unicode};
+use ThreadMatch::{NativeTid, Pthread};
+
+/// A row; the arguments in the order of the table below.
+#[allow(clippy::too_many_arguments)]
+const fn row(
+    column: usize,
+    source: Source,
+    interpreters: Interpreters,
+    thread_match: ThreadMatch,
+    frames: Frames,
+    gil: Gil,
+    line_table: LineTable,
+    instr: Instr,
+    hidden_owner: Option<u8>,
+    none_is_entry: bool,
+    first_traceable: Option<i32>,
+    strings: Strings,
+) -> Row {
+    let layout = &LAYOUTS[column];
+    Row {
+        version: layout.version,
+        layout,
+        source,
+        interpreters,
+        thread_match,
+        frames,
+        gil,
+        line_table,
+        instr,
+        hidden_owner,
+        none_is_entry,
+        code_tag_mask: UNTAGGED,
+        first_traceable,
+        type_flags: 168,
+        strings,
+    }
+}
+
+/// The supported versions, oldest first. The column is the layout's index in [`LAYOUTS`] (its version is the
+/// row's).
+#[rustfmt::skip]
+pub static ROWS: [Row; 9] = [
+    //  col source        interpreters thread  frames  gil          lines         instr       hidden   none   first_traceable strings
+    row(0, Table,        InterpHead, Pthread,   Object, LockPtr,     Lnotab27,     LastiBytes, None,    false, None,           Py2Bytes), // 2.7
+    row(1, Table,        InterpHead, Pthread,   Object, Statics,     Lnotab36,     LastiBytes, None,    false, None,           Unicode),  // 3.6
+    row(2, Table,        Runtime,    Pthread,   Object, RuntimeGil,  Lnotab36,     LastiBytes, None,    false, None,           Unicode),  // 3.7
+    row(3, Table,        Runtime,    Pthread,   Object, RuntimeGil,  Lnotab36,     LastiBytes, None,    false, None,           Unicode),  // 3.8
+    row(4, Table,        Runtime,    Pthread,   Object, RuntimeGil,  Lnotab36,     LastiBytes, None,    false, None,           Unicode),  // 3.9
+    row(5, Table,        Runtime,    Pthread,   Object, RuntimeGil,  Linetable310, LastiUnits, None,    false, None,           Unicode),  // 3.10
+    row(6, Table,        Runtime,    NativeTid, CFrame, RuntimeGil,  Locations311, FromCode,   None,    false, Some(168),      Unicode),  // 3.11
+    row(7, Table,        Runtime,    NativeTid, CFrame, Interpreter, Locations311, FromCode,   Some(3), false, Some(176),      Unicode),  // 3.12
+    row(8, TableChecked, Runtime,    NativeTid, Current, Interpreter, Locations311, FromCode,  Some(3), true,  Some(184),      Unicode),  // 3.13
+];
+
+/// The row of `major.minor`, if it is in the table.
+pub fn row_for(major: u8, minor: u8) -> Option<&'static Row> {
+    ROWS.iter().find(|r| r.version == (major, minor))
+}
+
+/// The newest row: what a newer version's row is derived from.
+pub fn newest() -> &'static Row {
+    &ROWS[ROWS.len() - 1]
+}
+
+/// The supported versions, for messages: `2.7, 3.6-3.13`.
+pub fn supported_versions() -> String {
+    let v: Vec<(u8, u8)> = ROWS.iter().map(|r| r.version).collect();
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1].0 == v[i].0 && v[j + 1].1 == v[j].1 + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            format!("{}.{}", v[i].0, v[i].1)
+        } else {
+            format!("{}.{}-{}.{}", v[i].0, v[i].1, v[j].0, v[j].1)
+        });
+        i = j + 1;
+    }
+    parts.join(", ")
+}
+
+/// Why an interpreter is refused, before the pid is known (see [`super::InspectError::Unsupported`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsupported {
+    /// The interpreter: `Python 3.5.10`, `Python 3.13.0 free-threaded (Py_GIL_DISABLED)`, `PyPy`.
+    pub what: String,
+    /// Empty, or `": "` and the reason.
+    pub why: String,
+}
+
+impl Unsupported {
+    /// `why` may be empty; else it is shown after a colon.
+    pub fn new(what: impl Into<String>, why: impl Into<String>) -> Unsupported {
+        let why = why.into();
+        Unsupported { what: what.into(), why: if why.is_empty() { why } else { format!(": {why}") } }
+    }
+
+    /// The error for process `pid`.
+    pub fn for_pid(self, pid: u32) -> super::InspectError {
+        super::InspectError::Unsupported { pid, what: self.what, why: self.why }
+    }
+}
+
+impl fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.what, self.why)
+    }
+}
+
+/// The row for an interpreter of `version`, given the first bytes of its `_PyRuntime` (`debug`: they start with
+/// `_Py_DebugOffsets` from 3.13 on; `None` when the binary has no `_PyRuntime` or it is not in initialised data).
+///
+/// - A row whose source is the table alone: that row.
+/// - A row checked by the debug offsets (3.13): the block must be there, not free-threaded, of the same version,
+///   and agree with the table field by field.
+/// - A 3.x newer than every row: the layout comes from the debug offsets alone ([`layout_from_debug_offsets`]),
+///   the rest from the newest row, with tagged code pointers and no `_co_firsttraceable`.
+/// - Anything else is refused.
+pub fn select(version: (u8, u8, u8), debug: Option<&[u8]>) -> Result<&'static Row, Unsupported> {
+    let (major, minor, micro) = version;
+    let what = format!("Python {major}.{minor}.{micro}");
+    let newest = newest();
+    let table = row_for(major, minor);
+    match table {
+        Some(row) if row.source == Table => return Ok(row),
+        Some(_) => {}
+        None if major == 3 && minor > newest.version.1 => {}
+        None => return Err(Unsupported::new(what, "")),
+    }
+    let Some(debug) = debug.filter(|d| d.len() >= 24 && d[..8] == dbg::COOKIE[..]) else {
+        return Err(Unsupported::new(what, "no _Py_DebugOffsets at the start of _PyRuntime"));
+    };
+    if u64_at(debug, dbg::FREE_THREADED) != Some(0) {
+        return Err(Unsupported::new(
+            format!("{what} free-threaded (Py_GIL_DISABLED)"),
+            "the free-threaded build has a different object layout and no GIL",
+        ));
+    }
+    let hex = u64_at(debug, dbg::VERSION).unwrap_or(0);
+    let dv = version_from_hex(hex as u32);
+    if (dv.0, dv.1) != (major, minor) {
+        return Err(Unsupported::new(
+            what,
+            format!("_Py_DebugOffsets says version {}.{}.{} ({hex:#x})", dv.0, dv.1, dv.2),
+        ));
+    }
+    let built = layout_from_debug_offsets(debug, (major, minor), newest.layout).map_err(|why| Unsupported::new(&what, why))?;
+    match table {
+        Some(row) => {
+            let diff = cross_check(&built, row.layout);
+            if diff.is_empty() {
+                Ok(row)
+            } else {
+                Err(Unsupported::new(
+                    what,
+                    format!("its _Py_DebugOffsets disagree with pyperf's {major}.{minor} table ({})", diff.join(", ")),
+                ))
+            }
+        }
+        None => Ok(derived(newest, super::debug_offsets::intern(built))),
+    }
+}
+
+/// The row of a version newer than every row, from its own layout (interned: equal rows are shared, so that
+/// profiling many processes of one interpreter keeps one copy).
+fn derived(newest: &Row, layout: &'static Layout) -> &'static Row {
+    let row = Row {
+        version: layout.version,
+        layout,
+        source: Source::DebugOffsets,
+        code_tag_mask: TAGGED,
+        first_traceable: None,
+        ..*newest
+    };
+    static BUILT: Mutex<Vec<&'static Row>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(found) = built.iter().find(|b| ***b == row) {
+        return found;
+    }
+    let leaked: &'static Row = Box::leak(Box::new(row));
+    built.push(leaked);
+    leaked
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::python::layout::layout_for;
+    use crate::python::linetable::{instr_byte_offset, line_at};
+
+    /// Every row is complete and agrees with its layout: the facts stated twice (the row says how, the layout
+    /// has the offsets that way needs) cannot drift apart.
+    #[test]
+    fn every_row_is_complete_and_agrees_with_its_layout() {
+        assert!(ROWS.windows(2).all(|w| w[0].version < w[1].version), "oldest first, no duplicates");
+        for r in &ROWS {
+            let l = r.layout;
+            let v = r.version;
+            assert_eq!(l.version, v);
+            assert!(std::ptr::eq(layout_for(v.0, v.1).expect("a column"), l), "{v:?}");
+            let has = |o: i32| o >= 0;
+            assert_eq!(r.interpreters == Runtime, has(l.runtime_interpreters_head), "{v:?}");
+            assert_eq!(r.thread_match == NativeTid, has(l.tstate_native_thread_id), "{v:?}");
+            assert!(has(l.tstate_thread_id), "{v:?}: pthread ids are reported for every version");
+            let frames = match r.frames {
+                Object => has(l.tstate_frame) && !has(l.cframe_current_frame) && !has(l.tstate_current_frame),
+                CFrame => has(l.tstate_cframe) && has(l.cframe_current_frame) && !has(l.tstate_frame),
+                Current => has(l.tstate_current_frame) && !has(l.tstate_frame) && !has(l.cframe_current_frame),
+            };
+            assert!(frames, "{v:?}: {:?} but the layout lacks its fields", r.frames);
+            assert_eq!(r.frames.on_data_stack(), has(l.frame_owner), "{v:?}");
+            let gil = match r.gil {
+                LockPtr => r.strings == Py2Bytes,
+                Statics => !has(l.runtime_gil_locked) && !has(l.interp_gil_ptr),
+                RuntimeGil => has(l.runtime_gil_locked) && has(l.runtime_tstate_current),
+                Interpreter => has(l.interp_gil_ptr) && has(l.gil_locked) && has(l.gil_last_holder),
+            };
+            assert!(gil, "{v:?}: {:?} but the layout lacks its fields", r.gil);
+            let instr = match r.instr {
+                LastiBytes | LastiUnits => has(l.frame_lasti),
+                FromCode => has(l.frame_instr) && has(l.code_code),
+            };
+            assert!(instr, "{v:?}: {:?}", r.instr);
+            assert_eq!(r.hidden_owner.map(i32::from), has(l.frame_owned_by_cstack).then_some(l.frame_owned_by_cstack));
+            assert_eq!(r.first_traceable.is_some(), r.frames.on_data_stack(), "{v:?}");
+            if let Some(o) = r.first_traceable {
+                assert!(o > 0 && o + 4 <= l.code_size, "{v:?}: _co_firsttraceable inside PyCodeObject");
+            }
+            assert_eq!(r.strings == Unicode, has(l.unicode_state), "{v:?}");
+            // A line table that decodes: the first instruction of a one-line function is on its first line.
+            let one_line: &[u8] = match r.line_table {
+                Lnotab27 | Lnotab36 => &[],
+                Linetable310 => &[8, 0],
+                Locations311 => &[0x80 | (10 << 3) | 3],
+            };
+            let first = instr_byte_offset(r.instr, initial_raw(r), l.code_code.max(0) as u32);
+            assert_eq!(line_at(r.line_table, 7, one_line, first.unwrap_or(0)), Some(7), "{v:?}");
+        }
+    }
+
+    /// The raw position of a frame at its first instruction.
+    fn initial_raw(r: &Row) -> u32 {
+        match r.instr {
+            LastiBytes | LastiUnits => 0,
+            FromCode => r.layout.code_code as u32,
+        }
+    }
+
+    /// Every version [`select`] accepts has a complete row, including one newer than the table (its row
+    /// derived from the newest, with a line table).
+    #[test]
+    fn every_accepted_version_has_a_row() {
+        for major in 2..=4u8 {
+            for minor in 0..=20u8 {
+                let block = synthetic_block(newest().layout, (major, minor));
+                match select((major, minor, 0), Some(&block)) {
+                    Ok(r) => {
+                        assert_eq!(r.version, (major, minor));
+                        let from_table = row_for(major, minor).is_some();
+                        assert_eq!(r.source == Source::DebugOffsets, !from_table);
+                        if !from_table {
+                            assert!(major == 3 && minor > newest().version.1);
+                            assert_eq!(r.line_table, newest().line_table);
+                            assert_eq!(r.code_tag_mask, TAGGED);
+                        }
+                    }
+                    Err(e) => assert!(row_for(major, minor).is_none(), "{major}.{minor} refused: {e}"),
+                }
+            }
+        }
+    }
+
+    /// A `_Py_DebugOffsets` block as a CPython with `layout` would carry it (positions of 3.13).
+    pub(crate) fn synthetic_block(layout: &Layout, version: (u8, u8)) -> Vec<u8> {
+        let mut b = vec![0u8; dbg::SIZE as usize];
+        let mut put = |pos: i32, v: u64| b[pos as usize..pos as usize + 8].copy_from_slice(&v.to_le_bytes());
+        let hex = (u64::from(version.0) << 24) | (u64::from(version.1) << 16) | 0xf0;
+        put(dbg::VERSION, hex);
+        let fields = layout.fields();
+        let value = |name: &str| fields.iter().find(|f| f.0 == name).map_or(-1, |f| f.1);
+        for (field, _, pos) in dbg::FIELDS {
+            put(*pos, value(field) as u64);
+        }
+        put(dbg::GIL_STATE.1, 1000);
+        put(dbg::GIL_LOCKED.1, 1000 + value("gil_locked") as u64);
+        put(dbg::GIL_HOLDER.1, 1000 + value("gil_last_holder") as u64);
+        for (_, pos, _) in dbg::SIZES {
+            put(*pos, 4096);
+        }
+        b[..8].copy_from_slice(dbg::COOKIE);
+        b
+    }
+
+    fn message(r: Result<&'static Row, Unsupported>) -> String {
+        r.expect_err("must be refused").for_pid(123).to_string()
+    }
+
+    #[test]
+    fn supported_versions_text() {
+        assert_eq!(supported_versions(), "2.7, 3.6-3.13");
+    }
+
+    /// Versions no interpreter here has: one clear line each.
+    #[test]
+    fn unsupported_versions_say_so() {
+        assert_eq!(
+            message(select((3, 5, 10), None)),
+            "process 123 runs Python 3.5.10, which pyperf does not support (2.7, 3.6-3.13)"
+        );
+        assert_eq!(
+            message(select((2, 6, 9), None)),
+            "process 123 runs Python 2.6.9, which pyperf does not support (2.7, 3.6-3.13)"
+        );
+        assert_eq!(
+            message(select((3, 14, 0), None)),
+            "process 123 runs Python 3.14.0, which pyperf does not support (2.7, 3.6-3.13): \
+             no _Py_DebugOffsets at the start of _PyRuntime"
+        );
+        assert_eq!(
+            message(select((3, 13, 0), Some(&[0u8; 600]))),
+            "process 123 runs Python 3.13.0, which pyperf does not support (2.7, 3.6-3.13): \
+             no _Py_DebugOffsets at the start of _PyRuntime"
+        );
+        let pypy = Unsupported::new("PyPy", "pyperf reads CPython's interpreter state only").for_pid(7).to_string();
+        assert_eq!(
+            pypy,
+            "process 7 runs PyPy, which pyperf does not support (2.7, 3.6-3.13): \
+             pyperf reads CPython's interpreter state only"
+        );
+        for v in [(2, 7, 18), (3, 6, 15), (3, 12, 1)] {
+            assert_eq!(select(v, None).map(|r| r.version), Ok((v.0, v.1)));
+        }
+    }
+
+    fn put_u64(block: &mut [u8], pos: i32, v: u64) {
+        block[pos as usize..pos as usize + 8].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// Damaged blocks are refused with the reason (the real blocks of the interpreters are checked in
+    /// tests/conformance.rs).
+    #[test]
+    fn damaged_debug_offsets_are_refused() {
+        let table = newest().layout;
+        let good = synthetic_block(table, (3, 13));
+        assert!(std::ptr::eq(select((3, 13, 0), Some(&good)).unwrap(), newest()));
+
+        let mut cookie = good.clone();
+        cookie[0] = b'X';
+        assert!(message(select((3, 13, 0), Some(&cookie))).ends_with("no _Py_DebugOffsets at the start of _PyRuntime"));
+
+        let mut bad = good.clone();
+        let pos = dbg::FIELDS.iter().find(|f| f.0 == "tstate_native_thread_id").unwrap().2;
+        put_u64(&mut bad, pos, table.tstate_native_thread_id as u64 + 8);
+        assert_eq!(
+            message(select((3, 13, 0), Some(&bad))),
+            format!(
+                "process 123 runs Python 3.13.0, which pyperf does not support (2.7, 3.6-3.13): its _Py_DebugOffsets \
+                 disagree with pyperf's 3.13 table (tstate_native_thread_id debug_offsets={} table={})",
+                table.tstate_native_thread_id + 8,
+                table.tstate_native_thread_id
+            )
+        );
+
+        let mut ft = good.clone();
+        put_u64(&mut ft, dbg::FREE_THREADED, 1);
+        assert_eq!(
+            message(select((3, 13, 0), Some(&ft))),
+            "process 123 runs Python 3.13.0 free-threaded (Py_GIL_DISABLED), which pyperf does not support \
+             (2.7, 3.6-3.13): the free-threaded build has a different object layout and no GIL"
+        );
+        assert!(message(select((3, 14, 0), Some(&good))).contains("_Py_DebugOffsets says version 3.13.0"));
+
+        let newer = synthetic_block(table, (3, 14));
+        let r = select((3, 14, 0), Some(&newer)).expect("3.14 from its debug offsets");
+        assert_eq!(r.version, (3, 14));
+        assert_eq!(cross_check(r.layout, table), Vec::<String>::new());
+        assert!(std::ptr::eq(select((3, 14, 0), Some(&newer)).unwrap(), r), "interned");
+
+        let mut big = newer.clone();
+        let pos = dbg::FIELDS.iter().find(|f| f.0 == "frame_owner").unwrap().2;
+        put_u64(&mut big, pos, 5000);
+        let m = message(select((3, 14, 0), Some(&big)));
+        assert!(m.contains("frame_owner = 5000 outside interpreter_frame.size"), "{m}");
+
+        let mut sentinel = newer.clone();
+        let pos = dbg::FIELDS.iter().find(|f| f.0 == "object_type").unwrap().2;
+        put_u64(&mut sentinel, pos, 16);
+        let m = message(select((3, 14, 0), Some(&sentinel)));
+        assert!(m.contains("_Py_DebugOffsets not in the layout pyperf reads (object_type = 16, expected 8)"), "{m}");
+
+        let m = message(select((3, 14, 0), Some(&newer[..100])));
+        assert!(m.contains("cut short"), "{m}");
+    }
+}

@@ -1,0 +1,277 @@
+//! Which processes are profiled: given pids (`-p`), every Python process (`-a`), or a command and its
+//! descendants (`-- CMD`). Follows exits, exec and pid reuse: a process image is known by its [`Identity`].
+//!
+//! Discovery only: [`Targets::scan`] looks at /proc and returns [`Event`]s (a Python process found, a followed
+//! one gone); it never touches the sampler, the symbolizer or the output. The session applies the events and
+//! tells [`Targets::failed`] about a process it could not set up.
+
+pub mod procfs;
+mod workload;
+
+use std::collections::{HashMap, HashSet};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+
+use crate::python::{self, InspectError, PythonProcess};
+pub use procfs::Identity;
+use procfs::{changed, identity, none_alive, start_time, stat};
+pub use workload::Workload;
+
+/// Looks at a process image found not to be Python before it is left alone (see [`Targets::scan`]).
+const NOT_PYTHON_LOOKS: u32 = 2;
+
+/// What discovery found.
+#[derive(Debug)]
+pub enum Event {
+    /// A Python process to follow (from now on counted as followed; report a failure to set it up with
+    /// [`Targets::failed`]).
+    Found {
+        /// The process, inspected.
+        process: Box<PythonProcess>,
+        /// Given by the user (`-p`) at the start: failing to set it up fails the recording.
+        required: bool,
+    },
+    /// A followed process is gone: it exited, or exec'd into another program (a later [`Event::Found`] may
+    /// name the same pid again). Samples still queued for it should be taken before it is forgotten.
+    Gone {
+        /// The process.
+        pid: u32,
+        /// It exec'd (same process, new image) rather than exited.
+        exec: bool,
+    },
+}
+
+enum Mode {
+    /// The pids given and their start times: the same processes are followed through exec, never a later
+    /// process that reuses the pid.
+    Pids(Vec<(u32, u64)>),
+    All,
+    Workload(Workload),
+}
+
+/// The set of followed processes and how to find more.
+pub struct Targets {
+    mode: Mode,
+    /// Processes being sampled, with the image they were set up for.
+    live: HashMap<u32, Identity>,
+    /// Process images looked at and found not to be profilable, with the number of looks; an exec or a reused
+    /// pid makes a new identity, worth new looks.
+    rejected: HashMap<(u32, Identity), u32>,
+    pending_pids: Vec<u32>,
+    /// Processes handed out in [`Event::Found`] (those set up are this minus `setup_failed`).
+    found: u64,
+    /// Python processes that could not be set up (BPF map of processes full, vanished meanwhile, memory not
+    /// readable): trailer counter `targets_setup_failed`.
+    pub setup_failed: u64,
+    /// Processes left out after a look (unsupported Python version, permission denied): `targets_unsupported`.
+    pub unsupported: u64,
+    /// Processes left because they ended or exec'd while followed.
+    pub ended: u64,
+    finished: bool,
+}
+
+impl Targets {
+    /// The processes `pids`, through exec. Checks them all now, so that a wrong pid fails before anything is
+    /// written.
+    pub fn pids(pids: &[u32]) -> Result<Targets> {
+        let mut given = Vec::new();
+        for &pid in pids {
+            python::inspect(pid).map_err(anyhow::Error::new)?;
+            given.push((pid, start_time(pid).ok_or(InspectError::NoSuchProcess(pid))?));
+        }
+        Ok(Targets::new(Mode::Pids(given), pids.to_vec()))
+    }
+
+    /// Every Python process, including ones that start later.
+    pub fn all() -> Targets {
+        Targets::new(Mode::All, Vec::new())
+    }
+
+    /// The command `w` started and its descendants.
+    pub fn workload(w: Workload) -> Targets {
+        let pid = w.pid();
+        Targets::new(Mode::Workload(w), vec![pid])
+    }
+
+    fn new(mode: Mode, pending_pids: Vec<u32>) -> Targets {
+        Targets {
+            mode,
+            live: HashMap::new(),
+            rejected: HashMap::new(),
+            pending_pids,
+            found: 0,
+            setup_failed: 0,
+            unsupported: 0,
+            ended: 0,
+            finished: false,
+        }
+    }
+
+    /// Some process was found and set up.
+    fn ever_profiled(&self) -> bool {
+        self.found > self.setup_failed
+    }
+
+    /// Number of processes followed now.
+    pub fn count(&self) -> usize {
+        self.live.len()
+    }
+
+    /// A workload that should be caught as soon as its interpreter is mapped, before its own code runs: the
+    /// caller scans tightly until something is followed (or [`Targets::workload_exited`]).
+    pub fn wants_fast_start(&self) -> bool {
+        matches!(self.mode, Mode::Workload(_))
+    }
+
+    /// What the trailer counts about the targets.
+    pub fn counters(&self) -> [(&'static str, u64); 3] {
+        [
+            ("targets_setup_failed", self.setup_failed),
+            ("targets_unsupported", self.unsupported),
+            ("targets_ended", self.ended),
+        ]
+    }
+
+    /// The initial targets. For `-p`, every given process must be a Python process now (an error otherwise);
+    /// the other modes scan.
+    pub fn start(&mut self) -> Result<Vec<Event>> {
+        if !matches!(self.mode, Mode::Pids(_)) {
+            return Ok(self.scan());
+        }
+        let mut events = Vec::new();
+        for pid in std::mem::take(&mut self.pending_pids) {
+            let p = python::inspect(pid).map_err(anyhow::Error::new)?;
+            let id = identity(pid).ok_or(InspectError::NoSuchProcess(pid))?;
+            events.push(self.found(p, id, true));
+        }
+        Ok(events)
+    }
+
+    fn found(&mut self, p: PythonProcess, id: Identity, required: bool) -> Event {
+        self.live.insert(p.pid, id);
+        self.found += 1;
+        Event::Found { process: Box::new(p), required }
+    }
+
+    /// The session could not set up the process of an [`Event::Found`] (`why` is shown as a warning: a process
+    /// that vanished while it was set up is not an error of the recording): it is not followed, it is counted,
+    /// and it is not looked at again until it execs.
+    pub fn failed(&mut self, pid: u32, why: &anyhow::Error) {
+        if let Some(id) = self.live.remove(&pid) {
+            self.rejected.insert((pid, id), NOT_PYTHON_LOOKS);
+        }
+        eprintln!("pyperf: warning: {why:#}");
+        self.setup_failed += 1;
+    }
+
+    /// Followed processes that exited or exec'd, then new Python processes: for `-a` any, for `-- CMD` the
+    /// command's descendants, for `-p` the given processes again after an exec.
+    pub fn scan(&mut self) -> Vec<Event> {
+        let mut events = Vec::new();
+        for pid in changed(&self.live, identity) {
+            let old = self.live.remove(&pid);
+            self.ended += 1;
+            // Same start time, still running: the same process with a new image.
+            let exec = old.zip(stat(pid)).is_some_and(|(o, s)| s.running() && s.identity.start_time == o.start_time);
+            events.push(Event::Gone { pid, exec });
+        }
+        let candidates: Vec<u32> = match &self.mode {
+            Mode::Pids(given) => {
+                given.iter().filter(|&&(pid, st)| start_time(pid) == Some(st)).map(|&(pid, _)| pid).collect()
+            }
+            Mode::All => procfs::all_pids(),
+            Mode::Workload(w) => procfs::descendants(w.pid()),
+        };
+        if matches!(self.mode, Mode::All) {
+            // Forget rejected processes that are gone: over a long recording on a busy host they would add up.
+            let present: HashSet<u32> = candidates.iter().copied().collect();
+            self.rejected.retain(|(pid, _), _| present.contains(pid));
+        }
+        let me = std::process::id();
+        for pid in candidates {
+            if pid == me || self.live.contains_key(&pid) {
+                continue;
+            }
+            let Some(id) = identity(pid) else { continue };
+            let looks = self.rejected.get(&(pid, id)).copied().unwrap_or(0);
+            if looks >= NOT_PYTHON_LOOKS {
+                continue;
+            }
+            match python::inspect(pid) {
+                // Inspected the image we identified? An exec in between would leave a stale identity.
+                Ok(p) if identity(pid) == Some(id) => events.push(self.found(p, id, false)),
+                Ok(_) => {} // changed under us: next scan
+                Err(InspectError::NotPython(_) | InspectError::NoSuchProcess(_)) => {
+                    // Right after exec the dynamic loader may not have mapped libpython yet: every image gets a
+                    // second look a scan later (a workload's own process, until it is first profiled, as many
+                    // as it needs); then it is left alone until it execs something else.
+                    if !matches!(&self.mode, Mode::Workload(w) if w.pid() == pid && !self.ever_profiled()) {
+                        self.rejected.insert((pid, id), looks + 1);
+                    }
+                }
+                Err(e) => {
+                    eprintln!("pyperf: warning: {e}; leaving it out");
+                    self.unsupported += 1;
+                    self.rejected.insert((pid, id), NOT_PYTHON_LOOKS);
+                }
+            }
+        }
+        events
+    }
+
+    /// The workload (if any) has exited.
+    pub fn workload_exited(&mut self) -> bool {
+        match &mut self.mode {
+            Mode::Workload(w) => w.exited(),
+            _ => false,
+        }
+    }
+
+    /// True when recording should end because there is nothing left to profile.
+    pub fn all_exited(&mut self) -> bool {
+        match &self.mode {
+            Mode::All => false,
+            // The given processes, through exec: recording ends when they have all ended.
+            Mode::Pids(given) => {
+                given.iter().all(|&(pid, st)| !stat(pid).is_some_and(|s| s.identity.start_time == st && s.running()))
+            }
+            Mode::Workload(_) => self.workload_exited() && none_alive(&self.live),
+        }
+    }
+
+    /// The processes followed now.
+    pub fn followed(&self) -> impl Iterator<Item = u32> + '_ {
+        self.live.keys().copied()
+    }
+
+    /// Ends the workload, if any, and gives pyperf's exit code: the workload's status, else success.
+    pub fn finish(mut self) -> Result<ExitCode> {
+        self.finished = true;
+        let ever = self.ever_profiled();
+        let Mode::Workload(w) = &mut self.mode else { return Ok(ExitCode::SUCCESS) };
+        let status = w.finish().with_context(|| format!("waiting for {}", w.argv0()))?;
+        if !ever {
+            eprintln!("pyperf: warning: {} ran no Python process that pyperf could profile", w.argv0());
+        }
+        use std::os::unix::process::ExitStatusExt;
+        let code = match (status.code(), status.signal()) {
+            (Some(c), _) => c,
+            (None, Some(sig)) => 128 + sig,
+            _ => 1,
+        };
+        Ok(ExitCode::from(code.clamp(0, 255) as u8))
+    }
+}
+
+impl Drop for Targets {
+    /// pyperf failed (an error before [`Targets::finish`]): the command it started must not live on unwatched.
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        if let Mode::Workload(w) = &mut self.mode {
+            w.kill_if_running();
+        }
+    }
+}

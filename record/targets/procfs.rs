@@ -1,0 +1,156 @@
+//! What pyperf reads of /proc about a process: its identity (which program run it is), its parent, whether it
+//! still runs; and the process tree.
+
+use std::collections::{HashMap, HashSet};
+
+/// One program run in one process. Pid reuse changes the start time; exec keeps the pid and the start time but
+/// builds a new address space, whose code and stack addresses (set by exec, placed at random by ASLR; a different
+/// program has a different code size) change with it. A sampler configured for the old image would read the new
+/// one at the old addresses: an identity change means "forget this process, look at it again".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Identity {
+    /// Clock ticks since boot (/proc/PID/stat field 22).
+    pub start_time: u64,
+    /// (startcode, endcode, startstack): fields 26-28. Zero for a zombie, whose image is gone.
+    pub image: (u64, u64, u64),
+}
+
+/// What pyperf reads of /proc/PID/stat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    /// R, S, D, Z (zombie: exited, not yet reaped), ...
+    pub state: char,
+    /// Parent pid.
+    pub ppid: u32,
+    /// Which program run it is.
+    pub identity: Identity,
+}
+
+impl Stat {
+    /// Still running: not a zombie (an exited process its parent has not reaped yet).
+    pub fn running(&self) -> bool {
+        !matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+/// Parses /proc/PID/stat. The command name (field 2) may hold spaces and parentheses: fields after it follow
+/// the last ')'.
+pub fn parse_stat(stat: &str) -> Option<Stat> {
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    // Field k (1-based) is at index k - 3 from here.
+    let f: Vec<&str> = rest.split(' ').collect();
+    let num = |k: usize| f.get(k - 3)?.trim().parse::<u64>().ok();
+    Some(Stat {
+        state: f.first()?.chars().next()?,
+        ppid: num(4)? as u32,
+        identity: Identity { start_time: num(22)?, image: (num(26)?, num(27)?, num(28)?) },
+    })
+}
+
+/// /proc/PID/stat of `pid`, None if it is gone.
+pub fn stat(pid: u32) -> Option<Stat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The identity of `pid` now; None if it is gone.
+pub fn identity(pid: u32) -> Option<Identity> {
+    stat(pid).map(|s| s.identity)
+}
+
+/// Start time of a process (field 22 of /proc/PID/stat), None if it is gone.
+pub fn start_time(pid: u32) -> Option<u64> {
+    identity(pid).map(|i| i.start_time)
+}
+
+/// Every pid in /proc.
+pub fn all_pids() -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
+}
+
+/// `root` and every live process descending from it.
+pub fn descendants(root: u32) -> Vec<u32> {
+    let mut tree: HashMap<u32, Vec<u32>> = HashMap::new();
+    for pid in all_pids() {
+        if let Some(s) = stat(pid) {
+            tree.entry(s.ppid).or_default().push(pid);
+        }
+    }
+    let mut out = vec![root];
+    let mut seen: HashSet<u32> = HashSet::from([root]);
+    let mut i = 0;
+    while i < out.len() {
+        if let Some(kids) = tree.get(&out[i]) {
+            for &k in kids {
+                if seen.insert(k) {
+                    out.push(k);
+                }
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// True when no followed process is alive (as the image it was set up for) any more.
+pub fn none_alive(live: &HashMap<u32, Identity>) -> bool {
+    changed(live, identity).len() == live.len()
+}
+
+/// The followed processes that ended or exec'd, `now` giving the identity of a pid now.
+pub fn changed(live: &HashMap<u32, Identity>, now: impl Fn(u32) -> Option<Identity>) -> Vec<u32> {
+    live.iter().filter(|(&pid, id)| now(pid).as_ref() != Some(*id)).map(|(&pid, _)| pid).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(comm: &str, start_time: u64, image: (u64, u64, u64)) -> String {
+        // 52 fields as Linux 6.x writes them; only 2, 4, 22 and 26-28 matter here.
+        let mut f: Vec<String> = (1..=52).map(|k| (k * 10).to_string()).collect();
+        f[0] = "4242".into();
+        f[1] = format!("({comm})");
+        f[2] = "R".into();
+        f[3] = "77".into();
+        f[21] = start_time.to_string();
+        f[25] = image.0.to_string();
+        f[26] = image.1.to_string();
+        f[27] = image.2.to_string();
+        f.join(" ") + "\n"
+    }
+
+    #[test]
+    fn stat_fields_after_a_strange_command_name() {
+        for comm in ["python3", "a b", "x) (y", ")", "((", "py thon) 1 2 3"] {
+            let s = parse_stat(&line(comm, 123456, (0x55d0, 0x55f0, 0x7ffd))).unwrap();
+            assert_eq!(s.ppid, 77, "{comm}");
+            assert_eq!(s.state, 'R', "{comm}");
+            assert!(s.running());
+            assert_eq!(s.identity, Identity { start_time: 123456, image: (0x55d0, 0x55f0, 0x7ffd) }, "{comm}");
+        }
+        assert_eq!(parse_stat("garbage"), None);
+        assert_eq!(parse_stat("1 (x) R 1 2"), None);
+    }
+
+    #[test]
+    fn pid_reuse_and_exec_change_the_identity() {
+        let first = parse_stat(&line("python3", 1000, (1, 2, 3))).unwrap().identity;
+        // Same pid, later start: another process (reuse).
+        let reused = parse_stat(&line("python3", 1005, (1, 2, 3))).unwrap().identity;
+        // Same pid and start, new address space: the process exec'd.
+        let execd = parse_stat(&line("sh", 1000, (9, 12, 30))).unwrap().identity;
+        // A zombie: the image is gone.
+        let zombie = parse_stat(&line("python3", 1000, (0, 0, 0))).unwrap().identity;
+        assert_ne!(first, reused);
+        assert_ne!(first, execd);
+        assert_ne!(first, zombie);
+        assert_eq!(first, parse_stat(&line("renamed", 1000, (1, 2, 3))).unwrap().identity, "prctl(PR_SET_NAME)");
+        let live = HashMap::from([(4242u32, first), (7, first)]);
+        assert!(changed(&live, |_| Some(first)).is_empty());
+        for other in [reused, execd, zombie] {
+            assert_eq!(changed(&live, |pid| if pid == 4242 { Some(other) } else { Some(first) }), vec![4242]);
+        }
+        assert_eq!(changed(&live, |pid| if pid == 7 { None } else { Some(first) }), vec![7], "exited");
+    }
+}
