@@ -16,28 +16,20 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use pyperf::bpf::{self, Rate, SampleEvent, Sampler, SamplerOptions};
-use pyperf::layouts::Layout;
-use pyperf::process::{self, PythonProcess};
+mod common;
+
+use common::{interpreter, workload};
+use pyperf::abi;
+use pyperf::python::config::bpf_config;
+use pyperf::python::layout::Layout;
+use pyperf::python::{self, PythonProcess};
+use pyperf::sampler::{self, Rate, SampleEvent, Sampler, SamplerOptions};
 use pyperf_format::{GilState, PthreadIdMatch, StackStatus, ThreadStateMatch};
 
 /// The tests load BPF and burn CPU: run them one at a time (the machine has 2 cores).
 static SERIAL: Mutex<()> = Mutex::new(());
 
 const CHAIN: &[&str] = &["<module>", "main", "outer_frame", "middle_frame", "leaf_spin"];
-
-fn workload(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/workloads").join(name)
-}
-
-fn pyenv_python(version: &str) -> PathBuf {
-    let root = std::env::var_os("PYENV_ROOT").map(PathBuf::from).unwrap_or_else(|| {
-        let out = Command::new("pyenv").arg("root").output().expect("running `pyenv root`");
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-    });
-    let mm: Vec<&str> = version.split('.').collect();
-    root.join("versions").join(version).join("bin").join(format!("python{}.{}", mm[0], mm[1]))
-}
 
 /// A child process killed on drop.
 struct Kid(Child);
@@ -61,7 +53,7 @@ fn spawn(python: &Path, args: &[&str]) -> Kid {
 fn inspect_when_ready(pid: u32) -> PythonProcess {
     let t = Instant::now();
     loop {
-        match process::inspect(pid) {
+        match python::inspect(pid) {
             Ok(p) => return p,
             Err(e) if t.elapsed() > Duration::from_secs(10) => panic!("inspect({pid}): {e}"),
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
@@ -79,7 +71,7 @@ struct Names {
 impl Names {
     fn new(p: &PythonProcess) -> Names {
         let mem = File::open(format!("/proc/{}/mem", p.pid)).expect("open /proc/PID/mem");
-        Names { mem, layout: p.layout, cache: HashMap::new() }
+        Names { mem, layout: p.row.layout, cache: HashMap::new() }
     }
 
     fn read_u64(&self, addr: u64) -> Option<u64> {
@@ -94,7 +86,7 @@ impl Names {
         let line = self.read_u64(code + l.code_firstlineno as u64)? as u32;
         let file = self.read_u64(code + l.code_filename as u64)?;
         let name = self.read_u64(code + l.code_name as u64)?;
-        Some(pyperf::symbolize::code_check(line, file, name))
+        Some(pyperf::python::code::code_check(line, file, name))
     }
 
     fn name(&mut self, code: u64) -> Option<String> {
@@ -129,11 +121,11 @@ struct Sample {
     pthread_id: u8,
     tid: u32,
     comm: String,
-    frames: Vec<bpf::RawFrame>,
+    frames: Vec<abi::RawFrame>,
 }
 
 /// Samples by pid, the BPF counters, and the kernel's `(run_time_ns, run_cnt)` of the program.
-type Sampled = (HashMap<u32, Vec<Sample>>, bpf::Counters, Option<(u64, u64)>);
+type Sampled = (HashMap<u32, Vec<Sample>>, sampler::Counters, Option<(u64, u64)>);
 
 /// Samples the given processes for `secs`.
 fn sample(procs: &[&PythonProcess], rate: Rate, secs: f64) -> Sampled {
@@ -141,11 +133,11 @@ fn sample(procs: &[&PythonProcess], rate: Rate, secs: f64) -> Sampled {
         .unwrap_or_else(|e| panic!("Sampler::new: {e}"));
     sampler.enable_bpf_stats().expect("enable bpf stats");
     for p in procs {
-        sampler.add_process(p).unwrap_or_else(|e| panic!("add_process: {e}"));
+        sampler.add_process(p.pid, &bpf_config(p).unwrap()).unwrap_or_else(|e| panic!("add_process: {e}"));
     }
     let mut out: HashMap<u32, Vec<Sample>> = HashMap::new();
     let t = Instant::now();
-    let mut on = |s: &bpf::RawSample<'_>| {
+    let mut on = |s: &sampler::RawSample<'_>| {
         let comm_len = s.comm.iter().position(|&c| c == 0).unwrap_or(16);
         out.entry(s.pid).or_default().push(Sample {
             status: s.status,
@@ -174,11 +166,12 @@ fn frac(n: usize, d: usize) -> f64 {
 #[test]
 fn callchain_on_pyenv_and_debian_python311() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: geteuid has no preconditions.
     assert_eq!(unsafe { libc::geteuid() }, 0, "this test loads BPF: run it as root");
 
     let script = workload("callchain.py");
     let script = script.to_str().unwrap();
-    let pythons = [pyenv_python("3.11.7"), PathBuf::from("/usr/bin/python3.11")];
+    let pythons = [interpreter("3.11.7"), interpreter("debian-3.11")];
     let kids: Vec<Kid> = pythons.iter().map(|py| spawn(py, &[script, "30"])).collect();
     let procs: Vec<PythonProcess> = kids.iter().map(|k| inspect_when_ready(k.0.id())).collect();
     for p in &procs {
@@ -261,11 +254,12 @@ fn callchain_on_pyenv_and_debian_python311() {
 #[test]
 fn deep_stacks_complete_and_truncated() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: geteuid has no preconditions.
     assert_eq!(unsafe { libc::geteuid() }, 0, "this test loads BPF: run it as root");
 
     let script = workload("deep.py");
     let script = script.to_str().unwrap();
-    let py = pyenv_python("3.11.7");
+    let py = interpreter("3.11.7");
     // <module> + main + 1500 x recurse + spin = 1503 frames; 3000 recursions exceed MAX_FRAMES.
     let deep = spawn(&py, &[script, "1500", "30"]);
     let deeper = spawn(&py, &[script, "3000", "30"]);
@@ -298,8 +292,8 @@ fn deep_stacks_complete_and_truncated() {
     assert!(s2.len() >= 50, "deeper: only {} samples", s2.len());
     let mut names = Names::new(&p2);
     let trunc =
-        s2.iter().filter(|s| s.status == StackStatus::Truncated.as_u8() && s.frames.len() == bpf::MAX_FRAMES).count();
-    eprintln!("deeper (3003 frames): {} samples, {} truncated at {}", s2.len(), trunc, bpf::MAX_FRAMES);
+        s2.iter().filter(|s| s.status == StackStatus::Truncated.as_u8() && s.frames.len() == abi::MAX_FRAMES).count();
+    eprintln!("deeper (3003 frames): {} samples, {} truncated at {}", s2.len(), trunc, abi::MAX_FRAMES);
     assert!(frac(trunc, s2.len()) > 0.9, "truncated stacks keep MAX_FRAMES frames");
     assert!(counters.truncated >= trunc as u64);
     let s = s2.iter().find(|s| s.status == StackStatus::Truncated.as_u8()).unwrap();
@@ -311,6 +305,7 @@ fn deep_stacks_complete_and_truncated() {
 #[test]
 fn thread_without_thread_state_is_idle() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: geteuid has no preconditions.
     assert_eq!(unsafe { libc::geteuid() }, 0, "this test loads BPF: run it as root");
 
     // A busy process registered as "Python 3.11" whose _PyRuntime points at unmapped memory:
@@ -326,8 +321,8 @@ fn thread_without_thread_state_is_idle() {
         build_id: None,
         cmdline: vec!["sh".into()],
         load_bias: 0,
-        addrs: process::PythonAddrs { runtime: Some(0x1000), ..Default::default() },
-        layout: pyperf::layouts::layout_for(3, 11).unwrap(),
+        addrs: python::PythonAddrs { runtime: Some(0x1000), ..Default::default() },
+        row: pyperf::python::row_for(3, 11).unwrap(),
     };
     let (by_pid, counters, _) = sample(&[&fake], Rate::Frequency(199), 1.0);
     let s = by_pid.get(&pid).cloned().unwrap_or_default();

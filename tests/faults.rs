@@ -646,8 +646,11 @@ fn load_many_busy_threads_at_1khz() {
 
 #[test]
 fn full_process_map_is_counted_in_the_trailer_and_shown_by_report() {
-    use pyperf::bpf::{Sampler, SamplerOptions};
-    use pyperf::{output::Output, process, recorder::Recorder, targets::Targets};
+    use pyperf::python::{self as process, config::bpf_config};
+    use pyperf::sampler::{Sampler, SamplerOptions};
+    use pyperf::session::Session;
+    use pyperf::sink::{file::FileSink, output::Output};
+    use pyperf::targets::Targets;
     let _guard = serial();
     let py = interpreter("3.11.7");
     let mut target = start_workload(&py, "split.py", &["10"]);
@@ -658,7 +661,7 @@ fn full_process_map_is_counted_in_the_trailer_and_shown_by_report() {
     loop {
         let mut fake = p.clone();
         fake.pid = u32::MAX - filled;
-        if let Err(e) = sampler.add_process(&fake) {
+        if let Err(e) = sampler.add_process(fake.pid, &bpf_config(&fake).unwrap()) {
             // Said in words, not as the kernel's E2BIG ("Argument list too long").
             let msg = e.to_string();
             assert!(msg.starts_with("too many Python processes: pyperf samples at most 4096 at once"), "{msg}");
@@ -681,11 +684,11 @@ fn full_process_map_is_counted_in_the_trailer_and_shown_by_report() {
         command_line: vec!["pyperf".into(), "record".into(), "-a".into()],
         workload: vec![],
     };
-    let mut rec = Recorder::new(Output::create(&out).unwrap(), &header).unwrap();
-    let mut targets = Targets::all();
-    targets.start(&mut sampler, &mut rec).unwrap();
-    let counters = targets.counters();
-    rec.finish(Duration::from_millis(1), &sampler, &counters).unwrap();
+    let sink = FileSink::new(Output::create(&out).unwrap(), &header).unwrap();
+    let mut session = Session::new(sampler, Targets::all(), Box::new(sink));
+    session.start().unwrap();
+    let counters = session.targets().counters();
+    session.finish(false).unwrap();
     let _ = target.kill();
     let _ = target.wait();
 

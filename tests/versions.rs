@@ -414,13 +414,18 @@ fn python_debian_3_11() {
     check_version("debian-3.11");
 }
 
-/// Every entry of the table has a test above, and every supported version has an entry.
+/// Every entry of the table has a test above, every supported version has an entry, and every interpreter of
+/// testdata/interpreters (what scripts/setup installs) is recorded.
 #[test]
 fn every_supported_version_is_tested() {
     let names: Vec<&str> = VERSIONS.iter().map(|e| e.name).collect();
-    for (major, minor) in pyperf::layouts::SUPPORTED {
+    for row in &pyperf::python::ROWS {
+        let (major, minor) = row.version;
         let prefix = format!("{major}.{minor}.");
         assert!(names.iter().any(|n| n.starts_with(&prefix)), "no end-to-end test for Python {major}.{minor}");
+    }
+    for i in interpreters() {
+        assert!(names.contains(&i.name.as_str()), "no end-to-end test for {} (testdata/interpreters)", i.name);
     }
     assert!(names.contains(&"debian-3.11"));
 }

@@ -166,6 +166,11 @@ for i, probe in enumerate(PROBES):
 print("@@\tEND")
 "#;
 
+/// Is `v` in `first..=last`?
+pub fn in_range(v: V, (first, last): (V, V)) -> bool {
+    first <= v && v <= last
+}
+
 /// The probe of `field`.
 pub fn probe_for(field: &str) -> Option<&'static Probe> {
     PROBES.iter().find(|p| p.field == field)

@@ -436,15 +436,16 @@ pub(crate) mod tests {
         put(dbg::VERSION, hex);
         let fields = layout.fields();
         let value = |name: &str| fields.iter().find(|f| f.0 == name).map_or(-1, |f| f.1);
+        // Struct sizes first: one of them (code_object.size) is also a field, written next.
+        for (_, pos, _) in dbg::SIZES {
+            put(*pos, 1 << 20);
+        }
         for (field, _, pos) in dbg::FIELDS {
             put(*pos, value(field) as u64);
         }
         put(dbg::GIL_STATE.1, 1000);
         put(dbg::GIL_LOCKED.1, 1000 + value("gil_locked") as u64);
         put(dbg::GIL_HOLDER.1, 1000 + value("gil_last_holder") as u64);
-        for (_, pos, _) in dbg::SIZES {
-            put(*pos, 4096);
-        }
         b[..8].copy_from_slice(dbg::COOKIE);
         b
     }
@@ -535,10 +536,13 @@ pub(crate) mod tests {
         assert!(std::ptr::eq(select((3, 14, 0), Some(&newer)).unwrap(), r), "interned");
 
         let mut big = newer.clone();
+        let size = dbg::SIZES.iter().find(|s| s.0 == "interpreter_frame.size").unwrap().1;
+        put_u64(&mut big, size, 80);
+        assert!(select((3, 14, 0), Some(&big)).is_ok());
         let pos = dbg::FIELDS.iter().find(|f| f.0 == "frame_owner").unwrap().2;
         put_u64(&mut big, pos, 5000);
         let m = message(select((3, 14, 0), Some(&big)));
-        assert!(m.contains("frame_owner = 5000 outside interpreter_frame.size"), "{m}");
+        assert!(m.contains("frame_owner = 5000 outside interpreter_frame.size = 80"), "{m}");
 
         let mut sentinel = newer.clone();
         let pos = dbg::FIELDS.iter().find(|f| f.0 == "object_type").unwrap().2;

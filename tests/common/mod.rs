@@ -27,23 +27,71 @@ pub fn workload(name: &str) -> PathBuf {
     repo().join("testdata/workloads").join(name)
 }
 
+/// pyenv's root: $PYENV_ROOT, else what `pyenv root` says, else /root/.pyenv (where CI installs it).
 pub fn pyenv_root() -> PathBuf {
-    std::env::var_os("PYENV_ROOT").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root/.pyenv"))
+    if let Some(r) = std::env::var_os("PYENV_ROOT").filter(|r| !r.is_empty()) {
+        return PathBuf::from(r);
+    }
+    if let Ok(out) = Command::new("pyenv").arg("root").output() {
+        let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if out.status.success() && !s.is_empty() {
+            return PathBuf::from(s);
+        }
+    }
+    PathBuf::from("/root/.pyenv")
+}
+
+/// One interpreter of testdata/interpreters.
+#[derive(Debug, Clone)]
+pub struct Interpreter {
+    /// `3.11.7`, `debian-3.11`.
+    pub name: String,
+    /// `(major, minor)`.
+    pub version: (u8, u8),
+    /// The `python` executable.
+    pub python: PathBuf,
+    /// The shared libpython with debug info (pyenv installs only).
+    pub libpython: Option<PathBuf>,
+}
+
+/// Every interpreter the tests use (testdata/interpreters, the list scripts/setup checks), oldest first.
+pub fn interpreters() -> Vec<Interpreter> {
+    let list = std::fs::read_to_string(repo().join("testdata/interpreters")).expect("testdata/interpreters");
+    let mut out = Vec::new();
+    for line in list.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(f.len(), 3, "testdata/interpreters: bad line {line:?}");
+        let (major, minor) = f[1].split_once('.').expect("version major.minor");
+        let version: (u8, u8) = (major.parse().expect("major"), minor.parse().expect("minor"));
+        let (python, libpython) = if f[2] == "pyenv" {
+            let dir = pyenv_root().join("versions").join(f[0]);
+            let exe = if version.0 == 2 { "python2".to_string() } else { format!("python{}.{}", version.0, version.1) };
+            // libpython3.7m.so.1.0 before 3.8 (the ABI flag), libpython3.8.so.1.0 after.
+            let prefix = format!("libpython{}.{}", version.0, version.1);
+            let lib = std::fs::read_dir(dir.join("lib"))
+                .ok()
+                .and_then(|rd| {
+                    rd.filter_map(|e| e.ok()).map(|e| e.path()).find(|p| {
+                        p.file_name()
+                            .and_then(|f| f.to_str())
+                            .is_some_and(|f| f.starts_with(&prefix) && f.ends_with(".so.1.0"))
+                    })
+                })
+                .unwrap_or_else(|| dir.join("lib").join(format!("{prefix}.so.1.0")));
+            (dir.join("bin").join(exe), Some(lib))
+        } else {
+            (PathBuf::from(f[2]), None)
+        };
+        out.push(Interpreter { name: f[0].to_string(), version, python, libpython });
+    }
+    out
 }
 
 /// An interpreter the tests must have: a missing one fails the test that needs it, loudly.
 pub fn interpreter(name: &str) -> PathBuf {
-    let path = if name == "debian-3.11" {
-        PathBuf::from("/usr/bin/python3.11")
-    } else {
-        let dir = pyenv_root().join("versions").join(name).join("bin");
-        let short = if name.starts_with('2') {
-            "python2".to_string()
-        } else {
-            format!("python{}", &name[..name.rfind('.').unwrap()])
-        };
-        dir.join(short)
-    };
+    let all = interpreters();
+    let i = all.iter().find(|i| i.name == name).unwrap_or_else(|| panic!("{name} is not in testdata/interpreters"));
+    let path = i.python.clone();
     assert!(path.exists(), "interpreter {name} missing at {} (scripts/setup checks for it)", path.display());
     path
 }

@@ -1,0 +1,658 @@
+//! Conformance: every fact of record/python/ checked against the real interpreters of testdata/interpreters
+//! (their DWARF through gdb, their own `_Py_DebugOffsets`, their line tables and type flags as the running
+//! interpreter reports them), and the /proc facts the targets rely on. Needs the interpreters, gdb and root
+//! (scripts/setup installs them); a missing one is a failure, never a skip. These live here, not in the
+//! library's unit tests, so that `cargo test --lib` runs anywhere.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::{interpreters, repo};
+use pyperf::python::debug_offsets::{self as dbg, cross_check, layout_from_debug_offsets};
+use pyperf::python::detect::BinaryInfo;
+use pyperf::python::layout::{version_from_hex, Layout};
+use pyperf::python::linetable::{instr_byte_offset, line_at};
+use pyperf::python::probes::{self, in_range, Probe, V};
+use pyperf::python::versions::{select, Source, TPFLAGS_TYPE_SUBCLASS};
+use pyperf::python::{row_for, ROWS};
+use pyperf::targets::procfs::{identity, start_time};
+
+// ---- struct offsets against DWARF ----------------------------------------------------------------------------
+
+/// An interpreter with a shared libpython carrying debug info: `(major.minor, name, libpython)`.
+struct Install {
+    version: V,
+    name: String,
+    lib: PathBuf,
+}
+
+/// Every pyenv interpreter of testdata/interpreters; each row must have at least one (a missing one fails).
+fn installs() -> Vec<Install> {
+    let all: Vec<Install> = interpreters()
+        .into_iter()
+        .filter_map(|i| Some(Install { version: i.version, name: i.name, lib: i.libpython? }))
+        .collect();
+    let mut missing = Vec::new();
+    for i in &all {
+        if !i.lib.exists() {
+            missing.push(format!("{} (no {})", i.name, i.lib.display()));
+        }
+    }
+    for r in &ROWS {
+        if !all.iter().any(|i| i.version == r.version) {
+            missing.push(format!("Python {}.{}: no interpreter in testdata/interpreters", r.version.0, r.version.1));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "missing interpreters (install them with debug info and a shared libpython, e.g. \
+         PYTHON_CONFIGURE_OPTS=--enable-shared pyenv install X.Y.Z; scripts/setup checks them):\n  {}",
+        missing.join("\n  ")
+    );
+    all
+}
+
+/// Result of one gdb expression: `Ok(value)` or `Err(gdb's message)`.
+type Eval = Result<i64, String>;
+
+/// Runs one gdb batch over `exprs` against `lib`.
+fn run_gdb(install: &Install, exprs: &[&str]) -> Result<Vec<Eval>, String> {
+    let list: Vec<String> = exprs.iter().map(|e| format!("    {e:?},")).collect();
+    let script = format!("PROBES = [\n{}\n]\n{}", list.join("\n"), probes::GDB_SCRIPT);
+    let path = std::env::temp_dir().join(format!("pyperf-layouts-{}-{}.py", std::process::id(), install.name));
+    std::fs::write(&path, script).map_err(|e| format!("write {}: {e}", path.display()))?;
+    let out = Command::new("gdb")
+        .args(["-nx", "-batch", "-iex", "set debuginfod enabled off", "-x"])
+        .arg(&path)
+        .arg(&install.lib)
+        .output();
+    let _ = std::fs::remove_file(&path);
+    let out = out.map_err(|e| format!("cannot run gdb (is it installed?): {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut evals: Vec<Option<Eval>> = vec![None; exprs.len()];
+    let mut ended = false;
+    for line in stdout.lines() {
+        let mut it = line.splitn(4, '\t');
+        if it.next() != Some("@@") {
+            continue;
+        }
+        let (idx, status, rest) = (it.next(), it.next(), it.next().unwrap_or(""));
+        if idx == Some("END") {
+            ended = true;
+            continue;
+        }
+        let i: usize = idx.and_then(|s| s.parse().ok()).ok_or("bad gdb output")?;
+        evals[i] = Some(match status {
+            Some("OK") => Ok(rest.parse().map_err(|_| format!("bad value {rest:?}"))?),
+            _ => Err(rest.to_string()),
+        });
+    }
+    if !ended || evals.iter().any(Option::is_none) {
+        return Err(format!(
+            "gdb on {} did not evaluate every probe (exit {:?})\nstdout:\n{stdout}\nstderr:\n{}",
+            install.lib.display(),
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(evals.into_iter().map(Option::unwrap).collect())
+}
+
+/// What one install told us: problems found, and the DWARF value of every field (-1 where
+/// no expression for this version evaluates), for the suggested-table dump.
+struct Checked {
+    errors: Vec<String>,
+    dwarf: BTreeMap<&'static str, i64>,
+}
+
+fn probe_for(field: &str) -> &'static Probe {
+    probes::probe_for(field).unwrap_or_else(|| panic!("no probe for field {field}"))
+}
+
+fn check_install(install: &Install) -> Checked {
+    let v = install.version;
+    let tag = &install.name;
+    let row = row_for(v.0, v.1).expect("an interpreter of a version without a row");
+    let layout = row.layout;
+    let mut errors = Vec::new();
+    let mut dwarf = BTreeMap::new();
+
+    // Flat expression list, in `Layout::fields()` order: every `at` and `absent_member`
+    // expression of each field's probe, then Py_Version (3.11+) and the _Py_DebugOffsets
+    // entries (3.13+). The checks below walk it in the same order.
+    let mut exprs: Vec<&str> = Vec::new();
+    for (name, _) in layout.fields() {
+        let probe = probe_for(name);
+        exprs.extend(probe.at.iter().map(|a| a.2));
+        exprs.extend(probe.absent_member.iter().map(|a| a.2));
+    }
+    let has_py_version = v >= (3, 11);
+    if has_py_version {
+        exprs.push("val|Py_Version");
+    }
+    let debug_exprs: Vec<String> = dbg::FIELDS
+        .iter()
+        .map(|d| format!("val|_PyRuntime.debug_offsets.{}", d.1))
+        .chain(std::iter::once("val|_PyRuntime.debug_offsets.free_threaded".to_string()))
+        .collect();
+    let has_debug_offsets = row.source != Source::Table;
+    if has_debug_offsets {
+        exprs.extend(debug_exprs.iter().map(String::as_str));
+    }
+    let evals = match run_gdb(install, &exprs) {
+        Ok(e) => e,
+        Err(e) => return Checked { errors: vec![format!("{tag}: {e}")], dwarf },
+    };
+
+    let mut i = 0;
+    for (name, value) in layout.fields() {
+        let probe = probe_for(name);
+        let at = &evals[i..i + probe.at.len()];
+        i += probe.at.len();
+        let absent = &evals[i..i + probe.absent_member.len()];
+        i += probe.absent_member.len();
+
+        let current = probe.at.iter().position(|a| in_range(v, (a.0, a.1)));
+        let dwarf_value = match current {
+            Some(k) => at[k].clone(),
+            None => Err("no expression for this version".to_string()),
+        };
+        dwarf.insert(name, dwarf_value.clone().unwrap_or(-1));
+        if value != -1 {
+            match (current, &dwarf_value) {
+                (None, _) => errors.push(format!(
+                    "{tag}: {name} = {value} but the probe table has no expression for {}.{}",
+                    v.0, v.1
+                )),
+                (Some(_), Ok(d)) if *d == i64::from(value) => {}
+                (Some(k), got) => {
+                    errors.push(format!("{tag}: {name} = {value}, DWARF `{}` gives {got:?}", probe.at[k].2))
+                }
+            }
+        } else {
+            if let Some(k) = current {
+                errors.push(format!(
+                    "{tag}: {name} = -1 but `{}` is listed for this version (gives {:?})",
+                    probe.at[k].2, at[k]
+                ));
+            }
+            for (k, (a, r)) in probe.at.iter().zip(at).enumerate() {
+                if let (Ok(d), false) = (r, current == Some(k)) {
+                    errors.push(format!("{tag}: {name} = -1 but `{}` exists here (= {d})", a.2));
+                }
+            }
+            for (a, r) in probe.absent_member.iter().zip(absent) {
+                let ok = matches!(r, Err(m) if m.contains("There is no member named"));
+                if in_range(v, (a.0, a.1)) && !ok {
+                    errors.push(format!(
+                        "{tag}: {name} = -1 but `{}` gave {r:?}, not 'There is no member named'",
+                        a.2
+                    ));
+                }
+            }
+        }
+    }
+
+    if has_py_version {
+        let want: Vec<u8> = tag.split('.').filter_map(|s| s.parse().ok()).collect();
+        match &evals[i] {
+            Ok(hex) => {
+                let got = version_from_hex(*hex as u32);
+                if [got.0, got.1, got.2][..] != want[..] {
+                    errors.push(format!("{tag}: Py_Version {hex:#x} decodes to {got:?}, expected {want:?}"));
+                }
+            }
+            Err(e) => errors.push(format!("{tag}: cannot read Py_Version: {e}")),
+        }
+        i += 1;
+    }
+    if has_debug_offsets {
+        let fields = layout.fields();
+        for (k, (field, member, _)) in dbg::FIELDS.iter().enumerate() {
+            let value = fields.iter().find(|f| f.0 == *field).expect("known field").1;
+            match &evals[i + k] {
+                Ok(d) if *d == i64::from(value) => {}
+                got => errors.push(format!("{tag}: {field} = {value}, _Py_DebugOffsets.{member} gives {got:?}")),
+            }
+        }
+        let free_threaded = &evals[i + dbg::FIELDS.len()];
+        if *free_threaded != Ok(0) {
+            errors.push(format!("{tag}: _Py_DebugOffsets.free_threaded is {free_threaded:?}: not a default build"));
+        }
+    }
+    Checked { errors, dwarf }
+}
+
+/// Rows in the `layouts!` format from the DWARF values (one column per SUPPORTED version).
+fn suggested_table(results: &[(V, Checked)]) -> String {
+    let mut s = String::from("DWARF-derived table (first install of each version):\n");
+    for (name, _) in ROWS[0].layout.fields() {
+        let cols: Vec<String> = ROWS
+            .iter()
+            .map(|r| {
+                let d = results.iter().find(|x| x.0 == r.version).and_then(|x| x.1.dwarf.get(name));
+                d.map_or("   ?".to_string(), |d| format!("{d:>4}"))
+            })
+            .collect();
+        s += &format!("    {:<26} [{}],\n", format!("{name}:"), cols.join(", "));
+    }
+    s
+}
+
+#[test]
+fn layouts_match_dwarf() {
+    let installs = installs();
+    // Two gdb processes at a time: enough to halve the wall time on a shared 2-core box.
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<(V, Checked)>> = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(install) = installs.get(i) else {
+                    break;
+                };
+                let checked = check_install(install);
+                results.lock().unwrap().push((install.version, checked));
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap();
+    results.sort_by_key(|r| r.0);
+
+    let mut errors = Vec::new();
+    let mut mismatched = false;
+    for (_, c) in &results {
+        mismatched |= !c.errors.is_empty();
+        errors.extend(c.errors.iter().cloned());
+    }
+    let checked: Vec<&str> = installs.iter().map(|i| i.name.as_str()).collect();
+    eprintln!("checked layouts against DWARF of: {}", checked.join(" "));
+    if !errors.is_empty() {
+        let table = if mismatched { suggested_table(&results) } else { String::new() };
+        panic!("{} layout problem(s):\n  {}\n{table}", errors.len(), errors.join("\n  "));
+    }
+}
+
+/// `debug_offsets` positions against the DWARF of every installed 3.13+ interpreter (the
+/// struct layout of `_Py_DebugOffsets`), and its field mapping against `DEBUG_OFFSETS` above
+/// (which checks the values against the table).
+#[test]
+fn debug_offsets_positions_match_dwarf() {
+    use pyperf::python::debug_offsets as d;
+    let installs: Vec<Install> =
+        installs().into_iter().filter(|i| row_for(i.version.0, i.version.1).unwrap().source != Source::Table).collect();
+    assert!(!installs.is_empty(), "no interpreter with _Py_DebugOffsets in testdata/interpreters");
+    let mut probes: Vec<(String, i32)> = vec![
+        ("off|struct _Py_DebugOffsets|cookie".to_string(), 0),
+        ("off|struct _Py_DebugOffsets|version".to_string(), d::VERSION),
+        ("off|struct _Py_DebugOffsets|free_threaded".to_string(), d::FREE_THREADED),
+        ("size|struct _Py_DebugOffsets".to_string(), d::SIZE),
+    ];
+    for (_, member, pos) in d::FIELDS.iter().chain([&("", d::GIL_STATE.0, d::GIL_STATE.1)]) {
+        probes.push((format!("off|struct _Py_DebugOffsets|{member}"), *pos));
+    }
+    for (member, pos) in [d::GIL_LOCKED, d::GIL_HOLDER] {
+        probes.push((format!("off|struct _Py_DebugOffsets|{member}"), pos));
+    }
+    for (member, pos, _) in d::SIZES {
+        probes.push((format!("off|struct _Py_DebugOffsets|{member}"), *pos));
+    }
+    let exprs: Vec<&str> = probes.iter().map(|p| p.0.as_str()).collect();
+    let mut errors = Vec::new();
+    for install in &installs {
+        let evals = run_gdb(install, &exprs).unwrap_or_else(|e| panic!("{e}"));
+        for ((expr, want), got) in probes.iter().zip(evals) {
+            if got != Ok(i64::from(*want)) {
+                errors.push(format!("{}: `{expr}` is {got:?}, debug_offsets says {want}", install.name));
+            }
+        }
+    }
+    for (field, _, _) in d::FIELDS {
+        assert!(ROWS[0].layout.fields().iter().any(|(n, _)| n == field), "unknown field {field}");
+    }
+    for (_, _, fields) in d::SIZES {
+        for f in *fields {
+            assert!(d::FIELDS.iter().any(|(n, _, _)| n == f), "{f} is not read from the debug offsets");
+        }
+    }
+    for f in d::SENTINELS {
+        assert!(d::FIELDS.iter().any(|(n, _, _)| n == f), "{f} is not read from the debug offsets");
+    }
+    let names: Vec<&str> = installs.iter().map(|i| i.name.as_str()).collect();
+    eprintln!("checked _Py_DebugOffsets positions against DWARF of: {}", names.join(" "));
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+// ---- line tables against the interpreters --------------------------------------------------------------------
+
+struct Code {
+    first_line: u32,
+    table: Vec<u8>,
+    name: String,
+    lines: Vec<i64>,
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    if s == "-" {
+        return Vec::new();
+    }
+    (0..s.len() / 2).map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex")).collect()
+}
+
+fn expected(line: i64) -> Option<u32> {
+    u32::try_from(line).ok()
+}
+
+/// Runs the dump script with one interpreter and checks every answer; returns a summary line.
+fn check_interpreter(major: u8, minor: u8, python: &Path, script: &Path) -> Result<String, String> {
+    let who = format!("{major}.{minor} ({})", python.display());
+    let row = row_for(major, minor).ok_or(format!("{who}: no row"))?;
+    let kind = row.line_table;
+    let out = Command::new(python).arg(script).output().map_err(|e| format!("{who}: cannot run: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mismatches: Vec<&str> = stdout.lines().filter(|l| l.starts_with("MISMATCH")).collect();
+    if !out.status.success() || !mismatches.is_empty() {
+        return Err(format!(
+            "{who}: dump script failed ({}):\n{}\n{}",
+            out.status,
+            mismatches.join("\n"),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let mut codes: Vec<Code> = Vec::new();
+    let mut frames: Vec<(usize, u32, u32, Option<u32>)> = Vec::new();
+    let mut version = None;
+    let mut end = None;
+    let mut lines = stdout.lines();
+    while let Some(l) = lines.next() {
+        let f: Vec<&str> = l.split(' ').collect();
+        match f[0] {
+            "VERSION" => version = Some((f[1].parse::<u8>().unwrap(), f[2].parse::<u8>().unwrap())),
+            "CODE" => {
+                assert_eq!(f[1].parse::<usize>().unwrap(), codes.len(), "{who}: code ids");
+                let n: usize = f[3].parse().unwrap();
+                let next = lines.next().unwrap_or("");
+                let ls: Vec<i64> = next.split(' ').skip(1).map(|x| x.parse().expect("line number")).collect();
+                assert!(next.starts_with("LINES") && ls.len() == n, "{who}: bad LINES after {l}");
+                codes.push(Code {
+                    first_line: f[2].parse::<i64>().unwrap() as u32,
+                    table: unhex(f[4]),
+                    name: f.get(5).unwrap_or(&"?").to_string(),
+                    lines: ls,
+                });
+            }
+            "FRAME" => frames.push((
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+                f[3].parse().unwrap(),
+                if f[4] == "None" { None } else { Some(f[4].parse().unwrap()) },
+            )),
+            "END" => end = Some((f[1].parse::<usize>().unwrap(), f[2].parse::<usize>().unwrap())),
+            _ => return Err(format!("{who}: unexpected output line {l:?}")),
+        }
+    }
+    if version != Some((major, minor)) {
+        return Err(format!("{who}: interpreter reports version {version:?}"));
+    }
+    if end != Some((codes.len(), frames.len())) {
+        return Err(format!("{who}: truncated output (END {end:?})"));
+    }
+
+    let mut errors = Vec::new();
+    // [real, synthetic] x [offsets, offsets without line]
+    let mut counts = [[0usize; 2]; 2];
+    for (id, c) in codes.iter().enumerate() {
+        let synthetic = usize::from(c.name == "<synthetic>");
+        for (off, &want) in c.lines.iter().enumerate() {
+            counts[synthetic][0] += 1;
+            counts[synthetic][1] += usize::from(want < 0);
+            let got = line_at(kind, c.first_line, &c.table, off as u32);
+            if got != expected(want) && errors.len() < 20 {
+                errors.push(format!(
+                    "code #{id} {} (first {}) offset {off}: CPython {want}, line_at {got:?}",
+                    c.name, c.first_line
+                ));
+            }
+        }
+    }
+    // End-to-end: the raw value BPF reads -> instr_byte_offset -> line_at == frame.f_lineno.
+    // A not-started frame (None) is reported by CPython as co_firstlineno.
+    let resolve =
+        |c: &Code, raw: u32, adaptive: u32, shift: i64| match instr_byte_offset(row.instr, raw, adaptive) {
+            None => Some(c.first_line),
+            Some(off) => {
+                let off = u32::try_from(i64::from(off) + shift).ok()?;
+                line_at(kind, c.first_line, &c.table, off)
+            }
+        };
+    let mut refuted_prev = 0;
+    for &(id, raw, adaptive, lineno) in &frames {
+        let c = codes.get(id).ok_or(format!("{who}: frame of unknown code {id}"))?;
+        let got = resolve(c, raw, adaptive, 0);
+        if got != lineno && errors.len() < 40 {
+            errors.push(format!(
+                "frame in {} raw {raw} adaptive {adaptive}: f_lineno {lineno:?}, resolved {got:?}",
+                c.name
+            ));
+        }
+        refuted_prev += usize::from(resolve(c, raw, adaptive, -2) != lineno);
+    }
+    if !errors.is_empty() {
+        return Err(format!("{who}: {} mismatches:\n  {}", errors.len(), errors.join("\n  ")));
+    }
+    if frames.len() < 20 || codes.len() < 50 {
+        return Err(format!("{who}: too little data ({} codes, {} frames)", codes.len(), frames.len()));
+    }
+    // 3.13's instr_ptr is the executing instruction: "instr_ptr - 2" must be visibly wrong.
+    if (major, minor) == (3, 13) && refuted_prev == 0 {
+        return Err(format!("{who}: the frames do not distinguish instr_ptr from instr_ptr - 2"));
+    }
+    let [[real, real_none], [synth, synth_none]] = counts;
+    Ok(format!(
+        "{major}.{minor}: {} code objects: {real} offsets of compiled code ({real_none} without line), \
+         {synth} of synthetic tables ({synth_none} without line); {} live frames OK \
+         ({refuted_prev} of them would resolve differently at offset - 2)",
+        codes.len(),
+        frames.len()
+    ))
+}
+
+#[test]
+fn line_tables_match_every_interpreter() {
+    let script = repo().join("testdata/linetable_dump.py");
+    let all = interpreters();
+    for r in &ROWS {
+        assert!(all.iter().any(|i| i.version == r.version), "no interpreter of {:?} in testdata/interpreters", r.version);
+    }
+    // Two at a time (the machine is small).
+    let mut results = Vec::new();
+    for pair in all.chunks(2) {
+        let handles: Vec<_> = pair
+            .iter()
+            .cloned()
+            .map(|i| {
+                let s = script.clone();
+                std::thread::spawn(move || check_interpreter(i.version.0, i.version.1, &i.python, &s))
+            })
+            .collect();
+        for h in handles {
+            results.push(h.join().expect("checker thread"));
+        }
+    }
+    let mut failed = Vec::new();
+    for r in results {
+        match r {
+            Ok(summary) => eprintln!("linetable: {summary}"),
+            Err(e) => failed.push(e),
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+}
+
+// ---- type flags and _co_firsttraceable -----------------------------------------------------------------------
+
+/// Every row's `type_flags` offset and `Py_TPFLAGS_TYPE_SUBCLASS` in every interpreter (through ctypes: the flags
+/// word at that offset is `__flags__`, the bit is set for `type` and metaclasses only), and `first_traceable`
+/// against DWARF.
+#[test]
+fn type_flags_and_first_traceable_match_the_interpreters() {
+    let all = interpreters();
+    for i in &all {
+        let row = row_for(i.version.0, i.version.1).expect("a row");
+        let script = format!(
+            "import ctypes, abc\n\
+             flags = lambda t: ctypes.c_ulong.from_address(id(t) + {}).value\n\
+             assert all(flags(t) == t.__flags__ for t in (int, type, abc.ABCMeta, object))\n\
+             assert flags(type) & {TPFLAGS_TYPE_SUBCLASS} and flags(abc.ABCMeta) & {TPFLAGS_TYPE_SUBCLASS}\n\
+             assert not flags(int) & {TPFLAGS_TYPE_SUBCLASS} and not flags(object) & {TPFLAGS_TYPE_SUBCLASS}\n\
+             print('ok')\n",
+            row.type_flags
+        );
+        let out = Command::new(&i.python)
+            .args(["-c", &script])
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", i.python.display()));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "ok",
+            "{}: {}",
+            i.python.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for r in &ROWS {
+        let Some(i) = all.iter().find(|i| i.version == r.version && i.libpython.is_some()) else {
+            panic!("no pyenv interpreter of {:?} in testdata/interpreters", r.version);
+        };
+        let lib = i.libpython.as_ref().unwrap();
+        let out = Command::new("gdb")
+            .args(["-nx", "-batch", "-iex", "set debuginfod enabled off", "-ex"])
+            .arg("print (long)&((PyCodeObject*)0)->_co_firsttraceable")
+            .arg(lib)
+            .output()
+            .expect("gdb");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let got: Option<i32> = text.trim().rsplit(' ').next().and_then(|n| n.parse().ok());
+        assert_eq!(got, r.first_traceable, "{}: {text}", lib.display());
+    }
+}
+
+// ---- the interpreters' own _Py_DebugOffsets -------------------------------------------------------------------
+
+/// The `_Py_DebugOffsets` block of an interpreter (the static initialiser of `_PyRuntime` in its .data), read as
+/// detection reads it.
+fn debug_block(name: &str) -> (Vec<u8>, (u8, u8, u8)) {
+    let i = interpreters().into_iter().find(|i| i.name == name).unwrap_or_else(|| panic!("{name} not listed"));
+    let lib = i.libpython.unwrap_or_else(|| panic!("{name} has no libpython"));
+    let file = std::fs::File::open(&lib).unwrap_or_else(|e| panic!("{}: {e}", lib.display()));
+    let info = BinaryInfo::read(file).expect("an ELF file");
+    (info.debug_block.expect("_PyRuntime in .data"), info.version.expect("a version"))
+}
+
+fn put_u64(block: &mut [u8], pos: i32, v: u64) {
+    block[pos as usize..pos as usize + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+fn message<T: std::fmt::Debug>(r: Result<T, pyperf::python::versions::Unsupported>) -> String {
+    r.expect_err("must be refused").for_pid(123).to_string()
+}
+
+/// Every row checked by the debug offsets: the interpreter's own block agrees with the DWARF-checked table,
+/// field by field, and a disagreement refuses the process, naming the field.
+#[test]
+fn debug_offsets_cross_checked_on_real_blocks() {
+    let mut checked = 0;
+    for i in interpreters().iter().filter(|i| i.libpython.is_some()) {
+        let row = row_for(i.version.0, i.version.1).unwrap();
+        if row.source == Source::Table {
+            continue;
+        }
+        checked += 1;
+        let (block, version) = debug_block(&i.name);
+        assert_eq!((version.0, version.1), row.version);
+        assert!(std::ptr::eq(select(version, Some(&block)).unwrap(), row));
+        let built = layout_from_debug_offsets(&block, row.version, row.layout).unwrap();
+        assert_eq!(cross_check(&built, row.layout), Vec::<String>::new());
+        // Every field but the one pyperf does not read from there is the table's.
+        assert_eq!(Layout { runtime_autotss_key: row.layout.runtime_autotss_key, ..built }, *row.layout);
+
+        let mut bad = block.clone();
+        let pos = dbg::FIELDS.iter().find(|f| f.0 == "tstate_native_thread_id").unwrap().2;
+        put_u64(&mut bad, pos, row.layout.tstate_native_thread_id as u64 + 8);
+        let m = message(select(version, Some(&bad)));
+        assert!(m.contains("tstate_native_thread_id debug_offsets="), "{m}");
+        let mut ft = block.clone();
+        put_u64(&mut ft, dbg::FREE_THREADED, 1);
+        assert!(message(select(version, Some(&ft))).contains("free-threaded (Py_GIL_DISABLED)"));
+    }
+    assert!(checked > 0, "no interpreter with _Py_DebugOffsets in testdata/interpreters");
+}
+
+/// A version after the newest row: the layout comes from the debug offsets alone. Fed the newest interpreter's
+/// block relabelled as the next minor, it must give that layout under the new version; a block whose own layout
+/// moved must be refused, not misread.
+#[test]
+fn debug_offsets_alone_for_a_newer_version() {
+    let newest = &ROWS[ROWS.len() - 1];
+    let name = interpreters()
+        .into_iter()
+        .rfind(|i| i.version == newest.version && i.libpython.is_some())
+        .expect("an interpreter of the newest row")
+        .name;
+    let (mut block, _) = debug_block(&name);
+    let next = (newest.version.0, newest.version.1 + 1);
+    put_u64(&mut block, dbg::VERSION, (u64::from(next.0) << 24) | (u64::from(next.1) << 16) | 0xf0);
+    let r = select((next.0, next.1, 0), Some(&block)).expect("the next version from its debug offsets");
+    assert_eq!(r.version, next);
+    assert_eq!(r.source, Source::DebugOffsets);
+    assert_eq!(cross_check(r.layout, newest.layout), Vec::<String>::new());
+    assert_eq!(version_from_hex(0x030E_00F0), (3, 14, 0));
+
+    // A member added to interpreter_state moves everything after it by 8 bytes.
+    let mut moved = block[..152].to_vec();
+    moved.extend_from_slice(&[0u8; 8]);
+    moved.extend_from_slice(&block[152..block.len() - 8]);
+    let m = message(select((next.0, next.1, 0), Some(&moved)));
+    assert!(m.contains("_Py_DebugOffsets not in the layout pyperf reads"), "{m}");
+
+    // An offset beyond its struct's declared size.
+    let mut big = block.clone();
+    let pos = dbg::FIELDS.iter().find(|f| f.0 == "frame_owner").unwrap().2;
+    put_u64(&mut big, pos, 4000);
+    let m = message(select((next.0, next.1, 0), Some(&big)));
+    assert!(m.contains("frame_owner = 4000 outside interpreter_frame.size"), "{m}");
+}
+
+// ---- /proc facts the targets rely on --------------------------------------------------------------------------
+
+#[test]
+fn this_process_has_an_identity_that_stays() {
+    let me = std::process::id();
+    let a = identity(me).unwrap();
+    assert!(a.start_time > 0);
+    assert_ne!(a.image, (0, 0, 0), "run as root, or the kernel hides the image addresses");
+    assert_eq!(identity(me), Some(a));
+    assert_eq!(start_time(me), Some(a.start_time));
+}
+
+#[test]
+fn exec_is_seen_in_a_real_process() {
+    // sh sleeps, then execs into another program: same pid and start time, new identity.
+    let mut child = Command::new("sh").args(["-c", "sleep 0.3; exec sleep 5"]).spawn().unwrap();
+    let pid = child.id();
+    std::thread::sleep(Duration::from_millis(100));
+    let before = identity(pid).unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    let after = identity(pid).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(before.start_time, after.start_time);
+    assert_ne!(before, after);
+}
