@@ -165,7 +165,7 @@ static __always_inline __s32 get_u8(const __u8 *buf, __s16 off, __u32 bufsz)
 	return buf[o];
 }
 
-/* Must equal record/symbolize.rs code_check(): user space recomputes it from
+/* Must equal record/python/code.rs code_check(): user space recomputes it from
  * the code object it reads and drops the frame on a mismatch. */
 static __always_inline __u32 pyperf_code_check(__u32 firstlineno, __u64 filename, __u64 name)
 {

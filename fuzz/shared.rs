@@ -5,7 +5,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use pyperf_report::{flamegraph, folded, speedscope, text, Filter, LoadOptions, Profile};
+use pyperf_report::{write_report, Filter, Format, LoadOptions, Profile, ReportArgs};
 
 pub const MIB: usize = 1 << 20;
 
@@ -37,6 +37,7 @@ fn count(delta: isize) {
 // SAFETY: forwards to the system allocator; only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract for `alloc` (a layout of non-zero size) is the one System needs.
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
             count(layout.size() as isize);
@@ -44,6 +45,7 @@ unsafe impl GlobalAlloc for Counting {
         p
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as in `alloc`: the caller's layout has a non-zero size.
         let p = unsafe { System.alloc_zeroed(layout) };
         if !p.is_null() {
             count(layout.size() as isize);
@@ -51,10 +53,14 @@ unsafe impl GlobalAlloc for Counting {
         p
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller got `ptr` from this allocator with `layout`, so from System (every allocation of
+        // this type is System's).
         unsafe { System.dealloc(ptr, layout) };
         count(-(layout.size() as isize));
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: `ptr` is System's, allocated with `layout`, and `new_size` is non-zero and fits `layout`'s
+        // alignment: the caller's contract for `realloc`, passed on.
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if !p.is_null() {
             count(new_size as isize - layout.size() as isize);
@@ -71,23 +77,22 @@ pub fn peak_bytes(f: impl FnOnce()) -> usize {
     (PEAK.with(Cell::get) - base).max(0) as usize
 }
 
-/// Everything `pyperf report` can do with a file, in every output format. An exporter may refuse with an error
-/// (a clear error for the user); it must not panic.
+/// Everything `pyperf report` can do with a file: loaded with everything (timelines included) and with the least
+/// (stack counts only), each written in every output format of the report crate (`Format::ALL`, so a new
+/// exporter is fuzzed without a change here) and as folded stacks without lines (and with process and thread
+/// roots when loaded per thread). An exporter may refuse with an error (a clear error for the user, e.g. a flame
+/// graph of no samples); it must not panic.
 pub fn report_all_formats(bytes: &[u8]) {
     for options in [LoadOptions::new(Filter::default(), true), LoadOptions::stacks_only(Filter::default())] {
         let Ok(profile) = Profile::load(bytes, &options) else { return };
-        let _ = text::render(&profile, &text::Options::default());
-        let mut o = folded::Options::default();
-        let _ = folded::write(&profile, &o, std::io::sink());
-        o.lines = false;
-        o.pid_root = options.per_thread;
-        o.tid_root = options.per_thread;
-        let _ = folded::write(&profile, &o, std::io::sink());
-        if options.timeline {
-            let _ = speedscope::write(&profile, &speedscope::Options::default(), std::io::sink());
-        }
-        if profile.matched.samples > 0 {
-            let _ = flamegraph::write(&profile, &flamegraph::Options::default(), std::io::sink());
+        let roots = ReportArgs {
+            no_lines: true,
+            pid_root: options.per_thread,
+            tid_root: options.per_thread,
+            ..ReportArgs::with_format(Format::Folded)
+        };
+        for args in Format::ALL.map(ReportArgs::with_format).into_iter().chain([roots]) {
+            let _ = write_report(&args, &profile, std::io::sink());
         }
     }
 }

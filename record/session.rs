@@ -244,9 +244,7 @@ impl Session {
     fn poll(&mut self, timeout: Duration) -> Result<()> {
         let Session { sampler, symbolizer, sink, start_ns, truncated, .. } = self;
         let sink: &mut dyn Sink = sink.as_mut();
-        sampler
-            .poll(timeout, &mut |s| on_sample(symbolizer, sink, *start_ns, truncated, s))
-            .context("reading samples")
+        sampler.poll(timeout, &mut |s| on_sample(symbolizer, sink, *start_ns, truncated, s)).context("reading samples")
     }
 
     /// Applies what discovery found: processes gone are dropped (after their queued samples are taken, while
@@ -326,4 +324,3 @@ fn on_sample(symbolizer: &mut Symbolizer, sink: &mut dyn Sink, start_ns: u64, tr
         frames,
     });
 }
-

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Dump CPython's own line-number answers for the tests of record/linetable.rs.
+"""Dump CPython's own line-number answers for tests/conformance.rs (record/python/linetable.rs).
 
 Runs unchanged on CPython 2.7 and 3.6 - 3.13 (keep it 2.7-syntax compatible).
 

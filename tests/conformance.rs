@@ -166,10 +166,8 @@ fn check_install(install: &Install) -> Checked {
         dwarf.insert(name, dwarf_value.clone().unwrap_or(-1));
         if value != -1 {
             match (current, &dwarf_value) {
-                (None, _) => errors.push(format!(
-                    "{tag}: {name} = {value} but the probe table has no expression for {}.{}",
-                    v.0, v.1
-                )),
+                (None, _) => errors
+                    .push(format!("{tag}: {name} = {value} but the probe table has no expression for {}.{}", v.0, v.1)),
                 (Some(_), Ok(d)) if *d == i64::from(value) => {}
                 (Some(k), got) => {
                     errors.push(format!("{tag}: {name} = {value}, DWARF `{}` gives {got:?}", probe.at[k].2))
@@ -190,10 +188,7 @@ fn check_install(install: &Install) -> Checked {
             for (a, r) in probe.absent_member.iter().zip(absent) {
                 let ok = matches!(r, Err(m) if m.contains("There is no member named"));
                 if in_range(v, (a.0, a.1)) && !ok {
-                    errors.push(format!(
-                        "{tag}: {name} = -1 but `{}` gave {r:?}, not 'There is no member named'",
-                        a.2
-                    ));
+                    errors.push(format!("{tag}: {name} = -1 but `{}` gave {r:?}, not 'There is no member named'", a.2));
                 }
             }
         }
@@ -424,14 +419,13 @@ fn check_interpreter(major: u8, minor: u8, python: &Path, script: &Path) -> Resu
     }
     // End-to-end: the raw value BPF reads -> instr_byte_offset -> line_at == frame.f_lineno.
     // A not-started frame (None) is reported by CPython as co_firstlineno.
-    let resolve =
-        |c: &Code, raw: u32, adaptive: u32, shift: i64| match instr_byte_offset(row.instr, raw, adaptive) {
-            None => Some(c.first_line),
-            Some(off) => {
-                let off = u32::try_from(i64::from(off) + shift).ok()?;
-                line_at(kind, c.first_line, &c.table, off)
-            }
-        };
+    let resolve = |c: &Code, raw: u32, adaptive: u32, shift: i64| match instr_byte_offset(row.instr, raw, adaptive) {
+        None => Some(c.first_line),
+        Some(off) => {
+            let off = u32::try_from(i64::from(off) + shift).ok()?;
+            line_at(kind, c.first_line, &c.table, off)
+        }
+    };
     let mut refuted_prev = 0;
     for &(id, raw, adaptive, lineno) in &frames {
         let c = codes.get(id).ok_or(format!("{who}: frame of unknown code {id}"))?;
@@ -469,7 +463,11 @@ fn line_tables_match_every_interpreter() {
     let script = repo().join("testdata/linetable_dump.py");
     let all = interpreters();
     for r in &ROWS {
-        assert!(all.iter().any(|i| i.version == r.version), "no interpreter of {:?} in testdata/interpreters", r.version);
+        assert!(
+            all.iter().any(|i| i.version == r.version),
+            "no interpreter of {:?} in testdata/interpreters",
+            r.version
+        );
     }
     // Two at a time (the machine is small).
     let mut results = Vec::new();

@@ -7,12 +7,12 @@
 //! | issue 7 point | test |
 //! |---|---|
 //! | SIGKILL mid-recording | `sigkill_mid_recording_keeps_all_but_the_last_second` |
-//! | exits, exec, pid reuse, new processes in `-a` | `churn_in_all_processes_mode_keeps_samples_with_their_process` (+ unit tests in record/targets.rs) |
+//! | exits, exec, pid reuse, new processes in `-a` | `churn_in_all_processes_mode_keeps_samples_with_their_process` (+ unit tests in record/targets/, tests/conformance.rs) |
 //! | full ring buffer | `full_ring_buffer_is_counted_in_the_trailer_and_shown_by_report` |
 //! | full maps | `full_process_map_is_counted_in_the_trailer_and_shown_by_report` |
 //! | unreadable target memory | `unreadable_target_memory_is_counted_and_never_names_a_wrong_function` |
 //! | load | `load_many_busy_threads_at_1khz` (bench/load.sh: the 16 x 4 x 60 s run) |
-//! | output file | unit tests in record/output.rs |
+//! | output file | unit tests in record/sink/output.rs |
 //! | 1 KiB file, 64 MiB | `a_1k_file_cannot_make_the_reader_or_the_report_hold_64_mib` (+ the fuzzer's own check, fuzz/) |
 
 mod common;

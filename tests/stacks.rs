@@ -34,7 +34,7 @@ use pyperf_format::{symbol_flags, StackStatus, Symbol, Tables};
 const PHASE_SECONDS: &str = "0.25";
 /// Deep stacks are slower to sample and record: give them more time.
 const LONGER: &[(&str, &str)] = &[("deep", "deep:0.4"), ("truncated", "truncated:0.5")];
-/// symbolize::MAX_NAME_BYTES.
+/// python::code::MAX_NAME_BYTES.
 const MAX_NAME_BYTES: usize = pyperf::python::code::MAX_NAME_BYTES;
 /// PYPERF_MAX_FRAMES.
 const MAX_FRAMES: usize = pyperf::abi::MAX_FRAMES;

@@ -12,7 +12,9 @@ pub const MAJOR: u16 = 1;
 /// Minor version: a reader accepts higher ones, ignoring what it does not know.
 pub const MINOR: u16 = 0;
 
+/// Bytes before the first chunk: magic, major, minor, four reserved bytes.
 pub const PREAMBLE_LEN: usize = 16;
+/// Bytes of a chunk's header, before its payload (layout: [`chunk_header`]).
 pub const CHUNK_HEADER_LEN: usize = 20;
 
 /// Largest payload a chunk may have, stored or decompressed. Bounds the memory one chunk can make a reader
@@ -36,23 +38,31 @@ pub struct Budget {
     raw: u64,
 }
 
-/// Payload is zstd-compressed.
+/// Chunk flag, bit 0: the payload is one zstd frame (without it, stored as is).
 pub const FLAG_ZSTD: u16 = 1;
 
 /// Chunk kinds. Unknown kinds are skipped by readers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u16)]
 pub enum Kind {
+    /// [`crate::Header`]: exactly one, the first chunk.
     Header = 1,
+    /// [`crate::Process`]: one per process followed.
     Process = 2,
+    /// [`crate::SymbolChunk`]: symbols new since the previous one.
     Symbols = 3,
+    /// [`crate::StackChunk`]: stack nodes new since the previous one.
     Stacks = 4,
+    /// [`crate::SampleChunk`]: a batch of samples, by column.
     Samples = 5,
+    /// [`crate::SymbolChunk`]: a piece of the complete symbol table written at the end.
     SymbolTable = 6,
+    /// [`crate::Stats`]: the trailer, last.
     Stats = 7,
 }
 
 impl Kind {
+    /// The kind with this on-disk value; `None` for a kind from a newer minor version (readers skip it).
     pub fn from_u16(v: u16) -> Option<Kind> {
         Some(match v {
             1 => Kind::Header,
@@ -100,21 +110,35 @@ pub fn read_preamble<R: Read>(input: &mut R) -> Result<(u16, u16), Error> {
     Ok((major, minor))
 }
 
+/// The header of a chunk whose payload, as stored in the file, is `stored`, and `raw_len` bytes once
+/// decompressed (FORMAT.md, "Chunk"): kind, flags ([`FLAG_ZSTD`] or 0), stored and raw lengths, CRC-32 of
+/// `stored`, CRC-32 of the 16 bytes before it. Lengths are taken as given, unchecked, and `kind` may be one no
+/// reader knows.
+///
+/// The one encoding of the chunk header: the [`crate::Writer`] frames every chunk with it, and the tools and
+/// tests that build chunks by hand (unknown kinds, uncompressed payloads: the fuzzer's seeds, the report's
+/// synthetic recordings, the format tests) use it instead of copies of the layout. Public rather than behind a
+/// test-only feature: its users are in three crates, one outside the workspace, and it is the format's own
+/// definition, not test scaffolding.
+pub fn chunk_header(kind: u16, flags: u16, stored: &[u8], raw_len: u32) -> [u8; CHUNK_HEADER_LEN] {
+    let mut header = [0u8; CHUNK_HEADER_LEN];
+    header[0..2].copy_from_slice(&kind.to_le_bytes());
+    header[2..4].copy_from_slice(&flags.to_le_bytes());
+    header[4..8].copy_from_slice(&(stored.len() as u32).to_le_bytes());
+    header[8..12].copy_from_slice(&raw_len.to_le_bytes());
+    header[12..16].copy_from_slice(&crc32fast::hash(stored).to_le_bytes());
+    let header_crc = crc32fast::hash(&header[..16]);
+    header[16..20].copy_from_slice(&header_crc.to_le_bytes());
+    header
+}
+
 /// Compresses `raw` and writes one chunk. Returns the bytes written.
 pub fn write_chunk<W: Write>(out: &mut W, kind: Kind, raw: &[u8], level: i32) -> io::Result<u64> {
     let stored = zstd::bulk::compress(raw, level)?;
     if raw.len() > MAX_CHUNK_BYTES as usize || stored.len() > MAX_CHUNK_BYTES as usize {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "chunk larger than MAX_CHUNK_BYTES"));
     }
-    let mut header = [0u8; CHUNK_HEADER_LEN];
-    header[0..2].copy_from_slice(&(kind as u16).to_le_bytes());
-    header[2..4].copy_from_slice(&FLAG_ZSTD.to_le_bytes());
-    header[4..8].copy_from_slice(&(stored.len() as u32).to_le_bytes());
-    header[8..12].copy_from_slice(&(raw.len() as u32).to_le_bytes());
-    header[12..16].copy_from_slice(&crc32fast::hash(&stored).to_le_bytes());
-    let header_crc = crc32fast::hash(&header[..16]);
-    header[16..20].copy_from_slice(&header_crc.to_le_bytes());
-    out.write_all(&header)?;
+    out.write_all(&chunk_header(kind as u16, FLAG_ZSTD, &stored, raw.len() as u32))?;
     out.write_all(&stored)?;
     Ok((CHUNK_HEADER_LEN + stored.len()) as u64)
 }

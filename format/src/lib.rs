@@ -10,7 +10,7 @@ mod reader;
 mod states;
 mod writer;
 
-pub use chunk::{Kind, CHUNK_HEADER_LEN, MAGIC, MAJOR, MAX_CHUNK_BYTES, MINOR, PREAMBLE_LEN};
+pub use chunk::{chunk_header, Kind, CHUNK_HEADER_LEN, FLAG_ZSTD, MAGIC, MAJOR, MAX_CHUNK_BYTES, MINOR, PREAMBLE_LEN};
 pub use model::*;
 pub use reader::{samples, Frames, Reader, Record, Sample, Tables};
 pub use states::{GilState, PthreadIdMatch, StackStatus, ThreadStateMatch};
@@ -18,23 +18,50 @@ pub use writer::{SampleRecord, Writer, SAMPLES_PER_CHUNK, SYMBOLS_PER_CHUNK};
 
 use std::io::Read;
 
+/// Why a recording could not be read or written. Every reading error names the byte offset where it was found.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The underlying reader or writer failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// The input does not start with [`MAGIC`].
     #[error("not a pyperf recording (wrong magic bytes)")]
     NotARecording,
+    /// The file's major version is higher than [`MAJOR`]: this reader would misread it.
     #[error(
         "recording format {}.{} is newer than this pyperf reads ({}.{}); upgrade pyperf to read it",
         file.0, file.1, supported.0, supported.1
     )]
-    NewerMajor { file: (u16, u16), supported: (u16, u16) },
+    NewerMajor {
+        /// (major, minor) of the file.
+        file: (u16, u16),
+        /// (major, minor) this crate writes and reads.
+        supported: (u16, u16),
+    },
+    /// The input ends inside the preamble or a chunk: everything before `offset` is intact.
     #[error("recording cut off at byte {offset} after {complete_chunks} complete chunks")]
-    Truncated { offset: u64, complete_chunks: u64 },
+    Truncated {
+        /// Where the input ended.
+        offset: u64,
+        /// Chunks read whole before it, the header chunk included.
+        complete_chunks: u64,
+    },
+    /// A chunk's header or payload does not match its CRC-32.
     #[error("recording corrupt: checksum mismatch in the chunk at byte {offset}")]
-    Checksum { offset: u64 },
+    Checksum {
+        /// Start of the damaged chunk.
+        offset: u64,
+    },
+    /// A chunk is well framed but its content breaks the format: over the size limits, undecodable, or
+    /// referring to symbols or stack nodes not defined before it.
     #[error("recording corrupt at byte {offset}: {what}")]
-    Corrupt { offset: u64, what: String },
+    Corrupt {
+        /// Start of the offending chunk (or of the preamble field).
+        offset: u64,
+        /// What is wrong, in words.
+        what: String,
+    },
+    /// The writer could not encode a record (postcard's message).
     #[error("cannot encode record: {0}")]
     Encode(String),
 }

@@ -21,6 +21,7 @@ pub enum Rate {
 pub struct Header {
     /// Version of the pyperf that wrote the file.
     pub pyperf_version: String,
+    /// Name of the recording host.
     pub hostname: String,
     /// `uname -r` of the recording host.
     pub kernel_release: String,
@@ -30,6 +31,7 @@ pub struct Header {
     pub start_time_unix_ns: u64,
     /// Sampling event name: `cpu-clock` or `cycles`.
     pub event: String,
+    /// How often the event fires a sample.
     pub rate: Rate,
     /// The pyperf command line that made the recording.
     pub command_line: Vec<String>,
@@ -40,6 +42,7 @@ pub struct Header {
 /// One profiled process. Written when the recorder starts following it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Process {
+    /// Process id (tgid) in the recording host's root PID namespace.
     pub pid: u32,
     /// Full command line (`/proc/PID/cmdline`).
     pub command: Vec<String>,
@@ -71,6 +74,7 @@ pub struct Symbol {
     pub scope: String,
     /// Function name as the interpreter names it (`run`, `<module>`, `<lambda>`, `<listcomp>`).
     pub name: String,
+    /// Source file (`co_filename`), as the interpreter has it.
     pub file: String,
     /// Line being executed; 0 when unknown.
     pub line: u32,
@@ -92,7 +96,9 @@ impl Symbol {
 /// Symbols new since the previous chunk of this kind, with consecutive ids starting at `first_id`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SymbolChunk {
+    /// Id of `symbols[0]`.
     pub first_id: u32,
+    /// The symbols, ids ascending.
     pub symbols: Vec<Symbol>,
 }
 
@@ -101,8 +107,11 @@ pub struct SymbolChunk {
 /// node's own id means "no caller" (a root frame). Node 0 is the empty stack. A sample names its leaf node.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StackChunk {
+    /// Id of the first node; one more than the last node defined before.
     pub first_id: u32,
+    /// Per node, its id minus its caller's id (the node's own id for a root frame).
     pub parent_back: Vec<u32>,
+    /// Per node, the symbol id of its frame. Same length as `parent_back`.
     pub symbols: Vec<u32>,
 }
 
@@ -115,8 +124,11 @@ pub struct SampleChunk {
     pub base_time_ns: u64,
     /// Difference to the previous sample's time (the first is 0). Signed: CPUs deliver slightly out of order.
     pub time_delta_ns: Vec<i64>,
+    /// CPU the sample was taken on.
     pub cpu: Vec<u32>,
+    /// Process id (tgid).
     pub pid: Vec<u32>,
+    /// Thread id.
     pub tid: Vec<u32>,
     /// Index into `comms`.
     pub comm: Vec<u32>,
@@ -135,10 +147,12 @@ pub struct SampleChunk {
 }
 
 impl SampleChunk {
+    /// Number of samples (the `stack` column is always decoded).
     pub fn len(&self) -> usize {
         self.stack.len()
     }
 
+    /// Whether the chunk holds no sample.
     pub fn is_empty(&self) -> bool {
         self.stack.is_empty()
     }
@@ -148,9 +162,13 @@ impl SampleChunk {
 /// length-prefixed byte string, so a reader steps over it without looking at its values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Columns {
+    /// `time_delta_ns` (without it every sample has the chunk's base time).
     pub time: bool,
+    /// `cpu`.
     pub cpu: bool,
+    /// `pid`.
     pub pid: bool,
+    /// `tid`.
     pub tid: bool,
     /// `comm` and `comms`.
     pub comm: bool,
@@ -159,6 +177,7 @@ pub struct Columns {
 }
 
 impl Columns {
+    /// Every column.
     pub const ALL: Columns = Columns { time: true, cpu: true, pid: true, tid: true, comm: true, states: true };
     /// Only what every reader gets: time base, status, stack.
     pub const MINIMAL: Columns =

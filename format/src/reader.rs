@@ -11,14 +11,21 @@ use crate::{Error, GilState, PthreadIdMatch, StackStatus, ThreadStateMatch};
 /// A decoded chunk.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
+    /// A process the recorder started following.
     Process(Process),
+    /// Symbols new since the previous symbol chunk.
     Symbols(SymbolChunk),
+    /// Stack nodes new since the previous stack chunk.
     Stacks(StackChunk),
+    /// A batch of samples, with the columns [`Reader::set_columns`] asked for.
     Samples(SampleChunk),
+    /// A piece of the complete symbol table the writer repeats at the end.
     SymbolTable(SymbolChunk),
+    /// The trailer.
     Stats(Stats),
     /// A chunk kind from a newer minor version; skipped.
     Unknown {
+        /// Its on-disk kind value.
         kind: u16,
     },
 }
@@ -57,6 +64,7 @@ impl<R: Read> Reader<R> {
         self.columns = columns;
     }
 
+    /// The file's header chunk, read by [`Reader::new`].
     pub fn header(&self) -> &Header {
         &self.header
     }
@@ -131,13 +139,21 @@ fn decode_borrowed<'a, T: serde::Deserialize<'a>>(payload: &'a [u8], offset: u64
 pub struct Sample<'a> {
     /// ns since the recording's start.
     pub time_ns: u64,
+    /// CPU it was taken on.
     pub cpu: u32,
+    /// Process id (tgid).
     pub pid: u32,
+    /// Thread id.
     pub tid: u32,
+    /// Thread name (task comm).
     pub comm: &'a str,
+    /// Whether the thread's thread state was the interpreter's current one.
     pub thread_state: ThreadStateMatch,
+    /// Who held the GIL.
     pub gil: GilState,
+    /// Whether the thread state belonged to this OS thread.
     pub pthread_id: PthreadIdMatch,
+    /// How complete the stack is.
     pub status: StackStatus,
     /// Leaf stack node, 0 for none; resolve with [`Tables::frames`].
     pub stack: u32,
@@ -169,9 +185,11 @@ pub fn samples(c: &SampleChunk) -> impl Iterator<Item = Sample<'_>> + '_ {
 /// Symbols, stack nodes and processes seen so far. Grows with unique stacks, never with samples.
 #[derive(Debug, Default, Clone)]
 pub struct Tables {
+    /// Symbol `i` at index `i`.
     pub symbols: Vec<Symbol>,
     /// (parent node, symbol id) for node i+1.
     pub nodes: Vec<(u32, u32)>,
+    /// Process records in file order (a reused pid appears again, later).
     pub processes: Vec<Process>,
     /// The trailer, once read.
     pub stats: Option<Stats>,
@@ -261,10 +279,12 @@ impl Tables {
         out.reverse();
     }
 
+    /// The symbol with this id. Panics on an id no record defined (ids from checked records are defined).
     pub fn symbol(&self, id: u32) -> &Symbol {
         &self.symbols[id as usize]
     }
 
+    /// The latest process record of `pid`, if any.
     pub fn process(&self, pid: u32) -> Option<&Process> {
         self.processes.iter().rev().find(|p| p.pid == pid)
     }

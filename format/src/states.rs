@@ -12,7 +12,10 @@ macro_rules! state_enum {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum $name {
-            $( $variant, )*
+            $(
+                #[doc = concat!($words, " (`", $key, "`, ", stringify!($value), " on disk).")]
+                $variant,
+            )*
             /// A value written by a newer pyperf.
             Unknown(u8),
         }
@@ -21,6 +24,7 @@ macro_rules! state_enum {
             /// All known states, in on-disk order.
             pub const ALL: &'static [$name] = &[$( $name::$variant, )*];
 
+            /// The state an on-disk byte stands for; unknown values are kept as `Unknown(raw)`.
             pub fn from_u8(raw: u8) -> Self {
                 match raw {
                     $( $value => $name::$variant, )*
@@ -28,6 +32,7 @@ macro_rules! state_enum {
                 }
             }
 
+            /// The on-disk byte; `from_u8(x.as_u8()) == x` for every value.
             pub const fn as_u8(self) -> u8 {
                 match self {
                     $( $name::$variant => $value, )*

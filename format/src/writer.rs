@@ -19,13 +19,21 @@ pub const SYMBOLS_PER_CHUNK: usize = 4096;
 pub struct SampleRecord<'a> {
     /// ns since the recording's start.
     pub time_ns: u64,
+    /// CPU it was taken on.
     pub cpu: u32,
+    /// Process id (tgid).
     pub pid: u32,
+    /// Thread id.
     pub tid: u32,
+    /// Thread name (task comm); stored once per chunk.
     pub comm: &'a str,
+    /// Whether the thread's thread state was the interpreter's current one.
     pub thread_state: ThreadStateMatch,
+    /// Who held the GIL.
     pub gil: GilState,
+    /// Whether the thread state belonged to this OS thread.
     pub pthread_id: PthreadIdMatch,
+    /// How complete the stack is.
     pub status: StackStatus,
     /// Leaf stack node from [`Writer::intern_stack`], 0 for none.
     pub stack: u32,
@@ -53,6 +61,10 @@ impl Hasher for NodeHasher {
 
 type NodeMap = HashMap<u64, u32, BuildHasherDefault<NodeHasher>>;
 
+/// Writes a recording as it is made: interns symbols and stacks, batches samples into column chunks of
+/// [`SAMPLES_PER_CHUNK`], and writes every definition before the first chunk that refers to it, so that the file
+/// is readable wherever it is cut. Dropping the writer without [`Writer::finish`] leaves a file without trailer
+/// (and without what was batched since the last [`Writer::flush`]), as a killed recorder does.
 pub struct Writer<W: Write> {
     out: W,
     level: i32,
@@ -104,22 +116,27 @@ impl<W: Write> Writer<W> {
         self.level = level;
     }
 
+    /// Bytes handed to the output so far (preamble and chunks; not what is still batched).
     pub fn bytes_written(&self) -> u64 {
         self.bytes_written
     }
 
+    /// Samples pushed so far, batched ones included.
     pub fn samples_written(&self) -> u64 {
         self.samples
     }
 
+    /// Distinct symbols interned so far.
     pub fn symbol_count(&self) -> usize {
         self.symbols.len()
     }
 
+    /// Stack nodes interned so far (node 0, the empty stack, not counted).
     pub fn stack_node_count(&self) -> u32 {
         self.node_count - 1
     }
 
+    /// Writes a process record now (not batched): it comes before every sample pushed after it.
     pub fn add_process(&mut self, process: &Process) -> Result<(), Error> {
         self.write_record(Kind::Process, process)
     }

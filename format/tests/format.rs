@@ -232,19 +232,10 @@ fn newer_major_is_refused_naming_both_versions() {
     assert!(msg.contains(&format!("{MAJOR}.{MINOR}")), "{msg}");
 }
 
-/// Builds one raw chunk the way a future writer would.
+/// Builds one raw chunk the way a future writer would: any kind, any payload.
 fn raw_chunk(kind: u16, payload: &[u8]) -> Vec<u8> {
     let stored = zstd::bulk::compress(payload, 1).unwrap();
-    let mut h = Vec::new();
-    h.extend_from_slice(&kind.to_le_bytes());
-    h.extend_from_slice(&1u16.to_le_bytes());
-    h.extend_from_slice(&(stored.len() as u32).to_le_bytes());
-    h.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    h.extend_from_slice(&crc32fast::hash(&stored).to_le_bytes());
-    let header_crc = crc32fast::hash(&h);
-    h.extend_from_slice(&header_crc.to_le_bytes());
-    h.extend_from_slice(&stored);
-    h
+    [&chunk_header(kind, FLAG_ZSTD, &stored, payload.len() as u32)[..], &stored].concat()
 }
 
 #[test]

@@ -67,17 +67,9 @@ fn uncompressed(bytes: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A chunk around `stored` as it is in the file (header from the format crate's own [`chunk_header`]).
 fn chunk(kind: u16, flags: u16, stored: &[u8], raw_len: usize) -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(&kind.to_le_bytes());
-    out.extend_from_slice(&flags.to_le_bytes());
-    out.extend_from_slice(&(stored.len() as u32).to_le_bytes());
-    out.extend_from_slice(&(raw_len as u32).to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(stored).to_le_bytes());
-    let crc = crc32fast::hash(&out[..16]);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out.extend_from_slice(stored);
-    out
+    [&chunk_header(kind, flags, stored, raw_len as u32)[..], stored].concat()
 }
 
 fn header() -> Header {
@@ -174,7 +166,7 @@ fn varint(mut n: u64, out: &mut Vec<u8>) {
 
 /// A zstd chunk holding `raw`.
 fn packed(kind: Kind, raw: &[u8]) -> Vec<u8> {
-    chunk(kind as u16, 1, &zstd::bulk::compress(raw, 19).unwrap(), raw.len())
+    chunk(kind as u16, FLAG_ZSTD, &zstd::bulk::compress(raw, 19).unwrap(), raw.len())
 }
 
 /// The preamble and a header chunk whose command line is `n` empty strings.

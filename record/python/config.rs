@@ -4,9 +4,9 @@
 
 use super::detect::PythonProcess;
 use super::layout::Layout;
-use super::versions::{Frames, Gil, Instr, Interpreters, ThreadMatch};
 #[cfg(doc)]
 use super::versions::Row;
+use super::versions::{Frames, Gil, Instr, Interpreters, ThreadMatch};
 use crate::abi::{self, types, ProcConfig};
 
 const TSTATE_BUF: i32 = abi::TSTATE_BUF as i32;
@@ -53,7 +53,9 @@ pub fn bpf_config(p: &PythonProcess) -> Result<ProcConfig, ConfigError> {
     let mut gil_locked_width = 4;
     if let (Some(locked), true) = (at(rt, l.runtime_gil_locked), l.gil_locked >= 0) {
         gil_addr = locked - l.gil_locked as u64;
-    } else if let (Some(lock), Some(_), true) = (p.addrs.interpreter_lock, p.addrs.tstate_current, row.gil == Gil::LockPtr) {
+    } else if let (Some(lock), Some(_), true) =
+        (p.addrs.interpreter_lock, p.addrs.tstate_current, row.gil == Gil::LockPtr)
+    {
         // 2.7: the lock pointer says whether the GIL exists; _PyThreadState_Current is its holder.
         gil_kind = types::pyperf_gil_kind::GIL_KIND_LOCK_PTR.0;
         gil_addr = lock;

@@ -81,11 +81,7 @@ pub const SIZES: &[(&str, i32, &[&str])] = &[
         152,
         &["tstate_next", "tstate_interp", "tstate_current_frame", "tstate_thread_id", "tstate_native_thread_id"],
     ),
-    (
-        "interpreter_frame.size",
-        224,
-        &["frame_back", "frame_code", "frame_instr", "frame_localsplus", "frame_owner"],
-    ),
+    ("interpreter_frame.size", 224, &["frame_back", "frame_code", "frame_instr", "frame_localsplus", "frame_owner"]),
     (
         "code_object.size",
         272,

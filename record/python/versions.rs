@@ -302,7 +302,8 @@ pub fn select(version: (u8, u8, u8), debug: Option<&[u8]>) -> Result<&'static Ro
             format!("_Py_DebugOffsets says version {}.{}.{} ({hex:#x})", dv.0, dv.1, dv.2),
         ));
     }
-    let built = layout_from_debug_offsets(debug, (major, minor), newest.layout).map_err(|why| Unsupported::new(&what, why))?;
+    let built =
+        layout_from_debug_offsets(debug, (major, minor), newest.layout).map_err(|why| Unsupported::new(&what, why))?;
     match table {
         Some(row) => {
             let diff = cross_check(&built, row.layout);

@@ -21,7 +21,9 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{libbpf_sys, ErrorKind, Link, MapCore, MapFlags, OpenObject, PrintLevel, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{
+    libbpf_sys, ErrorKind, Link, MapCore, MapFlags, OpenObject, PrintLevel, RingBuffer, RingBufferBuilder,
+};
 
 use crate::abi::skel::{PyperfSkel, PyperfSkelBuilder};
 use crate::abi::{self, types, ProcConfig};
@@ -312,9 +314,8 @@ impl Sampler {
     pub fn poll(&mut self, timeout: Duration, on_sample: &mut dyn FnMut(&RawSample<'_>)) -> Result<(), BpfError> {
         // SAFETY: only the lifetime is erased; the pointer is cleared by the guard before this
         // function returns, and the callback only runs inside the calls below.
-        let callback: Callback = unsafe {
-            std::mem::transmute::<*mut (dyn for<'a, 'b> FnMut(&'a RawSample<'b>) + '_), Callback>(on_sample)
-        };
+        let callback: Callback =
+            unsafe { std::mem::transmute::<*mut (dyn for<'a, 'b> FnMut(&'a RawSample<'b>) + '_), Callback>(on_sample) };
         self.inner.shared.callback.set(Some(callback));
         let _guard = CallbackGuard(Rc::clone(&self.inner.shared));
         let deadline = Instant::now() + timeout;

@@ -29,13 +29,57 @@ pub struct FormatFlags {
     pub flamegraph: bool,
 }
 
-/// The output formats.
+/// An output format: one exporter, selected by one flag of [`FormatFlags`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
+    /// `--text`: [`text`], the default.
     Text,
+    /// `--folded`: [`folded`].
     Folded,
+    /// `--speedscope`: [`speedscope`].
     Speedscope,
+    /// `--flamegraph`: [`flamegraph`].
     Flamegraph,
+}
+
+impl Format {
+    /// Every output format, in the order of `--help`. The golden, robustness and fuzz tests run every entry, so
+    /// an exporter added here (a variant, its flag in [`FormatFlags`], its arm in [`write_report`]) is tested
+    /// by all of them without touching their lists; a unit test checks this list against the flags.
+    pub const ALL: [Format; 4] = [Format::Text, Format::Folded, Format::Speedscope, Format::Flamegraph];
+
+    /// The command-line flag that selects it.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Format::Text => "--text",
+            Format::Folded => "--folded",
+            Format::Speedscope => "--speedscope",
+            Format::Flamegraph => "--flamegraph",
+        }
+    }
+
+    /// File-name suffix for this output (`prof.folded`, `prof.svg`): the golden tests name their expected
+    /// files `RECORDING.SUFFIX`.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Format::Text => "text",
+            Format::Folded => "folded",
+            Format::Speedscope => "speedscope.json",
+            Format::Flamegraph => "svg",
+        }
+    }
+}
+
+impl From<Format> for FormatFlags {
+    /// The flags that select `format` alone.
+    fn from(format: Format) -> Self {
+        FormatFlags {
+            text: format == Format::Text,
+            folded: format == Format::Folded,
+            speedscope: format == Format::Speedscope,
+            flamegraph: format == Format::Flamegraph,
+        }
+    }
 }
 
 /// Arguments of `pyperf report`.
@@ -45,6 +89,7 @@ pub struct ReportArgs {
     #[arg(short, long, value_name = "FILE", default_value = "prof.pyp")]
     pub input: PathBuf,
 
+    /// Output format (at most one flag; none: text).
     #[command(flatten)]
     pub format: FormatFlags,
 
@@ -112,6 +157,12 @@ impl Default for ReportArgs {
 }
 
 impl ReportArgs {
+    /// The defaults of the command line (`-i prof.pyp`, text) with this output format.
+    pub fn with_format(format: Format) -> Self {
+        ReportArgs { format: format.into(), ..ReportArgs::default() }
+    }
+
+    /// The format the flags select ([`Format::Text`] when none is given).
     pub fn output_format(&self) -> Format {
         let f = &self.format;
         if f.folded {
@@ -137,6 +188,8 @@ impl ReportArgs {
         })
     }
 
+    /// What [`ReportArgs::load`] collects: the filter, and only the per-thread, per-state and timeline data
+    /// the chosen output shows (each costs time while reading).
     pub fn load_options(&self) -> Result<LoadOptions, ReportError> {
         let format = self.output_format();
         let mut o = LoadOptions::new(self.filter()?, format == Format::Speedscope);
@@ -216,6 +269,37 @@ fn run_report(args: &ReportArgs) -> Result<(), ReportError> {
             let stdout = io::stdout().lock();
             write_report(args, &profile, BufWriter::with_capacity(1 << 16, stdout))
                 .map_err(|e| ReportError::write("standard output", e))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{Args, Command, FromArgMatches};
+
+    /// [`Format::ALL`] is the list the tests iterate over: it must hold every flag of the `format` group, and
+    /// each flag must select its own format.
+    #[test]
+    fn format_list_matches_the_flags() {
+        let cmd = ReportArgs::augment_args(Command::new("pyperf-report"));
+        let group = cmd.get_groups().find(|g| g.get_id() == "format").expect("format group");
+        let mut flags: Vec<String> = group
+            .get_args()
+            .map(|id| {
+                let arg = cmd.get_arguments().find(|a| a.get_id() == id).expect("group member");
+                format!("--{}", arg.get_long().expect("long flag"))
+            })
+            .collect();
+        let mut listed: Vec<String> = Format::ALL.iter().map(|f| f.flag().to_string()).collect();
+        flags.sort();
+        listed.sort();
+        assert_eq!(flags, listed, "Format::ALL and FormatFlags differ");
+        for format in Format::ALL {
+            let matches = cmd.clone().try_get_matches_from(["pyperf-report", format.flag()]).expect("parses");
+            let parsed = ReportArgs::from_arg_matches(&matches).expect("arguments");
+            assert_eq!(parsed, ReportArgs::with_format(format));
+            assert_eq!(parsed.output_format(), format);
         }
     }
 }

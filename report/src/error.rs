@@ -6,21 +6,44 @@ use std::io;
 pub enum ReportError {
     /// The input could not be opened (missing, a directory, no permission, empty).
     #[error("cannot open {path}: {reason}")]
-    Open { path: String, reason: String },
+    Open {
+        /// The input as the user named it.
+        path: String,
+        /// Why, in words (no OS error number).
+        reason: String,
+    },
     /// The input is not a readable recording.
     #[error("cannot read {path}: {}", format_error(.err))]
-    Read { path: String, err: pyperf_format::Error },
+    Read {
+        /// The input as the user named it.
+        path: String,
+        /// What the format crate found.
+        err: pyperf_format::Error,
+    },
     /// The output could not be written.
     #[error("cannot write {target}: {}", io_reason(.err))]
-    Write { target: String, err: io::Error },
+    Write {
+        /// The output file, or `standard output`.
+        target: String,
+        /// The failed write.
+        err: io::Error,
+    },
     /// A filter names a state that does not exist.
     #[error("unknown {what} '{key}'; valid: {valid}")]
-    UnknownKey { what: &'static str, key: String, valid: String },
+    UnknownKey {
+        /// Which kind of state (`GIL state`, `stack status`, ...).
+        what: &'static str,
+        /// The key as given.
+        key: String,
+        /// The keys that exist, comma-separated.
+        valid: String,
+    },
     /// Nothing left to draw (e.g. the filters matched no sample) where an empty output would be useless.
     #[error("{0}")]
     Empty(String),
 }
 
+/// Result of the report's fallible operations.
 pub type Result<T, E = ReportError> = std::result::Result<T, E>;
 
 impl ReportError {

@@ -7,11 +7,17 @@ use crate::error::ReportError;
 /// Selects samples. An empty list means "any"; within a list any value matches; all lists must match.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
+    /// Processes (`--pid`).
     pub pids: Vec<u32>,
+    /// Threads (`--tid`).
     pub tids: Vec<u32>,
+    /// GIL states (`--gil`).
     pub gil: Vec<GilState>,
+    /// Thread-state matches (`--thread-state`).
     pub thread_state: Vec<ThreadStateMatch>,
+    /// pthread-id matches (`--pthread-id`).
     pub pthread_id: Vec<PthreadIdMatch>,
+    /// Stack statuses (`--status`).
     pub status: Vec<StackStatus>,
 }
 

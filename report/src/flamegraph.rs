@@ -10,8 +10,10 @@ use inferno::flamegraph::color::{MultiPalette, Palette};
 use crate::folded;
 use crate::profile::Profile;
 
+/// Message of the error [`write()`] returns for a profile with no matching sample.
 pub const NO_SAMPLES: &str = "no samples to draw (none in the recording, or none matches the filters)";
 
+/// How the flame graph is drawn.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Options {

@@ -12,8 +12,9 @@ use crate::hash::FxMap;
 use crate::names;
 use crate::profile::Profile;
 
-/// Root frames used when the profile was loaded without [`crate::LoadOptions::per_thread`].
+/// Process root frame (`pid_root`) of a profile loaded without [`crate::LoadOptions::per_thread`].
 pub const ALL_PROCESSES: &str = "[all processes]";
+/// Thread root frame (`tid_root`) of a profile loaded without [`crate::LoadOptions::per_thread`].
 pub const ALL_THREADS: &str = "[all threads]";
 
 /// How the stacks are folded.

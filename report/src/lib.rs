@@ -32,7 +32,7 @@ pub mod folded;
 pub mod speedscope;
 pub mod text;
 
-pub use cli::{run, write_report, FormatFlags, ReportArgs};
+pub use cli::{run, write_report, Format, FormatFlags, ReportArgs};
 pub use error::{ReportError, Result};
 pub use filter::Filter;
 pub use profile::{LoadOptions, Profile, StackCount, StateCounts, Thread, Timeline, ALL_THREADS};

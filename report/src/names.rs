@@ -12,8 +12,11 @@
 
 use pyperf_format::{symbol_flags, StackStatus, Symbol};
 
+/// The only frame of a sample without Python frames.
 pub const IDLE: &str = "[idle]";
+/// Root frame of a stack cut at the recorder's depth limit.
 pub const TRUNCATED: &str = "[truncated]";
+/// Root frame of a stack whose walk failed part way.
 pub const STACK_ERROR: &str = "[stack error]";
 
 /// The pseudo-frame put at the root of a stack with this status, if any.

@@ -56,7 +56,9 @@ pub const ALL_THREADS: u32 = u32::MAX;
 /// One OS thread (pid, tid) seen in the samples.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Thread {
+    /// Process id (tgid).
     pub pid: u32,
+    /// Thread id.
     pub tid: u32,
     /// The thread's name (comm) in its last sample.
     pub comm: String,
@@ -71,19 +73,26 @@ pub struct Thread {
 pub struct StackCount {
     /// Index into [`Profile::threads`], or [`ALL_THREADS`].
     pub thread: u32,
+    /// How complete the stack is; stacks with different statuses are counted apart.
     pub status: StackStatus,
     /// Leaf stack node (0: no Python frames); resolve with `profile.tables.frames(leaf)`.
     pub leaf: u32,
+    /// Samples.
     pub count: u64,
 }
 
 /// Per-state sample counts. The vectors have 256 entries, indexed by the raw on-disk value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateCounts {
+    /// Samples counted (always, whatever [`LoadOptions::states`] says).
     pub samples: u64,
+    /// Samples per [`GilState`] value.
     pub gil: Vec<u64>,
+    /// Samples per [`ThreadStateMatch`] value.
     pub thread_state: Vec<u64>,
+    /// Samples per [`PthreadIdMatch`] value.
     pub pthread_id: Vec<u64>,
+    /// Samples per [`StackStatus`] value.
     pub status: Vec<u64>,
     /// Earliest and latest sample time (ns since the recording's start).
     pub time_range: Option<(u64, u64)>,
@@ -111,15 +120,19 @@ impl StateCounts {
     pub fn gil_states(&self) -> Vec<(GilState, u64)> {
         Self::nonzero(&self.gil, GilState::from_u8)
     }
+    /// Thread-state matches with samples, in on-disk order.
     pub fn thread_states(&self) -> Vec<(ThreadStateMatch, u64)> {
         Self::nonzero(&self.thread_state, ThreadStateMatch::from_u8)
     }
+    /// pthread-id matches with samples, in on-disk order.
     pub fn pthread_ids(&self) -> Vec<(PthreadIdMatch, u64)> {
         Self::nonzero(&self.pthread_id, PthreadIdMatch::from_u8)
     }
+    /// Stack statuses with samples, in on-disk order.
     pub fn statuses(&self) -> Vec<(StackStatus, u64)> {
         Self::nonzero(&self.status, StackStatus::from_u8)
     }
+    /// Samples with this stack status.
     pub fn count(&self, status: StackStatus) -> u64 {
         self.status[status.as_u8() as usize]
     }
@@ -128,6 +141,7 @@ impl StateCounts {
 /// One thread's matching samples in file order (sort by time before use): parallel columns.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Timeline {
+    /// Sample times, ns since the recording's start.
     pub times: Vec<u64>,
     /// Index into [`Profile::timeline_stacks`].
     pub stacks: Vec<u32>,
@@ -136,12 +150,15 @@ pub struct Timeline {
 /// A recording, aggregated.
 #[derive(Debug, Clone)]
 pub struct Profile {
+    /// The recording's header: what was recorded, where, how.
     pub header: Header,
     /// (major, minor) of the file.
     pub version: (u16, u16),
+    /// Symbols, stack nodes, processes and trailer, as read: resolve [`StackCount::leaf`] with them.
     pub tables: Tables,
     /// What the reader noticed (cut-off file, missing trailer, unknown chunks), one line each.
     pub warnings: Vec<String>,
+    /// The filter the profile was loaded with.
     pub filter: Filter,
     /// Threads in order of first sample.
     pub threads: Vec<Thread>,

@@ -15,11 +15,13 @@ use crate::hash::FxMap;
 use crate::names;
 use crate::profile::Profile;
 
+/// The `$schema` of every file written: the speedscope file-format schema it follows.
 pub const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
 
 /// Used when the event is not a clock (cycles) and a thread has a single sample.
 const FALLBACK_LAST_WEIGHT_NS: u64 = 1_000_000;
 
+/// What the speedscope file shows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Options {

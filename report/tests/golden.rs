@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use clap::Parser;
-use pyperf_report::{write_report, ReportArgs};
+use pyperf_report::{write_report, Format, ReportArgs};
 
 #[derive(Parser)]
 struct Cli {
@@ -44,14 +44,11 @@ fn recording_path(name: &str) -> PathBuf {
     testdata().join(dir).join(format!("{name}.pyp"))
 }
 
-/// (suffix of the expected file, arguments), run on every recording.
-const FORMATS: &[(&str, &[&str])] = &[
-    ("text", &["--text"]),
-    ("folded", &["--folded"]),
+/// Run on every recording besides each output format of the report crate (`Format::ALL`, expected file
+/// `RECORDING.SUFFIX`): (suffix of the expected file, arguments).
+const VARIANTS: &[(&str, &[&str])] = &[
     ("folded-nolines", &["--folded", "--no-lines"]),
     ("folded-pid-tid-root", &["--folded", "--pid-root", "--tid-root"]),
-    ("speedscope.json", &["--speedscope"]),
-    ("svg", &["--flamegraph"]),
 ];
 
 /// Filtered and other extra cases: (recording, suffix, arguments).
@@ -67,7 +64,10 @@ const EXTRA: &[(&str, &str, &[&str])] = &[
 fn cases() -> Vec<(String, String, Vec<String>)> {
     let mut out = Vec::new();
     for rec in synth::RECORDINGS.iter().chain(REAL) {
-        for (suffix, args) in FORMATS {
+        for format in Format::ALL {
+            out.push((rec.to_string(), format.suffix().to_string(), vec![format.flag().to_string()]));
+        }
+        for (suffix, args) in VARIANTS {
             out.push((rec.to_string(), suffix.to_string(), args.iter().map(|s| s.to_string()).collect()));
         }
     }

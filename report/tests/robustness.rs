@@ -4,21 +4,21 @@
 #[path = "support/synth.rs"]
 mod synth;
 
-use pyperf_report::{flamegraph, folded, speedscope, text, Filter, LoadOptions, Profile};
+use pyperf_report::{folded, write_report, Filter, Format, LoadOptions, Profile, ReportArgs};
 
-/// Loads `bytes` and runs every exporter (the flame graph, slower, when `svg`). Ok(warnings) or Err(message).
+/// Loads `bytes` with everything (threads, states, timelines) and writes it in every output format of the
+/// report crate (`Format::ALL`, the flame graph only when `svg`: it is slower), then as folded stacks without
+/// lines and with process and thread roots. Ok(warnings) or Err(message); an exporter's error is a failure.
 fn report(bytes: &[u8], svg: bool) -> Result<Vec<String>, String> {
     let profile = Profile::load(bytes, &LoadOptions::new(Filter::default(), true)).map_err(|e| e.to_string())?;
-    let _ = text::render(&profile, &text::Options::default());
-    let mut o = folded::Options::default();
-    folded::write(&profile, &o, std::io::sink()).expect("folded");
-    o.lines = false;
-    o.pid_root = true;
-    o.tid_root = true;
-    folded::write(&profile, &o, std::io::sink()).expect("folded with roots");
-    speedscope::write(&profile, &speedscope::Options::default(), std::io::sink()).expect("speedscope");
-    if svg && profile.matched.samples > 0 {
-        flamegraph::write(&profile, &flamegraph::Options::default(), std::io::sink()).expect("flame graph");
+    let roots =
+        ReportArgs { no_lines: true, pid_root: true, tid_root: true, ..ReportArgs::with_format(Format::Folded) };
+    for args in Format::ALL.map(ReportArgs::with_format).into_iter().chain([roots]) {
+        // The flame graph refuses a profile without samples (nothing to draw).
+        if args.output_format() == Format::Flamegraph && !(svg && profile.matched.samples > 0) {
+            continue;
+        }
+        write_report(&args, &profile, std::io::sink()).unwrap_or_else(|e| panic!("{args:?}: {e}"));
     }
     Ok(profile.warnings)
 }

@@ -420,25 +420,12 @@ fn cutoff() -> Vec<u8> {
     bytes
 }
 
-/// A chunk as the format writes it (FORMAT.md, "Chunk"): kind, zstd flag, lengths, payload CRC, header CRC.
+/// `payload` as a zstd chunk of any `kind`, even one no reader knows, framed by the format crate's own
+/// [`pyperf_format::chunk_header`] (FORMAT.md, "Chunk").
 pub fn raw_chunk(kind: u16, payload: &[u8]) -> Vec<u8> {
     let stored = zstd::bulk::compress(payload, 3).expect("zstd");
-    raw_chunk_stored(kind, 1, &stored, payload.len())
-}
-
-/// A chunk around an already-compressed payload.
-pub fn raw_chunk_stored(kind: u16, flags: u16, stored: &[u8], raw_len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(pyperf_format::CHUNK_HEADER_LEN + stored.len());
-    out.extend_from_slice(&kind.to_le_bytes());
-    out.extend_from_slice(&flags.to_le_bytes());
-    out.extend_from_slice(&(stored.len() as u32).to_le_bytes());
-    out.extend_from_slice(&(raw_len as u32).to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(stored).to_le_bytes());
-    let header_crc = crc32fast::hash(&out[..16]);
-    out.extend_from_slice(&header_crc.to_le_bytes());
-    assert_eq!(out.len(), pyperf_format::CHUNK_HEADER_LEN, "chunk header layout changed: update synth.rs");
-    out.extend_from_slice(stored);
-    out
+    let header = pyperf_format::chunk_header(kind, pyperf_format::FLAG_ZSTD, &stored, payload.len() as u32);
+    [&header[..], &stored].concat()
 }
 
 /// Format 1.1 (a newer minor) with a chunk of a kind this version does not know; a process whose command
