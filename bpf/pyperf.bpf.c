@@ -422,8 +422,10 @@ struct frame_walk {
 	__s32 last_argcount;
 	__u64 wlo, whi;   /* target addresses [wlo, whi) copied at the start of s->wbuf; whi 0 = none */
 	__u64 hash;       /* of the frames so far (code, check), for seen_stacks */
+	__u64 base;       /* 3.15+: the thread's base frame, where a complete walk ends; 0 = none */
 	__u32 n;
 	__u8 status;
+	__u8 reached_base;
 	BENCH_WALK_FIELDS
 };
 
@@ -440,6 +442,11 @@ static long frame_walk_step(__u32 i, void *arg)
 
 	if (!cur)
 		return 1;
+	if (cur == w->base) {
+		/* The sentinel at the bottom of the thread's frames: nothing below it is Python. */
+		w->reached_base = 1;
+		return 1;
+	}
 	/*
 	 * The frame's bytes, from the copy of the target's [wlo, whi) at the start of s->wbuf: the current window,
 	 * else a new read. 3.11+ (frame_window): a window of PYPERF_FRAME_WINDOW bytes ending at the frame's end,
@@ -483,8 +490,8 @@ static long frame_walk_step(__u32 i, void *arg)
 	fb = s->wbuf + o;
 	w->cur = get_u64(fb, proc->off.frame_back, PYPERF_FRAME_BUF);
 	if (proc->off.owner_cstack >= 0 &&
-	    get_u8(fb, proc->off.frame_owner, PYPERF_FRAME_BUF) == proc->off.owner_cstack)
-		return 0; /* shim / entry frame owned by the C stack: not Python code */
+	    get_u8(fb, proc->off.frame_owner, PYPERF_FRAME_BUF) >= proc->off.owner_cstack)
+		return 0; /* the interpreter's own frame (C-stack shim, entry frame): not Python code */
 	code = get_u64(fb, proc->off.frame_code, PYPERF_FRAME_BUF) & proc->code_mask;
 	if (proc->skip_code && code == proc->skip_code)
 		return 0; /* 3.13+: f_executable == Py_None, a C-stack entry frame */
@@ -595,6 +602,10 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 	h->thread_state_match = proc->tstate_current_addr || proc->off.global_from_gil ?
 		thread_state_match(ts, global_ts) : THREAD_STATE_UNKNOWN;
 	h->pthread_id_match = pthread_id_match(proc, s, ts, fsbase);
+	/* 3.15+: a thread that asked for the GIL and does not hold it is waiting for it. */
+	if (ts && proc->off.tstate_gil_requested >= 0 && h->gil_state != GIL_STATE_THIS_THREAD &&
+	    get_s32(s->tbuf, proc->off.tstate_gil_requested, PYPERF_TSTATE_BUF))
+		h->gil_state = GIL_STATE_WAITING;
 	PROF(2); /* GIL block, states */
 
 	/* Leaf frame: tstate->frame / ->current_frame, or tstate->cframe->current_frame. */
@@ -615,10 +626,17 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 		w.proc = proc;
 		w.s = s;
 		w.cur = frame;
+		if (proc->off.tstate_base_frame >= 0)
+			w.base = get_u64(s->tbuf, proc->off.tstate_base_frame, PYPERF_TSTATE_BUF);
 		BENCH_WALK_START(w);
 		bpf_loop(PYPERF_MAX_WALK, frame_walk_step, &w, 0);
-		if (w.status == STACK_STATUS_COMPLETE && w.cur)
+		if (w.status == STACK_STATUS_COMPLETE && w.cur && !w.reached_base)
 			w.status = STACK_STATUS_TRUNCATED; /* bpf_loop bound (many skipped shims) */
+		if (w.status == STACK_STATUS_COMPLETE && w.base && !w.reached_base) {
+			/* Ended on a NULL link above the base frame: a torn or unfinished chain. */
+			w.status = STACK_STATUS_INCOMPLETE;
+			s->counters.incomplete++;
+		}
 	}
 	PROF(4); /* frame walk */
 	n = w.n;

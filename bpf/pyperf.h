@@ -68,6 +68,7 @@ enum pyperf_stack_status {
 	STACK_STATUS_ERROR = 1,
 	STACK_STATUS_TRUNCATED = 2,
 	STACK_STATUS_IDLE = 3, /* no thread state or no Python frame */
+	STACK_STATUS_INCOMPLETE = 4, /* 3.15+: the walk ended without reaching the thread's base frame */
 };
 
 enum pyperf_gil_state {
@@ -79,6 +80,7 @@ enum pyperf_gil_state {
 	GIL_STATE_GLOBAL_CURRENT_THREAD = 5,
 	GIL_STATE_OTHER_THREAD = 6,
 	GIL_STATE_NULL = 7,
+	GIL_STATE_WAITING = 8, /* 3.15+: this thread is waiting for the GIL (tstate->gil_requested) */
 };
 
 enum pyperf_thread_state {
@@ -163,7 +165,8 @@ struct py_offsets {
 	__u16 gil_size;
 	__u8 instr_kind;            /* enum pyperf_instr_kind */
 	__u8 match_kind;            /* enum pyperf_match_kind */
-	__s16 owner_cstack;         /* owner value of frames owned by the C stack, skipped (3.12+: 3), -1 none */
+	__s16 owner_cstack;         /* frames whose owner is this or above are the interpreter's own, skipped
+	                             * (3.12/3.13 C-stack shims, 3.14+ entry frames: 3), -1 none */
 	/* First-local probe (<= 3.10 only, for the self/cls class-name heuristic; -1 on 3.11+,
 	 * which has co_qualname and pays nothing for this): PyFrameObject.f_localsplus, read
 	 * within the frame block; PyObject.ob_type; co_argcount relative to code_span (inside
@@ -178,6 +181,13 @@ struct py_offsets {
 	 * gilstate.tstate_current holds (set after taking the GIL, cleared before dropping
 	 * it). 0 = use tstate_current_addr (or nothing). */
 	__u8 global_from_gil;
+	/* 3.15+: PyThreadState.base_frame, the sentinel at the bottom of the
+	 * thread's frames: the walk is complete when it reaches it, and
+	 * STACK_STATUS_INCOMPLETE when it ends anywhere else. -1 = none. */
+	__s16 tstate_base_frame;
+	/* 3.15+: PyThreadState.gil_requested (int): the thread waits for the GIL
+	 * (GIL_STATE_WAITING). -1 = none. */
+	__s16 tstate_gil_requested;
 };
 
 /* Value of the `procs` map (key: tgid), filled by user space. Addresses have
@@ -199,7 +209,6 @@ struct py_proc {
 	__u8 frame_window;         /* 1: frames are on the data stack (3.11+), read them by windows (PYPERF_FRAME_WINDOW) */
 	__u8 _pad[4];
 	struct py_offsets off;
-	__u8 _pad2[4];
 };
 
 /* One frame of a sample. */
@@ -257,6 +266,7 @@ struct pyperf_counters {
 	__u64 thread_walks;      /* thread-state cache misses (list walked) */
 	__u64 idle;              /* events with stack_status IDLE */
 	__u64 target_ns;         /* time spent on samples of target processes, when measure_cost is set */
+	__u64 incomplete;        /* walks that ended without reaching the thread's base frame (3.15+) */
 };
 
 /* Per-CPU scratch (one slot per CPU of the `scratch` array): too big for the

@@ -83,6 +83,7 @@ state_enum! {
         GlobalCurrentThread = 5, "held-by-current", "GIL held by the interpreter's current thread";
         OtherThread = 6, "other-thread", "GIL held by another thread";
         Null = 7, "held-no-holder", "GIL locked, holder unknown";
+        Waiting = 8, "waiting", "this thread is waiting for the GIL (3.15+)";
     }
 }
 
@@ -117,6 +118,7 @@ state_enum! {
         Error = 1, "error", "stack walk failed part way (unreadable memory)";
         Truncated = 2, "truncated", "stack deeper than the walker's limit, leaf frames kept";
         Idle = 3, "idle", "thread not running Python code";
+        Incomplete = 4, "incomplete", "stack walk ended before the thread's base frame (3.15+), frames read kept";
     }
 }
 

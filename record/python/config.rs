@@ -126,7 +126,7 @@ pub fn bpf_config(p: &PythonProcess) -> Result<ProcConfig, ConfigError> {
         ThreadMatch::NativeTid => types::pyperf_match_kind::MATCH_NATIVE_TID.0,
         ThreadMatch::Pthread => types::pyperf_match_kind::MATCH_PTHREAD.0,
     };
-    let owner_cstack = row.hidden_owner.map_or(-1, i32::from);
+    let owner_cstack = row.hidden_owners_from.map_or(-1, i32::from);
     // <= 3.10 (no co_qualname): report each frame's first argument and its type.
     let first_local = l.code_qualname < 0 && l.frame_localsplus >= 0 && l.code_argcount >= 0 && l.object_type >= 0;
     let frame_localsplus = if first_local { l.frame_localsplus } else { -1 };
@@ -134,6 +134,8 @@ pub fn bpf_config(p: &PythonProcess) -> Result<ProcConfig, ConfigError> {
     // Bytes to read per block: up to the end of the last field used.
     let end = |fields: &[(i32, i32)]| fields.iter().filter(|(o, _)| *o >= 0).map(|(o, w)| o + w).max().unwrap_or(0);
     let tstate_size = end(&[
+        (l.tstate_base_frame, 8),
+        (l.tstate_gil_requested, 4),
         (l.tstate_next, 8),
         (l.tstate_interp, 8),
         (l.tstate_thread_id, 8),
@@ -220,8 +222,9 @@ pub fn bpf_config(p: &PythonProcess) -> Result<ProcConfig, ConfigError> {
             check_argcount: s16(if first_local { l.code_argcount - span.0 } else { -1 })?,
             gil_kind: gil_kind as u8,
             global_from_gil,
+            tstate_base_frame: s16(l.tstate_base_frame)?,
+            tstate_gil_requested: s16(l.tstate_gil_requested)?,
         },
-        _pad2: [0; 4],
     })
 }
 
@@ -286,7 +289,11 @@ mod tests {
             // Frames read by windows where they live on the data stack (3.11+).
             assert_eq!(c.frame_window == 1, v >= (3, 11), "{v:?}");
             assert_eq!(c.skip_code != 0, v >= (3, 13), "{v:?}");
-            assert_eq!(c.code_mask, u64::MAX, "{v:?}");
+            // Tagged f_executable (3.14+): the low bits are masked off.
+            assert_eq!(c.code_mask, if v >= (3, 14) { !3 } else { u64::MAX }, "{v:?}");
+            // The base frame ends the walk, and threads waiting for the GIL are seen, from 3.15.
+            assert_eq!(o.tstate_base_frame >= 0, v >= (3, 15), "{v:?}");
+            assert_eq!(o.tstate_gil_requested >= 0, v >= (3, 15), "{v:?}");
         }
         // 2.7 without the static interpreter_lock (stripped): no GIL information, still sampled.
         let mut p = fake((2, 7, 18), row_for(2, 7).unwrap());
@@ -296,17 +303,17 @@ mod tests {
         assert!(c.tstate_current_addr != 0);
     }
 
-    /// A 3.14 row (as derived from _Py_DebugOffsets) configures like 3.13, with tagged
-    /// f_executable references masked.
+    /// A row newer than every row (read through the newest block layout) configures like the newest.
     #[test]
     fn newer_version_configuration() {
-        let r13 = row_for(3, 13).unwrap();
-        let block = crate::python::versions::tests::synthetic_block(r13.layout, (3, 14));
-        let r14 = crate::python::versions::select((3, 14, 0), Some(&block)).unwrap();
-        let c13 = bpf_config(&fake((3, 13, 0), r13)).unwrap();
-        let c14 = bpf_config(&fake((3, 14, 0), r14)).unwrap();
-        assert_eq!(c14.code_mask, !7);
-        assert_eq!(c14.skip_code, 0x5000);
-        assert_eq!(format!("{:?}", c14.off), format!("{:?}", c13.off));
+        let newest = crate::python::versions::newest();
+        let (major, minor) = newest.version;
+        let block = crate::python::versions::tests::synthetic_block(newest.layout, newest.version, (major, minor + 1));
+        let next = crate::python::versions::select((major, minor + 1, 0), Some(&block)).unwrap();
+        let c = bpf_config(&fake((major, minor, 0), newest)).unwrap();
+        let c_next = bpf_config(&fake((major, minor + 1, 0), next)).unwrap();
+        assert_eq!(c_next.code_mask, c.code_mask);
+        assert_eq!(c_next.skip_code, 0x5000);
+        assert_eq!(format!("{:?}", c_next.off), format!("{:?}", c.off));
     }
 }

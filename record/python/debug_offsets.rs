@@ -2,12 +2,11 @@
 //! out-of-process tools can find its internals without DWARF. Each member is a `uint64_t` holding an offset (or
 //! a size) of the running interpreter's own build.
 //!
-//! The constants say where pyperf finds, inside that struct, the values it needs: the byte positions of the
-//! struct layout of CPython 3.13 ([`DEBUG_OFFSETS_FIRST`]), each checked by `tests/conformance.rs` against the
-//! DWARF of the 3.13 interpreter. A 3.13 interpreter's values are cross-checked against the compiled-in table
-//! ([`cross_check`]); a later 3.x is read with these positions only if the sanity checks of
-//! [`layout_from_debug_offsets`] hold (ABI-stable sentinels, every offset inside its struct's size), so that a
-//! moved struct layout is refused instead of producing garbage stacks.
+//! The block's own layout changes between minor versions (584 bytes in 3.13, 760 in 3.14, 888 in 3.15; it has no
+//! size field): [`BLOCK_LAYOUTS`] holds each known one, chosen by the block's `version`. The values in the block
+//! win over the compiled-in table, since patch releases move fields; [`layout_from_debug_offsets`] refuses a
+//! block that fails its checks (ABI-stable sentinels, every offset inside its struct's size), so that a moved
+//! layout is refused instead of producing garbage stacks.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -16,75 +15,201 @@ use super::layout::Layout;
 
 /// `cookie[8]` at position 0.
 pub const COOKIE: &[u8; 8] = b"xdebugpy";
-/// The first CPython version that has `_Py_DebugOffsets` (and whose layout the positions below are).
-pub const DEBUG_OFFSETS_FIRST: (u8, u8) = (3, 13);
-/// `uint64_t version` (`PY_VERSION_HEX`).
+/// `uint64_t version` (`PY_VERSION_HEX`), at the same position in every layout.
 pub const VERSION: i32 = 8;
-/// `uint64_t free_threaded` (1 on `Py_GIL_DISABLED` builds).
+/// `uint64_t free_threaded` (1 on `Py_GIL_DISABLED` builds), at the same position in every layout.
 pub const FREE_THREADED: i32 = 16;
-/// `sizeof(_Py_DebugOffsets)` of 3.13: bytes to read.
-pub const SIZE: i32 = 584;
+/// Bytes read from the start of `_PyRuntime`: more than the largest known block (888 bytes on 3.15).
+pub const READ_SIZE: usize = 1024;
 
-/// `(Layout field, member of _Py_DebugOffsets, byte position of that member)`: the u64 at
-/// the position is the value of the [`Layout`] field.
-pub const FIELDS: &[(&str, &str, i32)] = &[
-    ("runtime_interpreters_head", "runtime_state.interpreters_head", 40),
-    ("interp_next", "interpreter_state.next", 64),
-    ("interp_tstate_head", "interpreter_state.threads_head", 72),
-    ("interp_gil_ptr", "interpreter_state.ceval_gil", 112),
-    ("tstate_next", "thread_state.next", 168),
-    ("tstate_interp", "thread_state.interp", 176),
-    ("tstate_current_frame", "thread_state.current_frame", 184),
-    ("tstate_thread_id", "thread_state.thread_id", 192),
-    ("tstate_native_thread_id", "thread_state.native_thread_id", 200),
-    ("frame_back", "interpreter_frame.previous", 232),
-    ("frame_code", "interpreter_frame.executable", 240),
-    ("frame_instr", "interpreter_frame.instr_ptr", 248),
-    ("frame_localsplus", "interpreter_frame.localsplus", 256),
-    ("frame_owner", "interpreter_frame.owner", 264),
-    ("code_size", "code_object.size", 272),
-    ("code_filename", "code_object.filename", 280),
-    ("code_name", "code_object.name", 288),
-    ("code_qualname", "code_object.qualname", 296),
-    ("code_linetable", "code_object.linetable", 304),
-    ("code_firstlineno", "code_object.firstlineno", 312),
-    ("code_argcount", "code_object.argcount", 320),
-    ("code_varnames", "code_object.localsplusnames", 328),
-    ("code_code", "code_object.co_code_adaptive", 344),
-    ("object_type", "pyobject.ob_type", 360),
-    ("type_name", "type_object.tp_name", 376),
-    ("tuple_item", "tuple_object.ob_item", 408),
-    ("bytes_size", "bytes_object.ob_size", 520),
-    ("bytes_data", "bytes_object.ob_sval", 528),
-    ("unicode_state", "unicode_object.state", 544),
-    ("unicode_length", "unicode_object.length", 552),
-    ("ascii_data", "unicode_object.asciiobject_size", 560),
+/// The struct layout of `_Py_DebugOffsets` in one CPython minor version: after `cookie`, `version` and
+/// `free_threaded`, sections of `uint64_t` members in declaration order (copied from the version's
+/// `Include/internal/pycore_debug_offsets.h`, `pycore_runtime.h` on 3.13; `tests/conformance.rs` compiles a
+/// probe against the real header and checks every position and the size).
+#[derive(Debug)]
+pub struct BlockLayout {
+    /// `(major, minor)` whose headers define this layout.
+    pub version: (u8, u8),
+    /// `(section, members)`.
+    pub sections: &'static [(&'static str, &'static [&'static str])],
+}
+
+impl BlockLayout {
+    /// `sizeof(_Py_DebugOffsets)`.
+    pub fn size(&self) -> i32 {
+        8 * (3 + self.sections.iter().map(|s| s.1.len()).sum::<usize>()) as i32
+    }
+
+    /// Byte position of `section.member` in the block, if this layout has it.
+    pub fn position(&self, member: &str) -> Option<i32> {
+        let (section, name) = member.split_once('.')?;
+        let mut at = 24;
+        for (s, members) in self.sections {
+            for m in *members {
+                if *s == section && *m == name {
+                    return Some(at);
+                }
+                at += 8;
+            }
+        }
+        None
+    }
+
+    /// Every `section.member` with its position, in order.
+    pub fn members(&self) -> Vec<(String, i32)> {
+        let mut out = Vec::new();
+        let mut at = 24;
+        for (s, members) in self.sections {
+            for m in *members {
+                out.push((format!("{s}.{m}"), at));
+                at += 8;
+            }
+        }
+        out
+    }
+}
+
+/// The known layouts, oldest first.
+#[rustfmt::skip]
+pub static BLOCK_LAYOUTS: [BlockLayout; 3] = [
+    BlockLayout { version: (3, 13), sections: &[
+        ("runtime_state", &["size", "finalizing", "interpreters_head"]),
+        ("interpreter_state", &["size", "id", "next", "threads_head", "gc", "imports_modules", "sysdict", "builtins", "ceval_gil", "gil_runtime_state", "gil_runtime_state_enabled", "gil_runtime_state_locked", "gil_runtime_state_holder"]),
+        ("thread_state", &["size", "prev", "next", "interp", "current_frame", "thread_id", "native_thread_id", "datastack_chunk", "status"]),
+        ("interpreter_frame", &["size", "previous", "executable", "instr_ptr", "localsplus", "owner"]),
+        ("code_object", &["size", "filename", "name", "qualname", "linetable", "firstlineno", "argcount", "localsplusnames", "localspluskinds", "co_code_adaptive"]),
+        ("pyobject", &["size", "ob_type"]),
+        ("type_object", &["size", "tp_name", "tp_repr", "tp_flags"]),
+        ("tuple_object", &["size", "ob_item", "ob_size"]),
+        ("list_object", &["size", "ob_item", "ob_size"]),
+        ("dict_object", &["size", "ma_keys", "ma_values"]),
+        ("float_object", &["size", "ob_fval"]),
+        ("long_object", &["size", "lv_tag", "ob_digit"]),
+        ("bytes_object", &["size", "ob_size", "ob_sval"]),
+        ("unicode_object", &["size", "state", "length", "asciiobject_size"]),
+        ("gc", &["size", "collecting"]),
+    ]},
+    BlockLayout { version: (3, 14), sections: &[
+        ("runtime_state", &["size", "finalizing", "interpreters_head"]),
+        ("interpreter_state", &["size", "id", "next", "threads_head", "threads_main", "gc", "imports_modules", "sysdict", "builtins", "ceval_gil", "gil_runtime_state", "gil_runtime_state_enabled", "gil_runtime_state_locked", "gil_runtime_state_holder", "code_object_generation", "tlbc_generation"]),
+        ("thread_state", &["size", "prev", "next", "interp", "current_frame", "thread_id", "native_thread_id", "datastack_chunk", "status"]),
+        ("interpreter_frame", &["size", "previous", "executable", "instr_ptr", "localsplus", "owner", "stackpointer", "tlbc_index"]),
+        ("code_object", &["size", "filename", "name", "qualname", "linetable", "firstlineno", "argcount", "localsplusnames", "localspluskinds", "co_code_adaptive", "co_tlbc"]),
+        ("pyobject", &["size", "ob_type"]),
+        ("type_object", &["size", "tp_name", "tp_repr", "tp_flags"]),
+        ("tuple_object", &["size", "ob_item", "ob_size"]),
+        ("list_object", &["size", "ob_item", "ob_size"]),
+        ("set_object", &["size", "used", "table", "mask"]),
+        ("dict_object", &["size", "ma_keys", "ma_values"]),
+        ("float_object", &["size", "ob_fval"]),
+        ("long_object", &["size", "lv_tag", "ob_digit"]),
+        ("bytes_object", &["size", "ob_size", "ob_sval"]),
+        ("unicode_object", &["size", "state", "length", "asciiobject_size"]),
+        ("gc", &["size", "collecting"]),
+        ("gen_object", &["size", "gi_name", "gi_iframe", "gi_frame_state"]),
+        ("llist_node", &["next", "prev"]),
+        ("debugger_support", &["eval_breaker", "remote_debugger_support", "remote_debugging_enabled", "debugger_pending_call", "debugger_script_path", "debugger_script_path_size"]),
+    ]},
+    BlockLayout { version: (3, 15), sections: &[
+        ("runtime_state", &["size", "finalizing", "interpreters_head"]),
+        ("interpreter_state", &["size", "id", "next", "threads_head", "threads_main", "gc", "imports_modules", "sysdict", "builtins", "ceval_gil", "gil_runtime_state", "gil_runtime_state_enabled", "gil_runtime_state_locked", "gil_runtime_state_holder", "code_object_generation", "tlbc_generation"]),
+        ("thread_state", &["size", "prev", "next", "interp", "current_frame", "base_frame", "last_profiled_frame", "last_profiled_frame_seq", "thread_id", "native_thread_id", "datastack_chunk", "status", "holds_gil", "gil_requested", "current_exception", "exc_state"]),
+        ("err_stackitem", &["exc_value"]),
+        ("interpreter_frame", &["size", "previous", "executable", "instr_ptr", "localsplus", "owner", "stackpointer", "tlbc_index"]),
+        ("code_object", &["size", "filename", "name", "qualname", "linetable", "firstlineno", "argcount", "localsplusnames", "localspluskinds", "co_code_adaptive", "co_tlbc"]),
+        ("pyobject", &["size", "ob_type"]),
+        ("type_object", &["size", "tp_name", "tp_repr", "tp_flags", "tp_basicsize", "tp_dictoffset"]),
+        ("heap_type_object", &["size", "ht_cached_keys"]),
+        ("tuple_object", &["size", "ob_item", "ob_size"]),
+        ("list_object", &["size", "ob_item", "ob_size"]),
+        ("set_object", &["size", "used", "table", "mask"]),
+        ("dict_object", &["size", "ma_keys", "ma_values"]),
+        ("float_object", &["size", "ob_fval"]),
+        ("long_object", &["size", "lv_tag", "ob_digit"]),
+        ("bytes_object", &["size", "ob_size", "ob_sval"]),
+        ("unicode_object", &["size", "state", "length", "asciiobject_size", "compactunicodeobject_size"]),
+        ("gc", &["size", "collecting", "frame", "generation_stats_size", "generation_stats"]),
+        ("gen_object", &["size", "gi_name", "gi_iframe", "gi_frame_state"]),
+        ("llist_node", &["next", "prev"]),
+        ("debugger_support", &["eval_breaker", "remote_debugger_support", "remote_debugging_enabled", "debugger_pending_call", "debugger_script_path", "debugger_script_path_size"]),
+    ]},
 ];
 
-/// `interpreter_state.gil_runtime_state`: offset of the interpreter's own
-/// `struct _gil_runtime_state _gil`; `gil_locked` / `gil_last_holder` are
-/// `GIL_LOCKED` / `GIL_HOLDER` values minus this one.
-pub const GIL_STATE: (&str, i32) = ("interpreter_state.gil_runtime_state", 120);
-/// `interpreter_state.gil_runtime_state_locked` (offset of `_gil.locked` in the interpreter).
-pub const GIL_LOCKED: (&str, i32) = ("interpreter_state.gil_runtime_state_locked", 136);
-/// `interpreter_state.gil_runtime_state_holder` (offset of `_gil.last_holder` in the interpreter).
-pub const GIL_HOLDER: (&str, i32) = ("interpreter_state.gil_runtime_state_holder", 144);
+/// The layout of `major.minor`'s block.
+pub fn block_layout(version: (u8, u8)) -> Option<&'static BlockLayout> {
+    BLOCK_LAYOUTS.iter().find(|b| b.version == version)
+}
 
-/// `(size member, position, Layout fields that are offsets inside that struct)`: each
-/// such offset plus its read width must not exceed the size (sanity check of a layout read
-/// from an interpreter newer than the table).
-pub const SIZES: &[(&str, i32, &[&str])] = &[
-    ("runtime_state.size", 24, &["runtime_interpreters_head"]),
-    ("interpreter_state.size", 48, &["interp_next", "interp_tstate_head", "interp_gil_ptr"]),
+/// `(Layout field, member of _Py_DebugOffsets)`: the value of the member is the value of the [`Layout`] field.
+/// A member the version's block does not have (e.g. `thread_state.base_frame` before 3.15) leaves the field as
+/// the base row has it.
+pub const FIELDS: &[(&str, &str)] = &[
+    ("runtime_interpreters_head", "runtime_state.interpreters_head"),
+    ("interp_next", "interpreter_state.next"),
+    ("interp_tstate_head", "interpreter_state.threads_head"),
+    ("interp_gil_ptr", "interpreter_state.ceval_gil"),
+    ("tstate_next", "thread_state.next"),
+    ("tstate_interp", "thread_state.interp"),
+    ("tstate_current_frame", "thread_state.current_frame"),
+    ("tstate_thread_id", "thread_state.thread_id"),
+    ("tstate_native_thread_id", "thread_state.native_thread_id"),
+    ("tstate_base_frame", "thread_state.base_frame"),
+    ("tstate_holds_gil", "thread_state.holds_gil"),
+    ("tstate_gil_requested", "thread_state.gil_requested"),
+    ("frame_back", "interpreter_frame.previous"),
+    ("frame_code", "interpreter_frame.executable"),
+    ("frame_instr", "interpreter_frame.instr_ptr"),
+    ("frame_localsplus", "interpreter_frame.localsplus"),
+    ("frame_owner", "interpreter_frame.owner"),
+    ("code_size", "code_object.size"),
+    ("code_filename", "code_object.filename"),
+    ("code_name", "code_object.name"),
+    ("code_qualname", "code_object.qualname"),
+    ("code_linetable", "code_object.linetable"),
+    ("code_firstlineno", "code_object.firstlineno"),
+    ("code_argcount", "code_object.argcount"),
+    ("code_varnames", "code_object.localsplusnames"),
+    ("code_code", "code_object.co_code_adaptive"),
+    ("object_type", "pyobject.ob_type"),
+    ("type_name", "type_object.tp_name"),
+    ("tuple_item", "tuple_object.ob_item"),
+    ("bytes_size", "bytes_object.ob_size"),
+    ("bytes_data", "bytes_object.ob_sval"),
+    ("unicode_state", "unicode_object.state"),
+    ("unicode_length", "unicode_object.length"),
+    ("ascii_data", "unicode_object.asciiobject_size"),
+    ("compact_data", "unicode_object.compactunicodeobject_size"),
+];
+
+/// `interpreter_state.gil_runtime_state`: offset of the interpreter's own `struct _gil_runtime_state _gil`;
+/// `gil_locked` / `gil_last_holder` are [`GIL_LOCKED`] / [`GIL_HOLDER`] minus this one.
+pub const GIL_STATE: &str = "interpreter_state.gil_runtime_state";
+/// Offset of `_gil.locked` in the interpreter.
+pub const GIL_LOCKED: &str = "interpreter_state.gil_runtime_state_locked";
+/// Offset of `_gil.last_holder` in the interpreter.
+pub const GIL_HOLDER: &str = "interpreter_state.gil_runtime_state_holder";
+
+/// `(size member, Layout fields that are offsets inside that struct)`: each such offset plus 4 must not exceed
+/// the size (a block read with the wrong positions, or a field moved out of its struct, is refused).
+pub const SIZES: &[(&str, &[&str])] = &[
+    ("runtime_state.size", &["runtime_interpreters_head"]),
+    ("interpreter_state.size", &["interp_next", "interp_tstate_head", "interp_gil_ptr"]),
     (
         "thread_state.size",
-        152,
-        &["tstate_next", "tstate_interp", "tstate_current_frame", "tstate_thread_id", "tstate_native_thread_id"],
+        &[
+            "tstate_next",
+            "tstate_interp",
+            "tstate_current_frame",
+            "tstate_thread_id",
+            "tstate_native_thread_id",
+            "tstate_base_frame",
+            "tstate_holds_gil",
+            "tstate_gil_requested",
+        ],
     ),
-    ("interpreter_frame.size", 224, &["frame_back", "frame_code", "frame_instr", "frame_localsplus", "frame_owner"]),
+    ("interpreter_frame.size", &["frame_back", "frame_code", "frame_instr", "frame_localsplus", "frame_owner"]),
     (
         "code_object.size",
-        272,
         &[
             "code_filename",
             "code_name",
@@ -95,19 +220,17 @@ pub const SIZES: &[(&str, i32, &[&str])] = &[
             "code_varnames",
         ],
     ),
-    ("pyobject.size", 352, &["object_type"]),
-    ("type_object.size", 368, &["type_name"]),
-    ("tuple_object.size", 400, &["tuple_item"]),
-    ("bytes_object.size", 512, &["bytes_size"]),
-    ("unicode_object.size", 536, &["unicode_state", "unicode_length"]),
+    ("pyobject.size", &["object_type"]),
+    ("type_object.size", &["type_name"]),
+    ("tuple_object.size", &["tuple_item"]),
+    ("bytes_object.size", &["bytes_size"]),
+    ("unicode_object.size", &["unicode_state", "unicode_length"]),
 ];
 
-/// Layout fields whose value is part of the stable object ABI of every CPython 3.x GIL
-/// build on x86-64 (PyObject header, PyVarObject, tp_name, tuple and bytes data): a
-/// debug-offsets block read with the wrong positions is caught by these (the expected
-/// value is the newest compiled-in table's).
-pub const SENTINELS: &[&str] =
-    &["object_type", "type_name", "tuple_item", "bytes_size", "bytes_data", "unicode_length"];
+/// Layout fields whose value is part of the stable object ABI of every CPython 3.x GIL build on x86-64
+/// (PyObject header, PyVarObject, tp_name, bytes data, str length): a block read with the wrong positions is
+/// caught by these (the expected value is the base row's).
+pub const SENTINELS: &[&str] = &["object_type", "type_name", "bytes_size", "bytes_data", "unicode_length"];
 
 /// The fields read from the debug offsets that differ between `built` and `table`, as
 /// `name debug_offsets=X table=Y`.
@@ -132,43 +255,59 @@ pub fn u64_at(data: &[u8], pos: i32) -> Option<u64> {
     Some(u64::from_le_bytes(data.get(pos..pos + 8)?.try_into().ok()?))
 }
 
-/// Builds a [`Layout`] for `version` from a `_Py_DebugOffsets` block, read at the positions of
-/// this module. Values the block does not carry (enum values, bit positions, a few
-/// sizes) come from `base`, the newest compiled-in table; `runtime_autotss_key`, which pyperf does
-/// not use, is -1. Refuses (with the reason) a block that fails the sanity checks: the
-/// ABI-stable sentinel fields must equal `base`'s, and every offset must lie inside the size its
-/// struct declares; so a block whose own layout moved is not misread.
-pub fn layout_from_debug_offsets(debug: &[u8], version: (u8, u8), base: &Layout) -> Result<Layout, String> {
-    let mut vals: HashMap<&str, i32> = HashMap::new();
-    let get = |pos: i32| -> Result<i32, String> {
-        let v = u64_at(debug, pos).ok_or_else(|| format!("_Py_DebugOffsets cut short at byte {pos}"))?;
-        i32::try_from(v).ok().filter(|v| *v < 1 << 15).ok_or_else(|| format!("implausible offset {v} at byte {pos}"))
-    };
-    for (field, _, pos) in FIELDS {
-        vals.insert(field, get(*pos)?);
+/// Builds a [`Layout`] for `version` from a `_Py_DebugOffsets` block of layout `block`. Values the block does
+/// not carry (enum values, bit positions, fields of other versions) come from `base`, the row the version is
+/// profiled as. Refuses (with the reason) a block that fails the checks: the block as long as its layout, every
+/// offset plausible and inside the size its struct declares, the ABI-stable sentinel fields equal to `base`'s; so
+/// a block whose own layout moved is not misread.
+pub fn layout_from_debug_offsets(
+    debug: &[u8],
+    block: &BlockLayout,
+    version: (u8, u8),
+    base: &Layout,
+) -> Result<Layout, String> {
+    if debug.len() < block.size() as usize {
+        return Err(format!("_Py_DebugOffsets cut short ({} of {} bytes)", debug.len(), block.size()));
     }
-    let gil = get(GIL_STATE.1)?;
-    let gil_locked = get(GIL_LOCKED.1)? - gil;
-    let gil_last_holder = get(GIL_HOLDER.1)? - gil;
+    let raw = |member: &str| -> Option<Result<u64, String>> {
+        let pos = block.position(member)?;
+        Some(u64_at(debug, pos).ok_or_else(|| format!("_Py_DebugOffsets cut short at byte {pos}")))
+    };
+    let offset = |member: &str| -> Option<Result<i32, String>> {
+        raw(member).map(|r| {
+            r.and_then(|v| {
+                i32::try_from(v).ok().filter(|v| *v < 1 << 15).ok_or_else(|| format!("implausible offset {v} of {member}"))
+            })
+        })
+    };
+    let mut l = Layout { version, ..*base };
+    let mut vals: HashMap<&str, i32> = HashMap::new();
+    for (field, member) in FIELDS {
+        if let Some(v) = offset(member) {
+            vals.insert(field, v?);
+        }
+    }
+    let required = |what: &str| format!("_Py_DebugOffsets of this layout has no {what}");
+    let gil = offset(GIL_STATE).ok_or_else(|| required(GIL_STATE))??;
+    let gil_locked = offset(GIL_LOCKED).ok_or_else(|| required(GIL_LOCKED))?? - gil;
+    let gil_last_holder = offset(GIL_HOLDER).ok_or_else(|| required(GIL_HOLDER))?? - gil;
     let base_fields = base.fields();
     for s in SENTINELS {
         let want = base_fields.iter().find(|f| f.0 == *s).map_or(-1, |f| f.1);
-        if vals[s] != want {
-            return Err(format!(
-                "_Py_DebugOffsets not in the layout pyperf reads ({s} = {}, expected {want})",
-                vals[s]
-            ));
+        let got = vals.get(s).copied().unwrap_or(-1);
+        if got != want {
+            return Err(format!("_Py_DebugOffsets not in the layout pyperf reads ({s} = {got}, expected {want})"));
         }
     }
-    for (size_member, pos, fields) in SIZES {
+    for (size_member, fields) in SIZES {
         // Sizes may be large (sizeof(_PyRuntimeState) is ~280 KB on 3.13): not limited like offsets.
-        let size = u64_at(debug, *pos).ok_or_else(|| format!("_Py_DebugOffsets cut short at byte {pos}"))?;
+        let size = raw(size_member).ok_or_else(|| required(size_member))??;
         let size = i64::try_from(size).unwrap_or(i64::MAX);
         for f in *fields {
-            if vals[f] < 0 || i64::from(vals[f]) + 4 > size {
+            let Some(&v) = vals.get(f) else { continue };
+            if v < 0 || i64::from(v) + 4 > size {
                 return Err(format!(
-                    "_Py_DebugOffsets not in the layout pyperf reads ({f} = {} outside {size_member} = {size})",
-                    vals[f]
+                    "_Py_DebugOffsets not in the layout pyperf reads ({f} = {v} outside {size_member} = {size})"
                 ));
             }
         }
@@ -176,49 +315,19 @@ pub fn layout_from_debug_offsets(debug: &[u8], version: (u8, u8), base: &Layout)
     if !(0..=64).contains(&gil_locked) || !(0..=64).contains(&gil_last_holder) {
         return Err(format!("implausible GIL offsets (locked {gil_locked}, last_holder {gil_last_holder})"));
     }
-    let v = |name: &str| vals[name];
-    Ok(Layout {
-        version,
-        runtime_interpreters_head: v("runtime_interpreters_head"),
-        runtime_autotss_key: -1,
-        runtime_debug_offsets: 0,
-        interp_next: v("interp_next"),
-        interp_tstate_head: v("interp_tstate_head"),
-        interp_gil_ptr: v("interp_gil_ptr"),
-        gil_locked,
-        gil_last_holder,
-        tstate_next: v("tstate_next"),
-        tstate_interp: v("tstate_interp"),
-        tstate_current_frame: v("tstate_current_frame"),
-        tstate_thread_id: v("tstate_thread_id"),
-        tstate_native_thread_id: v("tstate_native_thread_id"),
-        frame_back: v("frame_back"),
-        frame_code: v("frame_code"),
-        frame_instr: v("frame_instr"),
-        frame_owner: v("frame_owner"),
-        frame_localsplus: v("frame_localsplus"),
-        code_argcount: v("code_argcount"),
-        code_firstlineno: v("code_firstlineno"),
-        code_filename: v("code_filename"),
-        code_name: v("code_name"),
-        code_qualname: v("code_qualname"),
-        code_varnames: v("code_varnames"),
-        code_linetable: v("code_linetable"),
-        code_code: v("code_code"),
-        code_size: v("code_size"),
-        unicode_state: v("unicode_state"),
-        unicode_length: v("unicode_length"),
-        ascii_data: v("ascii_data"),
-        // PyCompactUnicodeObject = PyASCIIObject + utf8_length + utf8 (3.12+).
-        compact_data: v("ascii_data") + (base.compact_data - base.ascii_data),
-        bytes_size: v("bytes_size"),
-        bytes_data: v("bytes_data"),
-        tuple_item: v("tuple_item"),
-        object_type: v("object_type"),
-        type_name: v("type_name"),
-        // Not in _Py_DebugOffsets: as in the newest table (3.7+/3.12+ fields that are -1 there stay -1).
-        ..*base
-    })
+    // Every field the block gave, by name (the exhaustive list of Layout::fields keeps this complete).
+    for (name, value) in l.fields_mut() {
+        if let Some(&v) = vals.get(name) {
+            *value = v;
+        }
+    }
+    if !vals.contains_key("compact_data") {
+        // PyCompactUnicodeObject = PyASCIIObject + utf8_length + utf8 (3.12+), when the block does not say.
+        l.compact_data = l.ascii_data + (base.compact_data - base.ascii_data);
+    }
+    l.gil_locked = gil_locked;
+    l.gil_last_holder = gil_last_holder;
+    Ok(l)
 }
 
 /// Layouts built at run time live as long as the program; equal ones are shared, so that

@@ -209,7 +209,7 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
         if syms.contains_key("pypy_setup_home") {
             return Err(Unsupported::new("PyPy", "pyperf reads CPython's interpreter state only").for_pid(pid));
         }
-        let is_interp = syms.contains_key("_PyRuntime")
+        let is_interp = info.runtime.is_some()
             || (syms.contains_key("interp_head") || syms.contains_key("_PyThreadState_Current"))
                 && syms.contains_key("Py_GetVersion");
         if !is_interp {
@@ -226,7 +226,7 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
         let row = versions::select(version, info.debug_block.as_deref()).map_err(|u| u.for_pid(pid))?;
         let at = |name: &str| syms.get(name).map(|&a| a.wrapping_add(bias));
         let addrs = PythonAddrs {
-            runtime: at("_PyRuntime"),
+            runtime: info.runtime.map(|a| a.wrapping_add(bias)),
             interp_head: at("interp_head"),
             tstate_current: at("_PyThreadState_Current"),
             auto_tls_key: at("autoTLSkey"),
@@ -324,7 +324,13 @@ pub struct BinaryInfo {
     pub syms: HashMap<&'static str, u64>,
     /// The interpreter version the binary says it is.
     pub version: Option<(u8, u8, u8)>,
-    /// The `_Py_DebugOffsets` block at the start of `_PyRuntime`, as in the file.
+    /// Link-time address of `_PyRuntime`: the start of the `.PyRuntime` section where there is one (3.13+
+    /// distribution builds put it there so that tools find it without symbols), else the symbol.
+    pub runtime: Option<u64>,
+    /// Where [`BinaryInfo::runtime`] came from: the `.PyRuntime` section (true) or the symbol.
+    pub runtime_from_section: bool,
+    /// The first [`dbg::READ_SIZE`] bytes at `_PyRuntime`, as in the file: the `_Py_DebugOffsets` block from
+    /// 3.13 on.
     pub debug_block: Option<Vec<u8>>,
     /// GNU build id, lower-case hex.
     pub build_id: Option<String>,
@@ -339,8 +345,9 @@ impl BinaryInfo {
         let elf = ElfFile64::<object::Endianness, _>::parse(&data).ok()?;
         let syms = find_symbols(&elf);
         let version = read_version(&elf, &syms);
-        let debug_block =
-            syms.get("_PyRuntime").and_then(|&rt| data_at(&elf, rt, dbg::SIZE as u64)).map(<[u8]>::to_vec);
+        let section = elf.section_by_name(".PyRuntime").map(|s| s.address()).filter(|&a| a != 0);
+        let runtime = section.or_else(|| syms.get("_PyRuntime").copied());
+        let debug_block = runtime.and_then(|rt| data_at(&elf, rt, dbg::READ_SIZE as u64)).map(<[u8]>::to_vec);
         let build_id = elf.build_id().ok().flatten().map(hex);
         let segments = elf
             .segments()
@@ -349,7 +356,7 @@ impl BinaryInfo {
                 Segment { file_offset, file_size, address: s.address() }
             })
             .collect();
-        Some(BinaryInfo { syms, version, debug_block, build_id, segments })
+        Some(BinaryInfo { syms, version, runtime, runtime_from_section: section.is_some(), debug_block, build_id, segments })
     }
 }
 

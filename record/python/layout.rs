@@ -92,6 +92,13 @@ pub struct Layout {
     /// 3.8+, but 3.8-3.10 only have `threading.get_native_id()`, not this member (DWARF checked);
     /// match 3.8-3.10 threads by `thread_id` like older versions.
     pub tstate_native_thread_id: i32,
+    /// `PyThreadState.base_frame` [ptr to `_PyInterpreterFrame`] (3.15+): the sentinel frame at the bottom of the
+    /// thread's stack; a walk that does not end there is incomplete.
+    pub tstate_base_frame: i32,
+    /// `PyThreadState.holds_gil` [i32] (3.15+): the thread holds the GIL.
+    pub tstate_holds_gil: i32,
+    /// `PyThreadState.gil_requested` [i32] (3.15+): the thread is waiting for the GIL.
+    pub tstate_gil_requested: i32,
 
     // ---- frames: PyFrameObject (<= 3.10) / struct _PyInterpreterFrame (3.11+) ----
     /// `PyFrameObject.f_back` (<= 3.10) / `_PyInterpreterFrame.previous` (3.11+) [ptr].
@@ -170,124 +177,96 @@ pub struct Layout {
     pub type_name: i32,
 }
 
+/// Calls `$m!` with every offset field of [`Layout`] (not `version`), in declaration order: the one list
+/// [`Layout::fields`] and [`Layout::fields_mut`] are made from.
+macro_rules! with_fields {
+    ($m:ident) => {
+        $m! {
+            runtime_interpreters_head,
+            runtime_tstate_current,
+            runtime_autotss_key,
+            runtime_gil_locked,
+            runtime_gil_last_holder,
+            runtime_debug_offsets,
+            tss_key,
+            interp_next,
+            interp_tstate_head,
+            interp_gil_ptr,
+            gil_locked,
+            gil_last_holder,
+            tstate_next,
+            tstate_interp,
+            tstate_frame,
+            tstate_cframe,
+            cframe_current_frame,
+            tstate_current_frame,
+            tstate_thread_id,
+            tstate_native_thread_id,
+            tstate_base_frame,
+            tstate_holds_gil,
+            tstate_gil_requested,
+            frame_back,
+            frame_code,
+            frame_lasti,
+            frame_instr,
+            frame_owner,
+            frame_is_entry,
+            frame_owned_by_cstack,
+            frame_localsplus,
+            code_argcount,
+            code_flags,
+            code_firstlineno,
+            code_filename,
+            code_name,
+            code_qualname,
+            code_varnames,
+            code_linetable,
+            code_code,
+            code_size,
+            unicode_state,
+            unicode_length,
+            ascii_data,
+            compact_data,
+            unicode_kind_shift,
+            unicode_compact_shift,
+            unicode_ascii_shift,
+            bytes_size,
+            bytes_data,
+            tuple_item,
+            object_type,
+            type_name
+        }
+    };
+}
+
 impl Layout {
     /// Every offset field as `(name, value)`, in declaration order (diagnostics and tests).
     pub fn fields(&self) -> Vec<(&'static str, i32)> {
-        // Exhaustive destructuring (no `..`): adding a field without listing it here is a
-        // compile error, so the tests cannot silently miss a field.
-        let Layout {
-            version: _,
-            runtime_interpreters_head,
-            runtime_tstate_current,
-            runtime_autotss_key,
-            runtime_gil_locked,
-            runtime_gil_last_holder,
-            runtime_debug_offsets,
-            tss_key,
-            interp_next,
-            interp_tstate_head,
-            interp_gil_ptr,
-            gil_locked,
-            gil_last_holder,
-            tstate_next,
-            tstate_interp,
-            tstate_frame,
-            tstate_cframe,
-            cframe_current_frame,
-            tstate_current_frame,
-            tstate_thread_id,
-            tstate_native_thread_id,
-            frame_back,
-            frame_code,
-            frame_lasti,
-            frame_instr,
-            frame_owner,
-            frame_is_entry,
-            frame_owned_by_cstack,
-            frame_localsplus,
-            code_argcount,
-            code_flags,
-            code_firstlineno,
-            code_filename,
-            code_name,
-            code_qualname,
-            code_varnames,
-            code_linetable,
-            code_code,
-            code_size,
-            unicode_state,
-            unicode_length,
-            ascii_data,
-            compact_data,
-            unicode_kind_shift,
-            unicode_compact_shift,
-            unicode_ascii_shift,
-            bytes_size,
-            bytes_data,
-            tuple_item,
-            object_type,
-            type_name,
-        } = *self;
         macro_rules! named {
-            ($($f:ident),* $(,)?) => { vec![$((stringify!($f), $f)),*] };
+            ($($f:ident),* $(,)?) => {{
+                // Exhaustive destructuring (no `..`): a field missing from `with_fields!` is a compile error.
+                let Layout { version: _, $($f),* } = *self;
+                vec![$((stringify!($f), $f)),*]
+            }};
         }
-        named![
-            runtime_interpreters_head,
-            runtime_tstate_current,
-            runtime_autotss_key,
-            runtime_gil_locked,
-            runtime_gil_last_holder,
-            runtime_debug_offsets,
-            tss_key,
-            interp_next,
-            interp_tstate_head,
-            interp_gil_ptr,
-            gil_locked,
-            gil_last_holder,
-            tstate_next,
-            tstate_interp,
-            tstate_frame,
-            tstate_cframe,
-            cframe_current_frame,
-            tstate_current_frame,
-            tstate_thread_id,
-            tstate_native_thread_id,
-            frame_back,
-            frame_code,
-            frame_lasti,
-            frame_instr,
-            frame_owner,
-            frame_is_entry,
-            frame_owned_by_cstack,
-            frame_localsplus,
-            code_argcount,
-            code_flags,
-            code_firstlineno,
-            code_filename,
-            code_name,
-            code_qualname,
-            code_varnames,
-            code_linetable,
-            code_code,
-            code_size,
-            unicode_state,
-            unicode_length,
-            ascii_data,
-            compact_data,
-            unicode_kind_shift,
-            unicode_compact_shift,
-            unicode_ascii_shift,
-            bytes_size,
-            bytes_data,
-            tuple_item,
-            object_type,
-            type_name,
-        ]
+        with_fields!(named)
+    }
+
+    /// Every offset field as `(name, &mut value)`, in declaration order.
+    pub fn fields_mut(&mut self) -> Vec<(&'static str, &mut i32)> {
+        macro_rules! named {
+            ($($f:ident),* $(,)?) => {{
+                let Layout { version: _, $($f),* } = self;
+                vec![$((stringify!($f), $f)),*]
+            }};
+        }
+        with_fields!(named)
     }
 }
 
 /// The `(major, minor)` of each column of the table below, oldest first.
-pub const COLUMNS: [(u8, u8); 9] = [(2, 7), (3, 6), (3, 7), (3, 8), (3, 9), (3, 10), (3, 11), (3, 12), (3, 13)];
+pub const COLUMNS: [(u8, u8); 11] =
+    [(2, 7), (3, 6), (3, 7), (3, 8), (3, 9), (3, 10), (3, 11), (3, 12), (3, 13), (3, 14), (3, 15)];
 
 /// The compiled-in layout for `major.minor`, or `None` if the table has no column for it.
 pub fn layout_for(major: u8, minor: u8) -> Option<&'static Layout> {
@@ -314,62 +293,65 @@ macro_rules! layouts {
 
 #[rustfmt::skip]
 layouts! {
-    //                           2.7   3.6   3.7   3.8   3.9  3.10  3.11  3.12  3.13
-    runtime_interpreters_head: [  -1,   -1,   24,   32,   32,   32,   40,   40,  632],
-    runtime_tstate_current:    [  -1,   -1, 1480, 1368,  568,  568,  576,   -1,   -1],
-    runtime_autotss_key:       [  -1,   -1, 1504, 1392,  584,  584,  592, 1544, 2160],
-    runtime_gil_locked:        [  -1,   -1, 1280, 1168,  368,  368,  376,   -1,   -1],
-    runtime_gil_last_holder:   [  -1,   -1, 1272, 1160,  360,  360,  368,   -1,   -1],
-    runtime_debug_offsets:     [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,    0],
-    tss_key:                   [  -1,   -1,    4,    4,    4,    4,    4,    4,    4],
-    interp_next:               [   0,    0,    0,    0,    0,    0,    0,    0, 7264],
-    interp_tstate_head:        [   8,    8,    8,    8,    8,    8,   16,   72, 7344],
-    interp_gil_ptr:            [  -1,   -1,   -1,   -1,   -1,   -1,   -1,  384,   16],
-    gil_locked:                [  -1,   -1,   16,   16,   16,   16,   16,   16,   16],
-    gil_last_holder:           [  -1,   -1,    8,    8,    8,    8,    8,    8,    8],
-    tstate_next:               [   0,    8,    8,    8,    8,    8,    8,    8,    8],
-    tstate_interp:             [   8,   16,   16,   16,   16,   16,   16,   16,   16],
-    tstate_frame:              [  16,   24,   24,   24,   24,   24,   -1,   -1,   -1],
-    tstate_cframe:             [  -1,   -1,   -1,   -1,   -1,   48,   56,   56,   -1],
-    cframe_current_frame:      [  -1,   -1,   -1,   -1,   -1,   -1,    8,    0,   -1],
-    tstate_current_frame:      [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   72],
-    tstate_thread_id:          [ 144,  152,  176,  176,  176,  176,  152,  136,  152],
-    tstate_native_thread_id:   [  -1,   -1,   -1,   -1,   -1,   -1,  160,  144,  160],
-    frame_back:                [  24,   24,   24,   24,   24,   24,   48,    8,    8],
-    frame_code:                [  32,   32,   32,   32,   32,   32,   32,    0,    0],
-    frame_lasti:               [ 120,  120,  104,  104,  104,   96,   -1,   -1,   -1],
-    frame_instr:               [  -1,   -1,   -1,   -1,   -1,   -1,   56,   56,   56],
-    frame_owner:               [  -1,   -1,   -1,   -1,   -1,   -1,   69,   70,   70],
-    frame_is_entry:            [  -1,   -1,   -1,   -1,   -1,   -1,   68,   -1,   -1],
-    frame_owned_by_cstack:     [  -1,   -1,   -1,   -1,   -1,   -1,   -1,    3,    3],
-    frame_localsplus:          [ 376,  376,  360,  360,  360,  352,   72,   72,   72],
-    code_argcount:             [  16,   16,   16,   16,   16,   16,   56,   52,   52],
-    code_flags:                [  28,   32,   32,   36,   36,   36,   48,   48,   48],
-    code_firstlineno:          [  96,   36,   36,   40,   40,   40,   72,   68,   68],
-    code_filename:             [  80,   96,   96,  104,  104,  104,  112,  112,  112],
-    code_name:                 [  88,  104,  104,  112,  112,  112,  120,  120,  120],
-    code_qualname:             [  -1,   -1,   -1,   -1,   -1,   -1,  128,  128,  128],
-    code_varnames:             [  56,   64,   64,   72,   72,   72,   96,   96,   96],
-    code_linetable:            [ 104,  112,  112,  120,  120,  120,  136,  136,  136],
-    code_code:                 [  32,   40,   40,   48,   48,   48,  184,  192,  200],
-    code_size:                 [ 128,  144,  144,  176,  176,  176,  192,  200,  208],
-    unicode_state:             [  -1,   32,   32,   32,   32,   32,   32,   32,   32],
-    unicode_length:            [  -1,   16,   16,   16,   16,   16,   16,   16,   16],
-    ascii_data:                [  -1,   48,   48,   48,   48,   48,   48,   40,   40],
-    compact_data:              [  -1,   72,   72,   72,   72,   72,   72,   56,   56],
-    unicode_kind_shift:        [  -1,    2,    2,    2,    2,    2,    2,    2,    2],
-    unicode_compact_shift:     [  -1,    5,    5,    5,    5,    5,    5,    5,    5],
-    unicode_ascii_shift:       [  -1,    6,    6,    6,    6,    6,    6,    6,    6],
-    bytes_size:                [  16,   16,   16,   16,   16,   16,   16,   16,   16],
-    bytes_data:                [  36,   32,   32,   32,   32,   32,   32,   32,   32],
-    tuple_item:                [  24,   24,   24,   24,   24,   24,   24,   24,   24],
-    object_type:               [   8,    8,    8,    8,    8,    8,    8,    8,    8],
-    type_name:                 [  24,   24,   24,   24,   24,   24,   24,   24,   24],
+    //                           2.7   3.6   3.7   3.8   3.9  3.10  3.11  3.12  3.13  3.14  3.15
+    runtime_interpreters_head: [  -1,   -1,   24,   32,   32,   32,   40,   40,  632,  808,  936],
+    runtime_tstate_current:    [  -1,   -1, 1480, 1368,  568,  568,  576,   -1,   -1,   -1,   -1],
+    runtime_autotss_key:       [  -1,   -1, 1504, 1392,  584,  584,  592, 1544, 2160,   -1,   -1],
+    runtime_gil_locked:        [  -1,   -1, 1280, 1168,  368,  368,  376,   -1,   -1,   -1,   -1],
+    runtime_gil_last_holder:   [  -1,   -1, 1272, 1160,  360,  360,  368,   -1,   -1,   -1,   -1],
+    runtime_debug_offsets:     [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,    0,    0,    0],
+    tss_key:                   [  -1,   -1,    4,    4,    4,    4,    4,    4,    4,    4,    4],
+    interp_next:               [   0,    0,    0,    0,    0,    0,    0,    0, 7264, 7272, 7264],
+    interp_tstate_head:        [   8,    8,    8,    8,    8,    8,   16,   72, 7344, 7344, 7336],
+    interp_gil_ptr:            [  -1,   -1,   -1,   -1,   -1,   -1,   -1,  384,   16,   16,   16],
+    gil_locked:                [  -1,   -1,   16,   16,   16,   16,   16,   16,   16,   16,   16],
+    gil_last_holder:           [  -1,   -1,    8,    8,    8,    8,    8,    8,    8,    8,    8],
+    tstate_next:               [   0,    8,    8,    8,    8,    8,    8,    8,    8,    8,    8],
+    tstate_interp:             [   8,   16,   16,   16,   16,   16,   16,   16,   16,   16,   16],
+    tstate_frame:              [  16,   24,   24,   24,   24,   24,   -1,   -1,   -1,   -1,   -1],
+    tstate_cframe:             [  -1,   -1,   -1,   -1,   -1,   48,   56,   56,   -1,   -1,   -1],
+    cframe_current_frame:      [  -1,   -1,   -1,   -1,   -1,   -1,    8,    0,   -1,   -1,   -1],
+    tstate_current_frame:      [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   72,   72,   72],
+    tstate_thread_id:          [ 144,  152,  176,  176,  176,  176,  152,  136,  152,  152,  176],
+    tstate_native_thread_id:   [  -1,   -1,   -1,   -1,   -1,   -1,  160,  144,  160,  160,  184],
+    tstate_base_frame:         [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   80],
+    tstate_holds_gil:          [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   36],
+    tstate_gil_requested:      [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   40],
+    frame_back:                [  24,   24,   24,   24,   24,   24,   48,    8,    8,    8,    8],
+    frame_code:                [  32,   32,   32,   32,   32,   32,   32,    0,    0,    0,    0],
+    frame_lasti:               [ 120,  120,  104,  104,  104,   96,   -1,   -1,   -1,   -1,   -1],
+    frame_instr:               [  -1,   -1,   -1,   -1,   -1,   -1,   56,   56,   56,   56,   56],
+    frame_owner:               [  -1,   -1,   -1,   -1,   -1,   -1,   69,   70,   70,   74,   74],
+    frame_is_entry:            [  -1,   -1,   -1,   -1,   -1,   -1,   68,   -1,   -1,   -1,   -1],
+    frame_owned_by_cstack:     [  -1,   -1,   -1,   -1,   -1,   -1,   -1,    3,    3,    4,   -1],
+    frame_localsplus:          [ 376,  376,  360,  360,  360,  352,   72,   72,   72,   80,   80],
+    code_argcount:             [  16,   16,   16,   16,   16,   16,   56,   52,   52,   52,   52],
+    code_flags:                [  28,   32,   32,   36,   36,   36,   48,   48,   48,   48,   48],
+    code_firstlineno:          [  96,   36,   36,   40,   40,   40,   72,   68,   68,   68,   68],
+    code_filename:             [  80,   96,   96,  104,  104,  104,  112,  112,  112,  112,  112],
+    code_name:                 [  88,  104,  104,  112,  112,  112,  120,  120,  120,  120,  120],
+    code_qualname:             [  -1,   -1,   -1,   -1,   -1,   -1,  128,  128,  128,  128,  128],
+    code_varnames:             [  56,   64,   64,   72,   72,   72,   96,   96,   96,   96,   96],
+    code_linetable:            [ 104,  112,  112,  120,  120,  120,  136,  136,  136,  136,  136],
+    code_code:                 [  32,   40,   40,   48,   48,   48,  184,  192,  200,  208,  208],
+    code_size:                 [ 128,  144,  144,  176,  176,  176,  192,  200,  208,  216,  216],
+    unicode_state:             [  -1,   32,   32,   32,   32,   32,   32,   32,   32,   32,   32],
+    unicode_length:            [  -1,   16,   16,   16,   16,   16,   16,   16,   16,   16,   16],
+    ascii_data:                [  -1,   48,   48,   48,   48,   48,   48,   40,   40,   40,   40],
+    compact_data:              [  -1,   72,   72,   72,   72,   72,   72,   56,   56,   56,   56],
+    unicode_kind_shift:        [  -1,    2,    2,    2,    2,    2,    2,    2,    2,    2,    2],
+    unicode_compact_shift:     [  -1,    5,    5,    5,    5,    5,    5,    5,    5,    5,    5],
+    unicode_ascii_shift:       [  -1,    6,    6,    6,    6,    6,    6,    6,    6,    6,    6],
+    bytes_size:                [  16,   16,   16,   16,   16,   16,   16,   16,   16,   16,   16],
+    bytes_data:                [  36,   32,   32,   32,   32,   32,   32,   32,   32,   32,   32],
+    tuple_item:                [  24,   24,   24,   24,   24,   24,   24,   24,   24,   32,   32],
+    object_type:               [   8,    8,    8,    8,    8,    8,    8,    8,    8,    8,    8],
+    type_name:                 [  24,   24,   24,   24,   24,   24,   24,   24,   24,   24,   24],
 }
 
 /// The table's layouts, in [`COLUMNS`] order.
 pub static LAYOUTS: [Layout; COLUMNS.len()] =
-    [column(0), column(1), column(2), column(3), column(4), column(5), column(6), column(7), column(8)];
+    [column(0), column(1), column(2), column(3), column(4), column(5), column(6), column(7), column(8), column(9), column(10)];
 
 #[cfg(test)]
 mod tests {
@@ -383,7 +365,7 @@ mod tests {
             assert!(std::ptr::eq(l, &LAYOUTS[i]));
             assert_eq!(l.fields().len(), LAYOUTS[0].fields().len());
         }
-        for (major, minor) in [(2, 6), (3, 5), (3, 14), (4, 0)] {
+        for (major, minor) in [(2, 6), (3, 5), (3, 16), (4, 0)] {
             assert!(layout_for(major, minor).is_none(), "{major}.{minor} has no column");
         }
         // Oldest first, no duplicates.

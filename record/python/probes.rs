@@ -73,6 +73,9 @@ pub const PROBES: &[Probe] = &[
     p("tstate_current_frame", &[((3, 13), LAST, "off|PyThreadState|current_frame")]),
     p("tstate_thread_id", &[(FIRST, LAST, "off|PyThreadState|thread_id")]),
     p("tstate_native_thread_id", &[((3, 11), LAST, "off|PyThreadState|native_thread_id")]),
+    p("tstate_base_frame", &[((3, 15), LAST, "off|PyThreadState|base_frame")]),
+    p("tstate_holds_gil", &[((3, 15), LAST, "off|PyThreadState|holds_gil")]),
+    p("tstate_gil_requested", &[((3, 15), LAST, "off|PyThreadState|gil_requested")]),
     p("frame_back", &[
         (FIRST, (3, 10), "off|PyFrameObject|f_back"),
         ((3, 11), LAST, "off|struct _PyInterpreterFrame|previous"),
@@ -89,7 +92,7 @@ pub const PROBES: &[Probe] = &[
     ]),
     p("frame_owner", &[((3, 11), LAST, "off|struct _PyInterpreterFrame|owner")]),
     p("frame_is_entry", &[((3, 11), (3, 11), "off|struct _PyInterpreterFrame|is_entry")]),
-    p("frame_owned_by_cstack", &[((3, 12), LAST, "val|FRAME_OWNED_BY_CSTACK")]),
+    p("frame_owned_by_cstack", &[((3, 12), (3, 14), "val|FRAME_OWNED_BY_CSTACK")]),
     p("frame_localsplus", &[
         (FIRST, (3, 10), "off|PyFrameObject|f_localsplus"),
         ((3, 11), LAST, "off|struct _PyInterpreterFrame|localsplus"),

@@ -15,7 +15,7 @@
 use std::fmt;
 use std::sync::Mutex;
 
-use super::debug_offsets::{self as dbg, cross_check, layout_from_debug_offsets, u64_at};
+use super::debug_offsets::{self as dbg, block_layout, layout_from_debug_offsets, u64_at, BLOCK_LAYOUTS};
 use super::layout::{version_from_hex, Layout, LAYOUTS};
 use super::linetable::LineTable;
 
@@ -94,12 +94,17 @@ pub enum Strings {
 /// Where a process's [`Layout`] comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Source {
-    /// The compiled-in table alone.
+    /// The compiled-in table alone (before 3.13).
     Table,
-    /// The compiled-in table, which the interpreter's `_Py_DebugOffsets` must match field by field.
-    TableChecked,
-    /// The interpreter's `_Py_DebugOffsets` alone (a version newer than every row, accepted after validation).
+    /// The interpreter's own `_Py_DebugOffsets` (3.13+): its values win over the table's, which gives only what
+    /// the block does not carry (patch releases move fields).
     DebugOffsets,
+    /// A version newer than every row: its `_Py_DebugOffsets` read with the block layout of `as_of`, which it
+    /// passed; everything else as the newest row. Recordings say so in a warning.
+    Newer {
+        /// The known version whose block layout the block matched.
+        as_of: (u8, u8),
+    },
 }
 
 /// Every fact pyperf uses about one CPython `major.minor`.
@@ -123,8 +128,10 @@ pub struct Row {
     pub line_table: LineTable,
     /// What a frame's instruction position is.
     pub instr: Instr,
-    /// `_PyInterpreterFrame.owner` value of frames the interpreter does not show (owned by the C stack, 3.12+).
-    pub hidden_owner: Option<u8>,
+    /// Frames whose `_PyInterpreterFrame.owner` is this value or above belong to the interpreter itself and are
+    /// not shown: the C-stack shims of 3.12/3.13 (`FRAME_OWNED_BY_CSTACK` 3), the entry frames of 3.14+
+    /// (`FRAME_OWNED_BY_INTERPRETER` 3, and `FRAME_OWNED_BY_CSTACK` 4 on 3.14).
+    pub hidden_owners_from: Option<u8>,
     /// C-stack entry frames hold `Py_None` in `f_executable` (3.13+): skip them.
     pub none_is_entry: bool,
     /// Mask applied to the frame's code pointer: after 3.13 `f_executable` is a tagged stack reference whose low
@@ -141,8 +148,9 @@ pub struct Row {
 
 /// `code_tag_mask` of versions whose code pointer is a plain pointer.
 pub const UNTAGGED: u64 = u64::MAX;
-/// `code_tag_mask` after 3.13: objects are at least 8-aligned, so masking the low 3 bits is exact.
-pub const TAGGED: u64 = !7;
+/// `code_tag_mask` from 3.14: `f_executable` is a `_PyStackRef` whose low two bits are tags (`Py_TAG_BITS`);
+/// objects are at least 8-aligned, so masking them is exact.
+pub const TAGGED: u64 = !3;
 /// `Py_TPFLAGS_TYPE_SUBCLASS`: set in the flags of `type` and of every metaclass (2.7 and 3.x).
 pub const TPFLAGS_TYPE_SUBCLASS: u64 = 1 << 31;
 
@@ -151,7 +159,7 @@ use Gil::{Interpreter, LockPtr, Runtime as RuntimeGil, Statics};
 use Instr::{FromCode, LastiBytes, LastiUnits};
 use Interpreters::{InterpHead, Runtime};
 use LineTable::{Linetable310, Lnotab27, Lnotab36, Locations311};
-use Source::{Table, TableChecked};
+use Source::{DebugOffsets, Table};
 use Strings::{Py2Bytes, Unicode};
 use ThreadMatch::{NativeTid, Pthread};
 
@@ -166,8 +174,9 @@ const fn row(
     gil: Gil,
     line_table: LineTable,
     instr: Instr,
-    hidden_owner: Option<u8>,
+    hidden_owners_from: Option<u8>,
     none_is_entry: bool,
+    code_tag_mask: u64,
     first_traceable: Option<i32>,
     strings: Strings,
 ) -> Row {
@@ -182,9 +191,9 @@ const fn row(
         gil,
         line_table,
         instr,
-        hidden_owner,
+        hidden_owners_from,
         none_is_entry,
-        code_tag_mask: UNTAGGED,
+        code_tag_mask,
         first_traceable,
         type_flags: 168,
         strings,
@@ -194,17 +203,19 @@ const fn row(
 /// The supported versions, oldest first. The column is the layout's index in [`LAYOUTS`] (its version is the
 /// row's).
 #[rustfmt::skip]
-pub static ROWS: [Row; 9] = [
-    //  col source        interpreters thread  frames  gil          lines         instr       hidden   none   first_traceable strings
-    row(0, Table,        InterpHead, Pthread,   Object, LockPtr,     Lnotab27,     LastiBytes, None,    false, None,           Py2Bytes), // 2.7
-    row(1, Table,        InterpHead, Pthread,   Object, Statics,     Lnotab36,     LastiBytes, None,    false, None,           Unicode),  // 3.6
-    row(2, Table,        Runtime,    Pthread,   Object, RuntimeGil,  Lnotab36,     LastiBytes, None,    false, None,           Unicode),  // 3.7
-    row(3, Table,        Runtime,    Pthread,   Object, RuntimeGil,  Lnotab36,     LastiBytes, None,    false, None,           Unicode),  // 3.8
-    row(4, Table,        Runtime,    Pthread,   Object, RuntimeGil,  Lnotab36,     LastiBytes, None,    false, None,           Unicode),  // 3.9
-    row(5, Table,        Runtime,    Pthread,   Object, RuntimeGil,  Linetable310, LastiUnits, None,    false, None,           Unicode),  // 3.10
-    row(6, Table,        Runtime,    NativeTid, CFrame, RuntimeGil,  Locations311, FromCode,   None,    false, Some(168),      Unicode),  // 3.11
-    row(7, Table,        Runtime,    NativeTid, CFrame, Interpreter, Locations311, FromCode,   Some(3), false, Some(176),      Unicode),  // 3.12
-    row(8, TableChecked, Runtime,    NativeTid, Current, Interpreter, Locations311, FromCode,  Some(3), true,  Some(184),      Unicode),  // 3.13
+pub static ROWS: [Row; 11] = [
+    //  col source        interpreters thread  frames  gil          lines         instr       hidden   none   code tag  first_traceable strings
+    row(0,  Table,        InterpHead, Pthread,   Object,  LockPtr,     Lnotab27,     LastiBytes, None,    false, UNTAGGED, None,      Py2Bytes), // 2.7
+    row(1,  Table,        InterpHead, Pthread,   Object,  Statics,     Lnotab36,     LastiBytes, None,    false, UNTAGGED, None,      Unicode),  // 3.6
+    row(2,  Table,        Runtime,    Pthread,   Object,  RuntimeGil,  Lnotab36,     LastiBytes, None,    false, UNTAGGED, None,      Unicode),  // 3.7
+    row(3,  Table,        Runtime,    Pthread,   Object,  RuntimeGil,  Lnotab36,     LastiBytes, None,    false, UNTAGGED, None,      Unicode),  // 3.8
+    row(4,  Table,        Runtime,    Pthread,   Object,  RuntimeGil,  Lnotab36,     LastiBytes, None,    false, UNTAGGED, None,      Unicode),  // 3.9
+    row(5,  Table,        Runtime,    Pthread,   Object,  RuntimeGil,  Linetable310, LastiUnits, None,    false, UNTAGGED, None,      Unicode),  // 3.10
+    row(6,  Table,        Runtime,    NativeTid, CFrame,  RuntimeGil,  Locations311, FromCode,   None,    false, UNTAGGED, Some(168), Unicode),  // 3.11
+    row(7,  Table,        Runtime,    NativeTid, CFrame,  Interpreter, Locations311, FromCode,   Some(3), false, UNTAGGED, Some(176), Unicode),  // 3.12
+    row(8,  DebugOffsets, Runtime,    NativeTid, Current, Interpreter, Locations311, FromCode,   Some(3), true,  UNTAGGED, Some(184), Unicode),  // 3.13
+    row(9,  DebugOffsets, Runtime,    NativeTid, Current, Interpreter, Locations311, FromCode,   Some(3), true,  TAGGED,   Some(192), Unicode),  // 3.14
+    row(10, DebugOffsets, Runtime,    NativeTid, Current, Interpreter, Locations311, FromCode,   Some(3), true,  TAGGED,   Some(192), Unicode),  // 3.15
 ];
 
 /// The row of `major.minor`, if it is in the table.
@@ -268,12 +279,13 @@ impl fmt::Display for Unsupported {
 /// The row for an interpreter of `version`, given the first bytes of its `_PyRuntime` (`debug`: they start with
 /// `_Py_DebugOffsets` from 3.13 on; `None` when the binary has no `_PyRuntime` or it is not in initialised data).
 ///
-/// - A row whose source is the table alone: that row.
-/// - A row checked by the debug offsets (3.13): the block must be there, not free-threaded, of the same version,
-///   and agree with the table field by field.
-/// - A 3.x newer than every row: the layout comes from the debug offsets alone ([`layout_from_debug_offsets`]),
-///   the rest from the newest row, with tagged code pointers and no `_co_firsttraceable`.
-/// - Anything else is refused.
+/// - A row whose source is the table: that row.
+/// - A row read from the debug offsets (3.13+): the block must be there, not free-threaded, of the same version,
+///   and pass the checks of [`layout_from_debug_offsets`] with the block layout of that version; its values win
+///   over the row's table (a patch release that moved a field gets a row of its own, interned).
+/// - A 3.x newer than every row: accepted if its block passes the checks with one of the known block layouts
+///   (newest first); the row is the newest one with that layout, tagged [`Source::Newer`].
+/// - Anything else is refused, saying what did not validate.
 pub fn select(version: (u8, u8, u8), debug: Option<&[u8]>) -> Result<&'static Row, Unsupported> {
     let (major, minor, micro) = version;
     let what = format!("Python {major}.{minor}.{micro}");
@@ -302,35 +314,49 @@ pub fn select(version: (u8, u8, u8), debug: Option<&[u8]>) -> Result<&'static Ro
             format!("_Py_DebugOffsets says version {}.{}.{} ({hex:#x})", dv.0, dv.1, dv.2),
         ));
     }
-    let built =
-        layout_from_debug_offsets(debug, (major, minor), newest.layout).map_err(|why| Unsupported::new(&what, why))?;
-    match table {
-        Some(row) => {
-            let diff = cross_check(&built, row.layout);
-            if diff.is_empty() {
-                Ok(row)
-            } else {
-                Err(Unsupported::new(
-                    what,
-                    format!("its _Py_DebugOffsets disagree with pyperf's {major}.{minor} table ({})", diff.join(", ")),
-                ))
+    if let Some(row) = table {
+        let Some(block) = block_layout(row.version) else {
+            return Err(Unsupported::new(what, "pyperf knows no _Py_DebugOffsets layout of this version"));
+        };
+        let built = layout_from_debug_offsets(debug, block, row.version, row.layout)
+            .map_err(|why| Unsupported::new(&what, format!("{why} (block layout of {major}.{minor})")))?;
+        if built == *row.layout {
+            return Ok(row);
+        }
+        return Ok(interned(Row { layout: super::debug_offsets::intern(built), ..*row }));
+    }
+    let mut first_error = None;
+    for block in BLOCK_LAYOUTS.iter().rev() {
+        match layout_from_debug_offsets(debug, block, (major, minor), newest.layout) {
+            Ok(built) => {
+                return Ok(interned(Row {
+                    version: (major, minor),
+                    layout: super::debug_offsets::intern(built),
+                    source: Source::Newer { as_of: block.version },
+                    // Not in the block, and may have moved: hide no frame rather than misread.
+                    first_traceable: None,
+                    ..*newest
+                }))
+            }
+            Err(e) => {
+                first_error.get_or_insert((block.version, e));
             }
         }
-        None => Ok(derived(newest, super::debug_offsets::intern(built))),
     }
+    let (v, e) = first_error.unwrap_or(((0, 0), String::new()));
+    Err(Unsupported::new(
+        what,
+        format!(
+            "newer than pyperf knows ({}.{}) and its _Py_DebugOffsets match none of the layouts pyperf reads \
+             ({}.{}: {e})",
+            newest.version.0, newest.version.1, v.0, v.1
+        ),
+    ))
 }
 
-/// The row of a version newer than every row, from its own layout (interned: equal rows are shared, so that
-/// profiling many processes of one interpreter keeps one copy).
-fn derived(newest: &Row, layout: &'static Layout) -> &'static Row {
-    let row = Row {
-        version: layout.version,
-        layout,
-        source: Source::DebugOffsets,
-        code_tag_mask: TAGGED,
-        first_traceable: None,
-        ..*newest
-    };
+/// Rows built at run time (a patch release's moved fields, a newer version) live as long as the program; equal
+/// ones are shared, so that profiling many processes of one interpreter keeps one copy.
+fn interned(row: Row) -> &'static Row {
     static BUILT: Mutex<Vec<&'static Row>> = Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(found) = built.iter().find(|b| ***b == row) {
@@ -344,6 +370,7 @@ fn derived(newest: &Row, layout: &'static Layout) -> &'static Row {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::python::debug_offsets::cross_check;
     use crate::python::layout::layout_for;
     use crate::python::linetable::{instr_byte_offset, line_at};
 
@@ -368,6 +395,8 @@ pub(crate) mod tests {
             };
             assert!(frames, "{v:?}: {:?} but the layout lacks its fields", r.frames);
             assert_eq!(r.frames.on_data_stack(), has(l.frame_owner), "{v:?}");
+            assert!(!has(l.tstate_base_frame) || r.frames == Current, "{v:?}: a base frame ends a data-stack walk");
+            assert_eq!(has(l.tstate_holds_gil), has(l.tstate_gil_requested), "{v:?}: per-thread GIL fields");
             let gil = match r.gil {
                 LockPtr => r.strings == Py2Bytes,
                 Statics => !has(l.runtime_gil_locked) && !has(l.interp_gil_ptr),
@@ -380,17 +409,27 @@ pub(crate) mod tests {
                 FromCode => has(l.frame_instr) && has(l.code_code),
             };
             assert!(instr, "{v:?}: {:?}", r.instr);
-            assert_eq!(r.hidden_owner.map(i32::from), has(l.frame_owned_by_cstack).then_some(l.frame_owned_by_cstack));
+            // Hidden owners: from the C-stack owner where it is the highest value (3.12/3.13), at most it after.
+            if let Some(from) = r.hidden_owners_from {
+                assert!(has(l.frame_owner), "{v:?}");
+                assert!(!has(l.frame_owned_by_cstack) || i32::from(from) <= l.frame_owned_by_cstack, "{v:?}");
+            } else {
+                assert!(!has(l.frame_owned_by_cstack), "{v:?}: C-stack frames exist but none is hidden");
+            }
             assert_eq!(r.first_traceable.is_some(), r.frames.on_data_stack(), "{v:?}");
             if let Some(o) = r.first_traceable {
-                assert!(o > 0 && o + 4 <= l.code_size, "{v:?}: _co_firsttraceable inside PyCodeObject");
+                assert!(o > 0 && o + 4 <= l.code_code, "{v:?}: _co_firsttraceable inside PyCodeObject's header");
             }
             assert_eq!(r.strings == Unicode, has(l.unicode_state), "{v:?}");
+            assert_eq!(r.source != Table, has(l.runtime_debug_offsets), "{v:?}: rows from the block have one");
+            if r.source != Table {
+                assert!(block_layout(v).is_some(), "{v:?}: no block layout");
+            }
             // A line table that decodes: the first instruction of a one-line function is on its first line.
             let one_line: &[u8] = match r.line_table {
                 Lnotab27 | Lnotab36 => &[],
                 Linetable310 => &[8, 0],
-                Locations311 => &[0x80 | (10 << 3) | 3],
+                Locations311 => &[0x80 | (10 << 3) | 3, 0, 0],
             };
             let first = instr_byte_offset(r.instr, initial_raw(r), l.code_code.max(0) as u32);
             assert_eq!(line_at(r.line_table, 7, one_line, first.unwrap_or(0)), Some(7), "{v:?}");
@@ -411,43 +450,52 @@ pub(crate) mod tests {
     fn every_accepted_version_has_a_row() {
         for major in 2..=4u8 {
             for minor in 0..=20u8 {
-                let block = synthetic_block(newest().layout, (major, minor));
+                let block = synthetic_block(newest().layout, newest().version, (major, minor));
                 match select((major, minor, 0), Some(&block)) {
                     Ok(r) => {
                         assert_eq!(r.version, (major, minor));
                         let from_table = row_for(major, minor).is_some();
-                        assert_eq!(r.source == Source::DebugOffsets, !from_table);
+                        assert_eq!(matches!(r.source, Source::Newer { .. }), !from_table);
                         if !from_table {
                             assert!(major == 3 && minor > newest().version.1);
                             assert_eq!(r.line_table, newest().line_table);
-                            assert_eq!(r.code_tag_mask, TAGGED);
+                            assert_eq!(r.code_tag_mask, newest().code_tag_mask);
+                            assert_eq!(r.source, Source::Newer { as_of: newest().version });
                         }
                     }
-                    Err(e) => assert!(row_for(major, minor).is_none(), "{major}.{minor} refused: {e}"),
+                    Err(e) => assert!(
+                        row_for(major, minor).is_none() || row_for(major, minor).unwrap().source != Table,
+                        "{major}.{minor} refused: {e}"
+                    ),
                 }
             }
         }
     }
 
-    /// A `_Py_DebugOffsets` block as a CPython with `layout` would carry it (positions of 3.13).
-    pub(crate) fn synthetic_block(layout: &Layout, version: (u8, u8)) -> Vec<u8> {
-        let mut b = vec![0u8; dbg::SIZE as usize];
-        let mut put = |pos: i32, v: u64| b[pos as usize..pos as usize + 8].copy_from_slice(&v.to_le_bytes());
-        let hex = (u64::from(version.0) << 24) | (u64::from(version.1) << 16) | 0xf0;
-        put(dbg::VERSION, hex);
+    /// A `_Py_DebugOffsets` block with the block layout of `of`, carrying `layout`'s values, labelled `version`.
+    pub(crate) fn synthetic_block(layout: &Layout, of: (u8, u8), version: (u8, u8)) -> Vec<u8> {
+        let block = block_layout(of).expect("a block layout");
+        let mut b = vec![0u8; block.size() as usize];
+        let mut put = |member: &str, v: u64| {
+            if let Some(pos) = block.position(member) {
+                b[pos as usize..pos as usize + 8].copy_from_slice(&v.to_le_bytes());
+            }
+        };
+        // Struct sizes first: one of them (code_object.size) is also a field, written next.
+        for (size, _) in dbg::SIZES {
+            put(size, 1 << 20);
+        }
         let fields = layout.fields();
         let value = |name: &str| fields.iter().find(|f| f.0 == name).map_or(-1, |f| f.1);
-        // Struct sizes first: one of them (code_object.size) is also a field, written next.
-        for (_, pos, _) in dbg::SIZES {
-            put(*pos, 1 << 20);
+        for (field, member) in dbg::FIELDS {
+            put(member, value(field) as u64);
         }
-        for (field, _, pos) in dbg::FIELDS {
-            put(*pos, value(field) as u64);
-        }
-        put(dbg::GIL_STATE.1, 1000);
-        put(dbg::GIL_LOCKED.1, 1000 + value("gil_locked") as u64);
-        put(dbg::GIL_HOLDER.1, 1000 + value("gil_last_holder") as u64);
+        put(dbg::GIL_STATE, 1000);
+        put(dbg::GIL_LOCKED, 1000 + value("gil_locked") as u64);
+        put(dbg::GIL_HOLDER, 1000 + value("gil_last_holder") as u64);
         b[..8].copy_from_slice(dbg::COOKIE);
+        let hex = (u64::from(version.0) << 24) | (u64::from(version.1) << 16) | 0xf0;
+        b[dbg::VERSION as usize..][..8].copy_from_slice(&hex.to_le_bytes());
         b
     }
 
@@ -457,7 +505,7 @@ pub(crate) mod tests {
 
     #[test]
     fn supported_versions_text() {
-        assert_eq!(supported_versions(), "2.7, 3.6-3.13");
+        assert_eq!(supported_versions(), "2.7, 3.6-3.15");
     }
 
     /// Versions no interpreter here has: one clear line each.
@@ -465,26 +513,26 @@ pub(crate) mod tests {
     fn unsupported_versions_say_so() {
         assert_eq!(
             message(select((3, 5, 10), None)),
-            "process 123 runs Python 3.5.10, which pyperf does not support (2.7, 3.6-3.13)"
+            "process 123 runs Python 3.5.10, which pyperf does not support (2.7, 3.6-3.15)"
         );
         assert_eq!(
             message(select((2, 6, 9), None)),
-            "process 123 runs Python 2.6.9, which pyperf does not support (2.7, 3.6-3.13)"
+            "process 123 runs Python 2.6.9, which pyperf does not support (2.7, 3.6-3.15)"
         );
         assert_eq!(
-            message(select((3, 14, 0), None)),
-            "process 123 runs Python 3.14.0, which pyperf does not support (2.7, 3.6-3.13): \
+            message(select((3, 16, 0), None)),
+            "process 123 runs Python 3.16.0, which pyperf does not support (2.7, 3.6-3.15): \
              no _Py_DebugOffsets at the start of _PyRuntime"
         );
         assert_eq!(
             message(select((3, 13, 0), Some(&[0u8; 600]))),
-            "process 123 runs Python 3.13.0, which pyperf does not support (2.7, 3.6-3.13): \
+            "process 123 runs Python 3.13.0, which pyperf does not support (2.7, 3.6-3.15): \
              no _Py_DebugOffsets at the start of _PyRuntime"
         );
         let pypy = Unsupported::new("PyPy", "pyperf reads CPython's interpreter state only").for_pid(7).to_string();
         assert_eq!(
             pypy,
-            "process 7 runs PyPy, which pyperf does not support (2.7, 3.6-3.13): \
+            "process 7 runs PyPy, which pyperf does not support (2.7, 3.6-3.15): \
              pyperf reads CPython's interpreter state only"
         );
         for v in [(2, 7, 18), (3, 6, 15), (3, 12, 1)] {
@@ -492,66 +540,86 @@ pub(crate) mod tests {
         }
     }
 
-    fn put_u64(block: &mut [u8], pos: i32, v: u64) {
-        block[pos as usize..pos as usize + 8].copy_from_slice(&v.to_le_bytes());
+    fn put(block: &mut [u8], of: (u8, u8), member: &str, v: u64) {
+        let pos = block_layout(of).unwrap().position(member).unwrap() as usize;
+        block[pos..pos + 8].copy_from_slice(&v.to_le_bytes());
     }
 
-    /// Damaged blocks are refused with the reason (the real blocks of the interpreters are checked in
-    /// tests/conformance.rs).
+    /// Each row read from the debug offsets, with a block of its own layout: accepted as is; a moved field wins
+    /// over the table; damaged blocks are refused with the reason (the real blocks of the interpreters are
+    /// checked in tests/conformance.rs).
     #[test]
-    fn damaged_debug_offsets_are_refused() {
-        let table = newest().layout;
-        let good = synthetic_block(table, (3, 13));
-        assert!(std::ptr::eq(select((3, 13, 0), Some(&good)).unwrap(), newest()));
+    fn debug_offsets_win_and_damaged_blocks_are_refused() {
+        for row in ROWS.iter().filter(|r| r.source == DebugOffsets) {
+            let v = row.version;
+            let (major, minor) = v;
+            let good = synthetic_block(row.layout, v, v);
+            assert!(std::ptr::eq(select((major, minor, 0), Some(&good)).unwrap(), row), "{v:?}");
 
-        let mut cookie = good.clone();
-        cookie[0] = b'X';
-        assert!(message(select((3, 13, 0), Some(&cookie))).ends_with("no _Py_DebugOffsets at the start of _PyRuntime"));
+            // A patch release moved a field: the block's value is used, in a row of its own.
+            let mut moved = good.clone();
+            put(&mut moved, v, "thread_state.native_thread_id", row.layout.tstate_native_thread_id as u64 + 8);
+            let r = select((major, minor, 9), Some(&moved)).unwrap();
+            assert_eq!(r.layout.tstate_native_thread_id, row.layout.tstate_native_thread_id + 8);
+            assert_eq!(cross_check(r.layout, row.layout).len(), 1, "{v:?}");
+            assert!(std::ptr::eq(select((major, minor, 9), Some(&moved)).unwrap(), r), "interned");
 
-        let mut bad = good.clone();
-        let pos = dbg::FIELDS.iter().find(|f| f.0 == "tstate_native_thread_id").unwrap().2;
-        put_u64(&mut bad, pos, table.tstate_native_thread_id as u64 + 8);
-        assert_eq!(
-            message(select((3, 13, 0), Some(&bad))),
-            format!(
-                "process 123 runs Python 3.13.0, which pyperf does not support (2.7, 3.6-3.13): its _Py_DebugOffsets \
-                 disagree with pyperf's 3.13 table (tstate_native_thread_id debug_offsets={} table={})",
-                table.tstate_native_thread_id + 8,
-                table.tstate_native_thread_id
-            )
-        );
+            let mut cookie = good.clone();
+            cookie[0] = b'X';
+            assert!(message(select((major, minor, 0), Some(&cookie))).ends_with("no _Py_DebugOffsets at the start of _PyRuntime"));
 
-        let mut ft = good.clone();
-        put_u64(&mut ft, dbg::FREE_THREADED, 1);
-        assert_eq!(
-            message(select((3, 13, 0), Some(&ft))),
-            "process 123 runs Python 3.13.0 free-threaded (Py_GIL_DISABLED), which pyperf does not support \
-             (2.7, 3.6-3.13): the free-threaded build has a different object layout and no GIL"
-        );
-        assert!(message(select((3, 14, 0), Some(&good))).contains("_Py_DebugOffsets says version 3.13.0"));
+            let mut ft = good.clone();
+            ft[dbg::FREE_THREADED as usize] = 1;
+            assert_eq!(
+                message(select((major, minor, 0), Some(&ft))),
+                format!(
+                    "process 123 runs Python {major}.{minor}.0 free-threaded (Py_GIL_DISABLED), which pyperf does not \
+                     support (2.7, 3.6-3.15): the free-threaded build has a different object layout and no GIL"
+                )
+            );
+            let other = synthetic_block(row.layout, v, (3, 99));
+            assert!(message(select((major, minor, 0), Some(&other))).contains("_Py_DebugOffsets says version 3.99.0"));
 
-        let newer = synthetic_block(table, (3, 14));
-        let r = select((3, 14, 0), Some(&newer)).expect("3.14 from its debug offsets");
-        assert_eq!(r.version, (3, 14));
-        assert_eq!(cross_check(r.layout, table), Vec::<String>::new());
-        assert!(std::ptr::eq(select((3, 14, 0), Some(&newer)).unwrap(), r), "interned");
+            let mut big = good.clone();
+            put(&mut big, v, "interpreter_frame.size", 60);
+            let m = message(select((major, minor, 0), Some(&big)));
+            assert!(m.contains("outside interpreter_frame.size = 60"), "{m}");
+            assert!(m.contains(&format!("(block layout of {major}.{minor})")), "{m}");
 
-        let mut big = newer.clone();
-        let size = dbg::SIZES.iter().find(|s| s.0 == "interpreter_frame.size").unwrap().1;
-        put_u64(&mut big, size, 80);
-        assert!(select((3, 14, 0), Some(&big)).is_ok());
-        let pos = dbg::FIELDS.iter().find(|f| f.0 == "frame_owner").unwrap().2;
-        put_u64(&mut big, pos, 5000);
-        let m = message(select((3, 14, 0), Some(&big)));
-        assert!(m.contains("frame_owner = 5000 outside interpreter_frame.size = 80"), "{m}");
+            let mut sentinel = good.clone();
+            put(&mut sentinel, v, "pyobject.ob_type", 16);
+            let m = message(select((major, minor, 0), Some(&sentinel)));
+            assert!(m.contains("_Py_DebugOffsets not in the layout pyperf reads (object_type = 16, expected 8)"), "{m}");
 
-        let mut sentinel = newer.clone();
-        let pos = dbg::FIELDS.iter().find(|f| f.0 == "object_type").unwrap().2;
-        put_u64(&mut sentinel, pos, 16);
-        let m = message(select((3, 14, 0), Some(&sentinel)));
-        assert!(m.contains("_Py_DebugOffsets not in the layout pyperf reads (object_type = 16, expected 8)"), "{m}");
+            let m = message(select((major, minor, 0), Some(&good[..100])));
+            assert!(m.contains("cut short"), "{m}");
+        }
+    }
 
-        let m = message(select((3, 14, 0), Some(&newer[..100])));
-        assert!(m.contains("cut short"), "{m}");
+    /// A version newer than every row: accepted when its block passes with a known block layout (and tagged as
+    /// such), refused when it matches none.
+    #[test]
+    fn a_newer_version_is_read_only_through_a_layout_it_passes() {
+        let n = newest();
+        let next = (n.version.0, n.version.1 + 1);
+        let block = synthetic_block(n.layout, n.version, next);
+        let r = select((next.0, next.1, 0), Some(&block)).expect("the next version from its debug offsets");
+        assert_eq!(r.version, next);
+        assert_eq!(r.source, Source::Newer { as_of: n.version });
+        assert_eq!(r.first_traceable, None);
+        assert_eq!(cross_check(r.layout, n.layout), Vec::<String>::new());
+        // An older block layout is tried too.
+        let older = ROWS.iter().rev().find(|r| r.source == DebugOffsets && r.version < n.version).unwrap();
+        let block = synthetic_block(n.layout, older.version, next);
+        let r = select((next.0, next.1, 0), Some(&block)).expect("through an older block layout");
+        assert_eq!(r.source, Source::Newer { as_of: older.version });
+
+        // Members inserted into a section move everything after it: no known layout passes.
+        let good = synthetic_block(n.layout, n.version, next);
+        let mut moved = good[..48].to_vec();
+        moved.extend_from_slice(&[0u8; 64]);
+        moved.extend_from_slice(&good[48..]);
+        let m = message(select((next.0, next.1, 0), Some(&moved)));
+        assert!(m.contains("newer than pyperf knows (3.15) and its _Py_DebugOffsets match none of the layouts"), "{m}");
     }
 }

@@ -97,6 +97,8 @@ pub struct Counters {
     pub target_ns: u64,
     /// Ring buffer records user space could not parse.
     pub malformed: u64,
+    /// Walks that ended without reaching the thread's base frame (3.15+; stack status incomplete).
+    pub incomplete: u64,
 }
 
 impl Counters {
@@ -113,6 +115,7 @@ impl Counters {
             ("bpf_idle", self.idle),
             ("bpf_target_ns", self.target_ns),
             ("malformed_records", self.malformed),
+            ("bpf_incomplete", self.incomplete),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -392,6 +395,7 @@ impl Sampler {
             c.thread_walks += pc.thread_walks;
             c.idle += pc.idle;
             c.target_ns += pc.target_ns;
+            c.incomplete += pc.incomplete;
         }
         c
     }

@@ -8,6 +8,8 @@
 //! - `[idle]`: the sample has no Python frames (the thread was not running Python code); it is the only frame.
 //! - `[truncated]`: root of a stack deeper than the recorder's limit (the leaf-side frames are kept).
 //! - `[stack error]`: root of a stack whose walk failed part way (the frames read before it are kept).
+//! - `[incomplete]`: root of a stack whose walk ended before the thread's base frame (3.15+; the frames read are
+//!   kept, the callers below them are missing).
 //! - `[stack status unknown-N]`: root of a stack with a status written by a newer pyperf.
 
 use pyperf_format::{symbol_flags, StackStatus, Symbol};
@@ -18,6 +20,8 @@ pub const IDLE: &str = "[idle]";
 pub const TRUNCATED: &str = "[truncated]";
 /// Root frame of a stack whose walk failed part way.
 pub const STACK_ERROR: &str = "[stack error]";
+/// Root frame of a stack whose walk ended before the thread's base frame.
+pub const INCOMPLETE: &str = "[incomplete]";
 
 /// The pseudo-frame put at the root of a stack with this status, if any.
 pub fn marker(status: StackStatus, has_frames: bool) -> Option<String> {
@@ -26,6 +30,7 @@ pub fn marker(status: StackStatus, has_frames: bool) -> Option<String> {
         StackStatus::Complete | StackStatus::Idle => None,
         StackStatus::Truncated => Some(TRUNCATED.to_string()),
         StackStatus::Error => Some(STACK_ERROR.to_string()),
+        StackStatus::Incomplete => Some(INCOMPLETE.to_string()),
         StackStatus::Unknown(_) => Some(format!("[stack status {}]", status.key())),
     }
 }
@@ -144,6 +149,7 @@ mod tests {
         assert_eq!(marker(StackStatus::Complete, true), None);
         assert_eq!(marker(StackStatus::Truncated, true).as_deref(), Some("[truncated]"));
         assert_eq!(marker(StackStatus::Error, false).as_deref(), Some("[stack error]"));
+        assert_eq!(marker(StackStatus::Incomplete, true).as_deref(), Some("[incomplete]"));
         assert_eq!(marker(StackStatus::Unknown(9), true).as_deref(), Some("[stack status unknown-9]"));
     }
 }
