@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use pyperf_format::{GilState, Header, Process, PthreadIdMatch, StackStatus, Stats, ThreadStateMatch};
+use pyperf_format::{GilState, Header, Process, PthreadIdMatch, RecorderWarning, StackStatus, Stats, ThreadStateMatch};
 
 use crate::python::config::bpf_config;
 use crate::python::PythonProcess;
@@ -297,6 +297,10 @@ impl Session {
             self.sampler.remove_process(p.pid);
             self.symbolizer.remove_process(p.pid);
             return Err(e);
+        }
+        if let Some(text) = p.warning() {
+            eprintln!("pyperf: warning: process {}: {text}", p.pid);
+            self.sink.warning(&RecorderWarning { pid: p.pid, text })?;
         }
         Ok(())
     }

@@ -10,7 +10,7 @@ pub const MAGIC: [u8; 8] = *b"\x89PYP\r\n\x1a\n";
 /// Major version: a reader refuses files with a higher one.
 pub const MAJOR: u16 = 1;
 /// Minor version: a reader accepts higher ones, ignoring what it does not know.
-pub const MINOR: u16 = 0;
+pub const MINOR: u16 = 1;
 
 /// Bytes before the first chunk: magic, major, minor, four reserved bytes.
 pub const PREAMBLE_LEN: usize = 16;
@@ -59,6 +59,8 @@ pub enum Kind {
     SymbolTable = 6,
     /// [`crate::Stats`]: the trailer, last.
     Stats = 7,
+    /// [`crate::RecorderWarning`]: something the recorder wants the reader of the recording to know (1.1+).
+    Warning = 8,
 }
 
 impl Kind {
@@ -72,6 +74,7 @@ impl Kind {
             5 => Kind::Samples,
             6 => Kind::SymbolTable,
             7 => Kind::Stats,
+            8 => Kind::Warning,
             _ => return None,
         })
     }

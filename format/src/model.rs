@@ -56,6 +56,16 @@ pub struct Process {
     pub first_seen_ns: u64,
 }
 
+/// Something the recorder wants whoever reads the recording to know, e.g. that a process ran a Python newer
+/// than the recorder knew (format 1.1+). Written when it happens; reports list them among their warnings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecorderWarning {
+    /// The process it is about; 0 for the whole recording.
+    pub pid: u32,
+    /// One line, for people.
+    pub text: String,
+}
+
 /// `Symbol::flags` bits.
 pub mod symbol_flags {
     /// The function name was cut (too long or unreadable past some point).

@@ -23,6 +23,8 @@ pub enum Record {
     SymbolTable(SymbolChunk),
     /// The trailer.
     Stats(Stats),
+    /// A warning of the recorder's (1.1+).
+    Warning(RecorderWarning),
     /// A chunk kind from a newer minor version; skipped.
     Unknown {
         /// Its on-disk kind value.
@@ -115,6 +117,7 @@ impl<R: Read> Reader<R> {
             }
             Some(Kind::SymbolTable) => Record::SymbolTable(decode(&raw.payload, at)?),
             Some(Kind::Stats) => Record::Stats(decode(&raw.payload, at)?),
+            Some(Kind::Warning) => Record::Warning(decode(&raw.payload, at)?),
             None => Record::Unknown { kind: raw.kind },
         };
         Ok(Some(record))
@@ -195,6 +198,8 @@ pub struct Tables {
     pub stats: Option<Stats>,
     /// Whether the final complete symbol table was read.
     pub complete_symbol_table: bool,
+    /// The recorder's warnings, in file order.
+    pub warnings: Vec<RecorderWarning>,
 }
 
 impl Tables {
@@ -241,6 +246,7 @@ impl Tables {
                 }
             }
             Record::Stats(s) => self.stats = Some(s.clone()),
+            Record::Warning(w) => self.warnings.push(w.clone()),
             Record::Unknown { .. } => {}
         }
         Ok(())

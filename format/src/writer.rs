@@ -136,6 +136,11 @@ impl<W: Write> Writer<W> {
         self.node_count - 1
     }
 
+    /// Writes a recorder warning now (not batched).
+    pub fn add_warning(&mut self, warning: &RecorderWarning) -> Result<(), Error> {
+        self.write_record(Kind::Warning, warning)
+    }
+
     /// Writes a process record now (not batched): it comes before every sample pushed after it.
     pub fn add_process(&mut self, process: &Process) -> Result<(), Error> {
         self.write_record(Kind::Process, process)

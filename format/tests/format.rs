@@ -75,7 +75,7 @@ fn write(n: usize, flush_every: usize) -> Written {
         let pid = if i % 3 == 0 { 200 } else { 100 };
         let tid = pid + (i % 2) as u32;
         let comm = if i % 2 == 0 { "python3" } else { "wörker" };
-        let gil = GilState::from_u8((i % 9) as u8); // includes an unknown value 8
+        let gil = GilState::from_u8((i % 10) as u8); // includes an unknown value 9
         let status = if st.is_empty() { StackStatus::Idle } else { StackStatus::Complete };
         // Out-of-order delivery between CPUs: time sometimes goes back a little.
         t = if i % 7 == 3 { t - 300 } else { t + 1_000_000 + (i as u64 * 7919) % 5000 };
@@ -153,7 +153,7 @@ fn interning_shares_symbols_and_prefixes() {
 fn states_keep_unknown_values() {
     let w = write(20, 0);
     let (_, _, got, _) = read(&w.bytes).unwrap();
-    assert!(got.iter().any(|s| s.4 == GilState::Unknown(8)));
+    assert!(got.iter().any(|s| s.4 == GilState::Unknown(9)));
 }
 
 /// Chunk boundaries of a file: offsets where a chunk ends.

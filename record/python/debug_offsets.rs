@@ -276,7 +276,10 @@ pub fn layout_from_debug_offsets(
     let offset = |member: &str| -> Option<Result<i32, String>> {
         raw(member).map(|r| {
             r.and_then(|v| {
-                i32::try_from(v).ok().filter(|v| *v < 1 << 15).ok_or_else(|| format!("implausible offset {v} of {member}"))
+                i32::try_from(v)
+                    .ok()
+                    .filter(|v| *v < 1 << 15)
+                    .ok_or_else(|| format!("implausible offset {v} of {member}"))
             })
         })
     };

@@ -118,6 +118,20 @@ pub struct PythonProcess {
 }
 
 impl PythonProcess {
+    /// What a recording of this process should warn about: a Python newer than pyperf knows, read through the
+    /// `_Py_DebugOffsets` layout of a known version.
+    pub fn warning(&self) -> Option<String> {
+        let versions::Source::Newer { as_of } = self.row.source else { return None };
+        Some(format!(
+            "Python {} is newer than pyperf knows ({}): read through its _Py_DebugOffsets with the layout of {}.{}, \
+             which it passed; stacks may be wrong if the interpreter changed in ways its debug offsets do not show",
+            self.version_string(),
+            supported_versions(),
+            as_of.0,
+            as_of.1
+        ))
+    }
+
     /// `"3.11.7"`.
     pub fn version_string(&self) -> String {
         let (a, b, c) = self.version;
@@ -356,7 +370,15 @@ impl BinaryInfo {
                 Segment { file_offset, file_size, address: s.address() }
             })
             .collect();
-        Some(BinaryInfo { syms, version, runtime, runtime_from_section: section.is_some(), debug_block, build_id, segments })
+        Some(BinaryInfo {
+            syms,
+            version,
+            runtime,
+            runtime_from_section: section.is_some(),
+            debug_block,
+            build_id,
+            segments,
+        })
     }
 }
 

@@ -350,8 +350,19 @@ layouts! {
 }
 
 /// The table's layouts, in [`COLUMNS`] order.
-pub static LAYOUTS: [Layout; COLUMNS.len()] =
-    [column(0), column(1), column(2), column(3), column(4), column(5), column(6), column(7), column(8), column(9), column(10)];
+pub static LAYOUTS: [Layout; COLUMNS.len()] = [
+    column(0),
+    column(1),
+    column(2),
+    column(3),
+    column(4),
+    column(5),
+    column(6),
+    column(7),
+    column(8),
+    column(9),
+    column(10),
+];
 
 #[cfg(test)]
 mod tests {

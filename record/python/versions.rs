@@ -336,7 +336,7 @@ pub fn select(version: (u8, u8, u8), debug: Option<&[u8]>) -> Result<&'static Ro
                     // Not in the block, and may have moved: hide no frame rather than misread.
                     first_traceable: None,
                     ..*newest
-                }))
+                }));
             }
             Err(e) => {
                 first_error.get_or_insert((block.version, e));
@@ -566,7 +566,8 @@ pub(crate) mod tests {
 
             let mut cookie = good.clone();
             cookie[0] = b'X';
-            assert!(message(select((major, minor, 0), Some(&cookie))).ends_with("no _Py_DebugOffsets at the start of _PyRuntime"));
+            assert!(message(select((major, minor, 0), Some(&cookie)))
+                .ends_with("no _Py_DebugOffsets at the start of _PyRuntime"));
 
             let mut ft = good.clone();
             ft[dbg::FREE_THREADED as usize] = 1;
@@ -589,7 +590,10 @@ pub(crate) mod tests {
             let mut sentinel = good.clone();
             put(&mut sentinel, v, "pyobject.ob_type", 16);
             let m = message(select((major, minor, 0), Some(&sentinel)));
-            assert!(m.contains("_Py_DebugOffsets not in the layout pyperf reads (object_type = 16, expected 8)"), "{m}");
+            assert!(
+                m.contains("_Py_DebugOffsets not in the layout pyperf reads (object_type = 16, expected 8)"),
+                "{m}"
+            );
 
             let m = message(select((major, minor, 0), Some(&good[..100])));
             assert!(m.contains("cut short"), "{m}");

@@ -5,7 +5,7 @@ use std::io::BufWriter;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use pyperf_format::{Header, Process, SampleRecord, Stats, Symbol, Writer};
+use pyperf_format::{Header, Process, RecorderWarning, SampleRecord, Stats, Symbol, Writer};
 
 use super::output::Output;
 use super::{Sample, Sink};
@@ -38,6 +38,10 @@ impl FileSink {
 impl Sink for FileSink {
     fn process(&mut self, p: &Process) -> Result<()> {
         self.writer.add_process(p).context("writing the recording")
+    }
+
+    fn warning(&mut self, w: &RecorderWarning) -> Result<()> {
+        self.writer.add_warning(w).context("writing the recording")
     }
 
     fn symbol(&mut self, id: u32, symbol: &Symbol) {

@@ -6,7 +6,7 @@ pub mod file;
 pub mod output;
 
 use anyhow::Result;
-use pyperf_format::{GilState, Process, PthreadIdMatch, StackStatus, Stats, Symbol, ThreadStateMatch};
+use pyperf_format::{GilState, Process, PthreadIdMatch, RecorderWarning, StackStatus, Stats, Symbol, ThreadStateMatch};
 
 /// One symbolized sample.
 #[derive(Debug, Clone, Copy)]
@@ -37,6 +37,8 @@ pub struct Sample<'a> {
 pub trait Sink {
     /// A process is followed from now on (its `first_seen_ns` is relative to the recording's start).
     fn process(&mut self, p: &Process) -> Result<()>;
+    /// Something whoever reads the recording should know (also said on stderr by the session).
+    fn warning(&mut self, w: &RecorderWarning) -> Result<()>;
     /// Symbol `id` is `symbol`; ids are dense and come in order, each once, before any sample uses it.
     fn symbol(&mut self, id: u32, symbol: &Symbol);
     /// A sample. Cannot fail here (it is called from inside the ring buffer's callback): a sink keeps its first

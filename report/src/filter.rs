@@ -181,7 +181,7 @@ mod tests {
         assert_eq!(
             err,
             "unknown GIL state 'hold'; valid: no-info, error, uninitialized, released, held, held-by-current, \
-             other-thread, held-no-holder"
+             other-thread, held-no-holder, waiting"
         );
         // A known value spelled as unknown-N is not accepted as "unknown".
         assert!(Filter::parse_gil(&["unknown-4"]).is_err());

@@ -475,6 +475,10 @@ impl Profile {
             ));
         }
         warnings.extend(notes.warnings);
+        warnings.extend(tables.warnings.iter().map(|w| match w.pid {
+            0 => format!("recorder: {}", w.text),
+            pid => format!("recorder, pid {pid}: {}", w.text),
+        }));
         let mut stacks: Vec<StackCount> = agg
             .counts
             .into_iter()

@@ -78,7 +78,7 @@ fn directory_empty_file_wrong_magic_newer_major() {
     write(dir.path(), "newer.pyp", &newer);
     assert_error(
         &run(dir.path(), &["-i", "newer.pyp", "--speedscope"]),
-        "pyperf-report: cannot read newer.pyp: recording format 2.3 is newer than this pyperf reads (1.0); \
+        "pyperf-report: cannot read newer.pyp: recording format 2.3 is newer than this pyperf reads (1.1); \
          upgrade pyperf to read it",
     );
 
@@ -117,11 +117,11 @@ fn bad_filter_keys_list_the_valid_ones() {
     assert_error(
         &run(dir.path(), &["--gil", "held,nope"]),
         "pyperf-report: unknown GIL state 'nope'; valid: no-info, error, uninitialized, released, held, \
-         held-by-current, other-thread, held-no-holder",
+         held-by-current, other-thread, held-no-holder, waiting",
     );
     assert_error(
         &run(dir.path(), &["--status", "running"]),
-        "pyperf-report: unknown stack status 'running'; valid: complete, error, truncated, idle",
+        "pyperf-report: unknown stack status 'running'; valid: complete, error, truncated, idle, incomplete",
     );
     // Not a number: clap's usage error, exit code 2.
     let o = run(dir.path(), &["--pid", "abc"]);

@@ -428,7 +428,7 @@ pub fn raw_chunk(kind: u16, payload: &[u8]) -> Vec<u8> {
     [&header[..], &stored].concat()
 }
 
-/// Format 1.1 (a newer minor) with a chunk of a kind this version does not know; a process whose command
+/// Format 1.99 (a newer minor) with a chunk of a kind this version does not know; a process whose command
 /// could not be read (so the title falls back to pyperf's command line); the cycles event.
 fn newer_minor() -> Vec<u8> {
     let mut w = Writer::new(
@@ -466,7 +466,7 @@ fn newer_minor() -> Vec<u8> {
         .expect("sample");
     }
     let mut bytes = w.finish(&Stats { samples: 20, duration_ns: 2_000_000, ..Default::default() }).expect("finish");
-    bytes[10..12].copy_from_slice(&1u16.to_le_bytes());
+    bytes[10..12].copy_from_slice(&99u16.to_le_bytes());
     let list = chunks(&bytes);
     let after_header = list[0].0 + list[0].1;
     let unknown = raw_chunk(42, b"a chunk kind from the future");
