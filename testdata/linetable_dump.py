@@ -44,7 +44,7 @@ LASTI_OFF = {(2, 7): 120, (3, 6): 120, (3, 7): 104, (3, 8): 104, (3, 9): 104, (3
 # 3.11+: PyFrameObject.f_frame = 24; _PyInterpreterFrame.f_code (f_executable in 3.13) and
 # .prev_instr (3.11, 3.12) / .instr_ptr (3.13) = 56.
 IFRAME_OFF = 24
-ICODE_OFF = {(3, 11): 32, (3, 12): 0, (3, 13): 0}
+ICODE_OFF = {(3, 11): 32, (3, 12): 0, (3, 13): 0, (3, 14): 0, (3, 15): 0}
 IINSTR_OFF = 56
 
 failures = []
@@ -422,6 +422,8 @@ def read_raw(f):
     co = f.f_code
     iframe = ctypes.c_void_p.from_address(id(f) + IFRAME_OFF).value
     code_ptr = ctypes.c_void_p.from_address(iframe + ICODE_OFF[V]).value
+    if V >= (3, 14) and code_ptr:
+        code_ptr &= ~3  # f_executable is a tagged _PyStackRef
     if code_ptr != id(co):
         failures.append("layout: interpreter frame code %#x != %#x" % (code_ptr or 0, id(co)))
     ip = ctypes.c_void_p.from_address(iframe + IINSTR_OFF).value

@@ -7,7 +7,7 @@
 //! SIGPROF handler in the workload) must agree with the same expectation, which also gives the asyncio frames.
 //!
 //! Which phases run where:
-//! - every version (2.7, 3.6 - 3.13, Debian's 3.11): deep (1,204 frames), truncated (2,104 frames: the 2,048
+//! - every version (2.7, 3.6 - 3.13, Debian's 3.11, Debian sid's 3.13): deep (1,204 frames), truncated (2,104 frames: the 2,048
 //!   leaf-nearest kept), method, inherited, classmethod, staticmethod, init, nested, lambda, generator, listcomp
 //!   (no `<listcomp>` frame on 2.7 and 3.12+, which inline comprehensions), genexpr, long_name (300 bytes),
 //!   cut_name (1,500 bytes: cut at 1,024 and flagged), long_path (> 128 bytes), astral_path (a directory with
@@ -69,7 +69,7 @@ type V = (u8, u8);
 
 /// (major, minor) of an interpreter name as `common::interpreter` takes it.
 fn version_of(name: &str) -> V {
-    let v = name.strip_prefix("debian-").unwrap_or(name);
+    let v = name.strip_prefix("debian-").or_else(|| name.strip_prefix("sid-")).unwrap_or(name);
     let mut it = v.split('.').map(|p| p.parse::<u8>().expect("version"));
     (it.next().unwrap(), it.next().unwrap())
 }
@@ -548,6 +548,23 @@ fn stacks_3_13() {
 #[test]
 fn stacks_debian_3_11() {
     stacks("debian-3.11");
+}
+
+/// Debian sid's 3.13, chrooted into the sid root (`common::sid_root`): a non-PIE executable with the interpreter in
+/// it and a `.PyRuntime` section.
+#[test]
+fn stacks_sid_3_13() {
+    stacks("sid-3.13");
+}
+
+#[test]
+fn stacks_sid_3_14() {
+    stacks("sid-3.14");
+}
+
+#[test]
+fn stacks_sid_3_15() {
+    stacks("sid-3.15");
 }
 
 // ---- different processes and versions -----------------------------------------------------------------------

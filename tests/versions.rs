@@ -1,6 +1,9 @@
 //! End to end over every supported CPython: pyenv's 2.7.18, 3.6.15, 3.7.16, 3.8.18, 3.9.18, 3.10.13, 3.11.7,
-//! 3.12.1, 3.13.0 and Debian's /usr/bin/python3.11 (non-PIE, stripped .symtab). A missing interpreter fails its
-//! test. Needs root (loads the real BPF program).
+//! 3.12.1, 3.13.0, Debian's /usr/bin/python3.11 (non-PIE, stripped .symtab) and Debian sid's python3.13, 3.14 and
+//! 3.15 (non-PIE, interpreter in the executable, `.PyRuntime` section; run chrooted into the sid root, see
+//! `common::sid_root`): the interpreters of testdata/interpreters. A missing interpreter fails its test. Needs root
+//! (loads the real BPF program). Then two checks of 3.15's and of what comes after it: a thread waiting for the
+//! GIL (`waiting`), and a Python newer than pyperf knows (3.15 relabelled 3.16).
 //!
 //! Per interpreter, two recordings with `pyperf record -- python WORKLOAD`:
 //!
@@ -134,6 +137,31 @@ const VERSIONS: &[Expect] = &[
         version: "3.11.",
         single_thread_gil: GilState::ThisThread,
         spin_held: 0.9,
+        bootstrap: ["Thread._bootstrap", "Thread._bootstrap_inner", "Thread.run"],
+        qualname: true,
+    },
+    Expect {
+        name: "sid-3.13",
+        version: "3.13.18",
+        single_thread_gil: GilState::ThisThread,
+        spin_held: 0.9,
+        bootstrap: ["Thread._bootstrap", "Thread._bootstrap_inner", "Thread.run"],
+        qualname: true,
+    },
+    Expect {
+        name: "sid-3.14",
+        version: "3.14.",
+        single_thread_gil: GilState::ThisThread,
+        spin_held: 0.9,
+        bootstrap: ["Thread._bootstrap", "Thread._bootstrap_inner", "Thread.run"],
+        qualname: true,
+    },
+    Expect {
+        name: "sid-3.15",
+        version: "3.15.",
+        single_thread_gil: GilState::ThisThread,
+        // 3.15 says per thread when a thread waits for the GIL (`waiting`): those samples are not `held`.
+        spin_held: 0.85,
         bootstrap: ["Thread._bootstrap", "Thread._bootstrap_inner", "Thread.run"],
         qualname: true,
     },
@@ -414,18 +442,163 @@ fn python_debian_3_11() {
     check_version("debian-3.11");
 }
 
+#[test]
+fn python_sid_3_13() {
+    check_version("sid-3.13");
+}
+
+#[test]
+fn python_sid_3_14() {
+    check_version("sid-3.14");
+}
+
+#[test]
+fn python_sid_3_15() {
+    check_version("sid-3.15");
+}
+
 /// Every entry of the table has a test above, every supported version has an entry, and every interpreter of
 /// testdata/interpreters (what scripts/setup installs) is recorded.
 #[test]
 fn every_supported_version_is_tested() {
     let names: Vec<&str> = VERSIONS.iter().map(|e| e.name).collect();
+    let all = interpreters();
     for row in &pyperf::python::ROWS {
         let (major, minor) = row.version;
-        let prefix = format!("{major}.{minor}.");
-        assert!(names.iter().any(|n| n.starts_with(&prefix)), "no end-to-end test for Python {major}.{minor}");
+        // By the interpreter's version, not its name: `sid-3.14` tests 3.14.
+        let tested = all.iter().any(|i| i.version == row.version && names.contains(&i.name.as_str()));
+        assert!(tested, "no end-to-end test for Python {major}.{minor}");
     }
-    for i in interpreters() {
+    for i in all {
         assert!(names.contains(&i.name.as_str()), "no end-to-end test for {} (testdata/interpreters)", i.name);
     }
     assert!(names.contains(&"debian-3.11"));
+}
+
+// ---- 3.15: a thread waiting for the GIL ----------------------------------------------------------------------
+
+/// Four threads running bytecode on a machine with fewer CPUs take turns at the GIL: each is made to drop it every
+/// switch interval and asks for it again. On 3.15 a thread that asked for the GIL and does not hold it says so
+/// (`tstate->gil_requested`): a sample taken then is `waiting`, with the thread's Python stack, from the spinning
+/// threads only. 3.14 has no such field: nothing is `waiting` there. (cpu-clock samples only threads on a CPU, so
+/// these are the moments a waiting thread runs, in the GIL's own loop; time spent asleep on it is off-CPU time.)
+#[test]
+fn a_thread_waiting_for_the_gil_is_its_own_state_on_3_15() {
+    let _guard = serial();
+    for (name, waits) in [("sid-3.15", true), ("sid-3.14", false)] {
+        let py = interpreter(name);
+        let (_dir, out) = scratch("contend.pyp");
+        let o = run(pyperf()
+            .args(["record", "-F", "999", "-o"])
+            .arg(&out)
+            .arg("--")
+            .arg(&py)
+            .arg(workload("contend.py"))
+            .args(["4", "4"]));
+        assert!(o.status.success(), "{name}: pyperf record failed");
+        let rec = read(&out);
+        let pid = rec.tables.processes[0].pid;
+        let spin: Vec<&S> = rec.samples.iter().filter(|s| s.names.last().is_some_and(|n| n == "spin")).collect();
+        let waiting: Vec<&S> = rec.samples.iter().filter(|s| s.gil == GilState::Waiting).collect();
+        eprintln!(
+            "{name}: {} samples, {} in spin, {} waiting for the GIL",
+            rec.samples.len(),
+            spin.len(),
+            waiting.len()
+        );
+        assert!(spin.len() > 1000, "{name}: only {} samples in spin", spin.len());
+        if !waits {
+            assert!(waiting.is_empty(), "{name} cannot say a thread waits for the GIL");
+            continue;
+        }
+        assert!(waiting.len() >= 5, "{name}: {} of {} spin samples waiting for the GIL", waiting.len(), spin.len());
+        let bootstrap = ["Thread._bootstrap", "Thread._bootstrap_inner", "Thread.run", "spin"];
+        for s in &waiting {
+            assert_ne!(s.tid, pid, "{name}: the main thread only joins");
+            assert_eq!(s.status, StackStatus::Complete, "{name}: {s:?}");
+            assert_eq!(s.names, bootstrap, "{name}: a waiting thread's own stack");
+        }
+        // Its own state in the report's breakdown and filters.
+        let text = String::from_utf8(run(pyperf().args(["report", "--text", "-i"]).arg(&out)).stdout).unwrap();
+        assert!(text.contains("waiting          this thread is waiting for the GIL"), "{text}");
+        let folded = run(pyperf().args(["report", "--folded", "--no-lines", "--gil", "waiting", "-i"]).arg(&out));
+        let folded = String::from_utf8(folded.stdout).unwrap();
+        let total: usize = folded.lines().filter_map(|l| l.rsplit(' ').next()?.parse::<usize>().ok()).sum();
+        assert_eq!(total, waiting.len(), "{folded}");
+        assert!(folded.lines().all(|l| l.contains(";spin (")), "{folded}");
+    }
+}
+
+// ---- a Python newer than pyperf knows -------------------------------------------------------------------------
+
+/// Debian's 3.15 relabelled 3.16: a copy of the executable in the sid root with its `Py_Version` and the `version`
+/// of its `_Py_DebugOffsets` patched (the interpreter does not read either). pyperf has no 3.16 row; the block
+/// passes every check with 3.15's layout, so the process is profiled as 3.15 with that layout, with right stacks,
+/// and the recording says so in a warning (in the file, in the report, on stderr).
+#[test]
+fn a_newer_python_is_read_through_a_layout_it_passes_and_the_recording_says_so() {
+    use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
+    let _guard = serial();
+    let _ = interpreter("sid-3.15");
+    let root = sid_root();
+    let original = std::fs::read(root.join("usr/bin/python3.15")).expect("sid's python3.15 (scripts/setup)");
+    let mut patched = original.clone();
+    let elf = object::File::parse(&*original).expect("ELF");
+    let file_offset = |addr: u64| -> usize {
+        elf.segments()
+            .find_map(|s| {
+                let (off, size) = s.file_range();
+                (addr >= s.address() && addr + 8 <= s.address() + size).then(|| (off + addr - s.address()) as usize)
+            })
+            .expect("in a segment")
+    };
+    let py_version = elf.dynamic_symbols().find(|s| s.name() == Ok("Py_Version")).expect("Py_Version").address();
+    let at = file_offset(py_version);
+    let old = u64::from_le_bytes(original[at..at + 8].try_into().unwrap());
+    assert_eq!(old >> 16, 0x030f, "Py_Version {old:#x}");
+    let relabelled = (old & !0xff_0000) | 0x10_0000;
+    patched[at..at + 8].copy_from_slice(&relabelled.to_le_bytes());
+    let runtime = elf.section_by_name(".PyRuntime").expect(".PyRuntime").address();
+    let at = file_offset(runtime) + 8;
+    assert_eq!(&original[at - 8..at], b"xdebugpy");
+    patched[at..at + 8].copy_from_slice(&relabelled.to_le_bytes());
+    let fake = root.join("usr/bin/python3.16-relabelled-by-pyperf-tests");
+    std::fs::write(&fake, &patched).unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let py = sid_python("python3.16-relabelled-by-pyperf-tests");
+
+    let (_dir, out) = scratch("newer.pyp");
+    let o = run(pyperf()
+        .args(["record", "-F", "499", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&py)
+        .arg(workload("split.py"))
+        .arg("2"));
+    let _ = std::fs::remove_file(&fake);
+    assert!(o.status.success(), "pyperf record failed");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let version = format!("3.16.{}", (relabelled >> 8) & 0xff);
+    let says = format!(
+        "Python {version} is newer than pyperf knows (2.7, 3.6-3.15): read through its _Py_DebugOffsets with the \
+         layout of 3.15"
+    );
+    assert!(stderr.contains(&says), "{stderr}");
+    let rec = read(&out);
+    let p = &rec.tables.processes[0];
+    assert_eq!(p.python_version, version);
+    assert_eq!(rec.tables.warnings.len(), 1, "{:?}", rec.tables.warnings);
+    assert_eq!(rec.tables.warnings[0].pid, p.pid);
+    assert!(rec.tables.warnings[0].text.starts_with(&says), "{:?}", rec.tables.warnings);
+    let text = String::from_utf8(run(pyperf().args(["report", "--text", "-i"]).arg(&out)).stdout).unwrap();
+    assert!(text.contains(&format!("recorder, pid {}: {says}", p.pid)), "{text}");
+    // Right stacks: the split workload's, exactly, and its share against its own timing.
+    let heavy: Vec<&S> = rec.with_frame("heavy");
+    let light: Vec<&S> = rec.with_frame("light");
+    for s in heavy.iter().chain(&light) {
+        assert_eq!(s.status, StackStatus::Complete);
+        assert_eq!(&s.names[..3], ["<module>", "main", "Runner.run"], "{:?}", s.names);
+        assert_eq!(s.names.last().map(String::as_str), Some("burn"), "{:?}", s.names);
+    }
+    assert_share("relabelled 3.16", heavy.len(), heavy.len() + light.len(), split_truth(&o.stdout));
 }

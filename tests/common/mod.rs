@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use pyperf_format::{samples, scan, GilState, Header, PthreadIdMatch, Reader, StackStatus, Tables, ThreadStateMatch};
 
@@ -41,14 +41,23 @@ pub fn pyenv_root() -> PathBuf {
     PathBuf::from("/root/.pyenv")
 }
 
+/// The Debian sid root the `sid:` interpreters run in (scripts/setup builds it): $PYPERF_SID_ROOT, else
+/// /srv/pyperf-sid.
+pub fn sid_root() -> PathBuf {
+    std::env::var_os("PYPERF_SID_ROOT")
+        .filter(|r| !r.is_empty())
+        .map_or_else(|| "/srv/pyperf-sid".into(), PathBuf::from)
+}
+
 /// One interpreter of testdata/interpreters.
 #[derive(Debug, Clone)]
 pub struct Interpreter {
-    /// `3.11.7`, `debian-3.11`.
+    /// `3.11.7`, `debian-3.11`, `sid-3.13`.
     pub name: String,
     /// `(major, minor)`.
     pub version: (u8, u8),
-    /// The `python` executable.
+    /// The `python` executable; for a `sid:` interpreter a wrapper that runs it chrooted into [`sid_root`] (see
+    /// [`sid_python`]), used the same way.
     pub python: PathBuf,
     /// The shared libpython with debug info (pyenv installs only).
     pub libpython: Option<PathBuf>,
@@ -79,6 +88,8 @@ pub fn interpreters() -> Vec<Interpreter> {
                 })
                 .unwrap_or_else(|| dir.join("lib").join(format!("{prefix}.so.1.0")));
             (dir.join("bin").join(exe), Some(lib))
+        } else if let Some(exe) = f[2].strip_prefix("sid:") {
+            (sid_python(exe), None)
         } else {
             (PathBuf::from(f[2]), None)
         };
@@ -93,7 +104,129 @@ pub fn interpreter(name: &str) -> PathBuf {
     let i = all.iter().find(|i| i.name == name).unwrap_or_else(|| panic!("{name} is not in testdata/interpreters"));
     let path = i.python.clone();
     assert!(path.exists(), "interpreter {name} missing at {} (scripts/setup checks for it)", path.display());
+    if let Some(exe) = sid_exe(name) {
+        let real = sid_root().join("usr/bin").join(&exe);
+        assert!(
+            real.exists(),
+            "interpreter {name} missing: no {} (run scripts/setup, which builds the Debian sid root)",
+            real.display()
+        );
+    }
     path
+}
+
+/// `EXE` of the `sid:EXE` interpreter `name`.
+fn sid_exe(name: &str) -> Option<String> {
+    let list = std::fs::read_to_string(repo().join("testdata/interpreters")).expect("testdata/interpreters");
+    list.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() == 3 && f[0] == name).then(|| f[2].strip_prefix("sid:").map(str::to_string)).flatten()
+    })
+}
+
+/// A `sid:EXE` interpreter as a path to run like any `python`: a wrapper script (under target/tmp) that runs
+/// `/usr/bin/EXE` chrooted into [`sid_root`] (sid's interpreters need sid's glibc), through `exec` all the way, so
+/// the wrapper's pid is the interpreter's, in the caller's working directory when that is visible inside
+/// (else `/`). Before returning, makes sure (once per machine, see [`sid_mounts`]) that /proc and the paths the
+/// tests give interpreters (the repo, the temp dir) are mounted at the same absolute paths inside the root. A
+/// missing root is reported by the wrapper when run (and by [`interpreter`]), naming scripts/setup.
+pub fn sid_python(exe: &str) -> PathBuf {
+    assert!(!exe.is_empty() && !exe.contains(['/', '\'', ' ']), "testdata/interpreters: bad sid:{exe}");
+    let root = sid_root();
+    let root_s = root.to_str().expect("UTF-8 sid root");
+    assert!(root.is_absolute() && !root_s.contains('\''), "PYPERF_SID_ROOT {root_s:?}: an absolute path without '");
+    let real = root.join("usr/bin").join(exe);
+    if real.exists() {
+        if let Err(e) = SID_MOUNTS.get_or_init(|| sid_mounts(&root)) {
+            panic!("cannot prepare the Debian sid root {root_s} for the tests (they run as root): {e}");
+        }
+    }
+    let script = format!(
+        "#!/bin/sh\n\
+         # Made by tests/common for testdata/interpreters' sid:{exe}: Debian sid's /usr/bin/{exe}, chrooted.\n\
+         [ -x '{real}' ] || {{ echo \"pyperf tests: no {real}: run scripts/setup, which builds the Debian sid \
+         root {root_s}\" >&2; exit 127; }}\n\
+         exec chroot '{root_s}' /bin/sh -c 'cd \"$0\" 2>/dev/null || cd /; exec /usr/bin/{exe} \"$@\"' \"$PWD\" \"$@\"\n",
+        real = real.display()
+    );
+    // One directory per root, so that test processes using different roots do not overwrite each other's.
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("sid").join(root_s.trim_matches('/').replace('/', "_"));
+    let path = dir.join(exe);
+    if std::fs::read_to_string(&path).ok().as_deref() != Some(script.as_str()) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        // Written aside and renamed: concurrent tests never run a half-written wrapper.
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!(".{exe}.{}.{n}", std::process::id()));
+        std::fs::write(&tmp, &script).unwrap_or_else(|e| panic!("{}: {e}", tmp.display()));
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).expect("chmod wrapper");
+        std::fs::rename(&tmp, &path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+    path
+}
+
+/// Whether the sid root's mounts are in place, checked once per test process.
+static SID_MOUNTS: OnceLock<Result<(), String>> = OnceLock::new();
+
+/// Mounts, unless already there (they stay, once per machine): proc at ROOT/proc, and bind mounts of the repo
+/// (workloads, target/) and the temp dir (tempfile's scratch directories, recordings, dumps) at the same paths
+/// inside the root. Under an exclusive flock of the root directory, so that concurrent test processes never
+/// mount twice.
+fn sid_mounts(root: &Path) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let root = root.canonicalize().map_err(|e| format!("{}: {e}", root.display()))?;
+    let lock = std::fs::File::open(&root).map_err(|e| format!("{}: {e}", root.display()))?;
+    // SAFETY: flock on a file descriptor `lock` owns and keeps open until the end of this function; closing it
+    // releases the lock.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(format!("flock {}: {}", root.display(), std::io::Error::last_os_error()));
+    }
+    let mounted = |at: &Path| -> Result<bool, String> {
+        let mounts = std::fs::read_to_string("/proc/self/mounts").map_err(|e| format!("/proc/self/mounts: {e}"))?;
+        // Mount points are the second field, with space, tab, newline and backslash octal-escaped.
+        let want = at.to_str().expect("UTF-8 path").replace('\\', "\\134").replace(' ', "\\040").replace('\t', "\\011");
+        Ok(mounts.lines().any(|l| l.split(' ').nth(1) == Some(want.as_str())))
+    };
+    let mount = |args: &[&std::ffi::OsStr]| -> Result<(), String> {
+        let out = Command::new("mount").args(args).output().map_err(|e| format!("cannot run mount: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("mount {args:?}: {}", String::from_utf8_lossy(&out.stderr).trim()))
+        }
+    };
+    let proc_at = root.join("proc");
+    if !mounted(&proc_at)? {
+        mount(&["-t".as_ref(), "proc".as_ref(), "proc".as_ref(), proc_at.as_os_str()])?;
+    }
+    // The paths as the tests give them (not canonicalized: a symlink on the way does not exist inside), each
+    // once: one under another is visible through the outer bind.
+    let mut paths = vec![repo(), std::env::temp_dir()];
+    paths.sort();
+    paths.dedup_by(|later, earlier| later.starts_with(earlier));
+    for path in paths {
+        let at = root.join(path.strip_prefix("/").map_err(|_| format!("{} is not absolute", path.display()))?);
+        if mounted(&at)? {
+            continue;
+        }
+        // A symlink inside the root (sid's /var/run -> /run) must take neither the new directories nor the mount
+        // outside it.
+        let inside = |p: &Path| -> Result<PathBuf, String> {
+            let real = p.canonicalize().map_err(|e| format!("{}: {e}", p.display()))?;
+            if !real.starts_with(&root) {
+                return Err(format!("{} leads outside the root, to {}", at.display(), real.display()));
+            }
+            Ok(real)
+        };
+        inside(at.ancestors().find(|a| a.exists()).expect("the root exists"))?;
+        std::fs::create_dir_all(&at).map_err(|e| format!("{}: {e}", at.display()))?;
+        let real = inside(&at)?;
+        if !mounted(&real)? {
+            mount(&["--bind".as_ref(), path.as_os_str(), real.as_os_str()])?;
+        }
+    }
+    Ok(())
 }
 
 /// Where a test writes its recording.
