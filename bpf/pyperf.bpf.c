@@ -632,6 +632,8 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 		bpf_loop(PYPERF_MAX_WALK, frame_walk_step, &w, 0);
 		if (w.status == STACK_STATUS_COMPLETE && w.cur && !w.reached_base)
 			w.status = STACK_STATUS_TRUNCATED; /* bpf_loop bound (many skipped shims) */
+		if (w.reached_base)
+			s->counters.base_reached++;
 		if (w.status == STACK_STATUS_COMPLETE && w.base && !w.reached_base) {
 			/* Ended on a NULL link above the base frame: a torn or unfinished chain. */
 			w.status = STACK_STATUS_INCOMPLETE;

@@ -267,6 +267,7 @@ struct pyperf_counters {
 	__u64 idle;              /* events with stack_status IDLE */
 	__u64 target_ns;         /* time spent on samples of target processes, when measure_cost is set */
 	__u64 incomplete;        /* walks that ended without reaching the thread's base frame (3.15+) */
+	__u64 base_reached;      /* walks that ended at the thread's base frame (3.15+): checked complete */
 };
 
 /* Per-CPU scratch (one slot per CPU of the `scratch` array): too big for the

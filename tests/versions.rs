@@ -167,6 +167,12 @@ const VERSIONS: &[Expect] = &[
     },
 ];
 
+/// The row pyperf profiles interpreter `name` with.
+fn row_of(name: &str) -> &'static pyperf::python::Row {
+    let i = interpreters().into_iter().find(|i| i.name == name).expect("listed");
+    pyperf::python::row_for(i.version.0, i.version.1).expect("a row")
+}
+
 fn expect(name: &str) -> &'static Expect {
     VERSIONS.iter().find(|e| e.name == name).expect("known version")
 }
@@ -315,6 +321,18 @@ fn check_version(name: &str) {
     assert!(complete * 100 >= main_phase.len() * 99, "{name}: {complete} complete of {}", main_phase.len());
     let main_tids: HashSet<u32> = main_phase.iter().map(|s| s.tid).collect();
     assert_eq!(main_tids, HashSet::from([pid]), "{name}: main phase threads");
+    // 3.15+ marks the bottom of every thread's frames: complete walks are known to be, having reached it; before
+    // 3.15 nothing is checked that way.
+    let counter = |k: &str| rec.tables.stats.as_ref().and_then(|s| s.counters.iter().find(|c| c.0 == k)).map(|c| c.1);
+    let with_frames = rec.samples.iter().filter(|s| s.status == StackStatus::Complete && !s.names.is_empty()).count();
+    let (reached, incomplete) = (counter("bpf_base_reached").unwrap_or(0), counter("bpf_incomplete").unwrap_or(0));
+    eprintln!("{name}: base frame reached by {reached} walks, {incomplete} incomplete, {with_frames} complete stacks");
+    if row_of(name).layout.tstate_base_frame >= 0 {
+        assert!(reached as usize >= with_frames, "{name}: {reached} walks reached the base frame of {with_frames}");
+        assert!(incomplete * 100 <= rec.samples.len() as u64, "{name}: {incomplete} incomplete walks");
+    } else {
+        assert_eq!((reached, incomplete), (0, 0), "{name}");
+    }
 
     // The spin threads run bytecode: when on the CPU they hold the GIL (see `spin_held` for 2.7), and the GIL
     // state agrees with the thread state (held by this thread = this thread is the current one).

@@ -99,6 +99,8 @@ pub struct Counters {
     pub malformed: u64,
     /// Walks that ended without reaching the thread's base frame (3.15+; stack status incomplete).
     pub incomplete: u64,
+    /// Walks that ended at the thread's base frame (3.15+): known to be complete.
+    pub base_reached: u64,
 }
 
 impl Counters {
@@ -116,6 +118,7 @@ impl Counters {
             ("bpf_target_ns", self.target_ns),
             ("malformed_records", self.malformed),
             ("bpf_incomplete", self.incomplete),
+            ("bpf_base_reached", self.base_reached),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -396,6 +399,7 @@ impl Sampler {
             c.idle += pc.idle;
             c.target_ns += pc.target_ns;
             c.incomplete += pc.incomplete;
+            c.base_reached += pc.base_reached;
         }
         c
     }
