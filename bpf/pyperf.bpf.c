@@ -58,8 +58,21 @@ struct thread_struct___pyperf {
 	unsigned long fsbase;
 } __attribute__((preserve_access_index));
 
+/* The task's pids, one per PID namespace level (struct pid / struct upid);
+ * numbers[level] is the tid in the task's own, innermost namespace. */
+struct upid___pyperf {
+	int nr;
+	void *ns;
+} __attribute__((preserve_access_index));
+
+struct pid___pyperf {
+	unsigned int level;
+	struct upid___pyperf numbers[1];
+} __attribute__((preserve_access_index));
+
 struct task_struct___pyperf {
 	struct thread_struct___pyperf thread;
+	struct pid___pyperf *thread_pid;
 } __attribute__((preserve_access_index));
 
 /* Set by user space before load (frozen .rodata: the verifier sees constants). */
@@ -231,13 +244,14 @@ static long thread_walk_step(__u32 i, void *arg)
 
 /*
  * Returns the sampled thread's PyThreadState address (its first
- * tstate_size bytes are then in s->tbuf), or 0.
+ * tstate_size bytes are then in s->tbuf), or 0. `tid` is the thread's id as
+ * the interpreter knows it (in its own PID namespace); pid_tgid, the host's,
+ * keys the caches.
  */
 static __always_inline __u64 find_tstate(const struct py_proc *proc,
 					 struct pyperf_scratch *s, __u64 pid_tgid,
-					 __u64 fsbase)
+					 __u32 tid, __u64 fsbase)
 {
-	__u32 tid = (__u32)pid_tgid;
 	__u64 *cached, interp = 0, head = 0;
 	struct thread_walk w = {};
 
@@ -291,6 +305,27 @@ miss:
 	if (cached)
 		bpf_map_delete_elem(&tstate_cache, &pid_tgid);
 	return 0;
+}
+
+/*
+ * The thread's id in its own PID namespace (what gettid() returned to the interpreter, so what
+ * PyThreadState.native_thread_id holds): numbers[level] of the task's struct pid. Two kernel reads;
+ * only for processes in another namespace than pyperf (py_proc.ns_tid). 0 if unreadable.
+ */
+static __always_inline __u32 namespace_tid(struct task_struct___pyperf *task)
+{
+	struct pid___pyperf *pid = BPF_CORE_READ(task, thread_pid);
+	unsigned int level;
+	int nr = 0;
+
+	if (!pid)
+		return 0;
+	level = BPF_CORE_READ(pid, level);
+	if (level > 32) /* the kernel's MAX_PID_NS_LEVEL */
+		return 0;
+	if (bpf_core_read(&nr, sizeof(nr), &pid->numbers[level].nr))
+		return 0;
+	return (__u32)nr;
 }
 
 static __always_inline __u8 thread_state_match(__u64 this_ts, __u64 global_ts)
@@ -559,7 +594,7 @@ SEC("perf_event")
 int pyperf_sample(struct bpf_perf_event_data *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 pid = pid_tgid >> 32, cpu, n;
+	__u32 pid = pid_tgid >> 32, cpu, n, tid;
 	struct pyperf_event_header *h;
 	struct pyperf_scratch *s;
 	struct py_proc *proc;
@@ -586,16 +621,16 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 	h->nframes = 0;
 	bpf_get_current_comm(h->comm, sizeof(h->comm));
 
+	task = (struct task_struct___pyperf *)bpf_get_current_task_btf();
 	/* pthread_self() on glibc x86-64 is the thread pointer = fs base. */
 #if defined(__TARGET_ARCH_x86)
-	task = (struct task_struct___pyperf *)bpf_get_current_task_btf();
 	fsbase = task->thread.fsbase;
-#else
-	(void)task; /* TODO other architectures: no pthread id, MATCH_PTHREAD unusable */
 #endif
+	/* In another PID namespace the interpreter knows its threads by that namespace's tids. */
+	tid = proc->ns_tid ? namespace_tid(task) : (__u32)pid_tgid;
 
 	PROF(0); /* header, comm, task */
-	ts = find_tstate(proc, s, pid_tgid, fsbase);
+	ts = find_tstate(proc, s, pid_tgid, tid, fsbase);
 	PROF(1); /* thread state (cache + read) */
 
 	h->gil_state = gil_state(proc, s, ts, &global_ts);

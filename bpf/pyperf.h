@@ -207,7 +207,9 @@ struct py_proc {
 	__u8 minor;
 	__u8 micro;
 	__u8 frame_window;         /* 1: frames are on the data stack (3.11+), read them by windows (PYPERF_FRAME_WINDOW) */
-	__u8 _pad[4];
+	__u8 ns_tid;               /* 1: the process is in another PID namespace than pyperf: its thread states hold
+	                            * the tids of that namespace (the task's innermost pid), not the host's */
+	__u8 _pad[3];
 	struct py_offsets off;
 };
 

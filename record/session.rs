@@ -15,6 +15,7 @@ use crate::sampler::{Rate, RawSample, SampleEvent, Sampler};
 use crate::signals;
 use crate::sink::{Sample, Sink};
 use crate::symbolizer::Symbolizer;
+use crate::targets::procfs::Namespaces;
 use crate::targets::{Event, Targets};
 
 /// Hand what is buffered to the kernel (write(2)) at least this often, so that a killed recorder (SIGKILL, OOM
@@ -259,8 +260,8 @@ impl Session {
                     self.sampler.remove_process(pid);
                     self.symbolizer.remove_process(pid);
                 }
-                Event::Found { process, required } => {
-                    if let Err(e) = self.follow(&process) {
+                Event::Found { process, namespaces, required } => {
+                    if let Err(e) = self.follow(&process, &namespaces) {
                         if required {
                             return Err(e);
                         }
@@ -273,11 +274,11 @@ impl Session {
     }
 
     /// Starts sampling `p`, symbolizing its frames and recording it.
-    fn follow(&mut self, p: &PythonProcess) -> Result<()> {
+    fn follow(&mut self, p: &PythonProcess, ns: &Namespaces) -> Result<()> {
         // The process record applies from this time on (FORMAT.md: a reused pid's later record applies from its
         // first_seen_ns): take it before the first sample can be taken.
         let seen = monotonic_ns();
-        let config = bpf_config(p).with_context(|| format!("cannot profile process {}", p.pid))?;
+        let config = bpf_config(p, ns.other_pid_ns).with_context(|| format!("cannot profile process {}", p.pid))?;
         self.sampler.add_process(p.pid, &config).with_context(|| format!("cannot profile process {}", p.pid))?;
         let added = self
             .symbolizer
@@ -291,6 +292,8 @@ impl Session {
                     interpreter_path: p.interpreter.display().to_string(),
                     build_id: p.build_id.clone().unwrap_or_default(),
                     first_seen_ns: seen.saturating_sub(self.start_ns),
+                    ns_pid: ns.ns_pid,
+                    cgroup: ns.cgroup.clone(),
                 })
             });
         if let Err(e) = added {

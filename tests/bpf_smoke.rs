@@ -133,7 +133,7 @@ fn sample(procs: &[&PythonProcess], rate: Rate, secs: f64) -> Sampled {
         .unwrap_or_else(|e| panic!("Sampler::new: {e}"));
     sampler.enable_bpf_stats().expect("enable bpf stats");
     for p in procs {
-        sampler.add_process(p.pid, &bpf_config(p).unwrap()).unwrap_or_else(|e| panic!("add_process: {e}"));
+        sampler.add_process(p.pid, &bpf_config(p, false).unwrap()).unwrap_or_else(|e| panic!("add_process: {e}"));
     }
     let mut out: HashMap<u32, Vec<Sample>> = HashMap::new();
     let t = Instant::now();

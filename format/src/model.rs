@@ -54,6 +54,30 @@ pub struct Process {
     pub build_id: String,
     /// When the recorder started following the process, ns since the recording's start.
     pub first_seen_ns: u64,
+    /// 1.1+: its pid inside its own (innermost) PID namespace, e.g. in a container; equal to `pid` when it shares
+    /// the recorder's; 0 in recordings before 1.1.
+    pub ns_pid: u32,
+    /// 1.1+: its cgroup (`/proc/PID/cgroup`, the v2 path, e.g. `/system.slice/docker-<id>.scope`): the container
+    /// identity the kernel gives; empty when unknown.
+    pub cgroup: String,
+}
+
+/// The fields of [`Process`] that format 1.0 has: what a 1.0 record holds.
+#[derive(Deserialize)]
+pub(crate) struct ProcessV10 {
+    pub pid: u32,
+    pub command: Vec<String>,
+    pub python_version: String,
+    pub interpreter_path: String,
+    pub build_id: String,
+    pub first_seen_ns: u64,
+}
+
+/// The fields format 1.1 appended to [`Process`].
+#[derive(Deserialize)]
+pub(crate) struct ProcessV11 {
+    pub ns_pid: u32,
+    pub cgroup: String,
 }
 
 /// Something the recorder wants whoever reads the recording to know, e.g. that a process ran a Python newer

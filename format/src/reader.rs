@@ -99,7 +99,7 @@ impl<R: Read> Reader<R> {
         self.chunks += 1;
         let record = match Kind::from_u16(raw.kind) {
             Some(Kind::Header) => return Err(Error::Corrupt { offset: at, what: "second header chunk".into() }),
-            Some(Kind::Process) => Record::Process(decode(&raw.payload, at)?),
+            Some(Kind::Process) => Record::Process(decode_process(&raw.payload, at)?),
             Some(Kind::Symbols) => Record::Symbols(decode(&raw.payload, at)?),
             Some(Kind::Stacks) => {
                 let c: StackChunk = decode(&raw.payload, at)?;
@@ -122,6 +122,25 @@ impl<R: Read> Reader<R> {
         };
         Ok(Some(record))
     }
+}
+
+/// A process record of any minor version: the 1.0 fields, then those 1.1 appended when they are there (a 1.0
+/// record ends before them), then whatever a newer minor appended, ignored.
+fn decode_process(payload: &[u8], offset: u64) -> Result<Process, Error> {
+    let corrupt = |e: postcard::Error| Error::Corrupt { offset, what: format!("undecodable record: {e}") };
+    let (v10, rest): (ProcessV10, &[u8]) = postcard::take_from_bytes(payload).map_err(corrupt)?;
+    let v11 =
+        if rest.is_empty() { None } else { Some(postcard::take_from_bytes::<ProcessV11>(rest).map_err(corrupt)?.0) };
+    Ok(Process {
+        pid: v10.pid,
+        command: v10.command,
+        python_version: v10.python_version,
+        interpreter_path: v10.interpreter_path,
+        build_id: v10.build_id,
+        first_seen_ns: v10.first_seen_ns,
+        ns_pid: v11.as_ref().map_or(0, |t| t.ns_pid),
+        cgroup: v11.map(|t| t.cgroup).unwrap_or_default(),
+    })
 }
 
 /// Decodes the known prefix of a record; trailing bytes are fields of a newer minor version.

@@ -25,6 +25,8 @@ fn process(pid: u32) -> Process {
         interpreter_path: "/usr/lib/libpython3.11.so.1.0".into(),
         build_id: "0123abcd".into(),
         first_seen_ns: 42,
+        ns_pid: pid % 7 + 1,
+        cgroup: format!("/system.slice/docker-{pid}.scope"),
     }
 }
 
@@ -373,4 +375,44 @@ fn offsets_stay_right_after_every_chunk() {
         seen.push(r.offset() as usize);
     }
     assert_eq!(seen, ends[1..]);
+}
+
+/// A process record as format 1.0 wrote it (without `ns_pid` and `cgroup`) reads with them unknown (0, empty); one
+/// with more fields than this version knows reads with them ignored.
+#[test]
+fn process_records_of_every_minor_read() {
+    let v10 = postcard::to_stdvec(&(
+        7u32,
+        vec!["python3".to_string()],
+        "3.11.2".to_string(),
+        "/usr/bin/python3.11".to_string(),
+        String::new(),
+        5u64,
+    ))
+    .unwrap();
+    let mut newer = postcard::to_stdvec(&process(9)).unwrap();
+    newer.extend(postcard::to_stdvec(&(123u64, "a field from the future".to_string())).unwrap());
+    for (payload, want) in [
+        (
+            v10,
+            Process {
+                pid: 7,
+                command: vec!["python3".into()],
+                python_version: "3.11.2".into(),
+                interpreter_path: "/usr/bin/python3.11".into(),
+                build_id: String::new(),
+                first_seen_ns: 5,
+                ns_pid: 0,
+                cgroup: String::new(),
+            },
+        ),
+        (newer, process(9)),
+    ] {
+        let mut bytes = Writer::new(Vec::new(), &header()).unwrap().finish(&stats(0)).unwrap();
+        let stored = zstd::bulk::compress(&payload, 3).unwrap();
+        let chunk = [&chunk_header(2, FLAG_ZSTD, &stored, payload.len() as u32)[..], &stored].concat();
+        bytes.splice(chunk_ends(&bytes)[1]..chunk_ends(&bytes)[1], chunk);
+        let (_, tables, _, _) = read(&bytes).unwrap();
+        assert_eq!(tables.processes, vec![want]);
+    }
 }

@@ -95,6 +95,8 @@ fn writer_with_samples() -> Writer<Vec<u8>> {
         interpreter_path: "/usr/bin/python3.11".into(),
         build_id: "ab".into(),
         first_seen_ns: 0,
+        ns_pid: 0,
+        cgroup: String::new(),
     })
     .unwrap();
     let sym = |name: &str, line| Symbol { scope: "C".into(), name: name.into(), file: "a.py".into(), line, flags: 0 };

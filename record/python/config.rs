@@ -27,8 +27,9 @@ pub struct ConfigError {
 }
 
 /// Builds the `procs` map value for a process: addresses with load bias, and the offsets the walk needs,
-/// copied from the version's row.
-pub fn bpf_config(p: &PythonProcess) -> Result<ProcConfig, ConfigError> {
+/// copied from the version's row. `other_pid_ns`: the process is in another PID namespace than pyperf (its thread
+/// states hold that namespace's tids).
+pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool) -> Result<ProcConfig, ConfigError> {
     let row = p.row;
     let l: &Layout = row.layout;
     let unsupported = |reason: String| ConfigError { pid: p.pid, version: p.version_string(), reason };
@@ -188,7 +189,8 @@ pub fn bpf_config(p: &PythonProcess) -> Result<ProcConfig, ConfigError> {
         micro: p.version.2,
         // 3.11+: _PyInterpreterFrame on the thread's data stack, callers just below callees (see pyperf.h).
         frame_window: u8::from(row.frames.on_data_stack()),
-        _pad: [0; 4],
+        ns_tid: u8::from(other_pid_ns),
+        _pad: [0; 3],
         off: types::py_offsets {
             interp_tstate_head: s16(l.interp_tstate_head)?,
             interp_gil_ptr: s16(interp_gil_ptr)?,
@@ -267,7 +269,7 @@ mod tests {
         for row in &ROWS {
             let (major, minor) = row.version;
             let p = fake((major, minor, 0), row);
-            let c = bpf_config(&p).unwrap_or_else(|e| panic!("{major}.{minor}: {e}"));
+            let c = bpf_config(&p, false).unwrap_or_else(|e| panic!("{major}.{minor}: {e}"));
             let o = c.off;
             let v = (major, minor);
             // GIL: 2.7 from the lock pointer + current thread, else struct _gil_runtime_state.
@@ -298,7 +300,7 @@ mod tests {
         // 2.7 without the static interpreter_lock (stripped): no GIL information, still sampled.
         let mut p = fake((2, 7, 18), row_for(2, 7).unwrap());
         p.addrs.interpreter_lock = None;
-        let c = bpf_config(&p).unwrap();
+        let c = bpf_config(&p, false).unwrap();
         assert_eq!(c.off.gil_kind as u32, K::GIL_KIND_NONE.0);
         assert!(c.tstate_current_addr != 0);
     }
@@ -310,8 +312,8 @@ mod tests {
         let (major, minor) = newest.version;
         let block = crate::python::versions::tests::synthetic_block(newest.layout, newest.version, (major, minor + 1));
         let next = crate::python::versions::select((major, minor + 1, 0), Some(&block)).unwrap();
-        let c = bpf_config(&fake((major, minor, 0), newest)).unwrap();
-        let c_next = bpf_config(&fake((major, minor + 1, 0), next)).unwrap();
+        let c = bpf_config(&fake((major, minor, 0), newest), false).unwrap();
+        let c_next = bpf_config(&fake((major, minor + 1, 0), next), false).unwrap();
         assert_eq!(c_next.code_mask, c.code_mask);
         assert_eq!(c_next.skip_code, 0x5000);
         assert_eq!(format!("{:?}", c_next.off), format!("{:?}", c.off));

@@ -29,6 +29,8 @@ pub enum Event {
     Found {
         /// The process, inspected.
         process: Box<PythonProcess>,
+        /// Its PID namespace and cgroup.
+        namespaces: procfs::Namespaces,
         /// Given by the user (`-p`) at the start: failing to set it up fails the recording.
         required: bool,
     },
@@ -151,7 +153,9 @@ impl Targets {
     fn found(&mut self, p: PythonProcess, id: Identity, required: bool) -> Event {
         self.live.insert(p.pid, id);
         self.found += 1;
-        Event::Found { process: Box::new(p), required }
+        let namespaces =
+            procfs::namespaces(p.pid).unwrap_or(procfs::Namespaces { ns_pid: p.pid, ..procfs::Namespaces::default() });
+        Event::Found { process: Box::new(p), namespaces, required }
     }
 
     /// The session could not set up the process of an [`Event::Found`] (`why` is shown as a warning: a process

@@ -62,6 +62,65 @@ pub fn start_time(pid: u32) -> Option<u64> {
     identity(pid).map(|i| i.start_time)
 }
 
+/// Where a process lives: its PID namespace and cgroup.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Namespaces {
+    /// Its pid in its own (innermost) PID namespace (the last `NSpid` of /proc/PID/status); its host pid when it
+    /// shares pyperf's namespace.
+    pub ns_pid: u32,
+    /// It is in another PID namespace than pyperf: its threads know themselves by that namespace's tids.
+    pub other_pid_ns: bool,
+    /// Its cgroup (the v2 path of /proc/PID/cgroup, else the first hierarchy's); empty when unreadable.
+    pub cgroup: String,
+}
+
+/// The namespaces of `pid`; `None` if it is gone.
+pub fn namespaces(pid: u32) -> Option<Namespaces> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let ns_pid = parse_nspid(&status).unwrap_or(pid);
+    let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok();
+    let theirs = ns(&pid.to_string());
+    let ours = ns("self");
+    // Unreadable links (no permission) fall back to what NSpid says: more than one level means nested.
+    let other_pid_ns = match (theirs, ours) {
+        (Some(t), Some(o)) => t != o,
+        _ => ns_pid != pid,
+    };
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).map(|c| parse_cgroup(&c)).unwrap_or_default();
+    Some(Namespaces { ns_pid, other_pid_ns, cgroup })
+}
+
+/// The innermost pid of an `NSpid:` line of /proc/PID/status (kernels before 4.1 have none).
+pub fn parse_nspid(status: &str) -> Option<u32> {
+    let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+    line.split_whitespace().last()?.parse().ok()
+}
+
+/// The cgroup of a /proc/PID/cgroup text: the unified (v2) hierarchy's path (`0::PATH`), else the first line's.
+pub fn parse_cgroup(text: &str) -> String {
+    let path = |l: &str| l.splitn(3, ':').nth(2).map(str::to_string);
+    text.lines()
+        .find(|l| l.starts_with("0::"))
+        .and_then(path)
+        .or_else(|| text.lines().next().and_then(path))
+        .unwrap_or_default()
+}
+
+/// The thread group (process) a thread id belongs to (`Tgid:` of /proc/TID/status): itself for a process.
+pub fn tgid(tid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Tgid:"))?.trim().parse().ok()
+}
+
+/// A kernel thread (`PF_KTHREAD` in the flags of /proc/PID/stat): no user space to profile.
+pub fn is_kernel_thread(pid: u32) -> bool {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let Some(rest) = stat.rfind(')').and_then(|i| stat.get(i + 2..)) else { return false };
+    // Field 9 (flags) is the 7th after the command name.
+    rest.split(' ').nth(6).and_then(|f| f.parse::<u64>().ok()).is_some_and(|f| f & PF_KTHREAD != 0)
+}
+
 /// Every pid in /proc.
 pub fn all_pids() -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
@@ -118,6 +177,23 @@ mod tests {
         f[26] = image.1.to_string();
         f[27] = image.2.to_string();
         f.join(" ") + "\n"
+    }
+
+    #[test]
+    fn namespace_and_cgroup_lines() {
+        let status = "Name:\tpython3.13\nTgid:\t4242\nNSpid:\t4242\t17\t1\nNSpgid:\t4242\n";
+        assert_eq!(parse_nspid(status), Some(1));
+        assert_eq!(parse_nspid("NSpid:\t99\n"), Some(99));
+        assert_eq!(parse_nspid("Name:\tx\n"), None);
+        assert_eq!(parse_cgroup("0::/system.slice/docker-abc.scope\n"), "/system.slice/docker-abc.scope");
+        assert_eq!(parse_cgroup("12:pids:/a\n0::/b:c\n"), "/b:c");
+        assert_eq!(parse_cgroup("4:cpu,cpuacct:/kubepods/pod1\n"), "/kubepods/pod1");
+        assert_eq!(parse_cgroup(""), "");
+        let me = namespaces(std::process::id()).unwrap();
+        assert_eq!(me.ns_pid, std::process::id());
+        assert!(!me.other_pid_ns);
+        assert_eq!(tgid(std::process::id()), Some(std::process::id()));
+        assert!(!is_kernel_thread(std::process::id()));
     }
 
     #[test]

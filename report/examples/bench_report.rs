@@ -93,6 +93,8 @@ fn generate(path: &Path, samples: u64) -> anyhow::Result<()> {
             interpreter_path: "/usr/bin/python3.11".into(),
             build_id: String::new(),
             first_seen_ns: 0,
+            ns_pid: 0,
+            cgroup: String::new(),
         })?;
     }
     // ~600 symbols in 40 modules; 400 stacks of 10-40 frames sharing prefixes like real call trees do.

@@ -29,6 +29,8 @@ impl Rec {
             interpreter_path: "/usr/bin/python3.11".into(),
             build_id: String::new(),
             first_seen_ns: 0,
+            ns_pid: 0,
+            cgroup: String::new(),
         })
         .expect("process");
         Rec { w, time: 0 }

@@ -244,6 +244,8 @@ fn mixed() -> Vec<u8> {
         interpreter_path: "/usr/bin/python3.11".into(),
         build_id: "3f2a9c0d1e4b5a6978877665544332211f0e0d0c".into(),
         first_seen_ns: 0,
+        ns_pid: 0,
+        cgroup: String::new(),
     };
     let p2000 = Process {
         pid: 2000,
@@ -252,6 +254,8 @@ fn mixed() -> Vec<u8> {
         interpreter_path: "/opt/py38/lib/libpython3.8.so.1.0".into(),
         build_id: String::new(),
         first_seen_ns: 5_000_000,
+        ns_pid: 0,
+        cgroup: String::new(),
     };
     let p3000 = Process {
         pid: 3000,
@@ -260,6 +264,8 @@ fn mixed() -> Vec<u8> {
         interpreter_path: "/usr/local/lib/libpython3.13.so.1.0".into(),
         build_id: "0123456789abcdef0123456789abcdef01234567".into(),
         first_seen_ns: 2_000_000_000,
+        ns_pid: 0,
+        cgroup: String::new(),
     };
     w.add_process(&p1000).expect("process");
     w.add_process(&p2000).expect("process");
@@ -357,6 +363,8 @@ fn killed() -> Vec<u8> {
         interpreter_path: "/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0".into(),
         build_id: "aabbccddeeff00112233445566778899aabbccdd".into(),
         first_seen_ns: 0,
+        ns_pid: 0,
+        cgroup: String::new(),
     })
     .expect("process");
     let f = "/srv/serve.py";
@@ -443,6 +451,8 @@ fn newer_minor() -> Vec<u8> {
         interpreter_path: "/usr/bin/python3.10".into(),
         build_id: String::new(),
         first_seen_ns: 0,
+        ns_pid: 0,
+        cgroup: String::new(),
     })
     .expect("process");
     let f = "/x/job.py";
