@@ -7,7 +7,7 @@ use crate::error::ReportError;
 /// Selects samples. An empty list means "any"; within a list any value matches; all lists must match.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
-    /// Processes (`--pid`).
+    /// Processes (`--pid`): host pids, or pids inside a process's own PID namespace (a container's).
     pub pids: Vec<u32>,
     /// Threads (`--tid`).
     pub tids: Vec<u32>,
@@ -128,6 +128,8 @@ impl Filter {
         tids.sort_unstable();
         Compiled {
             active: !self.is_empty(),
+            requested: pids.clone(),
+            learned: 0,
             pids,
             tids,
             gil: table(self.gil.iter().map(|s| s.as_u8())),
@@ -142,6 +144,10 @@ impl Filter {
 pub(crate) struct Compiled {
     pub active: bool,
     pids: Vec<u32>,
+    /// The pids asked for, which may be namespace pids; [`Compiled::learn`] adds the host pids they stand for.
+    requested: Vec<u32>,
+    /// Process records already looked at by `learn`.
+    learned: usize,
     tids: Vec<u32>,
     gil: Option<Box<[bool; 256]>>,
     thread_state: Option<Box<[bool; 256]>>,
@@ -150,6 +156,21 @@ pub(crate) struct Compiled {
 }
 
 impl Compiled {
+    /// Takes the process records read so far into account: a requested pid that is a process's pid inside its
+    /// own PID namespace selects that process (by its host pid) too.
+    pub fn learn(&mut self, processes: &[pyperf_format::Process]) {
+        if self.learned >= processes.len() || self.requested.is_empty() {
+            return;
+        }
+        for p in &processes[self.learned..] {
+            if p.ns_pid != 0 && p.ns_pid != p.pid && self.requested.contains(&p.ns_pid) && !self.pids.contains(&p.pid) {
+                self.pids.push(p.pid);
+                self.pids.sort_unstable();
+            }
+        }
+        self.learned = processes.len();
+    }
+
     #[inline]
     pub fn matches(&self, pid: u32, tid: u32, gil: u8, thread_state: u8, pthread_id: u8, status: u8) -> bool {
         fn ok(t: &Option<Box<[bool; 256]>>, v: u8) -> bool {

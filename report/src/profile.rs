@@ -337,6 +337,9 @@ impl Aggregator {
     }
 
     fn add(&mut self, tables: &Tables, c: &SampleChunk) {
+        if self.filter.active {
+            self.filter.learn(&tables.processes);
+        }
         // The two questions asked of every sample get their own copy of the loop.
         match (self.track_threads, self.filter.active, self.states) {
             (true, true, _) => self.add_impl::<true, true, true>(tables, c),
@@ -551,7 +554,8 @@ impl Profile {
         join_command(&self.header.command_line)
     }
 
-    /// `python3.11 [pid 123]`: the process command's program name (else the main thread's name) and its pid.
+    /// `python3.11 [pid 123]`: the process command's program name (else the main thread's name) and its pid (and
+    /// its pid in its own PID namespace when that differs: `python3.13 [pid 4242, 1 in its namespace]`).
     pub fn process_label(&self, pid: u32) -> String {
         let program = self
             .tables
@@ -561,9 +565,14 @@ impl Profile {
             .filter(|s| !s.is_empty())
             .or_else(|| self.threads.iter().find(|t| t.pid == pid && t.tid == pid).map(|t| t.comm.clone()))
             .filter(|s| !s.is_empty());
+        // A process in another PID namespace (a container) is also known by its pid there.
+        let ns = match self.tables.process(pid).map(|p| p.ns_pid) {
+            Some(n) if n != 0 && n != pid => format!(", {n} in its namespace"),
+            _ => String::new(),
+        };
         match program {
-            Some(p) => format!("{p} [pid {pid}]"),
-            None => format!("[pid {pid}]"),
+            Some(p) => format!("{p} [pid {pid}{ns}]"),
+            None => format!("[pid {pid}{ns}]"),
         }
     }
 

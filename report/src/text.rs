@@ -247,6 +247,12 @@ pub fn render(profile: &Profile, options: &Options) -> String {
                     if p.build_id.is_empty() { String::new() } else { format!(" (build id {})", e(&p.build_id)) };
                 let _ = writeln!(o, "    interpreter  {}{build}", e(&p.interpreter_path));
                 let _ = writeln!(o, "    first seen   {} after the start", format_duration(p.first_seen_ns));
+                if p.ns_pid != 0 && p.ns_pid != p.pid {
+                    let _ = writeln!(o, "    namespace    pid {} in its own PID namespace (a container)", p.ns_pid);
+                }
+                if !p.cgroup.is_empty() {
+                    let _ = writeln!(o, "    cgroup       {}", e(&p.cgroup));
+                }
             }
             None => {
                 let _ = writeln!(o, "    (the recording does not describe this process)");

@@ -257,3 +257,68 @@ fn load_options_do_not_change_results() {
     assert_eq!(folded_text(&full, true), folded_text(&fast, true));
     assert_eq!(full.matched, fast.matched);
 }
+
+/// A process in a container: known by its host pid and by its pid in its own PID namespace. `--pid` takes either,
+/// `--pid-root` and the text report show both, and its cgroup.
+#[test]
+fn a_process_in_its_own_pid_namespace_is_found_by_either_pid() {
+    let header = Header {
+        pyperf_version: "0.1.0".into(),
+        hostname: "h".into(),
+        kernel_release: "k".into(),
+        arch: "x86_64".into(),
+        start_time_unix_ns: 0,
+        event: "cpu-clock".into(),
+        rate: Rate::Frequency(1000),
+        command_line: vec!["pyperf".into(), "record".into(), "-a".into()],
+        workload: vec![],
+    };
+    let mut w = Writer::new(Vec::new(), &header).expect("header");
+    let contained = Process {
+        pid: 4242,
+        command: vec!["python3.13".into(), "app.py".into()],
+        python_version: "3.13.18".into(),
+        interpreter_path: "/usr/bin/python3.13".into(),
+        build_id: String::new(),
+        first_seen_ns: 0,
+        ns_pid: 1,
+        cgroup: "/system.slice/docker-0123abcd.scope".into(),
+    };
+    let host = Process { pid: 1, ns_pid: 1, cgroup: "/init.scope".into(), ..contained.clone() };
+    w.add_process(&contained).unwrap();
+    w.add_process(&host).unwrap();
+    let f =
+        w.intern_symbol(&Symbol { scope: String::new(), name: "f".into(), file: "/app.py".into(), line: 1, flags: 0 });
+    let s = w.intern_stack(&[f]);
+    for (i, pid) in [4242u32, 4242, 4242, 1].into_iter().enumerate() {
+        w.push_sample(&SampleRecord {
+            time_ns: i as u64,
+            cpu: 0,
+            pid,
+            tid: pid,
+            comm: "python3.13",
+            thread_state: ThreadStateMatch::Match,
+            gil: GilState::ThisThread,
+            pthread_id: PthreadIdMatch::Match,
+            status: StackStatus::Complete,
+            stack: s,
+        })
+        .unwrap();
+    }
+    let bytes = w.finish(&Stats::default()).unwrap();
+    let load = |pids: Vec<u32>| {
+        Profile::load(&bytes[..], &LoadOptions::new(Filter { pids, ..Filter::default() }, false)).expect("load")
+    };
+    // By its host pid: only it. By 1: the host's pid 1 and the container's init, which is pid 1 inside.
+    let matched = |p: Profile| p.matched.statuses().iter().map(|s| s.1).sum::<u64>();
+    assert_eq!(matched(load(vec![4242])), 3);
+    assert_eq!(matched(load(vec![1])), 4);
+    let p = load(vec![]);
+    assert_eq!(p.process_label(4242), "python3.13 [pid 4242, 1 in its namespace]");
+    assert_eq!(p.process_label(1), "python3.13 [pid 1]");
+    let mut out = Vec::new();
+    text::write(&p, &text::Options::default(), &mut out).unwrap();
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("namespace    pid 1 in its own PID namespace (a container)"), "{out}");
+    assert!(out.contains("cgroup       /system.slice/docker-0123abcd.scope"), "{out}");
+}
