@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
+use crate::privileges;
 use crate::sampler::{Rate, SampleEvent, Sampler, SamplerOptions};
 use crate::session::{self, Session};
 use crate::signals;
@@ -17,7 +18,7 @@ use crate::targets::{Targets, Workload};
 
 /// `pyperf record`'s arguments.
 #[derive(Args, Debug, Clone)]
-#[command(group(clap::ArgGroup::new("what").required(true).args(["pid", "all", "command"])))]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["pid", "all", "cgroup", "command"])))]
 pub struct RecordArgs {
     /// Output file. An existing recording there is kept as FILE.old, as perf does.
     #[arg(short = 'o', long = "output", default_value = "prof.pyp")]
@@ -37,9 +38,13 @@ pub struct RecordArgs {
     /// Profile these running processes (comma-separated or repeated).
     #[arg(short = 'p', long = "pid", value_delimiter = ',')]
     pub pid: Vec<u32>,
-    /// Profile every Python process on the host, including ones that start while recording.
+    /// Profile every Python process on the host (in every container), including ones that start while recording.
     #[arg(short = 'a', long = "all-processes")]
     pub all: bool,
+    /// Profile the Python processes of this cgroup (e.g. a container's, as /proc/PID/cgroup names it) and of the
+    /// cgroups below it, including ones that start while recording.
+    #[arg(short = 'G', long = "cgroup", value_name = "PATH")]
+    pub cgroup: Option<String>,
     /// Ring buffer size in KiB (rounded up to a power of two pages).
     #[arg(long = "ringbuf-kib", default_value_t = 4096)]
     pub ringbuf_kib: usize,
@@ -71,9 +76,12 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
 
     // Everything that can fail at start fails before the output file exists.
     output::check(&args.output)?;
+    privileges::check()?;
     let mut sampler = Sampler::new(&SamplerOptions { event, rate, ringbuf_bytes: args.ringbuf_kib.max(4) * 1024 })
         .context("cannot start sampling")?;
-    let targets = if args.all {
+    let targets = if let Some(cgroup) = &args.cgroup {
+        Targets::cgroup(cgroup)?
+    } else if args.all {
         Targets::all()
     } else if !args.pid.is_empty() {
         Targets::pids(&args.pid)?

@@ -13,6 +13,7 @@
 
 pub mod abi;
 pub mod cli;
+pub mod privileges;
 pub mod python;
 pub mod sampler;
 pub mod session;

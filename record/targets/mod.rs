@@ -11,7 +11,9 @@ mod workload;
 use std::collections::{HashMap, HashSet};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
 
 use crate::python::{self, InspectError, PythonProcess};
 pub use procfs::Identity;
@@ -48,7 +50,8 @@ enum Mode {
     /// The pids given and their start times: the same processes are followed through exec, never a later
     /// process that reuses the pid.
     Pids(Vec<(u32, u64)>),
-    All,
+    /// Every Python process, or those of one cgroup (its directory under /sys/fs/cgroup) and the cgroups below.
+    All(Option<PathBuf>),
     Workload(Workload),
 }
 
@@ -78,16 +81,33 @@ impl Targets {
     /// written.
     pub fn pids(pids: &[u32]) -> Result<Targets> {
         let mut given = Vec::new();
-        for &pid in pids {
+        for &asked in pids {
+            let pid = process_of(asked)?;
             python::inspect(pid).map_err(anyhow::Error::new)?;
-            given.push((pid, start_time(pid).ok_or(InspectError::NoSuchProcess(pid))?));
+            if !given.iter().any(|g: &(u32, u64)| g.0 == pid) {
+                given.push((pid, start_time(pid).ok_or(InspectError::NoSuchProcess(pid))?));
+            }
         }
-        Ok(Targets::new(Mode::Pids(given), pids.to_vec()))
+        let pending = given.iter().map(|g| g.0).collect();
+        Ok(Targets::new(Mode::Pids(given), pending))
     }
 
     /// Every Python process, including ones that start later.
     pub fn all() -> Targets {
-        Targets::new(Mode::All, Vec::new())
+        Targets::new(Mode::All(None), Vec::new())
+    }
+
+    /// The Python processes of cgroup `path` (as /proc/PID/cgroup shows it) and of the cgroups below it,
+    /// including ones that start later.
+    pub fn cgroup(path: &str) -> Result<Targets> {
+        let dir = procfs::cgroup_dir(path).ok_or_else(|| {
+            anyhow::anyhow!(
+                "no cgroup {path} under {}: give the path /proc/PID/cgroup shows for a process of it \
+                 (e.g. /system.slice/docker-ID.scope)",
+                procfs::CGROUP_ROOT
+            )
+        })?;
+        Ok(Targets::new(Mode::All(Some(dir)), Vec::new()))
     }
 
     /// The command `w` started and its descendants.
@@ -184,10 +204,11 @@ impl Targets {
             Mode::Pids(given) => {
                 given.iter().filter(|&&(pid, st)| start_time(pid) == Some(st)).map(|&(pid, _)| pid).collect()
             }
-            Mode::All => procfs::all_pids(),
+            Mode::All(None) => procfs::all_pids(),
+            Mode::All(Some(dir)) => procfs::cgroup_pids(dir),
             Mode::Workload(w) => procfs::descendants(w.pid()),
         };
-        if matches!(self.mode, Mode::All) {
+        if matches!(self.mode, Mode::All(_)) {
             // Forget rejected processes that are gone: over a long recording on a busy host they would add up.
             let present: HashSet<u32> = candidates.iter().copied().collect();
             self.rejected.retain(|(pid, _), _| present.contains(pid));
@@ -235,7 +256,7 @@ impl Targets {
     /// True when recording should end because there is nothing left to profile.
     pub fn all_exited(&mut self) -> bool {
         match &self.mode {
-            Mode::All => false,
+            Mode::All(_) => false,
             // The given processes, through exec: recording ends when they have all ended.
             Mode::Pids(given) => {
                 given.iter().all(|&(pid, st)| !stat(pid).is_some_and(|s| s.identity.start_time == st && s.running()))
@@ -265,6 +286,25 @@ impl Targets {
             _ => 1,
         };
         Ok(ExitCode::from(code.clamp(0, 255) as u8))
+    }
+}
+
+/// The process `-p ID` means: itself, or the process a thread id belongs to (said on stderr); a kernel thread, a
+/// zombie or no process at all are refused, each with its own reason.
+fn process_of(id: u32) -> Result<u32> {
+    let Some(st) = stat(id) else { return Err(InspectError::NoSuchProcess(id).into()) };
+    if procfs::is_kernel_thread(id) {
+        bail!("process {id} is a kernel thread: it runs no Python");
+    }
+    if !st.running() {
+        bail!("process {id} has exited (a zombie its parent has not reaped yet)");
+    }
+    match procfs::tgid(id) {
+        Some(tgid) if tgid != id => {
+            eprintln!("pyperf: {id} is a thread of process {tgid}: profiling the process");
+            Ok(tgid)
+        }
+        _ => Ok(id),
     }
 }
 

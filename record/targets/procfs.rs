@@ -2,6 +2,7 @@
 //! still runs; and the process tree.
 
 use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 
 /// One program run in one process. Pid reuse changes the start time; exec keeps the pid and the start time but
 /// builds a new address space, whose code and stack addresses (set by exec, placed at random by ASLR; a different
@@ -96,14 +97,16 @@ pub fn parse_nspid(status: &str) -> Option<u32> {
     line.split_whitespace().last()?.parse().ok()
 }
 
-/// The cgroup of a /proc/PID/cgroup text: the unified (v2) hierarchy's path (`0::PATH`), else the first line's.
+/// The cgroup of a /proc/PID/cgroup text: the unified (v2) hierarchy's path (`0::PATH`), unless that is the root
+/// and a v1 hierarchy places the process deeper (hybrid systems: containers show up there); empty if unknown.
 pub fn parse_cgroup(text: &str) -> String {
     let path = |l: &str| l.splitn(3, ':').nth(2).map(str::to_string);
-    text.lines()
-        .find(|l| l.starts_with("0::"))
-        .and_then(path)
-        .or_else(|| text.lines().next().and_then(path))
-        .unwrap_or_default()
+    let unified = text.lines().find(|l| l.starts_with("0::")).and_then(path);
+    let v1 = text.lines().filter(|l| !l.starts_with("0::")).filter_map(path).find(|p| p != "/");
+    match unified {
+        Some(u) if u != "/" => u,
+        u => v1.or(u).unwrap_or_default(),
+    }
 }
 
 /// The thread group (process) a thread id belongs to (`Tgid:` of /proc/TID/status): itself for a process.
@@ -119,6 +122,44 @@ pub fn is_kernel_thread(pid: u32) -> bool {
     let Some(rest) = stat.rfind(')').and_then(|i| stat.get(i + 2..)) else { return false };
     // Field 9 (flags) is the 7th after the command name.
     rest.split(' ').nth(6).and_then(|f| f.parse::<u64>().ok()).is_some_and(|f| f & PF_KTHREAD != 0)
+}
+
+/// Where the cgroup hierarchies are mounted: the unified (v2) one at the root, or under `unified/` beside the v1
+/// controllers' (hybrid systems).
+pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// The directory of cgroup `path` (as /proc/PID/cgroup shows it): in the unified hierarchy first, then in the
+/// v1 ones; `None` if no hierarchy has it.
+pub fn cgroup_dir(path: &str) -> Option<PathBuf> {
+    let rel = path.trim_start_matches('/');
+    if rel.split('/').any(|c| c == "..") {
+        return None;
+    }
+    let root = Path::new(CGROUP_ROOT);
+    let mut hierarchies = vec![root.to_path_buf(), root.join("unified")];
+    if let Ok(entries) = std::fs::read_dir(root) {
+        let mut v1: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+        v1.sort();
+        hierarchies.extend(v1);
+    }
+    hierarchies.into_iter().map(|h| h.join(rel)).find(|d| d.join("cgroup.procs").exists())
+}
+
+/// The processes of the cgroup at `dir` and of every cgroup below it (their `cgroup.procs`).
+pub fn cgroup_pids(dir: &Path) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        if let Ok(procs) = std::fs::read_to_string(d.join("cgroup.procs")) {
+            out.extend(procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+        }
+        if let Ok(entries) = std::fs::read_dir(&d) {
+            todo.extend(
+                entries.filter_map(|e| e.ok()).filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()),
+            );
+        }
+    }
+    out
 }
 
 /// Every pid in /proc.
@@ -187,6 +228,8 @@ mod tests {
         assert_eq!(parse_nspid("Name:\tx\n"), None);
         assert_eq!(parse_cgroup("0::/system.slice/docker-abc.scope\n"), "/system.slice/docker-abc.scope");
         assert_eq!(parse_cgroup("12:pids:/a\n0::/b:c\n"), "/b:c");
+        assert_eq!(parse_cgroup("4:memory:/process_api/75e8\n1:cpu:/\n0::/\n"), "/process_api/75e8");
+        assert_eq!(parse_cgroup("1:cpu:/\n0::/\n"), "/");
         assert_eq!(parse_cgroup("4:cpu,cpuacct:/kubepods/pod1\n"), "/kubepods/pod1");
         assert_eq!(parse_cgroup(""), "");
         let me = namespaces(std::process::id()).unwrap();

@@ -1,0 +1,73 @@
+//! What recording needs of the kernel's permission checks, said before anything starts: root, or the three
+//! capabilities (CAP_BPF to load the program, CAP_PERFMON to open perf events, CAP_SYS_PTRACE to read the
+//! targets' memory and binaries), e.g. `setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep pyperf`.
+
+use anyhow::{bail, Result};
+
+/// `(capability number, name, what it is needed for)`.
+const NEEDED: [(u32, &str, &str); 3] = [
+    (39, "CAP_BPF", "to load the BPF program"),
+    (38, "CAP_PERFMON", "to open perf events"),
+    (19, "CAP_SYS_PTRACE", "to read the memory of processes"),
+];
+
+/// The effective capability set (`CapEff` of /proc/self/status); `None` if unreadable.
+pub fn effective() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    parse_cap_eff(&status)
+}
+
+/// `CapEff:` of a /proc/PID/status text.
+pub fn parse_cap_eff(status: &str) -> Option<u64> {
+    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
+    u64::from_str_radix(hex, 16).ok()
+}
+
+/// The capabilities of [`NEEDED`] missing from `eff`, as `(name, why)`.
+pub fn missing(eff: u64) -> Vec<(&'static str, &'static str)> {
+    // CAP_SYS_ADMIN (21) stands in for CAP_BPF and CAP_PERFMON, as the kernel lets it.
+    let admin = eff & (1 << 21) != 0;
+    NEEDED
+        .iter()
+        .filter(|(bit, _, _)| eff & (1 << bit) == 0 && !(admin && *bit != 19))
+        .map(|&(_, name, why)| (name, why))
+        .collect()
+}
+
+/// Fails, naming what is missing, unless the process can record.
+pub fn check() -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return Ok(());
+    }
+    let Some(eff) = effective() else { return Ok(()) }; // let the kernel say no
+    let missing = missing(eff);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = missing.iter().map(|(n, why)| format!("{n} ({why})")).collect();
+    bail!(
+        "missing capabilit{} {}: run as root, or grant them: setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep {}",
+        if missing.len() == 1 { "y" } else { "ies" },
+        list.join(", "),
+        std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "pyperf".into())
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capabilities_are_named() {
+        assert_eq!(parse_cap_eff("Name:\tx\nCapEff:\t000001ffffffffff\n"), Some(0x1ff_ffff_ffff));
+        assert_eq!(parse_cap_eff("Name:\tx\n"), None);
+        assert!(missing(0x1ff_ffff_ffff).is_empty());
+        let all_three = (1 << 39) | (1 << 38) | (1 << 19);
+        assert!(missing(all_three).is_empty());
+        assert_eq!(missing(1 << 39 | 1 << 19), vec![("CAP_PERFMON", "to open perf events")]);
+        assert_eq!(missing(0).len(), 3);
+        // CAP_SYS_ADMIN covers BPF and perf events, not ptrace.
+        assert_eq!(missing(1 << 21), vec![("CAP_SYS_PTRACE", "to read the memory of processes")]);
+    }
+}
