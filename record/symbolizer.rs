@@ -42,7 +42,9 @@ impl Symbolizer {
     /// Starts symbolizing for `p`: opens its memory (forgetting what was cached for an earlier process of the
     /// same pid).
     pub fn add_process(&mut self, p: &PythonProcess) -> std::io::Result<()> {
-        let mem = ProcMem::open(p.pid)?;
+        // Any address the interpreter surely maps: its runtime state or interpreter list.
+        let probe = p.addrs.runtime.or(p.addrs.interp_head).or(p.addrs.code_type).unwrap_or(0);
+        let mem = ProcMem::open(p.pid, probe)?;
         self.frame_ids.retain(|k, _| k.0 != p.pid);
         self.readers.insert(p.pid, CodeReader::new(mem, p.row, p.addrs.code_type));
         Ok(())

@@ -54,6 +54,18 @@ pub enum InspectError {
     #[error("permission denied inspecting process {0} (run as root or with CAP_SYS_PTRACE)")]
     /// Not allowed to look at the process.
     PermissionDenied(u32),
+    /// The process may be looked at, but the file holding its interpreter may not be read (a directory on the way
+    /// is closed to this user, e.g. /root for pyenv's interpreters).
+    #[error(
+        "permission denied reading {}, the interpreter of process {pid}: run as root, or grant CAP_DAC_READ_SEARCH too",
+        path.display()
+    )]
+    BinaryUnreadable {
+        /// The process.
+        pid: u32,
+        /// The file, as the process maps it.
+        path: PathBuf,
+    },
     #[error("process {pid}: cannot read {path}: {source}")]
     /// Reading one of its /proc files or its interpreter failed.
     Io {
@@ -215,7 +227,9 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
         let file_maps: Vec<&Mapping> = mappings.iter().filter(|m| m.path == path).collect();
         let info = match binary_info(pid, &path, &file_maps) {
             Ok(info) => info,
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Err(InspectError::PermissionDenied(pid)),
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                return Err(InspectError::BinaryUnreadable { pid, path: PathBuf::from(&path) })
+            }
             Err(_) => continue,
         };
         let Some(info) = info.as_ref() else { continue };

@@ -202,7 +202,11 @@ fn sid_mounts(root: &Path) -> Result<(), String> {
     }
     // The paths as the tests give them (not canonicalized: a symlink on the way does not exist inside), each
     // once: one under another is visible through the outer bind.
+    // The pyenv root too: the container tests run pyenv's interpreters inside the root.
     let mut paths = vec![repo(), std::env::temp_dir()];
+    if pyenv_root().is_dir() {
+        paths.push(pyenv_root());
+    }
     paths.sort();
     paths.dedup_by(|later, earlier| later.starts_with(earlier));
     for path in paths {

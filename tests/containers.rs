@@ -1,0 +1,239 @@
+//! Python in containers: processes in their own PID and mount namespaces, built here with `unshare` (a new PID
+//! namespace, a new mount namespace and the Debian sid root of scripts/setup as their root, pyenv's interpreters
+//! bind-mounted into it at the same path). pyperf, on the host, must give them exactly the stacks they would get on
+//! the host: thread states matched by the namespace's tids, the interpreter found through the process's own root.
+//! Needs root (namespaces, BPF), and a non-root run with only the capabilities pyperf needs.
+
+mod common;
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use pyperf_format::StackStatus;
+
+/// A command that runs `python` in new PID and mount namespaces whose root is the sid root (`nested`: in a PID
+/// namespace inside another one).
+fn contained(python: &Path, nested: bool) -> Command {
+    let root = sid_root();
+    let mut c = Command::new("unshare");
+    c.args(["--pid", "--mount", "--fork", "--mount-proc"]).arg(format!("--root={}", root.display()));
+    if nested {
+        // Inside, the root is not a mount point of its own: a second PID namespace only (no /proc of its own).
+        c.args(["unshare", "--pid", "--fork"]);
+    }
+    c.arg(container_path(python));
+    c
+}
+
+/// The interpreter as the container sees it: a pyenv interpreter at its own path (bind-mounted), a sid one as
+/// /usr/bin/pythonX.Y (its wrapper chroots, which a container must not do again).
+fn container_path(python: &Path) -> PathBuf {
+    let name = python.file_name().unwrap().to_string_lossy().to_string();
+    if python.starts_with(pyenv_root()) {
+        python.to_path_buf()
+    } else {
+        PathBuf::from("/usr/bin").join(name)
+    }
+}
+
+/// The pid, on the host, of the process running `script` under `parent` (unshare's children, grandchildren).
+fn host_pid_of(parent: u32, script: &str) -> u32 {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        for entry in std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()) {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if pid != parent && cmdline.contains(script) && comm.starts_with("python") && descends(pid, parent) {
+                return pid;
+            }
+        }
+        assert!(Instant::now() < end, "no python under {parent}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn descends(mut pid: u32, ancestor: u32) -> bool {
+    for _ in 0..16 {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+        let Some(ppid) = stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)).and_then(|p| p.parse().ok())
+        else {
+            return false;
+        };
+        if ppid == ancestor {
+            return true;
+        }
+        pid = ppid;
+    }
+    false
+}
+
+/// The split workload in a container, started and running: `(unshare, python's host pid)`.
+fn start_contained(python: &Path, nested: bool, seconds: &str) -> (Child, u32) {
+    let mut child = contained(python, nested)
+        .arg(workload("split.py"))
+        .args([seconds, "--threads", "2", "--thread-seconds", "1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("unshare");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("ready"), "workload said {line:?}");
+    let pid = host_pid_of(child.id(), "split.py");
+    (child, pid)
+}
+
+/// What a recording of the split workload in a container must show: right stacks root to leaf, the known split
+/// against the workload's own timing, the threads inside, and the process's pid inside its namespace.
+fn check_split(name: &str, rec: &Recording, pid: u32, stdout: &[u8], ns_pid: u32) {
+    let p = rec.tables.processes.iter().find(|p| p.pid == pid).unwrap_or_else(|| panic!("{name}: {pid} not recorded"));
+    assert_eq!(p.ns_pid, ns_pid, "{name}: the pid inside its namespace");
+    let mine: Vec<&S> = rec.of_pid(pid);
+    let idle = mine.iter().filter(|s| s.status == StackStatus::Idle).count();
+    let heavy: Vec<&&S> = mine.iter().filter(|s| s.names.iter().any(|n| n == "heavy")).collect();
+    let light: Vec<&&S> = mine.iter().filter(|s| s.names.iter().any(|n| n == "light")).collect();
+    eprintln!("{name}: {} samples, {} heavy, {} light, {idle} idle", mine.len(), heavy.len(), light.len());
+    for s in heavy.iter().chain(&light) {
+        // <module> main Runner.run heavy|light [burn] (<= 3.10 names the method `run` unless the heuristic does).
+        assert_eq!(s.status, StackStatus::Complete, "{name}");
+        assert_eq!(&s.names[..2], ["<module>", "main"], "{name}: {:?}", s.names);
+        assert!(
+            s.names[2].ends_with("run") && ["heavy", "light"].contains(&s.names[3].as_str()),
+            "{name}: {:?}",
+            s.names
+        );
+        assert!(s.names.len() == 4 || s.names[4..] == ["burn"], "{name}: {:?}", s.names);
+        assert_eq!(s.tid, pid, "{name}: the main thread");
+    }
+    assert_share(name, heavy.len(), heavy.len() + light.len(), split_truth(stdout));
+    // The threads: spin -> burn under the thread bootstrap.
+    let spin: Vec<&&S> = mine.iter().filter(|s| s.names.iter().any(|n| n == "spin")).collect();
+    for s in &spin {
+        let at = s.names.iter().position(|n| n == "spin").unwrap();
+        assert!(at >= 2 && s.names[at + 1..].iter().all(|n| n == "burn"), "{name}: {:?}", s.names);
+        assert!(s.names[0].ends_with("_bootstrap"), "{name}: {:?}", s.names);
+    }
+    let tids: HashSet<u32> = spin.iter().map(|s| s.tid).collect();
+    assert!(spin.len() >= 50, "{name}: {} spin samples", spin.len());
+    assert_eq!(tids.len(), 2, "{name}: the two threads inside the namespace, {tids:?}");
+    assert!(!tids.contains(&pid));
+    assert!(spin.iter().all(|s| s.status == StackStatus::Complete), "{name}");
+    // Before the fix, every sample of a contained 3.11+ process was [idle]: there must be next to none.
+    assert!(idle * 20 <= mine.len(), "{name}: {idle} of {} samples idle", mine.len());
+}
+
+/// `-p HOST_PID` of a contained process, for the versions the issue names: 3.8, 3.11, 3.12 (pyenv's, bind-mounted
+/// into the container), 3.13 and 3.14 (sid's).
+#[test]
+fn contained_processes_by_host_pid() {
+    let _guard = serial();
+    for name in ["3.8.18", "3.11.7", "3.12.1", "sid-3.13", "sid-3.14", "sid-3.15"] {
+        let py = interpreter(name);
+        let (child, pid) = start_contained(&py, false, "2");
+        let (_dir, out) = scratch("contained.pyp");
+        let o = run(pyperf().args(["record", "-F", "499", "-p"]).arg(pid.to_string()).arg("-o").arg(&out));
+        let rest = child.wait_with_output().expect("workload");
+        assert!(o.status.success() && rest.status.success(), "{name}");
+        let rec = read(&out);
+        check_split(name, &rec, pid, &rest.stdout, 1);
+    }
+}
+
+/// `-a` finds the Python processes of every container: two at once (pyenv's 3.8 and sid's 3.14), each pid 1 in its
+/// own namespace, the second one nested (a PID namespace inside another). Both are pid 1 where they live, as is
+/// the host's init, which is not Python: the recording keeps them apart by host pid, and `report --pid 1` selects
+/// the contained ones.
+#[test]
+fn all_processes_finds_every_container_and_keeps_their_pids_apart() {
+    let _guard = serial();
+    let (a_py, b_py) = (interpreter("3.8.18"), interpreter("sid-3.14"));
+    let (_dir, out) = scratch("all.pyp");
+    let mut rec_cmd =
+        pyperf().args(["record", "-a", "-F", "499", "-d", "4", "-o"]).arg(&out).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let (a, a_pid) = start_contained(&a_py, false, "2");
+    let (b, b_pid) = start_contained(&b_py, true, "2");
+    let (a_out, b_out) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    let status = rec_cmd.wait().unwrap();
+    assert!(status.success());
+    let rec = read(&out);
+    check_split("-a, 3.8 in a container", &rec, a_pid, &a_out.stdout, 1);
+    check_split("-a, 3.14 in a nested container", &rec, b_pid, &b_out.stdout, 1);
+    for pid in [a_pid, b_pid] {
+        let p = rec.tables.processes.iter().find(|p| p.pid == pid).unwrap();
+        assert!(!p.cgroup.is_empty(), "{pid}: cgroup");
+    }
+    // By the pid inside: both containers' init (host pid 1 is not Python: not recorded).
+    let folded = run(pyperf().args(["report", "--folded", "--pid-root", "--no-lines", "--pid", "1", "-i"]).arg(&out));
+    let folded = String::from_utf8(folded.stdout).unwrap();
+    for pid in [a_pid, b_pid] {
+        assert!(folded.contains(&format!("[pid {pid}, 1 in its namespace]")), "{folded}");
+    }
+    let only_a = run(pyperf().args(["report", "--folded", "--pid"]).arg(a_pid.to_string()).arg("-i").arg(&out));
+    let only_a_total: usize = String::from_utf8(only_a.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<usize>().ok())
+        .sum();
+    assert_eq!(only_a_total, rec.of_pid(a_pid).len());
+}
+
+/// pyperf run by an ordinary user with only CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (file capabilities on a copy of
+/// the binary) records a root-owned Python process; with one missing it says which.
+#[test]
+fn runs_as_a_user_with_only_the_needed_capabilities() {
+    let _guard = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("pyperf");
+    std::fs::copy(env!("CARGO_BIN_EXE_pyperf"), &bin).unwrap();
+    let chmod = |p: &Path, mode: u32| {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+    };
+    chmod(dir.path(), 0o777);
+    chmod(&bin, 0o755);
+    let as_nobody = |caps: &str, python: &str| -> (std::process::Output, u32) {
+        let set = Command::new("setcap").arg(caps).arg(&bin).output().expect("setcap (scripts/setup installs it)");
+        assert!(set.status.success(), "setcap: {}", String::from_utf8_lossy(&set.stderr));
+        let py = interpreter(python);
+        let mut target = start_workload(&py, "split.py", &["3"]);
+        let pid = target.id();
+        let out = dir.path().join("user.pyp");
+        let _ = std::fs::remove_file(&out);
+        let o = run(Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+            .arg(&bin)
+            .args(["record", "-d", "1", "-p"])
+            .arg(pid.to_string())
+            .arg("-o")
+            .arg(&out));
+        let _ = target.kill();
+        let _ = target.wait();
+        (o, pid)
+    };
+    // Debian's interpreter: every file it maps is readable by anyone.
+    let (o, _) = as_nobody("cap_bpf,cap_perfmon,cap_sys_ptrace+ep", "debian-3.11");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rec = read(&dir.path().join("user.pyp"));
+    let burn = rec.with_frame("burn").len();
+    assert!(burn > 20, "{burn} samples in burn");
+    assert!(rec.samples.iter().filter(|s| s.names.iter().any(|n| n == "burn")).all(|s| s.names[0] == "<module>"));
+    // A capability missing: said, in one line, before anything starts.
+    let (o, _) = as_nobody("cap_bpf,cap_perfmon+ep", "debian-3.11");
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("missing capability CAP_SYS_PTRACE (to read the memory of processes)"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    // pyenv's interpreter lives under /root (0700): its libpython cannot be read without CAP_DAC_READ_SEARCH.
+    let (o, pid) = as_nobody("cap_bpf,cap_perfmon,cap_sys_ptrace+ep", "3.11.7");
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("the interpreter of process {pid}: run as root, or grant CAP_DAC_READ_SEARCH too")),
+        "{err}"
+    );
+}
