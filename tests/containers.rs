@@ -237,3 +237,96 @@ fn runs_as_a_user_with_only_the_needed_capabilities() {
         "{err}"
     );
 }
+
+/// The interpreter's file replaced on disk after the process started (an upgrade, or in a container the same path
+/// naming another file): the process is read through the file it really mapped, not what the path names now.
+#[test]
+fn an_interpreter_replaced_on_disk_is_read_through_its_mapping() {
+    let _guard = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = dir.path().join("python3.11");
+    std::fs::copy(interpreter("debian-3.11"), &exe).unwrap();
+    let mut target = start_workload(&exe, "split.py", &["3"]);
+    // Replaced by another program at the same path (a new inode; the process keeps the old one mapped).
+    let other = dir.path().join("other");
+    std::fs::copy("/bin/ls", &other).unwrap();
+    std::fs::rename(&other, &exe).unwrap();
+    let (_d, out) = scratch("replaced.pyp");
+    let o = run(pyperf().args(["record", "-d", "1", "-p"]).arg(target.id().to_string()).arg("-o").arg(&out));
+    let _ = target.kill();
+    let _ = target.wait();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rec = read(&out);
+    assert_eq!(rec.tables.processes[0].python_version, "3.11.2");
+    let burn = rec.with_frame("burn");
+    assert!(burn.len() > 20, "{} samples in burn", burn.len());
+    assert!(burn.iter().all(|s| s.names[..2] == ["<module>", "main"]));
+}
+
+/// `-G PATH` records the Python processes of one cgroup (and those below it), including one that starts there
+/// while recording, and nothing else.
+#[test]
+fn cgroup_limits_recording_to_its_processes() {
+    let _guard = serial();
+    // A cgroup of our own, in the unified hierarchy (at the root on a v2 system, under unified/ on a hybrid one).
+    let base = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|d| d.join("cgroup.procs").exists())
+        .expect("a cgroup v2 hierarchy");
+    let name = format!("pyperf-test-{}", std::process::id());
+    let dir = base.join(&name);
+    std::fs::create_dir(&dir).expect("create a cgroup (run as root)");
+    struct Cleanup(PathBuf, PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            if let Ok(procs) = std::fs::read_to_string(self.1.join("cgroup.procs")) {
+                for pid in procs.lines() {
+                    let _ = std::fs::write(self.0.join("cgroup.procs"), pid);
+                }
+            }
+            let _ = std::fs::remove_dir(&self.1);
+        }
+    }
+    let _cleanup = Cleanup(base.clone(), dir.clone());
+    let py = interpreter("3.12.1");
+    let mut inside = start_workload(&py, "split.py", &["3"]);
+    let mut outside = start_workload(&py, "split.py", &["3"]);
+    std::fs::write(dir.join("cgroup.procs"), inside.id().to_string()).unwrap();
+    let (_d, out) = scratch("cgroup.pyp");
+    let mut rec_cmd = pyperf()
+        .args(["record", "-F", "499", "-d", "2.5", "-G"])
+        .arg(format!("/{name}"))
+        .arg("-o")
+        .arg(&out)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    // One more, started in the cgroup while recording.
+    let later = Command::new("sh")
+        .arg("-c")
+        .arg(format!("echo $$ > {}/cgroup.procs && exec \"$0\" \"$1\" 1", dir.display()))
+        .arg(&py)
+        .arg(workload("split.py"))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(rec_cmd.wait().unwrap().success());
+    let later_pid = later.id();
+    let _ = later.wait_with_output();
+    for c in [&mut inside, &mut outside] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let rec = read(&out);
+    let pids: HashSet<u32> = rec.tables.processes.iter().map(|p| p.pid).collect();
+    assert_eq!(pids, HashSet::from([inside.id(), later_pid]), "only the cgroup's processes");
+    for pid in [inside.id(), later_pid] {
+        let p = rec.tables.processes.iter().find(|p| p.pid == pid).unwrap();
+        assert_eq!(p.cgroup, format!("/{name}"));
+        assert!(rec.of_pid(pid).iter().any(|s| s.names.iter().any(|n| n == "burn")), "{pid}: no samples in burn");
+    }
+    let o = run(pyperf().args(["record", "-G", "/no-such-cgroup-here", "-o"]).arg(&out));
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no cgroup /no-such-cgroup-here under /sys/fs/cgroup"));
+}

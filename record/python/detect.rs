@@ -163,6 +163,8 @@ struct Mapping {
     start: u64,
     end: u64,
     offset: u64,
+    /// The mapped file's inode, to tell it from another file at the same path.
+    inode: u64,
     path: String,
 }
 
@@ -313,28 +315,31 @@ fn parse_maps(maps: &str) -> Vec<Mapping> {
             continue;
         };
         let path = path.strip_suffix(" (deleted)").unwrap_or(path).to_string();
-        out.push(Mapping { start, end, offset, path });
+        let inode = inode.parse().unwrap_or(0);
+        out.push(Mapping { start, end, offset, inode, path });
     }
     out
 }
 
-/// Opens a file the target has mapped: through its root (containers), else through map_files (deleted or
-/// replaced files).
+/// Opens a file the target has mapped: through its own root (containers: the same path on the host may be another
+/// file, or none), when the file there is the mapped one (same inode); else through map_files, which is the mapping
+/// itself (a file deleted or replaced since, or a path the host names differently, as for a chroot); else, where
+/// map_files is closed (it needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE), the rooted path as it is.
 fn open_mapped_file(pid: u32, path: &str, maps: &[&Mapping]) -> io::Result<fs::File> {
-    let rooted = format!("/proc/{pid}/root{path}");
-    match fs::File::open(&rooted) {
-        Ok(f) => Ok(f),
-        Err(e) => {
-            for m in maps {
-                if m.offset == 0 {
-                    if let Ok(f) = fs::File::open(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)) {
-                        return Ok(f);
-                    }
-                }
-            }
-            Err(e)
+    use std::os::unix::fs::MetadataExt;
+    let rooted = fs::File::open(format!("/proc/{pid}/root{path}"));
+    if let Ok(f) = &rooted {
+        let inode = f.metadata().map(|m| m.ino()).unwrap_or(0);
+        if maps.iter().any(|m| m.inode == inode) {
+            return rooted;
         }
     }
+    for m in maps.iter().filter(|m| m.offset == 0) {
+        if let Ok(f) = fs::File::open(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)) {
+            return Ok(f);
+        }
+    }
+    rooted
 }
 
 /// A PT_LOAD segment: where its bytes are in the file and where they go in memory.
