@@ -330,3 +330,61 @@ fn cgroup_limits_recording_to_its_processes() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("no cgroup /no-such-cgroup-here under /sys/fs/cgroup"));
 }
+
+/// `-p` of a thread id follows the thread's process and says so; a kernel thread and a zombie are refused, each
+/// with its own reason, before anything is written.
+#[test]
+fn p_of_a_thread_a_kernel_thread_or_a_zombie() {
+    let _guard = serial();
+    let py = interpreter("3.12.1");
+    let mut target = start_workload(&py, "split.py", &["3", "--threads", "2", "--thread-seconds", "2"]);
+    let pid = target.id();
+    // A thread of it: wait for the spin threads.
+    let end = Instant::now() + Duration::from_secs(10);
+    let tid = loop {
+        let tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .filter(|&t| t != pid)
+            .collect();
+        if let Some(&t) = tids.first() {
+            break t;
+        }
+        assert!(Instant::now() < end, "no thread");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (_d, out) = scratch("thread.pyp");
+    let o = run(pyperf().args(["record", "-d", "1", "-p"]).arg(tid.to_string()).arg("-o").arg(&out));
+    let _ = target.kill();
+    let _ = target.wait();
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&format!("pyperf: {tid} is a thread of process {pid}: profiling the process")), "{err}");
+    let rec = read(&out);
+    assert_eq!(rec.tables.processes.iter().map(|p| p.pid).collect::<Vec<_>>(), vec![pid]);
+    assert!(rec.samples.len() > 50, "{} samples", rec.samples.len());
+
+    // kthreadd is pid 2 on every Linux.
+    let o = run(pyperf().args(["record", "-d", "1", "-p", "2", "-o"]).arg(&out));
+    assert!(!o.status.success());
+    assert_eq!(String::from_utf8_lossy(&o.stderr).trim(), "pyperf: process 2 is a kernel thread: it runs no Python");
+
+    // A zombie: a child that exited and that its parent (sh, busy sleeping) has not reaped.
+    let mut parent = Command::new("sh").args(["-c", "sleep 0.1 & exec sleep 5"]).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let zombie: u32 = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", parent.id()))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .expect("the exited child")
+        .parse()
+        .unwrap();
+    let o = run(pyperf().args(["record", "-d", "1", "-p"]).arg(zombie.to_string()).arg("-o").arg(&out));
+    let _ = parent.kill();
+    let _ = parent.wait();
+    assert!(!o.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr).trim(),
+        format!("pyperf: process {zombie} has exited (a zombie its parent has not reaped yet)")
+    );
+}
