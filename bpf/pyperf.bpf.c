@@ -630,7 +630,8 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 	tid = proc->ns_tid ? namespace_tid(task) : (__u32)pid_tgid;
 
 	PROF(0); /* header, comm, task */
-	ts = find_tstate(proc, s, pid_tgid, tid, fsbase);
+	/* A namespace tid that could not be read must not match a thread state whose tid is still 0. */
+	ts = tid ? find_tstate(proc, s, pid_tgid, tid, fsbase) : 0;
 	PROF(1); /* thread state (cache + read) */
 
 	h->gil_state = gil_state(proc, s, ts, &global_ts);

@@ -76,7 +76,7 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
 
     // Everything that can fail at start fails before the output file exists.
     output::check(&args.output)?;
-    privileges::check()?;
+    privileges::check_all()?;
     let mut sampler = Sampler::new(&SamplerOptions { event, rate, ringbuf_bytes: args.ringbuf_kib.max(4) * 1024 })
         .context("cannot start sampling")?;
     let targets = if let Some(cgroup) = &args.cgroup {

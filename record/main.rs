@@ -13,7 +13,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Sample Python processes and write a recording (needs root, or CAP_BPF + CAP_PERFMON).
+    /// Sample Python processes and write a recording (needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE).
     Record(pyperf::cli::RecordArgs),
     /// Read a recording: text summary, folded stacks, speedscope JSON or an SVG flame graph.
     Report(pyperf_report::ReportArgs),

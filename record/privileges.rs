@@ -34,12 +34,28 @@ pub fn missing(eff: u64) -> Vec<(&'static str, &'static str)> {
         .collect()
 }
 
-/// Fails, naming what is missing, unless the process can record.
-pub fn check() -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return Ok(());
+/// Fails, naming what is missing, unless the process can record: the capabilities, and the host's PID namespace
+/// (the BPF program knows processes by their host pids, which pyperf in a PID namespace of its own cannot see).
+pub fn check_all() -> Result<()> {
+    check()?;
+    if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
+        if let Some(levels) =
+            status.lines().find_map(|l| l.strip_prefix("NSpid:")).map(|l| l.split_whitespace().count())
+        {
+            if levels > 1 {
+                bail!(
+                    "pyperf runs in a PID namespace of its own (a container): it must see the host's processes; \
+                     run it on the host, or in a container sharing the host's PID namespace (--pid=host)"
+                );
+            }
+        }
     }
+    Ok(())
+}
+
+/// Fails, naming what is missing, unless the process has the capabilities to record.
+pub fn check() -> Result<()> {
+    // Root too: root in a container may have had capabilities dropped.
     let Some(eff) = effective() else { return Ok(()) }; // let the kernel say no
     let missing = missing(eff);
     if missing.is_empty() {

@@ -232,6 +232,19 @@ pub const SIZES: &[(&str, &[&str])] = &[
 /// caught by these (the expected value is the base row's).
 pub const SENTINELS: &[&str] = &["object_type", "type_name", "bytes_size", "bytes_data", "unicode_length"];
 
+/// `base` with every field that [`FIELDS`] reads from a member `block` does not have set to -1 ("absent"): the
+/// base for reading a version newer than every row through an older block layout, which must not inherit offsets
+/// of members (e.g. 3.15's `thread_state.base_frame`) that nothing in its block vouches for.
+pub fn absent_unless_in(base: &Layout, block: &BlockLayout) -> Layout {
+    let mut l = *base;
+    for (name, value) in l.fields_mut() {
+        if FIELDS.iter().any(|(f, m)| *f == name && block.position(m).is_none()) {
+            *value = -1;
+        }
+    }
+    l
+}
+
 /// The fields read from the debug offsets that differ between `built` and `table`, as
 /// `name debug_offsets=X table=Y`.
 pub fn cross_check(built: &Layout, table: &Layout) -> Vec<String> {

@@ -113,8 +113,8 @@ pub struct Layout {
     /// object's `co_code_adaptive`]: `(ptr - (code + code_code)) / 2` is the code-unit index.
     /// `prev_instr` points at the last executed unit, `instr_ptr` at the current/next one.
     pub frame_instr: i32,
-    /// `_PyInterpreterFrame.owner` [u8 char] (3.11+). Skip frames whose owner equals
-    /// `frame_owned_by_cstack` (3.12+).
+    /// `_PyInterpreterFrame.owner` [u8 char] (3.11+). Frames whose owner is at least the row's
+    /// `hidden_owners_from` (3.12+) are the interpreter's own and skipped.
     pub frame_owner: i32,
     /// `_PyInterpreterFrame.is_entry` [u8 bool] (3.11 only; 3.12 replaced it with C-stack-owned
     /// shim frames).

@@ -228,7 +228,7 @@ pub fn newest() -> &'static Row {
     &ROWS[ROWS.len() - 1]
 }
 
-/// The supported versions, for messages: `2.7, 3.6-3.13`.
+/// The supported versions, for messages: `2.7, 3.6-3.15`.
 pub fn supported_versions() -> String {
     let v: Vec<(u8, u8)> = ROWS.iter().map(|r| r.version).collect();
     let mut parts: Vec<String> = Vec::new();
@@ -327,7 +327,8 @@ pub fn select(version: (u8, u8, u8), debug: Option<&[u8]>) -> Result<&'static Ro
     }
     let mut first_error = None;
     for block in BLOCK_LAYOUTS.iter().rev() {
-        match layout_from_debug_offsets(debug, block, (major, minor), newest.layout) {
+        let base = super::debug_offsets::absent_unless_in(newest.layout, block);
+        match layout_from_debug_offsets(debug, block, (major, minor), &base) {
             Ok(built) => {
                 return Ok(interned(Row {
                     version: (major, minor),
@@ -617,6 +618,15 @@ pub(crate) mod tests {
         let block = synthetic_block(n.layout, older.version, next);
         let r = select((next.0, next.1, 0), Some(&block)).expect("through an older block layout");
         assert_eq!(r.source, Source::Newer { as_of: older.version });
+        // What the older layout has no member for is absent, not inherited from the newest row.
+        let b = block_layout(older.version).unwrap();
+        for (field, member) in dbg::FIELDS {
+            let v = r.layout.fields().into_iter().find(|f| f.0 == *field).unwrap().1;
+            if b.position(member).is_none() {
+                assert_eq!(v, -1, "{field}: no {member} in the {:?} block", older.version);
+            }
+        }
+        assert_eq!((r.layout.tstate_base_frame, r.layout.tstate_gil_requested), (-1, -1));
 
         // Members inserted into a section move everything after it: no known layout passes.
         let good = synthetic_block(n.layout, n.version, next);

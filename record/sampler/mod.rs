@@ -129,7 +129,7 @@ impl Counters {
 #[derive(Debug, thiserror::Error)]
 /// Why the sampler could not start or do something.
 pub enum BpfError {
-    #[error("permission denied {0}: run as root, or grant CAP_BPF and CAP_PERFMON")]
+    #[error("permission denied {0}: run as root, or grant CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE")]
     /// Missing privileges for the named step.
     PermissionDenied(&'static str),
     #[error("this kernel exposes no BTF (/sys/kernel/btf/vmlinux is missing): pyperf needs a kernel built with CONFIG_DEBUG_INFO_BTF")]

@@ -41,7 +41,8 @@ pub enum Event {
     Gone {
         /// The process.
         pid: u32,
-        /// It exec'd (same process, new image) rather than exited.
+        /// It exec'd (same process, new image) rather than exited. The session treats both alike (the new image, if
+        /// it is Python, comes as an [`Event::Found`] of the same pid); for callers that say which happened.
         exec: bool,
     },
 }

@@ -136,7 +136,12 @@ pub fn cgroup_dir(path: &str) -> Option<PathBuf> {
         return None;
     }
     let root = Path::new(CGROUP_ROOT);
-    let mut hierarchies = vec![root.to_path_buf(), root.join("unified")];
+    if root.join("cgroup.controllers").exists() {
+        // A pure v2 system: one hierarchy, whose subdirectories are cgroups, not hierarchies.
+        let dir = root.join(rel);
+        return dir.join("cgroup.procs").exists().then_some(dir);
+    }
+    let mut hierarchies = vec![root.join("unified")];
     if let Ok(entries) = std::fs::read_dir(root) {
         let mut v1: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
         v1.sort();

@@ -97,7 +97,7 @@ pub struct ReportArgs {
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
-    /// Only these processes (repeat or comma-separate)
+    /// Only these processes: host pids, or pids inside a container's PID namespace (repeat or comma-separate)
     #[arg(long, value_name = "PID", value_delimiter = ',')]
     pub pid: Vec<u32>,
     /// Only these threads (repeat or comma-separate)

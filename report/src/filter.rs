@@ -7,7 +7,9 @@ use crate::error::ReportError;
 /// Selects samples. An empty list means "any"; within a list any value matches; all lists must match.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
-    /// Processes (`--pid`): host pids, or pids inside a process's own PID namespace (a container's).
+    /// Processes (`--pid`): host pids, or pids inside a process's own PID namespace (a container's). The namespace
+    /// pids need the recording's process records: they take effect when a profile is loaded ([`Filter::matches`]
+    /// alone knows host pids only).
     pub pids: Vec<u32>,
     /// Threads (`--tid`).
     pub tids: Vec<u32>,
