@@ -23,7 +23,7 @@ pub struct RecordArgs {
     /// Output file. An existing recording there is kept as FILE.old, as perf does.
     #[arg(short = 'o', long = "output", default_value = "prof.pyp")]
     pub output: PathBuf,
-    /// Samples per second per CPU.
+    /// Samples per second per CPU [default: 99]
     #[arg(short = 'F', long = "freq", conflicts_with = "period")]
     pub freq: Option<u64>,
     /// Sample every PERIOD events instead (nanoseconds for cpu-clock, cycles for cycles).
@@ -51,8 +51,9 @@ pub struct RecordArgs {
     /// Measure the BPF program's own run time (kernel BPF statistics) and print it in the summary.
     #[arg(long = "bpf-stats")]
     pub bpf_stats: bool,
-    /// Start this command and profile it until it exits; pyperf exits with its status.
-    #[arg(last = true, value_name = "CMD")]
+    /// Start this command and profile it until it exits; pyperf exits with its status. `--` before it is
+    /// optional (needed only when the command's first word starts with `-`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
@@ -67,9 +68,11 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
         (None, Some(p)) => Rate::Period(p),
         (None, None) => Rate::Frequency(DEFAULT_FREQ),
     };
+    // Beyond ~30 years a duration is a typo, and Duration/Instant arithmetic would overflow.
+    const LONGEST: f64 = 1e9;
     if let Some(d) = args.duration {
-        if !(d > 0.0 && d.is_finite()) {
-            bail!("--duration must be a positive number of seconds");
+        if !(d > 0.0 && d <= LONGEST) {
+            bail!("--duration must be a positive number of seconds, at most {LONGEST:e}");
         }
     }
     let event = if args.event == "cycles" { SampleEvent::Cycles } else { SampleEvent::CpuClock };
@@ -102,7 +105,12 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     session.start()?;
     created.keep();
 
-    let deadline = args.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
+    let deadline = args.duration.and_then(|d| Instant::now().checked_add(Duration::from_secs_f64(d)));
     session.run(deadline, std::io::stderr().is_terminal())?;
-    session.finish(args.bpf_stats)
+    let code = session.finish(args.bpf_stats)?;
+    crate::say!(
+        "pyperf: next: pyperf report -i {} (or --flamegraph -o flame.svg, --speedscope -o prof.json)",
+        args.output.display()
+    );
+    Ok(code)
 }

@@ -11,6 +11,27 @@
 //! - [`session`]: the loop that applies target events to the sampler, symbolizer and sink; [`cli`]: the
 //!   `pyperf record` arguments that set it up.
 
+/// `eprintln!` that never panics: a closed or failing stderr must not cost the recording (`eprintln!` panics when
+/// the write fails).
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `eprint!` that never panics (see [`say!`]).
+#[macro_export]
+macro_rules! say_raw {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut err = std::io::stderr();
+        let _ = write!(err, $($arg)*);
+        let _ = err.flush();
+    }};
+}
+
 pub mod abi;
 pub mod cli;
 pub mod privileges;

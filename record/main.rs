@@ -20,6 +20,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    standard_streams_open();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Record(args) => pyperf::cli::record(&args),
@@ -31,8 +32,26 @@ fn main() -> ExitCode {
             if is_broken_pipe(&err) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("pyperf: {}", chain(&err));
+            pyperf::say!("pyperf: {}", chain(&err));
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Started with stdin, stdout or stderr closed (`2>&-`), the first files pyperf opens would take those numbers, and
+/// messages meant for stderr would land in a BPF map's descriptor or in the recording itself: put /dev/null there.
+fn standard_streams_open() {
+    for fd in 0..3 {
+        // SAFETY: fcntl(F_GETFD) only queries the descriptor; open and dup2 of /dev/null onto a closed standard
+        // descriptor (the same thing a shell does for `<&-` followed by a redirection).
+        unsafe {
+            if libc::fcntl(fd, libc::F_GETFD) == -1 {
+                let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+                if null >= 0 && null != fd {
+                    libc::dup2(null, fd);
+                    libc::close(null);
+                }
+            }
         }
     }
 }

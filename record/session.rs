@@ -151,7 +151,7 @@ impl Session {
                 self.sink.flush()?;
                 last_flush = now;
                 if status_line {
-                    eprint!("\r\x1b[K{}", self.status());
+                    crate::say_raw!("\r\x1b[K{}", self.status());
                 }
             }
             if signals::stop_requested() || deadline.is_some_and(|d| now >= d) || self.targets.all_exited() {
@@ -159,7 +159,7 @@ impl Session {
             }
         }
         if status_line {
-            eprint!("\r\x1b[K");
+            crate::say_raw!("\r\x1b[K");
         }
         Ok(())
     }
@@ -212,12 +212,12 @@ impl Session {
             summary.push('\n');
             summary.push_str(&what);
         }
-        eprintln!("{summary}");
+        crate::say!("{summary}");
         if bpf_stats {
             if let Some((run_ns, runs)) = self.sampler.bpf_stats() {
                 // Every perf event runs the program, also on CPUs running other processes; those runs return after
                 // one map lookup. Per target sample counts all of it against the samples taken.
-                eprintln!(
+                crate::say!(
                     "pyperf: BPF {} runs, {:.0} ns per run, {:.0} ns per target sample ({} samples)",
                     runs,
                     run_ns as f64 / runs.max(1) as f64,
@@ -302,7 +302,7 @@ impl Session {
             return Err(e);
         }
         if let Some(text) = p.warning() {
-            eprintln!("pyperf: warning: process {}: {text}", p.pid);
+            crate::say!("pyperf: warning: process {}: {text}", p.pid);
             self.sink.warning(&RecorderWarning { pid: p.pid, text })?;
         }
         Ok(())

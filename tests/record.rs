@@ -168,3 +168,38 @@ fn unprivileged_user_gets_a_clear_error() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(!out.exists());
 }
+
+/// The command may come without `--`; what to run next is said at the end; `-d` beyond reason is one clear line;
+/// a closed stderr costs nothing (`eprintln!` would have panicked and lost the recording).
+#[test]
+fn command_without_dashes_next_step_long_duration_and_closed_stderr() {
+    let _guard = serial();
+    let py = interpreter("3.11.7");
+    let (_dir, out) = scratch("nodash.pyp");
+    let o = run(pyperf().args(["record", "-d", "1", "-o"]).arg(&out).arg(&py).arg(workload("split.py")).arg("2"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&format!("pyperf: next: pyperf report -i {}", out.display())), "{err}");
+    let rec = read(&out);
+    assert!(rec.with_frame("burn").len() > 20, "the command without -- was recorded");
+
+    let o = run(pyperf().args(["record", "-d", "1e19", "-o"]).arg(&out).arg(&py).arg("-c").arg("1"));
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr).trim(),
+        "pyperf: --duration must be a positive number of seconds, at most 1e9"
+    );
+
+    let (_dir2, closed) = scratch("closed.pyp");
+    let script = format!(
+        "exec '{}' record -d 1 -o '{}' '{}' '{}' 2 2>&-",
+        env!("CARGO_BIN_EXE_pyperf"),
+        closed.display(),
+        py.display(),
+        workload("split.py").display()
+    );
+    let o = run(std::process::Command::new("sh").arg("-c").arg(&script));
+    assert_ne!(o.status.code(), Some(101), "pyperf panicked");
+    let rec = read(&closed);
+    assert!(rec.tables.stats.is_some(), "a complete recording, trailer included");
+    assert!(rec.with_frame("burn").len() > 20);
+}

@@ -11,7 +11,7 @@ const LOG_CAP: usize = 256 * 1024;
 
 pub(super) fn libbpf_print(level: PrintLevel, msg: String) {
     if std::env::var_os("PYPERF_LIBBPF_DEBUG").is_some() {
-        eprint!("libbpf: {msg}");
+        crate::say_raw!("libbpf: {msg}");
     }
     let _ = level; // everything is kept (bounded): the verifier log comes at warn level
     let mut log = LIBBPF_LOG.lock().unwrap_or_else(|e| e.into_inner());

@@ -127,7 +127,7 @@ impl StartGuard {
     pub fn keep(mut self) {
         self.armed = false;
         if let Some(old) = &self.kept {
-            eprintln!("pyperf: kept the previous {} as {}", self.path.display(), old.display());
+            crate::say!("pyperf: kept the previous {} as {}", self.path.display(), old.display());
         }
     }
 }

@@ -186,7 +186,7 @@ impl Targets {
         if let Some(id) = self.live.remove(&pid) {
             self.rejected.insert((pid, id), NOT_PYTHON_LOOKS);
         }
-        eprintln!("pyperf: warning: {why:#}");
+        crate::say!("pyperf: warning: {why:#}");
         self.setup_failed += 1;
     }
 
@@ -237,7 +237,7 @@ impl Targets {
                     }
                 }
                 Err(e) => {
-                    eprintln!("pyperf: warning: {e}; leaving it out");
+                    crate::say!("pyperf: warning: {e}; leaving it out");
                     self.unsupported += 1;
                     self.rejected.insert((pid, id), NOT_PYTHON_LOOKS);
                 }
@@ -278,7 +278,7 @@ impl Targets {
         let Mode::Workload(w) = &mut self.mode else { return Ok(ExitCode::SUCCESS) };
         let status = w.finish().with_context(|| format!("waiting for {}", w.argv0()))?;
         if !ever {
-            eprintln!("pyperf: warning: {} ran no Python process that pyperf could profile", w.argv0());
+            crate::say!("pyperf: warning: {} ran no Python process that pyperf could profile", w.argv0());
         }
         use std::os::unix::process::ExitStatusExt;
         let code = match (status.code(), status.signal()) {
@@ -302,7 +302,7 @@ fn process_of(id: u32) -> Result<u32> {
     }
     match procfs::tgid(id) {
         Some(tgid) if tgid != id => {
-            eprintln!("pyperf: {id} is a thread of process {tgid}: profiling the process");
+            crate::say!("pyperf: {id} is a thread of process {tgid}: profiling the process");
             Ok(tgid)
         }
         _ => Ok(id),
