@@ -529,13 +529,20 @@ fn a_thread_waiting_for_the_gil_is_its_own_state_on_3_15() {
             assert!(waiting.is_empty(), "{name} cannot say a thread waits for the GIL");
             continue;
         }
-        assert!(waiting.len() >= 5, "{name}: {} of {} spin samples waiting for the GIL", waiting.len(), spin.len());
+        // The spinning threads wait for it, and so does the main thread, between starting and joining them (it
+        // takes the GIL back after every blocking call): each with its own complete stack.
         let bootstrap = ["Thread._bootstrap", "Thread._bootstrap_inner", "Thread.run", "spin"];
+        let mut spinners = 0;
         for s in &waiting {
-            assert_ne!(s.tid, pid, "{name}: the main thread only joins");
             assert_eq!(s.status, StackStatus::Complete, "{name}: {s:?}");
-            assert_eq!(s.names, bootstrap, "{name}: a waiting thread's own stack");
+            if s.tid == pid {
+                assert_eq!(&s.names[..2], ["<module>", "main"], "{name}: the main thread's own stack");
+            } else {
+                assert_eq!(s.names, bootstrap, "{name}: a waiting thread's own stack");
+                spinners += 1;
+            }
         }
+        assert!(spinners >= 5, "{name}: {spinners} of {} spin samples waiting for the GIL", spin.len());
         // Its own state in the report's breakdown and filters.
         let text = String::from_utf8(run(pyperf().args(["report", "--text", "-i"]).arg(&out)).stdout).unwrap();
         assert!(text.contains("waiting          this thread is waiting for the GIL"), "{text}");
@@ -543,7 +550,7 @@ fn a_thread_waiting_for_the_gil_is_its_own_state_on_3_15() {
         let folded = String::from_utf8(folded.stdout).unwrap();
         let total: usize = folded.lines().filter_map(|l| l.rsplit(' ').next()?.parse::<usize>().ok()).sum();
         assert_eq!(total, waiting.len(), "{folded}");
-        assert!(folded.lines().all(|l| l.contains(";spin (")), "{folded}");
+        assert!(folded.lines().all(|l| l.contains(";spin (") || l.starts_with("<module> (")), "{folded}");
     }
 }
 
