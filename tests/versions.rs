@@ -621,9 +621,11 @@ fn a_newer_python_is_read_through_a_layout_it_passes_and_the_recording_says_so()
     let heavy: Vec<&S> = rec.with_frame("heavy");
     let light: Vec<&S> = rec.with_frame("light");
     for s in heavy.iter().chain(&light) {
+        // <module> main Runner.run heavy|light, then burn unless the sample fell in heavy's or light's own code.
         assert_eq!(s.status, StackStatus::Complete);
         assert_eq!(&s.names[..3], ["<module>", "main", "Runner.run"], "{:?}", s.names);
-        assert_eq!(s.names.last().map(String::as_str), Some("burn"), "{:?}", s.names);
+        assert!(["heavy", "light"].contains(&s.names[3].as_str()), "{:?}", s.names);
+        assert!(s.names.len() == 4 || s.names[4..] == ["burn"], "{:?}", s.names);
     }
     assert_share("relabelled 3.16", heavy.len(), heavy.len() + light.len(), split_truth(&o.stdout));
 }
