@@ -4,6 +4,8 @@
 
 use anyhow::{bail, Result};
 
+use crate::targets::procfs::status_field;
+
 /// `(capability number, name, what it is needed for)`.
 const NEEDED: [(u32, &str, &str); 3] = [
     (39, "CAP_BPF", "to load the BPF program"),
@@ -19,8 +21,7 @@ pub fn effective() -> Option<u64> {
 
 /// `CapEff:` of a /proc/PID/status text.
 pub fn parse_cap_eff(status: &str) -> Option<u64> {
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
-    u64::from_str_radix(hex, 16).ok()
+    u64::from_str_radix(status_field(status, "CapEff")?, 16).ok()
 }
 
 /// The capabilities of [`NEEDED`] missing from `eff`, as `(name, why)`.
@@ -38,16 +39,15 @@ pub fn missing(eff: u64) -> Vec<(&'static str, &'static str)> {
 /// (the BPF program knows processes by their host pids, which pyperf in a PID namespace of its own cannot see).
 pub fn check_all() -> Result<()> {
     check()?;
-    if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
-        if let Some(levels) =
-            status.lines().find_map(|l| l.strip_prefix("NSpid:")).map(|l| l.split_whitespace().count())
-        {
-            if levels > 1 {
-                bail!(
-                    "pyperf runs in a PID namespace of its own (a container): it must see the host's processes; \
-                     run it on the host, or in a container sharing the host's PID namespace (--pid=host)"
-                );
-            }
+    // The initial PID namespace has this fixed inode (the kernel's PROC_PID_INIT_INO). NSpid of /proc/self/status
+    // cannot tell: inside a namespace with a /proc of its own it lists that namespace's pid only.
+    const INIT_PID_NS: &str = "pid:[4026531836]";
+    if let Ok(ns) = std::fs::read_link("/proc/self/ns/pid") {
+        if ns.as_os_str() != INIT_PID_NS {
+            bail!(
+                "pyperf runs in a PID namespace of its own (a container): it must see the host's processes; \
+                 run it on the host, or in a container sharing the host's PID namespace (--pid=host)"
+            );
         }
     }
     Ok(())

@@ -111,11 +111,6 @@ impl Session {
         &self.targets
     }
 
-    /// The sampler (for its counters).
-    pub fn sampler(&self) -> &Sampler {
-        &self.sampler
-    }
-
     /// Follows the initial targets. A process given with `-p` that cannot be set up fails the start; a workload
     /// is caught as soon as the dynamic loader has mapped its interpreter, before its own code runs (tight
     /// scans for a moment, then the regular ones).

@@ -60,11 +60,7 @@ fn host_pid_of(parent: u32, script: &str) -> u32 {
 
 fn descends(mut pid: u32, ancestor: u32) -> bool {
     for _ in 0..16 {
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-        let Some(ppid) = stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)).and_then(|p| p.parse().ok())
-        else {
-            return false;
-        };
+        let Some(ppid) = pyperf::targets::procfs::stat(pid).map(|s| s.ppid) else { return false };
         if ppid == ancestor {
             return true;
         }
@@ -387,4 +383,24 @@ fn p_of_a_thread_a_kernel_thread_or_a_zombie() {
         String::from_utf8_lossy(&o.stderr).trim(),
         format!("pyperf: process {zombie} has exited (a zombie its parent has not reaped yet)")
     );
+}
+
+/// pyperf itself in a PID namespace of its own cannot see the host pids the BPF program reports: it refuses to
+/// start, in one line saying what to do, rather than record nothing.
+#[test]
+fn pyperf_in_a_pid_namespace_of_its_own_refuses_to_start() {
+    let (_dir, out) = scratch("inside.pyp");
+    let o = run(Command::new("unshare")
+        .args(["--pid", "--fork", "--mount", "--mount-proc"])
+        .arg(env!("CARGO_BIN_EXE_pyperf"))
+        .args(["record", "-a", "-d", "1", "-o"])
+        .arg(&out));
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        err.trim(),
+        "pyperf: pyperf runs in a PID namespace of its own (a container): it must see the host's processes; run it \
+         on the host, or in a container sharing the host's PID namespace (--pid=host)"
+    );
+    assert!(!out.exists(), "nothing written");
 }

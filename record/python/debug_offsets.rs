@@ -350,11 +350,16 @@ pub fn layout_from_debug_offsets(
 /// profiling many processes of one interpreter keeps one copy.
 pub fn intern(l: Layout) -> &'static Layout {
     static BUILT: Mutex<Vec<&'static Layout>> = Mutex::new(Vec::new());
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(found) = built.iter().find(|b| ***b == l) {
+    intern_in(&BUILT, l)
+}
+
+/// `v` leaked to live as long as the program, or the equal value `set` already holds.
+pub fn intern_in<T: PartialEq + 'static>(set: &Mutex<Vec<&'static T>>, v: T) -> &'static T {
+    let mut built = set.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(found) = built.iter().find(|b| ***b == v) {
         return found;
     }
-    let leaked: &'static Layout = Box::leak(Box::new(l));
+    let leaked: &'static T = Box::leak(Box::new(v));
     built.push(leaked);
     leaked
 }

@@ -359,13 +359,7 @@ pub fn select(version: (u8, u8, u8), debug: Option<&[u8]>) -> Result<&'static Ro
 /// ones are shared, so that profiling many processes of one interpreter keeps one copy.
 fn interned(row: Row) -> &'static Row {
     static BUILT: Mutex<Vec<&'static Row>> = Mutex::new(Vec::new());
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(found) = built.iter().find(|b| ***b == row) {
-        return found;
-    }
-    let leaked: &'static Row = Box::leak(Box::new(row));
-    built.push(leaked);
-    leaked
+    super::debug_offsets::intern_in(&BUILT, row)
 }
 
 #[cfg(test)]

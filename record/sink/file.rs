@@ -14,10 +14,6 @@ use super::{Sample, Sink};
 pub struct FileSink {
     writer: Writer<BufWriter<File>>,
     path: PathBuf,
-    /// Symbolizer id -> the writer's id (equal in practice: both intern in first-seen order; mapped anyway, so a
-    /// difference could never mislabel a frame).
-    ids: Vec<u32>,
-    stack: Vec<u32>,
     io_error: Option<std::io::Error>,
 }
 
@@ -27,7 +23,7 @@ impl FileSink {
         let path = output.path().to_path_buf();
         let writer = Writer::new(BufWriter::with_capacity(1 << 16, output.into_file()), header)
             .with_context(|| format!("cannot write {}", path.display()))?;
-        Ok(FileSink { writer, path, ids: Vec::new(), stack: Vec::with_capacity(1024), io_error: None })
+        Ok(FileSink { writer, path, io_error: None })
     }
 
     fn cannot_write(&self) -> String {
@@ -45,29 +41,20 @@ impl Sink for FileSink {
     }
 
     fn symbol(&mut self, id: u32, symbol: &Symbol) {
+        // The writer interns like the symbolizer (by value, in first-seen order), so its ids are the symbolizer's
+        // and samples pass their frames as they are. Checked here, once per symbol rather than per frame: were
+        // they ever out of step, no further sample is written (they would be mislabelled) and the next flush fails.
         let ours = self.writer.intern_symbol(symbol);
-        let id = id as usize;
-        if self.ids.len() <= id {
-            self.ids.resize(id + 1, u32::MAX);
+        if ours != id && self.io_error.is_none() {
+            self.io_error = Some(std::io::Error::other(format!("internal error: symbol {id} written as {ours}")));
         }
-        self.ids[id] = ours;
     }
 
     fn sample(&mut self, s: &Sample<'_>) {
         if self.io_error.is_some() {
             return;
         }
-        self.stack.clear();
-        for &f in s.frames {
-            match self.ids.get(f as usize) {
-                Some(&id) if id != u32::MAX => self.stack.push(id),
-                _ => {
-                    self.io_error = Some(std::io::Error::other(format!("internal error: symbol {f} not announced")));
-                    return;
-                }
-            }
-        }
-        let stack = self.writer.intern_stack(&self.stack);
+        let stack = self.writer.intern_stack(s.frames);
         let rec = SampleRecord {
             time_ns: s.time_ns,
             cpu: s.cpu,

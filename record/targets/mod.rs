@@ -294,7 +294,7 @@ impl Targets {
 /// zombie or no process at all are refused, each with its own reason.
 fn process_of(id: u32) -> Result<u32> {
     let Some(st) = stat(id) else { return Err(InspectError::NoSuchProcess(id).into()) };
-    if procfs::is_kernel_thread(id) {
+    if st.kernel_thread() {
         bail!("process {id} is a kernel thread: it runs no Python");
     }
     if !st.running() {

@@ -23,6 +23,8 @@ pub struct Stat {
     pub state: char,
     /// Parent pid.
     pub ppid: u32,
+    /// Kernel flags (field 9): `PF_KTHREAD` marks a kernel thread.
+    pub flags: u64,
     /// Which program run it is.
     pub identity: Identity,
 }
@@ -31,6 +33,12 @@ impl Stat {
     /// Still running: not a zombie (an exited process its parent has not reaped yet).
     pub fn running(&self) -> bool {
         !matches!(self.state, 'Z' | 'X' | 'x')
+    }
+
+    /// A kernel thread (`PF_KTHREAD`): no user space to profile.
+    pub fn kernel_thread(&self) -> bool {
+        const PF_KTHREAD: u64 = 0x0020_0000;
+        self.flags & PF_KTHREAD != 0
     }
 }
 
@@ -44,6 +52,7 @@ pub fn parse_stat(stat: &str) -> Option<Stat> {
     Some(Stat {
         state: f.first()?.chars().next()?,
         ppid: num(4)? as u32,
+        flags: num(9)?,
         identity: Identity { start_time: num(22)?, image: (num(26)?, num(27)?, num(28)?) },
     })
 }
@@ -91,10 +100,14 @@ pub fn namespaces(pid: u32) -> Option<Namespaces> {
     Some(Namespaces { ns_pid, other_pid_ns, cgroup })
 }
 
+/// The value of field `key` (`"Tgid"`, `"NSpid"`, `"CapEff"`) of a /proc/PID/status text, trimmed.
+pub fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':')).map(str::trim)
+}
+
 /// The innermost pid of an `NSpid:` line of /proc/PID/status (kernels before 4.1 have none).
 pub fn parse_nspid(status: &str) -> Option<u32> {
-    let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
-    line.split_whitespace().last()?.parse().ok()
+    status_field(status, "NSpid")?.split_whitespace().last()?.parse().ok()
 }
 
 /// The cgroup of a /proc/PID/cgroup text: the unified (v2) hierarchy's path (`0::PATH`), unless that is the root
@@ -112,16 +125,7 @@ pub fn parse_cgroup(text: &str) -> String {
 /// The thread group (process) a thread id belongs to (`Tgid:` of /proc/TID/status): itself for a process.
 pub fn tgid(tid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix("Tgid:"))?.trim().parse().ok()
-}
-
-/// A kernel thread (`PF_KTHREAD` in the flags of /proc/PID/stat): no user space to profile.
-pub fn is_kernel_thread(pid: u32) -> bool {
-    const PF_KTHREAD: u64 = 0x0020_0000;
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    let Some(rest) = stat.rfind(')').and_then(|i| stat.get(i + 2..)) else { return false };
-    // Field 9 (flags) is the 7th after the command name.
-    rest.split(' ').nth(6).and_then(|f| f.parse::<u64>().ok()).is_some_and(|f| f & PF_KTHREAD != 0)
+    status_field(&status, "Tgid")?.parse().ok()
 }
 
 /// Where the cgroup hierarchies are mounted: the unified (v2) one at the root, or under `unified/` beside the v1
@@ -241,7 +245,8 @@ mod tests {
         assert_eq!(me.ns_pid, std::process::id());
         assert!(!me.other_pid_ns);
         assert_eq!(tgid(std::process::id()), Some(std::process::id()));
-        assert!(!is_kernel_thread(std::process::id()));
+        assert!(!stat(std::process::id()).unwrap().kernel_thread());
+        assert_eq!(status_field("Name:\tx\nCapEff:\t0000003fffffffff\n", "CapEff"), Some("0000003fffffffff"));
     }
 
     #[test]

@@ -376,3 +376,27 @@ fn flame_graphs_have_the_command_as_title() {
     let svg = std::fs::read_to_string(testdata().join("expected/newer-minor.svg")).expect("newer-minor.svg");
     assert!(svg.contains(">pyperf record -a -e cycles -c 100000</text>"), "title");
 }
+
+/// The synthetic recordings as format 1.0 wrote them (testdata/recordings/NAME-1.0.pyp, kept from before 1.1, never
+/// regenerated) report exactly what their 1.1 regenerations do, in every format whose output does not name the
+/// format version or byte offsets: a 1.1 reader loses nothing of a 1.0 file (its process records lack the 1.1
+/// fields, which read as unknown).
+#[test]
+fn format_1_0_recordings_report_as_before() {
+    let _files = lock();
+    for name in ["mixed", "killed", "cutoff"] {
+        let old = testdata().join("recordings").join(format!("{name}-1.0.pyp"));
+        let bytes = std::fs::read(&old).unwrap_or_else(|e| panic!("{}: {e}", old.display()));
+        assert_eq!(&bytes[8..12], &[1, 0, 0, 0], "{name}: a format 1.0 file");
+        for (suffix, args) in [
+            ("folded", vec!["--folded"]),
+            ("folded-pid-tid-root", vec!["--folded", "--pid-root", "--tid-root"]),
+            ("speedscope.json", vec!["--speedscope"]),
+        ] {
+            let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+            let expected = std::fs::read(testdata().join("expected").join(format!("{name}.{suffix}"))).unwrap();
+            let actual = render(&old, &args);
+            assert!(expected == actual, "{name}-1.0 {suffix}: {}", first_difference(&expected, &actual));
+        }
+    }
+}

@@ -8,20 +8,23 @@ struct Rec {
     time: u64,
 }
 
+fn header() -> Header {
+    Header {
+        pyperf_version: "0.1.0".into(),
+        hostname: "h".into(),
+        kernel_release: "k".into(),
+        arch: "x86_64".into(),
+        start_time_unix_ns: 0,
+        event: "cpu-clock".into(),
+        rate: Rate::Frequency(1000),
+        command_line: vec!["pyperf".into(), "record".into()],
+        workload: vec!["python3".into(), "t.py".into()],
+    }
+}
+
 impl Rec {
     fn new() -> Self {
-        let header = Header {
-            pyperf_version: "0.1.0".into(),
-            hostname: "h".into(),
-            kernel_release: "k".into(),
-            arch: "x86_64".into(),
-            start_time_unix_ns: 0,
-            event: "cpu-clock".into(),
-            rate: Rate::Frequency(1000),
-            command_line: vec!["pyperf".into(), "record".into()],
-            workload: vec!["python3".into(), "t.py".into()],
-        };
-        let mut w = Writer::new(Vec::new(), &header).expect("header");
+        let mut w = Writer::new(Vec::new(), &header()).expect("header");
         w.add_process(&Process {
             pid: 1,
             command: vec!["/usr/bin/python3.11".into(), "t.py".into()],
@@ -262,18 +265,7 @@ fn load_options_do_not_change_results() {
 /// `--pid-root` and the text report show both, and its cgroup.
 #[test]
 fn a_process_in_its_own_pid_namespace_is_found_by_either_pid() {
-    let header = Header {
-        pyperf_version: "0.1.0".into(),
-        hostname: "h".into(),
-        kernel_release: "k".into(),
-        arch: "x86_64".into(),
-        start_time_unix_ns: 0,
-        event: "cpu-clock".into(),
-        rate: Rate::Frequency(1000),
-        command_line: vec!["pyperf".into(), "record".into(), "-a".into()],
-        workload: vec![],
-    };
-    let mut w = Writer::new(Vec::new(), &header).expect("header");
+    let mut w = Writer::new(Vec::new(), &header()).expect("header");
     let contained = Process {
         pid: 4242,
         command: vec!["python3.13".into(), "app.py".into()],
