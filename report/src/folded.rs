@@ -1,16 +1,16 @@
 //! Folded stacks (Brendan Gregg's collapsed format), read by flamegraph.pl, inferno, speedscope and others.
 //!
-//! One line per unique stack, root first: `frame;frame;frame count`, sorted by the stack text so the output is
-//! deterministic. Frames are named as in [`crate::names`] (`function (file:line)`); samples with no Python frames
+//! One line per unique stack, root first: `frame;frame;frame count`, depth first with siblings ordered by name, so
+//! the output is deterministic. Frames are named as in [`crate::names`] (`function (file:line)`); samples with no Python frames
 //! are the single frame `[idle]`; a stack cut at the recorder's depth limit starts with `[truncated]`, a failed
 //! walk with `[stack error]`. `;` and control characters inside names are escaped ([`names::escape_folded`]).
 
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use crate::hash::FxMap;
 use crate::names;
 use crate::profile::Profile;
+use crate::tree::Tree;
 
 /// Process root frame (`pid_root`) of a profile loaded without [`crate::LoadOptions::per_thread`].
 pub const ALL_PROCESSES: &str = "[all processes]";
@@ -36,87 +36,64 @@ impl Default for Options {
     }
 }
 
-/// Unique stacks as folded text (without the count) and their sample counts, sorted by the text.
+/// Unique stacks as folded text (without the count) and their sample counts, in [`write`]'s order. Holds every
+/// line in memory: for large profiles prefer [`write`], which streams.
 pub fn stacks(profile: &Profile, options: &Options) -> Vec<(String, u64)> {
-    // Merge what the options do not tell apart before naming anything.
-    let mut merged: FxMap<(u32, u32, u8, u32), u64> = FxMap::default();
-    for s in &profile.stacks {
-        let pid = match profile.threads.get(s.thread as usize) {
-            Some(thread) if options.pid_root => thread.pid,
-            _ => 0,
-        };
-        let slot = if options.tid_root { s.thread } else { u32::MAX };
-        *merged.entry((pid, slot, s.status.as_u8(), s.leaf)).or_insert(0) += s.count;
-    }
-
-    let tables = &profile.tables;
-    let mut symbol_names: Vec<Option<String>> = vec![None; tables.symbols.len()];
-    let mut process_names: FxMap<u32, String> = FxMap::default();
-    let mut ids = Vec::new();
-    let mut lines: Vec<(String, u64)> = Vec::with_capacity(merged.len());
-    for ((pid, slot, status, leaf), count) in merged {
-        let mut line = String::new();
-        let push = |line: &mut String, frame: &str| {
-            if !line.is_empty() {
-                line.push(';');
-            }
-            line.push_str(frame);
-        };
-        let known = (slot as usize) < profile.threads.len() || !options.tid_root;
-        if options.pid_root {
-            let name = process_names.entry(pid).or_insert_with(|| {
-                let mut s = String::new();
-                let label = if known { profile.process_label(pid) } else { ALL_PROCESSES.to_string() };
-                names::escape_folded(&label, &mut s);
-                s
-            });
-            push(&mut line, name);
-        }
-        if options.tid_root {
-            let mut s = String::new();
-            match profile.threads.get(slot as usize) {
-                Some(thread) => names::escape_folded(&profile.thread_label(thread), &mut s),
-                None => s.push_str(ALL_THREADS),
-            }
-            push(&mut line, &s);
-        }
-        if let Some(m) = names::marker(pyperf_format::StackStatus::from_u8(status), leaf != 0) {
-            push(&mut line, &m);
-        }
-        tables.frames_root_first(leaf, &mut ids);
-        for &id in &ids {
-            let name = symbol_names[id as usize].get_or_insert_with(|| {
-                let mut s = String::new();
-                names::escape_folded(&names::frame_name(tables.symbol(id), options.lines), &mut s);
-                s
-            });
-            push(&mut line, name);
-        }
-        lines.push((line, count));
-    }
-    lines.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    // Different leaves can fold to the same text (merged lines, equal roots): add them up.
-    let mut out: Vec<(String, u64)> = Vec::with_capacity(lines.len());
-    for (line, count) in lines {
-        match out.last_mut() {
-            Some(last) if last.0 == line => last.1 += count,
-            _ => out.push((line, count)),
-        }
-    }
+    let mut out = Vec::new();
+    each_line(&Tree::build(profile, options), |line, count| out.push((line.to_string(), count)));
     out
 }
 
-/// Writes the folded stacks, one `stack count` line each.
+/// Calls `f` with every stack's folded text and count: depth first, siblings ordered by name, so the output is
+/// deterministic and a stack's callers come before it. Memory: the tree and one line.
+fn each_line(tree: &Tree, mut f: impl FnMut(&str, u64)) {
+    let escaped: Vec<String> = tree
+        .labels
+        .iter()
+        .map(|l| {
+            let mut s = String::new();
+            names::escape_folded(&l.text, &mut s);
+            s
+        })
+        .collect();
+    // The line being built, and where each open frame starts in it.
+    let mut line = String::new();
+    let mut starts: Vec<usize> = Vec::new();
+    tree.walk(|node, entering| {
+        if !entering {
+            line.truncate(starts.pop().unwrap_or(0));
+            return;
+        }
+        starts.push(line.len());
+        if !line.is_empty() {
+            line.push(';');
+        }
+        line.push_str(&escaped[tree.nodes[node as usize].label as usize]);
+        let count = tree.nodes[node as usize].self_count;
+        if count > 0 {
+            f(&line, count);
+        }
+    });
+}
+
+/// Writes the folded stacks, one `stack count` line each, streaming: memory is the merged tree, whatever the size
+/// of the output.
 pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::Result<()> {
+    let tree = Tree::build(profile, options);
     let mut buf = String::with_capacity(1 << 16);
-    for (stack, count) in stacks(profile, options) {
-        buf.push_str(&stack);
+    let mut result = Ok(());
+    each_line(&tree, |stack, count| {
+        if result.is_err() {
+            return;
+        }
+        buf.push_str(stack);
         let _ = writeln!(buf, " {count}");
         if buf.len() >= 1 << 16 {
-            out.write_all(buf.as_bytes())?;
+            result = out.write_all(buf.as_bytes());
             buf.clear();
         }
-    }
+    });
+    result?;
     out.write_all(buf.as_bytes())?;
     out.flush()
 }

@@ -31,6 +31,7 @@ pub mod flamegraph;
 pub mod folded;
 pub mod speedscope;
 pub mod text;
+pub mod tree;
 
 pub use cli::{run, write_report, Format, FormatFlags, ReportArgs};
 pub use error::{ReportError, Result};
