@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -20,7 +20,8 @@ use crate::targets::{Targets, Workload};
 #[derive(Args, Debug, Clone)]
 #[command(group(clap::ArgGroup::new("what").required(true).args(["pid", "all", "cgroup", "command"])))]
 pub struct RecordArgs {
-    /// Output file. An existing recording there is kept as FILE.old, as perf does.
+    /// Output file. An existing recording there is kept as FILE.old, as perf does. Created before anything starts;
+    /// under sudo it belongs to the user who ran sudo.
     #[arg(short = 'o', long = "output", default_value = "prof.pyp")]
     pub output: PathBuf,
     /// Samples per second per CPU [default: 99]
@@ -29,8 +30,10 @@ pub struct RecordArgs {
     /// Sample every PERIOD events instead (nanoseconds for cpu-clock, cycles for cycles).
     #[arg(short = 'c', long = "count")]
     pub period: Option<u64>,
-    /// Stop after this many seconds (default: until Ctrl-C or until the targets exit).
-    #[arg(short = 'd', long = "duration")]
+    /// Stop after this many seconds (default: until Ctrl-C or until the targets exit), counted from the command's
+    /// start with `-- CMD`. A command still running then is stopped once the file is written: SIGINT, SIGTERM 2 s
+    /// later, SIGKILL 2 s after that (a second Ctrl-C: SIGKILL at once); pyperf exits 0.
+    #[arg(short = 'd', long = "duration", allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// Sampling event: cpu-clock (works in VMs and containers) or cycles (hardware counter).
     #[arg(short = 'e', long = "event", default_value = "cpu-clock", value_parser = ["cpu-clock", "cycles"])]
@@ -45,20 +48,25 @@ pub struct RecordArgs {
     /// cgroups below it, including ones that start while recording.
     #[arg(short = 'G', long = "cgroup", value_name = "PATH")]
     pub cgroup: Option<String>,
-    /// Ring buffer size in KiB (rounded up to a power of two pages).
+    /// Ring buffer size in KiB, 4 to 1048576 (rounded up to a power of two pages).
     #[arg(long = "ringbuf-kib", default_value_t = 4096)]
     pub ringbuf_kib: usize,
     /// Measure the BPF program's own run time (kernel BPF statistics) and print it in the summary.
     #[arg(long = "bpf-stats")]
     pub bpf_stats: bool,
     /// Start this command and profile it until it exits; pyperf exits with its status. `--` before it is
-    /// optional (needed only when the command's first word starts with `-`).
+    /// optional (needed only when the command's first word starts with `-`). Ctrl-C stops the recording and the
+    /// command; a full disk stops the recording only (pyperf waits for the command, then exits 1).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
 /// Samples per second per CPU without `-F` / `-c`.
 pub const DEFAULT_FREQ: u64 = 99;
+/// Smallest `--ringbuf-kib`: one page.
+pub const MIN_RINGBUF_KIB: usize = 4;
+/// Largest `--ringbuf-kib`: 1 GiB, the most the sampler takes (and far more than any rate needs).
+pub const MAX_RINGBUF_KIB: usize = 1 << 20;
 
 /// Runs `pyperf record`; its exit code is the workload's, if it started one.
 pub fn record(args: &RecordArgs) -> Result<ExitCode> {
@@ -68,6 +76,9 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
         (None, Some(p)) => Rate::Period(p),
         (None, None) => Rate::Frequency(DEFAULT_FREQ),
     };
+    if !(MIN_RINGBUF_KIB..=MAX_RINGBUF_KIB).contains(&args.ringbuf_kib) {
+        bail!("--ringbuf-kib must be between {MIN_RINGBUF_KIB} and {MAX_RINGBUF_KIB} (1 GiB)");
+    }
     // Beyond ~30 years a duration is a typo, and Duration/Instant arithmetic would overflow.
     const LONGEST: f64 = 1e9;
     if let Some(d) = args.duration {
@@ -77,40 +88,53 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     }
     let event = if args.event == "cycles" { SampleEvent::Cycles } else { SampleEvent::CpuClock };
 
-    // Everything that can fail at start fails before the output file exists.
+    // Everything that can fail at start fails before the output file exists, except what the output file itself
+    // needs, which fails before a command is started: a command never runs for a recording that cannot be made.
     output::check(&args.output)?;
     privileges::check_all()?;
-    let mut sampler = Sampler::new(&SamplerOptions { event, rate, ringbuf_bytes: args.ringbuf_kib.max(4) * 1024 })
+    let mut sampler = Sampler::new(&SamplerOptions { event, rate, ringbuf_bytes: args.ringbuf_kib * 1024 })
         .context("cannot start sampling")?;
-    let targets = if let Some(cgroup) = &args.cgroup {
-        Targets::cgroup(cgroup)?
-    } else if args.all {
-        Targets::all()
-    } else if !args.pid.is_empty() {
-        Targets::pids(&args.pid)?
-    } else {
-        Targets::workload(Workload::spawn(&args.command)?)
-    };
     if args.bpf_stats {
         sampler.enable_bpf_stats().context("cannot measure the BPF program")?;
     }
+    let targets = if let Some(cgroup) = &args.cgroup {
+        Some(Targets::cgroup(cgroup)?)
+    } else if args.all {
+        Some(Targets::all())
+    } else if !args.pid.is_empty() {
+        Some(Targets::pids(&args.pid)?)
+    } else {
+        None
+    };
     // A failure from here to the end of the start removes the new file and puts the previous one back (and
-    // dropping the targets ends a workload it started).
+    // dropping the targets ends a command it started).
     let output = Output::create(&args.output)?;
     let created = output.guard();
     signals::install();
+    let targets = match targets {
+        Some(t) => t,
+        None => Targets::workload(Workload::spawn(&args.command)?),
+    };
 
     let sink = FileSink::new(output, &session::header(&args.command, event, rate))?;
     let mut session = Session::new(sampler, targets, Box::new(sink));
     session.start()?;
     created.keep();
 
-    let deadline = args.duration.and_then(|d| Instant::now().checked_add(Duration::from_secs_f64(d)));
-    session.run(deadline, std::io::stderr().is_terminal())?;
-    let code = session.finish(args.bpf_stats)?;
+    // Counted from the command's spawn (or the end of the start for the other targets), as the status line is.
+    let deadline = args.duration.and_then(|d| session.started().checked_add(Duration::from_secs_f64(d)));
+    let stop = match session.run(deadline, std::io::stderr().is_terminal()) {
+        Ok(stop) => stop,
+        // A full disk: one line, what is on disk stays readable, the command runs on (see Session::abandon).
+        Err(e) => return session.abandon(&e),
+    };
+    let code = session.finish(args.bpf_stats, stop)?;
+    let shown = args.output.display().to_string();
+    // Quoted for a shell when it needs it, so the line can be pasted as is.
+    let plain = shown.chars().all(|c| c.is_alphanumeric() || "-_./=:,+@%".contains(c));
+    let path = if plain { shown } else { format!("'{}'", shown.replace('\'', r"'\''")) };
     crate::say!(
-        "pyperf: next: pyperf report -i {} (or --flamegraph -o flame.svg, --speedscope -o prof.json)",
-        args.output.display()
+        "pyperf: next: pyperf report {path} (or --flamegraph -o flame.svg, --speedscope -o prof.speedscope.json)"
     );
     Ok(code)
 }

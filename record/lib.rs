@@ -32,6 +32,22 @@ macro_rules! say_raw {
     }};
 }
 
+/// An error and its causes on one line (`cannot open x: permission denied`), each cause once: an error whose
+/// message already ends with its cause's (thiserror's `{source}` in the message) does not repeat it.
+pub fn error_line(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain().map(|e| e.to_string()) {
+        if line.ends_with(&cause) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&cause);
+    }
+    line
+}
+
 pub mod abi;
 pub mod cli;
 pub mod privileges;
@@ -42,3 +58,22 @@ pub mod signals;
 pub mod sink;
 pub mod symbolizer;
 pub mod targets;
+
+#[cfg(test)]
+mod tests {
+    #[derive(Debug, thiserror::Error)]
+    #[error("perf_event_open failed: {source}")]
+    struct Repeats {
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn error_line_says_each_cause_once() {
+        let io = || std::io::Error::from_raw_os_error(libc::EINVAL);
+        let e = anyhow::Error::new(Repeats { source: io() }).context("cannot start sampling");
+        let line = super::error_line(&e);
+        assert_eq!(line, format!("cannot start sampling: perf_event_open failed: {}", io()));
+        let e = anyhow::Error::new(io()).context("cannot create x");
+        assert_eq!(super::error_line(&e), format!("cannot create x: {}", io()));
+    }
+}

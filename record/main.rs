@@ -21,7 +21,15 @@ enum Command {
 
 fn main() -> ExitCode {
     standard_streams_open();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() && std::env::args_os().nth(1).is_some_and(|a| a == "record") => {
+            pyperf::say!("pyperf: {}", usage_error_line(&e.render().to_string()));
+            return ExitCode::from(2);
+        }
+        // --help / --version and report's usage errors: stdout closed or full is one line, never a panic.
+        Err(e) => return pyperf_report::exit_for_clap_error(&e),
+    };
     let result = match cli.command {
         Command::Record(args) => pyperf::cli::record(&args),
         Command::Report(args) => pyperf_report::run(&args).map(|()| ExitCode::SUCCESS),
@@ -32,7 +40,7 @@ fn main() -> ExitCode {
             if is_broken_pipe(&err) {
                 return ExitCode::SUCCESS;
             }
-            pyperf::say!("pyperf: {}", chain(&err));
+            pyperf::say!("pyperf: {}", pyperf::error_line(&err));
             ExitCode::FAILURE
         }
     }
@@ -56,9 +64,23 @@ fn standard_streams_open() {
     }
 }
 
-/// The error and its causes on one line: `cannot open x: permission denied`.
-fn chain(err: &anyhow::Error) -> String {
-    err.chain().map(|e| e.to_string()).collect::<Vec<_>>().join(": ")
+/// clap's usage error for `pyperf record` on one line, as pyperf's other errors: its message and tips, without the
+/// usage (`--help` has it).
+fn usage_error_line(rendered: &str) -> String {
+    let mut parts = Vec::new();
+    let mut in_usage = false;
+    for line in rendered.lines().map(str::trim) {
+        if line.is_empty() {
+            in_usage = false;
+            continue;
+        }
+        in_usage |= line.starts_with("Usage:");
+        if in_usage || line.starts_with("For more information") {
+            continue;
+        }
+        parts.push(line.strip_prefix("error: ").unwrap_or(line));
+    }
+    format!("{} (pyperf record --help)", parts.join(" "))
 }
 
 /// `pyperf report | head` closing the pipe early is success, as for any Unix filter.

@@ -1,23 +1,34 @@
-//! SIGINT and SIGTERM end a recording cleanly: the loop sees the flag, drains the ring buffer, writes the trailer.
+//! SIGINT and SIGTERM end a recording cleanly: the loop sees the count go up, drains the ring buffer, writes the
+//! trailer. Every further one hurries the end of a command pyperf started (straight to SIGKILL), so that pyperf's
+//! own Ctrl-C always works.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-static STOP: AtomicBool = AtomicBool::new(false);
+static RECEIVED: AtomicUsize = AtomicUsize::new(0);
+static FROM_TERMINAL: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
+/// `si_code` of a signal the kernel sent itself: the terminal's Ctrl-C (sent to the whole foreground process
+/// group, the command pyperf started included); kill(2) gives SI_USER.
+const SI_KERNEL: libc::c_int = 0x80;
+
+extern "C" fn on_signal(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: with SA_SIGINFO the kernel passes a valid siginfo_t (checked for null all the same).
+    let code = unsafe { info.as_ref() }.map_or(0, |i| i.si_code);
+    FROM_TERMINAL.store(code == SI_KERNEL, Ordering::SeqCst);
+    RECEIVED.fetch_add(1, Ordering::SeqCst);
 }
 
 /// Installs the handlers of SIGINT and SIGTERM.
 pub fn install() {
-    let handler: extern "C" fn(libc::c_int) = on_signal;
+    let handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = on_signal;
     for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        // SAFETY: the handler only stores to atomics, which is async-signal-safe.
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = handler as usize;
+            // No SA_RESTART: a blocking poll returns with EINTR and the loop notices the signal at once.
+            sa.sa_flags = libc::SA_SIGINFO;
             libc::sigemptyset(&mut sa.sa_mask);
-            // No SA_RESTART: a blocking poll returns with EINTR and the loop notices the flag at once.
             libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
     }
@@ -25,5 +36,15 @@ pub fn install() {
 
 /// A signal asked the recording to stop.
 pub fn stop_requested() -> bool {
-    STOP.load(Ordering::SeqCst)
+    received() > 0
+}
+
+/// SIGINT and SIGTERM received so far.
+pub fn received() -> usize {
+    RECEIVED.load(Ordering::SeqCst)
+}
+
+/// The last one came from the terminal (Ctrl-C), which sent it to the command pyperf started as well.
+pub fn last_from_terminal() -> bool {
+    FROM_TERMINAL.load(Ordering::SeqCst)
 }

@@ -53,10 +53,14 @@ const BUDGET_FILES: &[(&str, &[u8])] = &[
     ("samples", include_bytes!("../fuzz/budget/samples-1k.pyp")),
     ("comms", include_bytes!("../fuzz/budget/comms-1k.pyp")),
     ("stats", include_bytes!("../fuzz/budget/stats-1k.pyp")),
+    ("threadnames", include_bytes!("../fuzz/budget/threadnames-1k.pyp")),
 ];
 
 #[test]
 fn a_1k_file_cannot_make_the_reader_or_the_report_hold_64_mib() {
+    // Not for its own sake (it counts its thread's allocations only): it burns a CPU for seconds, which starved the
+    // end-to-end test running beside it (the churn test's first processes went unprofiled).
+    let _guard = serial();
     let mut worst = 0;
     for &(name, bytes) in BUDGET_FILES {
         assert!(bytes.len() <= 1024, "{name}: {} bytes", bytes.len());
@@ -688,7 +692,7 @@ fn full_process_map_is_counted_in_the_trailer_and_shown_by_report() {
     let mut session = Session::new(sampler, Targets::all(), Box::new(sink));
     session.start().unwrap();
     let counters = session.targets().counters();
-    session.finish(false).unwrap();
+    session.finish(false, pyperf::targets::Stop::Exited).unwrap();
     let _ = target.kill();
     let _ = target.wait();
 
@@ -760,4 +764,157 @@ fn output_file_policy_end_to_end() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("is a directory") && err.trim().lines().count() == 1, "{err}");
     assert!(sub.is_dir() && !dir.path().join("sub.old").exists());
+}
+
+// ---- issue 13: output that cannot be written --------------------------------------------------------------------
+
+/// A tmpfs mounted for one test (`mount -o OPTIONS`), unmounted when dropped, also when the test fails.
+struct Tmpfs {
+    at: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(options: &str) -> Tmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let at = dir.path().join("fs");
+        std::fs::create_dir(&at).unwrap();
+        let o = Command::new("mount").args(["-t", "tmpfs", "-o", options, "tmpfs"]).arg(&at).output().unwrap();
+        assert!(o.status.success(), "mount -o {options}: {}", String::from_utf8_lossy(&o.stderr));
+        Tmpfs { at, _dir: dir }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let unmounted = Command::new("umount").arg(&self.at).status().is_ok_and(|s| s.success());
+        if !unmounted {
+            // Busy (a process of a failed test still in it): detach it now, it goes when they do.
+            let _ = Command::new("umount").arg("-l").arg(&self.at).status();
+        }
+    }
+}
+
+/// Whether a file is opened (execve opens the program it runs): inotify IN_OPEN.
+struct OpenWatch(std::os::fd::OwnedFd);
+
+impl OpenWatch {
+    fn new(path: &Path) -> OpenWatch {
+        use std::os::fd::FromRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        // SAFETY: plain inotify_init1(2).
+        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        assert!(fd >= 0, "inotify_init1: {}", std::io::Error::last_os_error());
+        // SAFETY: a fresh descriptor, ours.
+        let watch = OpenWatch(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path that lives through the call.
+        let wd = unsafe { libc::inotify_add_watch(fd, c.as_ptr(), libc::IN_OPEN) };
+        assert!(wd >= 0, "inotify_add_watch: {}", std::io::Error::last_os_error());
+        watch
+    }
+
+    /// The file was opened since the watch began.
+    fn opened(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut buf = [0u8; 4096];
+        // SAFETY: reads into a buffer of the length given; the descriptor is non-blocking.
+        let n = unsafe { libc::read(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        n > 0
+    }
+}
+
+/// An output pyperf cannot create is refused in one line before the command is started (before: the command was
+/// started, then killed half way when the file could not be created; whether it got to do anything was a race).
+/// The program's own open by execve tells whether it was started at all, the marker whether it ran.
+#[test]
+fn unwritable_output_is_refused_before_the_command_runs() {
+    use std::os::unix::fs::PermissionsExt;
+    let _guard = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let program = dir.path().join("command.sh");
+    std::fs::write(&program, format!("#!/bin/sh\ntouch '{}'\n", marker.display())).unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let read_only = Tmpfs::mount("ro,size=64k");
+    let a_dir = dir.path().join("a-directory");
+    std::fs::create_dir(&a_dir).unwrap();
+    let cases = [
+        (PathBuf::from("/proc/nope/x.pyp"), "No such file or directory"),
+        (read_only.at.join("x.pyp"), "Read-only file system"),
+        (a_dir.clone(), "is a directory"),
+    ];
+    for (out, why) in &cases {
+        let watch = OpenWatch::new(&program);
+        let o = run(pyperf().args(["record", "-o"]).arg(out).arg("--").arg(&program));
+        assert_eq!(o.status.code(), Some(1), "{}", out.display());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(&out.display().to_string()) && err.contains(why), "{err}");
+        assert!(!watch.opened(), "-o {}: the command was started", out.display());
+        assert!(!marker.exists(), "-o {}: the command ran", out.display());
+    }
+    assert!(a_dir.is_dir() && std::fs::read_dir(&a_dir).unwrap().count() == 0);
+    // The same command with a writable output: started and run (the watch sees it).
+    let watch = OpenWatch::new(&program);
+    let o = run(pyperf().args(["record", "-o"]).arg(dir.path().join("ok.pyp")).arg("--").arg(&program));
+    assert!(o.status.success());
+    assert!(watch.opened() && marker.exists());
+}
+
+/// The disk fills while recording: one line says so, with what the file holds; that much stays readable; the
+/// command runs on to its end (its work is not the recorder's to throw away), pyperf waits for it and exits 1.
+/// Before: `cannot write ...: No space left on device (os error 28)` and the command killed with SIGKILL.
+#[test]
+fn full_disk_stops_the_recording_in_one_line_and_keeps_what_was_written() {
+    let _guard = serial();
+    let py = interpreter("3.11.7");
+    let fs = Tmpfs::mount("size=512k");
+    let out = fs.at.join("full.pyp");
+    let rec = pyperf()
+        .args(["record", "-F", "999", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&py)
+        .arg(common::workload("split.py"))
+        .arg("6")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until_recording(&out);
+    // Samples on disk first (the first flush may come before the command runs Python).
+    std::thread::sleep(Duration::from_millis(1500));
+    let workload = children(rec.id());
+    // Fill the rest of the disk: the next flush that needs a page more fails.
+    let mut fill = std::fs::File::create(fs.at.join("fill")).unwrap();
+    let full = loop {
+        if let Err(e) = std::io::Write::write_all(&mut fill, &[0u8; 4096]) {
+            break e;
+        }
+    };
+    assert_eq!(full.raw_os_error(), Some(libc::ENOSPC), "{full}");
+    let o = rec.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    eprintln!("{err}");
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("full")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    let prefix = format!("pyperf: the disk holding {} is full: recording stopped after ", out.display());
+    let rest = lines[0].strip_prefix(&prefix).unwrap_or_else(|| panic!("{err}"));
+    assert!(rest.contains(" samples; the file holds everything up to "), "{err}");
+    assert!(!err.contains("os error") && !err.contains("panicked"), "{err}");
+    // The command ran to its end (split.py prints its timings last), and pyperf waited for it.
+    assert!(String::from_utf8_lossy(&o.stdout).contains("cpu heavy="), "the command was cut short");
+    assert!(err.contains("waiting for"), "{err}");
+    for pid in workload {
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "{pid} outlived pyperf");
+    }
+    // What the message says is in the file is there, and the report reads it (with a cut-off warning).
+    let held: u64 = rest.rsplit('(').next().and_then(|s| s.split(' ').next()).and_then(|n| n.parse().ok()).unwrap();
+    let r = load(&out);
+    assert!(r.samples.len() as u64 >= held && held > 0, "{} samples read, {held} promised", r.samples.len());
+    let o = run(pyperf().args(["report", "-i"]).arg(&out));
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Runner.run"));
 }

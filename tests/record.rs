@@ -5,7 +5,11 @@
 mod common;
 
 use std::collections::HashSet;
-use std::time::Duration;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use common::*;
 use pyperf_format::{GilState, StackStatus};
@@ -178,7 +182,7 @@ fn command_without_dashes_next_step_long_duration_and_closed_stderr() {
     let (_dir, out) = scratch("nodash.pyp");
     let o = run(pyperf().args(["record", "-d", "1", "-o"]).arg(&out).arg(&py).arg(workload("split.py")).arg("2"));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains(&format!("pyperf: next: pyperf report -i {}", out.display())), "{err}");
+    assert!(err.contains(&format!("pyperf: next: pyperf report {}", out.display())), "{err}");
     let rec = read(&out);
     assert!(rec.with_frame("burn").len() > 20, "the command without -- was recorded");
 
@@ -202,4 +206,359 @@ fn command_without_dashes_next_step_long_duration_and_closed_stderr() {
     let rec = read(&closed);
     assert!(rec.tables.stats.is_some(), "a complete recording, trailer included");
     assert!(rec.with_frame("burn").len() > 20);
+}
+
+// ---- issue 13: the recorder's edges ------------------------------------------------------------------------
+
+/// A Python command that ignores SIGINT (and with `term`, SIGTERM too), says `ready` once it does, and burns CPU
+/// for a minute.
+fn stubborn(py: &Path, term: bool) -> Vec<String> {
+    let ignore = if term { "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" } else { "" };
+    let script = format!(
+        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n{ignore}print('ready', flush=True)\n\
+         t = time.time()\nwhile time.time() - t < 60:\n    pass\n"
+    );
+    vec![py.display().to_string(), "-c".into(), script]
+}
+
+/// pyperf with stderr read line by line as it comes, each with the time it arrived.
+struct Watched {
+    child: Child,
+    lines: mpsc::Receiver<(Instant, String)>,
+    seen: Vec<(Instant, String)>,
+}
+
+impl Watched {
+    fn spawn(cmd: &mut Command) -> Watched {
+        let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("start pyperf");
+        let err = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("pyperf: | {line}");
+                if tx.send((Instant::now(), line)).is_err() {
+                    break;
+                }
+            }
+        });
+        Watched { child, lines, seen: Vec::new() }
+    }
+
+    /// Waits (at most `limit`) for a stderr line containing `what`; returns when it came.
+    fn line(&mut self, what: &str, limit: Duration) -> Instant {
+        let until = Instant::now() + limit;
+        if let Some((t, _)) = self.seen.iter().find(|(_, l)| l.contains(what)) {
+            return *t;
+        }
+        while let Ok((t, line)) = self.lines.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            let found = line.contains(what);
+            self.seen.push((t, line));
+            if found {
+                return t;
+            }
+        }
+        self.kill();
+        panic!("no line with {what:?} within {limit:?}: {:?}", self.seen);
+    }
+
+    /// Waits (at most `limit`) for pyperf to exit, then for the rest of its stderr.
+    fn wait(&mut self, limit: Duration) -> (ExitStatus, Instant, Vec<String>) {
+        let until = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                let at = Instant::now();
+                while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
+                    self.seen.push(l);
+                }
+                return (status, at, self.seen.iter().map(|(_, l)| l.clone()).collect());
+            }
+            if Instant::now() >= until {
+                self.kill();
+                panic!("pyperf did not exit within {limit:?}: {:?}", self.seen);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The command pyperf started (its only child).
+    fn workload(&self) -> Option<u32> {
+        let pid = self.child.id();
+        let list = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+        list.split_whitespace().next()?.parse().ok()
+    }
+
+    /// Ends pyperf and the command it started (a failed test must not leave them behind).
+    fn kill(&mut self) {
+        if let Some(w) = self.workload() {
+            signal(w, libc::SIGKILL);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: plain kill(2) on a process this test started.
+    unsafe { libc::kill(pid as i32, sig) };
+}
+
+fn gone(pid: u32) -> bool {
+    !Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The recording is complete (trailer) and `pyperf report` reads it without a warning.
+fn complete_and_reportable(out: &Path) {
+    assert!(read(out).tables.stats.is_some(), "no trailer in {}", out.display());
+    let o = run(pyperf().args(["report", "-i"]).arg(out));
+    assert!(o.status.success());
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("warning"), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// `-d` with a command that ignores SIGINT: the recording is finished at the deadline, then the command gets
+/// SIGINT, SIGTERM 2 s later; pyperf exits 0 and says what it did. Before: SIGINT only, then a wait for the command
+/// to end (a minute here), exit 130.
+#[test]
+fn duration_ends_a_command_ignoring_sigint_with_sigterm() {
+    let _guard = serial();
+    let py = interpreter("3.11.7");
+    let (_dir, out) = scratch("sigint.pyp");
+    let start = Instant::now();
+    let mut p =
+        Watched::spawn(pyperf().args(["record", "-d", "1", "-o"]).arg(&out).arg("--").args(stubborn(&py, false)));
+    let (status, ended, lines) = p.wait(Duration::from_secs(30));
+    let took = ended - start;
+    eprintln!("pyperf took {took:?}");
+    assert_eq!(status.code(), Some(0), "{lines:?}");
+    // 1 s of recording, 2 s of grace after SIGINT, plus start-up: far from the command's minute.
+    assert!(took < Duration::from_secs(12), "{took:?}");
+    let wrote = lines.iter().position(|l| l.starts_with("pyperf: wrote ")).expect("summary");
+    let said = lines.iter().position(|l| l.starts_with("pyperf: --duration reached; ")).expect("what it did");
+    assert!(wrote < said, "the file is finished before the command is ended: {lines:?}");
+    assert!(lines[said].contains("stopped the command with SIGTERM"), "{}", lines[said]);
+    complete_and_reportable(&out);
+}
+
+/// A command that ignores SIGINT and SIGTERM gets SIGKILL after two grace periods.
+#[test]
+fn duration_kills_a_command_ignoring_sigint_and_sigterm() {
+    let _guard = serial();
+    let py = interpreter("3.11.7");
+    let (_dir, out) = scratch("sigkill.pyp");
+    let start = Instant::now();
+    let mut p =
+        Watched::spawn(pyperf().args(["record", "-d", "1", "-o"]).arg(&out).arg("--").args(stubborn(&py, true)));
+    p.line("pyperf: wrote ", Duration::from_secs(30));
+    let workload = p.workload().expect("the command still runs once the file is written");
+    let (status, ended, lines) = p.wait(Duration::from_secs(30));
+    eprintln!("pyperf took {:?}", ended - start);
+    assert_eq!(status.code(), Some(0), "{lines:?}");
+    assert!(ended - start < Duration::from_secs(15));
+    assert!(
+        lines.iter().any(|l| l.starts_with("pyperf: --duration reached; killed the command with SIGKILL")),
+        "{lines:?}"
+    );
+    assert!(gone(workload), "the command {workload} outlived pyperf");
+    complete_and_reportable(&out);
+}
+
+/// pyperf's own SIGTERM always works: during the grace periods it kills the command at once and ends.
+#[test]
+fn sigterm_during_the_escalation_ends_pyperf_at_once() {
+    let _guard = serial();
+    let py = interpreter("3.11.7");
+    let (_dir, out) = scratch("hurry.pyp");
+    let mut p =
+        Watched::spawn(pyperf().args(["record", "-d", "1", "-o"]).arg(&out).arg("--").args(stubborn(&py, true)));
+    p.line("pyperf: wrote ", Duration::from_secs(30));
+    let workload = p.workload().expect("the command still runs once the file is written");
+    // Into the grace period after SIGINT.
+    std::thread::sleep(Duration::from_millis(500));
+    let sent = Instant::now();
+    signal(p.child.id(), libc::SIGTERM);
+    let (status, ended, lines) = p.wait(Duration::from_secs(20));
+    eprintln!("pyperf ended {:?} after SIGTERM", ended - sent);
+    assert!(ended - sent < Duration::from_secs(1), "{:?}", ended - sent);
+    assert_eq!(status.code(), Some(0), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("killed the command with SIGKILL (pyperf got another")), "{lines:?}");
+    assert!(gone(workload), "the command {workload} outlived pyperf");
+    complete_and_reportable(&out);
+}
+
+/// A rate above the kernel's maximum: one line naming the limit and what to do (before: perf_event_open's
+/// EINVAL, twice, and no hint). The command is not started.
+#[test]
+fn excessive_rate_is_one_line_with_the_kernel_limit() {
+    let _guard = serial();
+    let max = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate").unwrap().trim().to_string();
+    let (dir, out) = scratch("rate.pyp");
+    let marker = dir.path().join("ran");
+    let o = run(pyperf().args(["record", "-F", "1000000", "-o"]).arg(&out).args(["--", "touch"]).arg(&marker));
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("perf_event_max_sample_rate") && err.contains(&format!("{max} Hz")), "{err}");
+    assert!(err.contains("-F 1000000") && err.matches("Invalid argument").count() <= 1, "{err}");
+    assert!(!marker.exists() && !out.exists());
+}
+
+/// No BTF (or unreadable BTF): one line before anything starts. PYPERF_TEST_BTF_PATH moves the check (only).
+#[test]
+fn missing_btf_is_one_line_before_anything_starts() {
+    let _guard = serial();
+    let (dir, out) = scratch("btf.pyp");
+    let marker = dir.path().join("ran");
+    let missing = dir.path().join("no-vmlinux");
+    for (btf, expect) in [
+        (missing.as_path(), format!("this kernel exposes no BTF ({} is missing)", missing.display())),
+        (dir.path(), format!("cannot read the kernel's BTF ({}: ", dir.path().display())),
+    ] {
+        let o = run(pyperf()
+            .env("PYPERF_TEST_BTF_PATH", btf)
+            .args(["record", "-o"])
+            .arg(&out)
+            .args(["--", "touch"])
+            .arg(&marker));
+        assert_eq!(o.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(&expect) && err.contains("BTF"), "{err}");
+        assert!(!marker.exists() && !out.exists());
+    }
+}
+
+/// Under sudo (root with SUDO_UID / SUDO_GID) the recording goes to the user who ran sudo; without, it stays
+/// root's; a previous recording moved to .old keeps its owner.
+#[test]
+fn recording_under_sudo_belongs_to_the_sudo_user() {
+    use std::os::unix::fs::MetadataExt;
+    let _guard = serial();
+    let py = interpreter("3.11.7");
+    let (_dir, out) = scratch("sudo.pyp");
+    let owner = |p: &Path| {
+        let m = std::fs::metadata(p).unwrap();
+        (m.uid(), m.gid(), m.mode() & 0o7777)
+    };
+    let o = run(pyperf()
+        .env("SUDO_UID", "65534")
+        .env("SUDO_GID", "65534")
+        .args(["record", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&py)
+        .args(["-c", "pass"]));
+    assert!(o.status.success());
+    assert_eq!(owner(&out), (65534, 65534, 0o600));
+    let o = run(pyperf()
+        .env_remove("SUDO_UID")
+        .env_remove("SUDO_GID")
+        .args(["record", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&py)
+        .args(["-c", "pass"]));
+    assert!(o.status.success());
+    assert_eq!(owner(&out), (0, 0, 0o600));
+    assert_eq!(owner(&out.with_extension("pyp.old")), (65534, 65534, 0o600));
+}
+
+/// pyperf's own CPU time (user + system) and that of the processes it waited for, from wait4.
+fn run_with_cpu(cmd: &mut Command) -> (ExitStatus, f64, String) {
+    // Waited for by wait4 below, which also gives its resource usage.
+    #[allow(clippy::zombie_processes)]
+    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: plain wait4(2) on our own child.
+    let rc = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(rc, child.id() as i32);
+    eprintln!("{err}");
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (std::os::unix::process::ExitStatusExt::from_raw(status), secs(usage.ru_utime) + secs(usage.ru_stime), err)
+}
+
+/// A command that becomes Python only after a while: pyperf waits for it without a busy loop (before: a scan of
+/// every process every 0.5 ms for 2 s, a CPU-second), and the summary's duration counts from the command's
+/// start (before: from when it became Python).
+#[test]
+fn waiting_for_a_command_to_become_python_costs_little_and_counts_from_its_start() {
+    let _guard = serial();
+    let py = interpreter("3.11.7");
+    let (_dir, out) = scratch("late.pyp");
+    let script = "import time\nt = time.time()\nwhile time.time() - t < 0.3:\n    pass\n";
+    let late = format!("sleep 1.5; exec '{}' -c '{script}'", py.display());
+    let (status, late_cpu, err) =
+        run_with_cpu(pyperf().args(["record", "-o"]).arg(&out).args(["--", "sh", "-c", &late]));
+    assert!(status.success(), "{err}");
+    // The same Python at once: pyperf's own start-up (the BPF load, the interpreter's inspection) and the
+    // Python's CPU, which the late run has too.
+    let (status, direct_cpu, err2) =
+        run_with_cpu(pyperf().args(["record", "-o"]).arg(&out).arg("--").arg(&py).args(["-c", script]));
+    assert!(status.success(), "{err2}");
+    eprintln!("CPU: command that sleeps 1.5 s first {late_cpu:.3} s, Python at once {direct_cpu:.3} s");
+    assert!(late_cpu - direct_cpu < 0.2, "waiting 1.5 s cost {:.3} s of CPU", late_cpu - direct_cpu);
+    let summary = err.lines().find(|l| l.starts_with("pyperf: ") && l.contains(" samples, ")).expect("summary");
+    let secs: f64 = summary["pyperf: ".len()..].split(' ').next().unwrap().parse().unwrap();
+    assert!(secs >= 1.5, "{summary}");
+}
+
+/// Odd arguments and closed standard streams: one line on stderr and exit code 1 (pyperf's checks) or 2 (the
+/// command line does not parse), never a panic (101).
+#[test]
+fn odd_arguments_and_closed_streams_never_panic() {
+    let _guard = serial();
+    let (dir, out) = scratch("args.pyp");
+    let o = out.to_str().unwrap();
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&["-F", "0", "-o", o, "true"], 1, "the sampling rate must be above 0"),
+        (&["-c", "0", "-o", o, "true"], 1, "the sampling rate must be above 0"),
+        (&["-d", "nan", "-o", o, "true"], 1, "--duration must be a positive number"),
+        (&["-d", "-1", "-o", o, "true"], 1, "--duration must be a positive number"),
+        (&["-d", "inf", "-o", o, "true"], 1, "--duration must be a positive number"),
+        (&["--ringbuf-kib", "0", "-o", o, "true"], 1, "--ringbuf-kib must be between 4 and"),
+        (&["--ringbuf-kib", "99999999999", "-o", o, "true"], 1, "--ringbuf-kib must be between 4 and"),
+        (&["--ringbuf-kib", "18446744073709551615", "-o", o, "true"], 1, "--ringbuf-kib must be between"),
+        (&["-p", "0", "-o", o], 1, "no such process: 0"),
+        (&["-p", "4294967295", "-o", o], 1, "no such process: 4294967295"),
+        (&["-p", "-1", "-o", o], 2, "invalid value '-1' for '--pid <PID>'"),
+        (&["-p", "4294967296", "-o", o], 2, "invalid value '4294967296'"),
+        (&["-o", "", "true"], 2, "--output"),
+        (&["-F", "-5", "-o", o, "true"], 2, "invalid value '-5'"),
+        (&["-e", "nope", "-o", o, "true"], 2, "possible values: cpu-clock, cycles"),
+        (&["-c", "18446744073709551615", "-o", o, "true"], 1, "the kernel refused the sampling period"),
+        (&["-a", "-p", "1", "-o", o], 2, "cannot be used with"),
+        (&["-o", o], 2, "required"),
+    ];
+    for &(args, code, expect) in cases {
+        let o = run(pyperf().arg("record").args(args));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("pyperf: ") && err.contains(expect), "{args:?}: {err}");
+        assert!(!out.exists(), "{args:?} left {}", out.display());
+    }
+    // Closed stdout or stdin: a complete recording (and an error still on stderr, in one line).
+    let py = interpreter("3.11.7");
+    for (i, redirect) in [">&-", "<&-", ">&- <&-"].into_iter().enumerate() {
+        let rec = dir.path().join(format!("closed{i}.pyp"));
+        let script = format!(
+            "exec '{}' record -d 1 -o '{}' '{}' '{}' 2 {redirect}",
+            env!("CARGO_BIN_EXE_pyperf"),
+            rec.display(),
+            py.display(),
+            workload("split.py").display()
+        );
+        let o = run(Command::new("sh").arg("-c").arg(&script));
+        assert_eq!(o.status.code(), Some(0), "{redirect}");
+        assert!(read(&rec).tables.stats.is_some(), "{redirect}: a complete recording");
+        let o = run(Command::new("sh").arg("-c").arg(format!(
+            "exec '{}' record -F 0 -o '{}' true {redirect}",
+            env!("CARGO_BIN_EXE_pyperf"),
+            rec.display()
+        )));
+        assert_eq!(o.status.code(), Some(1), "{redirect}");
+        assert_eq!(String::from_utf8_lossy(&o.stderr).trim(), "pyperf: the sampling rate must be above 0");
+    }
 }

@@ -10,7 +10,7 @@ pub const MAGIC: [u8; 8] = *b"\x89PYP\r\n\x1a\n";
 /// Major version: a reader refuses files with a higher one.
 pub const MAJOR: u16 = 1;
 /// Minor version: a reader accepts higher ones, ignoring what it does not know.
-pub const MINOR: u16 = 1;
+pub const MINOR: u16 = 2;
 
 /// Bytes before the first chunk: magic, major, minor, four reserved bytes.
 pub const PREAMBLE_LEN: usize = 16;
@@ -61,6 +61,8 @@ pub enum Kind {
     Stats = 7,
     /// [`crate::RecorderWarning`]: something the recorder wants the reader of the recording to know (1.1+).
     Warning = 8,
+    /// [`crate::ThreadNameChunk`]: Python thread names new or changed since the previous one (1.2+).
+    ThreadNames = 9,
 }
 
 impl Kind {
@@ -75,6 +77,7 @@ impl Kind {
             6 => Kind::SymbolTable,
             7 => Kind::Stats,
             8 => Kind::Warning,
+            9 => Kind::ThreadNames,
             _ => return None,
         })
     }

@@ -14,7 +14,7 @@ pub use chunk::{chunk_header, Kind, CHUNK_HEADER_LEN, FLAG_ZSTD, MAGIC, MAJOR, M
 pub use model::*;
 pub use reader::{samples, Frames, Reader, Record, Sample, Tables};
 pub use states::{GilState, PthreadIdMatch, StackStatus, ThreadStateMatch};
-pub use writer::{SampleRecord, Writer, SAMPLES_PER_CHUNK, SYMBOLS_PER_CHUNK};
+pub use writer::{SampleRecord, Writer, SAMPLES_PER_CHUNK, SYMBOLS_PER_CHUNK, THREAD_NAMES_PER_CHUNK};
 
 use std::io::Read;
 

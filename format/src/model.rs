@@ -90,6 +90,69 @@ pub struct RecorderWarning {
     pub text: String,
 }
 
+/// The name a Python program gave one of its threads (`threading.Thread.name`: "MainThread", "worker-1"), as the
+/// recorder read it from the process (format 1.2+). A thread's name is recorded when the recorder first learns it
+/// and again whenever it changes; a thread whose name could not be read has none.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ThreadName {
+    /// Process id (tgid), as in the samples.
+    pub pid: u32,
+    /// Thread id, as in the samples (host namespace).
+    pub tid: u32,
+    /// When the recorder read it, ns since the recording's start. The name applies to the thread's samples from
+    /// its start: it is read after the thread first shows up in the samples.
+    pub time_ns: u64,
+    /// The name, UTF-8, at most 256 bytes (longer names are cut on a character boundary). Empty: the name before
+    /// it no longer applies from `time_ns` on (the tid now belongs to another thread, or the thread is gone), and
+    /// the thread has none until the next one.
+    pub name: String,
+}
+
+/// The on-disk form of a chunk of thread names (kind 9, format 1.2+): one column per field, all of the same length
+/// (name `i` is `(pid[i], tid[i], time_ns[i], name[i])`). Columns rather than a vector of records so that a later
+/// minor version can append a column, which it could not add to a struct nested in a vector.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadNameChunk {
+    /// [`ThreadName::pid`] of each name.
+    pub pid: Vec<u32>,
+    /// [`ThreadName::tid`] of each name.
+    pub tid: Vec<u32>,
+    /// [`ThreadName::time_ns`] of each name.
+    pub time_ns: Vec<u64>,
+    /// [`ThreadName::name`] of each name.
+    pub name: Vec<String>,
+}
+
+impl ThreadNameChunk {
+    /// The chunk holding `names`, in order.
+    pub fn from_names(names: &[ThreadName]) -> ThreadNameChunk {
+        ThreadNameChunk {
+            pid: names.iter().map(|n| n.pid).collect(),
+            tid: names.iter().map(|n| n.tid).collect(),
+            time_ns: names.iter().map(|n| n.time_ns).collect(),
+            name: names.iter().map(|n| n.name.clone()).collect(),
+        }
+    }
+
+    /// Its names, in order; `None` if the columns differ in length.
+    pub fn names(&self) -> Option<Vec<ThreadName>> {
+        let n = self.pid.len();
+        if self.tid.len() != n || self.time_ns.len() != n || self.name.len() != n {
+            return None;
+        }
+        Some(
+            (0..n)
+                .map(|i| ThreadName {
+                    pid: self.pid[i],
+                    tid: self.tid[i],
+                    time_ns: self.time_ns[i],
+                    name: self.name[i].clone(),
+                })
+                .collect(),
+        )
+    }
+}
+
 /// `Symbol::flags` bits.
 pub mod symbol_flags {
     /// The function name was cut (too long or unreadable past some point).

@@ -1,6 +1,8 @@
 //! Reading a recording as a stream of records, and the symbol and stack tables they build.
 
+use std::collections::HashMap;
 use std::io::Read;
+use std::sync::OnceLock;
 
 use serde::de::DeserializeOwned;
 
@@ -25,6 +27,8 @@ pub enum Record {
     Stats(Stats),
     /// A warning of the recorder's (1.1+).
     Warning(RecorderWarning),
+    /// Python thread names new or changed since the previous such chunk (1.2+), in file order.
+    ThreadNames(Vec<ThreadName>),
     /// A chunk kind from a newer minor version; skipped.
     Unknown {
         /// Its on-disk kind value.
@@ -118,6 +122,14 @@ impl<R: Read> Reader<R> {
             Some(Kind::SymbolTable) => Record::SymbolTable(decode(&raw.payload, at)?),
             Some(Kind::Stats) => Record::Stats(decode(&raw.payload, at)?),
             Some(Kind::Warning) => Record::Warning(decode(&raw.payload, at)?),
+            Some(Kind::ThreadNames) => {
+                let c: ThreadNameChunk = decode(&raw.payload, at)?;
+                let names = c.names().ok_or_else(|| Error::Corrupt {
+                    offset: at,
+                    what: "thread name chunk columns differ in length".into(),
+                })?;
+                Record::ThreadNames(names)
+            }
             None => Record::Unknown { kind: raw.kind },
         };
         Ok(Some(record))
@@ -219,13 +231,66 @@ pub struct Tables {
     pub complete_symbol_table: bool,
     /// The recorder's warnings, in file order.
     pub warnings: Vec<RecorderWarning>,
+    /// Python thread names (1.2+), in file order: a thread's name appears when the recorder first read it and again
+    /// when it changed; an empty name ends the one before it (the thread's name is unknown from then on). They may
+    /// come after the samples they name (the recorder reads a thread's name after the thread first shows up in the
+    /// samples): look names up once the recording is read, with [`Tables::thread_name`].
+    pub thread_names: Vec<ThreadName>,
+    /// Built from `thread_names` and `processes` at the first lookup after a change (names arrive in any time
+    /// order: one sort then, rather than a sorted insert per name).
+    name_index: OnceLock<NameIndex>,
+}
+
+/// Thread names by thread, for [`Tables::thread_name`].
+#[derive(Debug, Default, Clone)]
+struct NameIndex {
+    /// pid -> `first_seen_ns` of its process records, ascending.
+    starts: HashMap<u32, Vec<u64>>,
+    /// (pid, tid) -> its names, sorted: by process epoch (the `first_seen_ns` of the process record that applies,
+    /// [`NameIndex::epoch`]), then time, then file order.
+    names: HashMap<(u32, u32), Vec<NameAt>>,
+}
+
+/// (epoch, time_ns, index into `Tables::thread_names`) of one name.
+type NameAt = (u64, u64, usize);
+
+impl NameIndex {
+    fn build(processes: &[Process], names: &[ThreadName]) -> NameIndex {
+        let mut starts: HashMap<u32, Vec<u64>> = HashMap::new();
+        for p in processes {
+            starts.entry(p.pid).or_default().push(p.first_seen_ns);
+        }
+        for s in starts.values_mut() {
+            s.sort_unstable();
+        }
+        let mut index = NameIndex { starts, names: HashMap::new() };
+        for (i, n) in names.iter().enumerate() {
+            let epoch = index.epoch(n.pid, n.time_ns);
+            index.names.entry((n.pid, n.tid)).or_default().push((epoch, n.time_ns, i));
+        }
+        for list in index.names.values_mut() {
+            list.sort_unstable();
+        }
+        index
+    }
+
+    /// `first_seen_ns` of the process record of `pid` that applies at `time_ns`: the latest starting at or before
+    /// it (0 when none does).
+    fn epoch(&self, pid: u32, time_ns: u64) -> u64 {
+        let Some(starts) = self.starts.get(&pid) else { return 0 };
+        let at = starts.partition_point(|&t| t <= time_ns);
+        at.checked_sub(1).map_or(0, |i| starts[i])
+    }
 }
 
 impl Tables {
     /// Adds what a record defines. Checks every reference, so later lookups cannot fail.
     pub fn apply(&mut self, record: &Record, offset: u64) -> Result<(), Error> {
         match record {
-            Record::Process(p) => self.processes.push(p.clone()),
+            Record::Process(p) => {
+                self.processes.push(p.clone());
+                self.name_index.take();
+            }
             Record::Symbols(c) => self.add_symbols(c, offset)?,
             Record::SymbolTable(c) => {
                 self.add_symbols(c, offset)?;
@@ -266,6 +331,10 @@ impl Tables {
             }
             Record::Stats(s) => self.stats = Some(s.clone()),
             Record::Warning(w) => self.warnings.push(w.clone()),
+            Record::ThreadNames(names) => {
+                self.thread_names.extend_from_slice(names);
+                self.name_index.take();
+            }
             Record::Unknown { .. } => {}
         }
         Ok(())
@@ -312,6 +381,26 @@ impl Tables {
     /// The latest process record of `pid`, if any.
     pub fn process(&self, pid: u32) -> Option<&Process> {
         self.processes.iter().rev().find(|p| p.pid == pid)
+    }
+
+    /// The Python name of thread `tid` of process `pid` at `time_ns` (ns since the recording's start, e.g. a
+    /// sample's time), if the recorder read one (1.2+): the latest name read at or before `time_ns`, else the
+    /// first one read after it (a thread's name is read after its first samples and names them too); `None` when
+    /// that is an empty name (the name before it no longer applies: the thread's tid was reused, or it is gone).
+    /// Names of an earlier process with the same pid (a process record with a later `first_seen_ns` lies between)
+    /// are not used. The first lookup after [`Tables::apply`] added names or processes sorts them once.
+    pub fn thread_name(&self, pid: u32, tid: u32, time_ns: u64) -> Option<&str> {
+        let index = self.name_index.get_or_init(|| NameIndex::build(&self.processes, &self.thread_names));
+        let list = index.names.get(&(pid, tid))?;
+        let epoch = index.epoch(pid, time_ns);
+        // This process's names: one run of the sorted list.
+        let lo = list.partition_point(|e| e.0 < epoch);
+        let hi = list.partition_point(|e| e.0 <= epoch);
+        let run = &list[lo..hi];
+        let at = run.partition_point(|e| e.1 <= time_ns);
+        let &(_, _, i) = if at > 0 { &run[at - 1] } else { run.first()? };
+        let name = self.thread_names.get(i)?.name.as_str();
+        (!name.is_empty()).then_some(name)
     }
 }
 

@@ -13,6 +13,8 @@ use crate::{Error, GilState, PthreadIdMatch, StackStatus, ThreadStateMatch};
 pub const SAMPLES_PER_CHUNK: usize = 16 * 1024;
 /// Symbols per chunk: keeps symbol chunks far below `MAX_CHUNK_BYTES` even with long names.
 pub const SYMBOLS_PER_CHUNK: usize = 4096;
+/// Thread names per chunk: at most ~1 MiB of names of the longest length the recorder keeps.
+pub const THREAD_NAMES_PER_CHUNK: usize = 4096;
 
 /// One sample as the recorder hands it over.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,7 +49,9 @@ struct NodeHasher(u64);
 
 impl Hasher for NodeHasher {
     fn finish(&self) -> u64 {
-        self.0
+        // The product's low bits depend only on the key's low bits (the symbol): the table indexes by them, so
+        // bring the well-mixed high bits down, else every node of one symbol lands in one bucket.
+        self.0.rotate_left(26)
     }
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
@@ -139,6 +143,16 @@ impl<W: Write> Writer<W> {
     /// Writes a recorder warning now (not batched).
     pub fn add_warning(&mut self, warning: &RecorderWarning) -> Result<(), Error> {
         self.write_record(Kind::Warning, warning)
+    }
+
+    /// Writes Python thread names now (not batched; format 1.2+): one chunk, in pieces of at most
+    /// [`THREAD_NAMES_PER_CHUNK`]; nothing for an empty slice. Names refer to nothing else in the file, so they may
+    /// be written at any time; a thread's name is written when first known and again when it changes.
+    pub fn add_thread_names(&mut self, names: &[ThreadName]) -> Result<(), Error> {
+        for part in names.chunks(THREAD_NAMES_PER_CHUNK) {
+            self.write_record(Kind::ThreadNames, &ThreadNameChunk::from_names(part))?;
+        }
+        Ok(())
     }
 
     /// Writes a process record now (not batched): it comes before every sample pushed after it.

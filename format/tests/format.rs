@@ -416,3 +416,205 @@ fn process_records_of_every_minor_read() {
         assert_eq!(tables.processes, vec![want]);
     }
 }
+
+fn thread_name(pid: u32, tid: u32, time_ns: u64, name: &str) -> ThreadName {
+    ThreadName { pid, tid, time_ns, name: name.into() }
+}
+
+/// Thread names (1.2) survive write -> read in order, as their own record, and the tables name each sample's thread
+/// by time: the latest name at the sample's time, else the first read after it; never a name of an earlier process
+/// with the same pid.
+#[test]
+fn thread_names_round_trip_and_name_samples_by_time() {
+    let mut w = Writer::new(Vec::new(), &header()).unwrap();
+    let mut p = process(100);
+    p.first_seen_ns = 0;
+    w.add_process(&p).unwrap();
+    let first = vec![
+        thread_name(100, 100, 5_000, "MainThread"),
+        thread_name(100, 101, 5_000, "worker-ü-1"),
+        thread_name(100, 102, 5_000, &"n".repeat(256)),
+    ];
+    w.add_thread_names(&first).unwrap();
+    w.add_thread_names(&[]).unwrap(); // nothing written
+    let renamed = vec![thread_name(100, 101, 9_000, "renamed")];
+    w.add_thread_names(&renamed).unwrap();
+    // pid 100 reused by a new process from 20 000 on; its thread 101 has another name.
+    let mut later = process(100);
+    later.first_seen_ns = 20_000;
+    w.add_process(&later).unwrap();
+    w.add_thread_names(&[thread_name(100, 101, 25_000, "other process")]).unwrap();
+    let bytes = w.finish(&stats(0)).unwrap();
+    assert_eq!(&bytes[8..12], &[1, 0, 2, 0], "format 1.2");
+
+    let mut r = Reader::new(&bytes[..]).unwrap();
+    let mut records = Vec::new();
+    while let Some(rec) = r.next_record().unwrap() {
+        if let Record::ThreadNames(n) = rec {
+            records.push(n);
+        }
+    }
+    assert_eq!(records.len(), 3, "one chunk per non-empty call");
+    assert_eq!(records[0], first);
+    assert_eq!(records[1], renamed);
+
+    let (_, t, _, notes) = read(&bytes).unwrap();
+    assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
+    assert_eq!(t.thread_names.len(), 5);
+    assert_eq!(t.thread_name(100, 100, 1), Some("MainThread")); // before the read: the first read names it
+    assert_eq!(t.thread_name(100, 101, 4_000), Some("worker-ü-1"));
+    assert_eq!(t.thread_name(100, 101, 9_000), Some("renamed"));
+    assert_eq!(t.thread_name(100, 101, 19_999), Some("renamed"));
+    assert_eq!(t.thread_name(100, 101, 20_000), Some("other process"));
+    assert_eq!(t.thread_name(100, 101, 30_000), Some("other process"));
+    assert_eq!(t.thread_name(100, 100, 21_000), None, "MainThread was the earlier process's");
+    assert_eq!(t.thread_name(100, 102, 6_000).map(str::len), Some(256));
+    assert_eq!(t.thread_name(100, 103, 6_000), None);
+    assert_eq!(t.thread_name(7, 100, 6_000), None);
+}
+
+/// Thread names come in pieces of at most THREAD_NAMES_PER_CHUNK, all read back.
+#[test]
+fn many_thread_names_are_split_into_chunks() {
+    let names: Vec<ThreadName> =
+        (0..THREAD_NAMES_PER_CHUNK as u32 * 2 + 5).map(|i| thread_name(1, i, 1, &format!("t{i}"))).collect();
+    let mut w = Writer::new(Vec::new(), &header()).unwrap();
+    w.add_thread_names(&names).unwrap();
+    let bytes = w.finish(&stats(0)).unwrap();
+    let (_, t, _, _) = read(&bytes).unwrap();
+    assert_eq!(t.thread_names, names);
+    let chunks = chunk_ends(&bytes).len() - 1;
+    assert_eq!(chunks, 1 + 3 + 1, "header, three name chunks, trailer");
+}
+
+/// A thread name chunk whose columns differ in length is corrupt; one with a column appended by a newer minor
+/// reads with it ignored.
+#[test]
+fn thread_name_chunks_of_a_newer_minor_read_and_bad_ones_are_refused() {
+    let w = write(3, 0);
+    let ends = chunk_ends(&w.bytes);
+    let good = ThreadNameChunk::from_names(&[thread_name(100, 100, 7, "MainThread")]);
+    let mut newer = postcard::to_stdvec(&good).unwrap();
+    newer.extend(postcard::to_stdvec(&vec![true]).unwrap()); // a column from the future
+    let mut bytes = w.bytes[..ends[1]].to_vec();
+    bytes.extend_from_slice(&raw_chunk(Kind::ThreadNames as u16, &newer));
+    bytes.extend_from_slice(&w.bytes[ends[1]..]);
+    let (_, t, got, notes) = read(&bytes).unwrap();
+    assert_eq!(got.len(), 3);
+    assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
+    assert_eq!(t.thread_names, vec![thread_name(100, 100, 7, "MainThread")]);
+
+    let mut bad = good.clone();
+    bad.tid.push(5);
+    let mut bytes = w.bytes[..ends[1]].to_vec();
+    bytes.extend_from_slice(&raw_chunk(Kind::ThreadNames as u16, &postcard::to_stdvec(&bad).unwrap()));
+    let msg = read(&bytes).expect_err("refused").to_string();
+    assert!(msg.contains("thread name chunk columns differ in length"), "{msg}");
+}
+
+fn recording(name: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/recordings").join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The recordings kept from earlier format versions (1.0: as 0.1.0 wrote them, a real one and the synthetic ones;
+/// 1.1: the synthetic ones as 0.2.0 wrote them) read with this reader: every chunk, no thread names, and each
+/// synthetic recording gives the same samples, stacks and processes in both versions (a 1.0 process record reads with
+/// the 1.1 fields unknown).
+#[test]
+fn recordings_of_format_1_0_and_1_1_still_read() {
+    let (_, t, got, notes) = read(&recording("split-3.11.pyp")).unwrap();
+    assert!(!got.is_empty() && t.stats.is_some() && t.thread_names.is_empty(), "{:?}", notes.warnings);
+    for name in ["mixed", "killed", "cutoff"] {
+        let mut read_as = Vec::new();
+        for v in ["1.0", "1.1"] {
+            let bytes = recording(&format!("{name}-{v}.pyp"));
+            let minor = if v == "1.0" { 0 } else { 1 };
+            assert_eq!(&bytes[8..12], &[1, 0, minor, 0], "{name}-{v}: format {v}");
+            let r = Reader::new(&bytes[..]).unwrap();
+            assert_eq!(r.version(), (1, minor as u16));
+            let (h, t, got, notes) = read(&bytes).unwrap_or_else(|e| panic!("{name}-{v}: {e}"));
+            assert!(!got.is_empty(), "{name}-{v}: no samples");
+            assert!(t.thread_names.is_empty(), "{name}-{v}");
+            // Only what the file itself says is wrong with it: the killed and cut-off ones lack their trailer.
+            assert_eq!(notes.warnings.is_empty(), name == "mixed", "{name}-{v}: {:?}", notes.warnings);
+            let processes: Vec<(u32, Vec<String>, String)> =
+                t.processes.iter().map(|p| (p.pid, p.command.clone(), p.python_version.clone())).collect();
+            read_as.push((h, processes, got));
+        }
+        assert!(read_as[0] == read_as[1], "{name}: 1.0 and 1.1 read differently");
+    }
+}
+
+/// An empty name (the recorder's "unknown from here": the tid was reused, or the thread is gone) ends the name
+/// before it: no name from its time until the next one, and the next one does not reach back before it. Names come
+/// in any time order (the recorder writes an end at the new thread's start, which may be before names it wrote).
+#[test]
+fn an_empty_thread_name_ends_the_one_before_it() {
+    let mut w = Writer::new(Vec::new(), &header()).unwrap();
+    let mut p = process(100);
+    p.first_seen_ns = 0;
+    w.add_process(&p).unwrap();
+    w.add_thread_names(&[thread_name(100, 101, 1_000, "Dummy-1"), thread_name(100, 101, 8_000, "worker")]).unwrap();
+    w.add_thread_names(&[thread_name(100, 101, 5_000, ""), thread_name(100, 102, 3_000, "")]).unwrap();
+    let bytes = w.finish(&stats(0)).unwrap();
+    let (_, t, _, _) = read(&bytes).unwrap();
+    assert_eq!(t.thread_names.len(), 4, "the empty names are kept");
+    assert_eq!(t.thread_name(100, 101, 500), Some("Dummy-1"));
+    assert_eq!(t.thread_name(100, 101, 4_999), Some("Dummy-1"));
+    assert_eq!(t.thread_name(100, 101, 5_000), None);
+    assert_eq!(t.thread_name(100, 101, 7_999), None);
+    assert_eq!(t.thread_name(100, 101, 8_000), Some("worker"));
+    assert_eq!(t.thread_name(100, 101, 9_000), Some("worker"));
+    assert_eq!(t.thread_name(100, 102, 1), None, "only an end: no name");
+    assert_eq!(t.thread_name(100, 102, 4_000), None);
+}
+
+/// A crafted file of 400 000 names of one thread, in descending time, over 1 000 process records of the same pid
+/// (also in descending order): reading it and looking up 1 000 names costs one sort, not a sorted insert per name
+/// nor a scan per lookup (either took minutes). Checked against a direct reading of the rules on a few lookups.
+#[test]
+fn crafted_thread_names_load_and_look_up_in_bounded_work() {
+    const NAMES: u64 = 400_000;
+    const EPOCHS: u64 = 1_000;
+    let mut w = Writer::new(Vec::new(), &header()).unwrap();
+    for k in (0..EPOCHS).rev() {
+        let mut p = process(1);
+        p.first_seen_ns = k * 1_000_000 + 1;
+        w.add_process(&p).unwrap();
+    }
+    let names: Vec<ThreadName> = (0..NAMES)
+        .map(|i| {
+            let name = if i % 97 == 0 { String::new() } else { format!("n{}", i % 7) };
+            thread_name(1, 1, (NAMES - i) * 2_500, &name)
+        })
+        .collect();
+    w.add_thread_names(&names).unwrap();
+    let bytes = w.finish(&stats(0)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let started = std::time::Instant::now();
+        let (_, t, _, _) = read(&bytes).unwrap();
+        let queries: Vec<u64> = (0..1_000u64).map(|q| q * 1_000_003 + 77).collect();
+        let got: Vec<Option<String>> = queries.iter().map(|&q| t.thread_name(1, 1, q).map(str::to_string)).collect();
+        assert_eq!(t.thread_name(1, 2, 5), None);
+        let _ = tx.send((started.elapsed(), t, queries, got));
+    });
+    let (took, t, queries, got) =
+        rx.recv_timeout(std::time::Duration::from_secs(60)).expect("loading and looking up took over a minute");
+    eprintln!("400k names: read and 1000 lookups in {took:?}");
+    // The rules, read directly (linear per lookup: a few lookups only).
+    let mut starts: Vec<u64> = t.processes.iter().map(|p| p.first_seen_ns).collect();
+    starts.sort_unstable();
+    let epoch = |time: u64| starts.partition_point(|&s| s <= time).checked_sub(1).map_or(0, |i| starts[i]);
+    let epochs: Vec<u64> = t.thread_names.iter().map(|n| epoch(n.time_ns)).collect();
+    for (&q, got) in queries.iter().zip(&got).step_by(97) {
+        let same: Vec<&ThreadName> =
+            t.thread_names.iter().zip(&epochs).filter(|(_, &e)| e == epoch(q)).map(|(n, _)| n).collect();
+        let before = same.iter().filter(|n| n.time_ns <= q).max_by_key(|n| n.time_ns);
+        let after = same.iter().filter(|n| n.time_ns > q).min_by_key(|n| n.time_ns);
+        let want = before.or(after).map(|n| n.name.clone()).filter(|n| !n.is_empty());
+        assert_eq!(got, &want, "at {q}");
+    }
+    assert!(got.iter().any(Option::is_some) && got.iter().any(Option::is_none), "both cases looked up");
+}

@@ -6,12 +6,24 @@
 //! - `*-raw.pyp`: the recordings of testdata/synthetic and testdata/recordings with every chunk stored uncompressed,
 //!   so that mutations hit the record decoder and the tables instead of the zstd decoder;
 //! - `small.pyp`, `small-raw.pyp`, `killed-small.pyp`: tiny recordings from the format crate's Writer;
+//! - `threadnames.pyp`, `threadnames-raw.pyp`: thread names (chunk kind 9, 1.2+): renames, an empty name that ends
+//!   one, names out of time order, a reused pid;
+//! - `crafted-*.pyp`: the hostile shapes of report/tests/support/crafted.rs (deep chains sampled at every depth,
+//!   wide files, many threads on one chain), scaled down so that one run stays fast: their output is the sum of
+//!   the stacks' depths (report/tests/hostile.rs runs them at full size);
+//! - `exec.pyp`, `hostile-names.pyp` (and `-raw` copies): processes sharing a pid, and names made of terminal
+//!   escape sequences and bidirectional overrides (report/tests/support/synth.rs);
 //! - `budget/*-1k.pyp`: 1 KiB files, one per record kind, that expand to the most the reader's ratio limit allows,
 //!   spent on what costs the most memory: the worst cases for the 64 MiB bound (tests/faults.rs).
 
 use std::path::Path;
 
 use pyperf_format::*;
+
+#[path = "../../report/tests/support/crafted.rs"]
+mod crafted;
+#[path = "../../report/tests/support/synth.rs"]
+mod synth;
 
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -31,6 +43,23 @@ fn main() {
     write(&out, "small.pyp", &small);
     write(&out, "small-raw.pyp", &uncompressed(&small));
     write(&out, "killed-small.pyp", &small_killed());
+    let names = with_thread_names();
+    write(&out, "threadnames.pyp", &names);
+    write(&out, "threadnames-raw.pyp", &uncompressed(&names));
+    for (name, bytes) in [
+        ("crafted-chain-2k-one-function", crafted::chain(2_000, 1)),
+        ("crafted-chain-2k-distinct", crafted::chain(2_000, 2_000)),
+        ("crafted-chain-4k-10-functions", crafted::chain(4_000, 10)),
+        ("crafted-wide-2k", crafted::wide(2_000)),
+        ("crafted-200-threads-on-a-200-chain", crafted::threads_on_chain(200, 200)),
+        ("exec", synth::exec()),
+        ("hostile-names", synth::hostile_names()),
+    ] {
+        write(&out, &format!("{name}.pyp"), &bytes);
+        if !name.starts_with("crafted") {
+            write(&out, &format!("{name}-raw.pyp"), &uncompressed(&bytes));
+        }
+    }
     // Not seeds: reading each takes tens of milliseconds, which would slow the fuzzer tenfold. tests/faults.rs
     // measures the memory they make the reader and the report use.
     let budget = root.join("budget");
@@ -134,6 +163,30 @@ fn small() -> Vec<u8> {
         counters: vec![("bpf_ringbuf_full".into(), 1)],
     };
     writer_with_samples().finish(&stats).unwrap()
+}
+
+/// The small recording with thread names: the main thread and a worker named, the worker renamed, its tid reused
+/// by a thread that is not named (an empty name dated back to its start, written after later names), and the pid
+/// reused by a new process with names of its own.
+fn with_thread_names() -> Vec<u8> {
+    let mut w = writer_with_samples();
+    let name = |tid: u32, time_ns: u64, name: &str| ThreadName { pid: 7, tid, time_ns, name: name.into() };
+    w.add_thread_names(&[name(7, 500, "MainThread"), name(8, 500, "worker-1")]).unwrap();
+    w.add_thread_names(&[name(8, 2500, "renamed"), name(8, 4200, "")]).unwrap();
+    w.add_thread_names(&[name(8, 3100, "")]).unwrap();
+    w.add_process(&Process {
+        pid: 7,
+        command: vec!["python".into(), "b.py".into()],
+        python_version: "3.12.1".into(),
+        interpreter_path: "/usr/bin/python3.12".into(),
+        build_id: "cd".into(),
+        first_seen_ns: 4000,
+        ns_pid: 0,
+        cgroup: String::new(),
+    })
+    .unwrap();
+    w.add_thread_names(&[name(7, 4500, "MainThread"), name(8, 4500, "pool-0_ü")]).unwrap();
+    w.finish(&Stats { samples: 6, ..Stats::default() }).unwrap()
 }
 
 /// What a killed recorder leaves: no symbol table, no trailer.
@@ -331,6 +384,20 @@ fn budget_files() -> Vec<(&'static str, Vec<u8>)> {
                 let c = SampleChunk { comms: vec![String::new(); n as usize], ..Default::default() };
                 let mut out = head(0);
                 out.extend(packed(Kind::Samples, &encode_sample_chunk(&c).unwrap()));
+                out
+            }),
+        ),
+        // ThreadNameChunk of n names, every column 0 (one byte each; the names empty): the tables keep a copy.
+        (
+            "threadnames-1k",
+            largest_accepted(|n| {
+                let mut raw = Vec::new();
+                for _ in 0..4 {
+                    varint(n, &mut raw);
+                    raw.resize(raw.len() + n as usize, 0);
+                }
+                let mut out = head(0);
+                out.extend(packed(Kind::ThreadNames, &raw));
                 out
             }),
         ),

@@ -26,6 +26,7 @@ use pyperf_format::{symbol_flags, Symbol};
 
 use super::layout::Layout;
 use super::linetable;
+use super::objects::{self, at, cut_str};
 use super::versions::{Row, Strings, TPFLAGS_TYPE_SUBCLASS};
 
 /// Longest function name kept, in bytes; longer names (and file names) are cut and flagged.
@@ -37,6 +38,12 @@ pub const MAX_FILE_BYTES: usize = 4096;
 pub trait ReadMem {
     /// Fills `buf` from address `addr`; false if any byte is unreadable.
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool;
+
+    /// Accounts for `units` of work other than reads ([`super::objects::Metered`]); false once a budget is spent.
+    /// Memory without a budget accepts any.
+    fn charge(&self, _units: u64) -> bool {
+        true
+    }
 }
 
 /// Another process's memory. /proc/PID/mem where it can be opened (root): the open file stays bound to that
@@ -258,7 +265,7 @@ impl<M: ReadMem> CodeReader<M> {
             return hit;
         }
         let mut flags = [0u8; 8];
-        let meta = self.mem.read(t + self.row.type_flags as u64, &mut flags)
+        let meta = at(t, self.row.type_flags).is_some_and(|a| self.mem.read(a, &mut flags))
             && u64::from_le_bytes(flags) & TPFLAGS_TYPE_SUBCLASS != 0;
         self.metatypes.insert(t, meta);
         meta
@@ -276,11 +283,11 @@ impl<M: ReadMem> CodeReader<M> {
 
     fn read_class_name(&mut self, class: u64) -> Option<String> {
         let l = self.layout;
-        let meta = self.read_u64(class + u64::try_from(l.object_type).ok()?)?;
+        let meta = self.read_u64(at(class, l.object_type)?)?;
         if !self.is_metatype(meta) {
             return None;
         }
-        let ptr = self.read_u64(class + u64::try_from(l.type_name).ok()?)?;
+        let ptr = self.read_u64(at(class, l.type_name)?)?;
         let (name, cut) = self.read_cstr(ptr, MAX_NAME_BYTES)?;
         // 2.7 old-style classes: instances are all of type `instance`, classes of type `classobj`.
         let old_style = self.row.strings == Strings::Py2Bytes && (name == "instance" || name == "classobj");
@@ -295,29 +302,9 @@ impl<M: ReadMem> CodeReader<M> {
         self.mem.read(addr, &mut b).then(|| u64::from_le_bytes(b))
     }
 
-    /// A NUL-terminated UTF-8 C string of at most `max` bytes, read page by page (a string near the end of a
-    /// mapping must not fail because of a read past it). Returns the text and whether it was cut.
+    /// A NUL-terminated UTF-8 C string of at most `max` bytes ([`objects::read_cstr`]).
     fn read_cstr(&self, addr: u64, max: usize) -> Option<(String, bool)> {
-        const PAGE: u64 = 4096;
-        if addr == 0 {
-            return None;
-        }
-        let mut out = Vec::new();
-        let mut at = addr;
-        while out.len() <= max {
-            let n = ((PAGE - at % PAGE) as usize).min(max + 1 - out.len()).min(256);
-            let mut chunk = vec![0u8; n];
-            if !self.mem.read(at, &mut chunk) {
-                return None;
-            }
-            if let Some(end) = chunk.iter().position(|&b| b == 0) {
-                out.extend_from_slice(&chunk[..end]);
-                return Some((utf8_cut(&out, max).0, false));
-            }
-            out.extend_from_slice(&chunk);
-            at += n as u64;
-        }
-        Some((utf8_cut(&out, max).0, true))
+        objects::read_cstr(&self.mem, addr, max)
     }
 
     /// Byte offset of the instruction in the bytecode; `None` when the frame has not started.
@@ -383,8 +370,8 @@ impl<M: ReadMem> CodeReader<M> {
         let first = field_ptr(obj, l.code_varnames)
             .and_then(|t| {
                 let mut n = [0u8; 8];
-                let len = self.mem.read(t + l.bytes_size as u64, &mut n).then(|| i64::from_le_bytes(n))?;
-                (len >= 1).then(|| self.read_u64(t + l.tuple_item as u64))?
+                let len = self.mem.read(at(t, l.bytes_size)?, &mut n).then(|| i64::from_le_bytes(n))?;
+                (len >= 1).then(|| self.read_u64(at(t, l.tuple_item)?))?
             })
             .and_then(|v| self.read_str(v, 8));
         match first {
@@ -394,80 +381,14 @@ impl<M: ReadMem> CodeReader<M> {
         }
     }
 
-    /// Reads a str (PyUnicode, or PyString on 2.7). Returns the text and whether it was cut at `max` bytes.
+    /// Reads a str ([`objects::read_str`]): the text and whether it was cut at `max` bytes.
     fn read_str(&self, obj: u64, max: usize) -> Option<(String, bool)> {
-        if self.row.strings == Strings::Py2Bytes {
-            // PyString: bytes, UTF-8 in practice (source identifiers are ASCII, file names the file system's).
-            let bytes = self.read_bytes(obj, max + 1)?;
-            return Some(utf8_cut(&bytes, max));
-        }
-        let l = self.layout;
-        let mut head = [0u8; 8];
-        if !self.mem.read(obj + l.unicode_length as u64, &mut head) {
-            return None;
-        }
-        let length = u64::from_le_bytes(head) as usize;
-        let mut st = [0u8; 4];
-        if !self.mem.read(obj + l.unicode_state as u64, &mut st) {
-            return None;
-        }
-        let state = u32::from_le_bytes(st);
-        let kind = (state >> l.unicode_kind_shift) & 7;
-        let compact = (state >> l.unicode_compact_shift) & 1 == 1;
-        let ascii = (state >> l.unicode_ascii_shift) & 1 == 1;
-        let width = match kind {
-            1 => 1,
-            2 => 2,
-            4 => 4,
-            _ => return None,
-        };
-        let data = if compact && ascii {
-            obj + l.ascii_data as u64
-        } else if compact {
-            obj + l.compact_data as u64
-        } else {
-            // Legacy (non-compact) string: the data pointer follows the compact header.
-            let mut p = [0u8; 8];
-            if !self.mem.read(obj + l.compact_data as u64, &mut p) {
-                return None;
-            }
-            u64::from_le_bytes(p)
-        };
-        // Read at most what `max` UTF-8 bytes can need, then cut on a character boundary.
-        let chars = length.min(max);
-        let mut raw = vec![0u8; chars * width];
-        if !self.mem.read(data, &mut raw) {
-            return None;
-        }
-        let mut text = String::with_capacity(chars);
-        for unit in raw.chunks_exact(width) {
-            let cp = match width {
-                1 => unit[0] as u32,
-                2 => u16::from_le_bytes([unit[0], unit[1]]) as u32,
-                _ => u32::from_le_bytes([unit[0], unit[1], unit[2], unit[3]]),
-            };
-            let ch = char::from_u32(cp).unwrap_or(char::REPLACEMENT_CHARACTER);
-            if text.len() + ch.len_utf8() > max {
-                return Some((text, true));
-            }
-            text.push(ch);
-        }
-        Some((text, length > chars))
+        objects::read_str(&self.mem, self.row, obj, max)
     }
 
-    /// Reads a bytes object's content (PyBytes, or PyString on 2.7), at most `max` bytes.
+    /// Reads a bytes object's content ([`objects::read_bytes`]), at most `max` bytes.
     fn read_bytes(&self, obj: u64, max: usize) -> Option<Vec<u8>> {
-        let l = self.layout;
-        let mut size = [0u8; 8];
-        if !self.mem.read(obj + l.bytes_size as u64, &mut size) {
-            return None;
-        }
-        let n = (i64::from_le_bytes(size).max(0) as usize).min(max);
-        let mut out = vec![0u8; n];
-        if n > 0 && !self.mem.read(obj + l.bytes_data as u64, &mut out) {
-            return None;
-        }
-        Some(out)
+        objects::read_bytes(&self.mem, self.layout, obj, max)
     }
 }
 
@@ -505,35 +426,6 @@ fn scope_of(qualname: &str, name: &str, name_cut: bool) -> String {
     }
 }
 
-/// At most `max` bytes of UTF-8 text, cut on a character boundary: (text, was cut). Invalid sequences become
-/// U+FFFD; a character split by the cut is dropped rather than shown as U+FFFD.
-fn utf8_cut(bytes: &[u8], max: usize) -> (String, bool) {
-    let mut end = bytes.len().min(max);
-    if end < bytes.len() {
-        // Back up over the start of a character the cut splits (at most 3 bytes).
-        if let Err(e) = std::str::from_utf8(&bytes[..end]) {
-            if e.error_len().is_none() && end - e.valid_up_to() < 4 {
-                end = e.valid_up_to();
-            }
-        }
-    }
-    let (s, cut) = cut_str(String::from_utf8_lossy(&bytes[..end]).into_owned(), max);
-    (s, cut || end < bytes.len())
-}
-
-/// `s` cut to at most `max` bytes on a character boundary: (text, was cut).
-fn cut_str(mut s: String, max: usize) -> (String, bool) {
-    if s.len() <= max {
-        return (s, false);
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s.truncate(end);
-    (s, true)
-}
-
 fn field_i32(obj: &[u8], off: i32) -> Option<i32> {
     field_u32(obj, off).map(|v| v as i32)
 }
@@ -552,6 +444,7 @@ fn field_ptr(obj: &[u8], off: i32) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::python::objects::utf8_cut;
     use crate::python::versions::row_for;
     use std::collections::BTreeMap;
 
@@ -730,6 +623,41 @@ mod tests {
         match r {
             Resolution::Frame(s) => s,
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// Pointers from the target (a code object's name and file, a class BPF saw) near the end of the address space:
+    /// the frame is lost, never a panic (a debug build's overflow check) nor a guess.
+    #[test]
+    fn pointers_near_the_end_of_the_address_space_are_lost_frames() {
+        for v in [(2, 7), (3, 6), (3, 10), (3, 11), (3, 12), (3, 13)] {
+            let row = row_for(v.0, v.1).unwrap();
+            let l = row.layout;
+            let mut mem = Mem::new();
+            // The last page of the address space, full of 0xff.
+            mem.regions.insert(u64::MAX - 4095, vec![0xff; 4096]);
+            let code_type = mem.type_obj(l, "code", 0, 0);
+            let meta = mem.type_obj(l, "type", 0, TPFLAGS_TYPE_SUBCLASS);
+            let c = code(&mut mem, l, code_type, "f", "a.py", 3, (1, "cls"));
+            for bad in [u64::MAX - 3, u64::MAX - 16] {
+                mem.set(c.addr, l.code_name, &bad.to_le_bytes());
+                mem.set(c.addr, l.code_filename, &bad.to_le_bytes());
+                let check = code_check(3, bad, bad);
+                let mut r = CodeReader::new(&mem, row, Some(code_type));
+                assert_eq!(r.resolve(c.addr, 0, check, FirstLocal::NONE), Resolution::Lost, "{v:?}");
+            }
+            // A class at the very end (its type and name lie past it), and a type pointer there.
+            let c = code(&mut mem, l, code_type, "g", "a.py", 5, (1, "cls"));
+            let mut r = CodeReader::new(&mem, row, Some(code_type));
+            for first in [
+                FirstLocal { object: u64::MAX - 7, type_addr: meta },
+                FirstLocal { object: 0x10, type_addr: u64::MAX - 7 },
+            ] {
+                let _ = r.class_key(c.addr, c.check, first);
+                if let Resolution::Frame(f) = r.resolve(c.addr, 0, c.check, first) {
+                    assert_eq!(f.scope, "", "{v:?}: no class read");
+                }
+            }
         }
     }
 

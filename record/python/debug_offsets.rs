@@ -179,6 +179,14 @@ pub const FIELDS: &[(&str, &str)] = &[
     ("unicode_length", "unicode_object.length"),
     ("ascii_data", "unicode_object.asciiobject_size"),
     ("compact_data", "unicode_object.compactunicodeobject_size"),
+    ("interp_modules", "interpreter_state.imports_modules"),
+    ("dict_keys", "dict_object.ma_keys"),
+    ("dict_values", "dict_object.ma_values"),
+    ("long_tag", "long_object.lv_tag"),
+    ("long_digits", "long_object.ob_digit"),
+    ("type_basicsize", "type_object.tp_basicsize"),
+    ("type_dictoffset", "type_object.tp_dictoffset"),
+    ("heaptype_cached_keys", "heap_type_object.ht_cached_keys"),
 ];
 
 /// `interpreter_state.gil_runtime_state`: offset of the interpreter's own `struct _gil_runtime_state _gil`;
@@ -193,7 +201,7 @@ pub const GIL_HOLDER: &str = "interpreter_state.gil_runtime_state_holder";
 /// the size (a block read with the wrong positions, or a field moved out of its struct, is refused).
 pub const SIZES: &[(&str, &[&str])] = &[
     ("runtime_state.size", &["runtime_interpreters_head"]),
-    ("interpreter_state.size", &["interp_next", "interp_tstate_head", "interp_gil_ptr"]),
+    ("interpreter_state.size", &["interp_next", "interp_tstate_head", "interp_gil_ptr", "interp_modules"]),
     (
         "thread_state.size",
         &[
@@ -221,7 +229,9 @@ pub const SIZES: &[(&str, &[&str])] = &[
         ],
     ),
     ("pyobject.size", &["object_type"]),
-    ("type_object.size", &["type_name"]),
+    ("type_object.size", &["type_name", "type_basicsize", "type_dictoffset"]),
+    ("dict_object.size", &["dict_keys", "dict_values"]),
+    ("long_object.size", &["long_tag", "long_digits"]),
     ("tuple_object.size", &["tuple_item"]),
     ("bytes_object.size", &["bytes_size"]),
     ("unicode_object.size", &["unicode_state", "unicode_length"]),

@@ -175,6 +175,55 @@ pub struct Layout {
     pub object_type: i32,
     /// `PyTypeObject.tp_name` [ptr to a C string].
     pub type_name: i32,
+
+    // ---- objects read to name threads (`threading._active`, `Thread._name`; record/python/threads.rs) ----
+    /// `PyInterpreterState.modules` (<= 3.11) / `.imports.modules` (3.12+) [ptr to dict]: `sys.modules`.
+    pub interp_modules: i32,
+    /// `PyDictObject.ma_keys` [ptr to `PyDictKeysObject`] (3.x).
+    pub dict_keys: i32,
+    /// `PyDictObject.ma_values` [ptr] (3.x): NULL for a combined table, else the split table's values.
+    pub dict_values: i32,
+    /// `PyDictObject.ma_table` [ptr to `PyDictEntry[ma_mask + 1]`] (2.7).
+    pub dict_table: i32,
+    /// `PyDictObject.ma_mask` [i64] (2.7): slots - 1.
+    pub dict_mask: i32,
+    /// `PyDictKeysObject.dk_size` [i64] (3.6-3.10): slots of the index table.
+    pub dictkeys_size: i32,
+    /// `PyDictKeysObject.dk_log2_size` [u8] (3.11+).
+    pub dictkeys_log2_size: i32,
+    /// `PyDictKeysObject.dk_log2_index_bytes` [u8] (3.11+): log2 of the index table's size in bytes.
+    pub dictkeys_log2_index_bytes: i32,
+    /// `PyDictKeysObject.dk_kind` [u8] (3.11+): 0 general entries (hash, key, value), 1 unicode and 2 split
+    /// (key, value).
+    pub dictkeys_kind: i32,
+    /// `PyDictKeysObject.dk_nentries` [i64] (3.6+): entries used (deleted ones included).
+    pub dictkeys_nentries: i32,
+    /// `PyDictKeysObject.dk_indices` (3.6+): the index table; the entries follow it.
+    pub dictkeys_indices: i32,
+    /// `struct _dictvalues.values` (3.11+): where a split table's values start in what `ma_values` points to (3.6-3.10:
+    /// absent, `ma_values` is the array itself).
+    pub dictvalues_values: i32,
+    /// `struct _dictvalues.capacity` [u8] (3.13+): values the array holds.
+    pub dictvalues_capacity: i32,
+    /// `struct _dictvalues.valid` [u8] (3.13+): an object's inline values are in use (else its dict holds them).
+    pub dictvalues_valid: i32,
+    /// `sizeof(PyDictKeyEntry)` (3.x) / `sizeof(PyDictEntry)` (2.7): (hash, key, value).
+    pub dict_entry_size: i32,
+    /// `sizeof(PyDictUnicodeEntry)` (3.11+): (key, value), in tables of `dk_kind` 1 and 2.
+    pub dict_unicode_entry_size: i32,
+    /// `PyTypeObject.tp_basicsize` [i64]: 3.13+ inline values start this far into the object.
+    pub type_basicsize: i32,
+    /// `PyTypeObject.tp_dictoffset` [i64]: where an instance's `__dict__` pointer is (> 0: from the object's start).
+    pub type_dictoffset: i32,
+    /// `PyHeapTypeObject.ht_cached_keys` [ptr to `PyDictKeysObject`] (3.x): the keys its instances share.
+    pub heaptype_cached_keys: i32,
+    /// `PyLongObject.ob_digit` (<= 3.11) / `.long_value.ob_digit` (3.12+): 30-bit digits [u32], least significant
+    /// first; their count is `ob_size` ([`Layout::bytes_size`], <= 3.11) or `lv_tag >> 3` (3.12+).
+    pub long_digits: i32,
+    /// `PyLongObject.long_value.lv_tag` [u64] (3.12+): digit count << 3 | sign (0 positive, 1 zero, 2 negative).
+    pub long_tag: i32,
+    /// `PyIntObject.ob_ival` [i64] (2.7).
+    pub int_value: i32,
 }
 
 /// Calls `$m!` with every offset field of [`Layout`] (not `version`), in declaration order: the one list
@@ -234,7 +283,29 @@ macro_rules! with_fields {
             bytes_data,
             tuple_item,
             object_type,
-            type_name
+            type_name,
+            interp_modules,
+            dict_keys,
+            dict_values,
+            dict_table,
+            dict_mask,
+            dictkeys_size,
+            dictkeys_log2_size,
+            dictkeys_log2_index_bytes,
+            dictkeys_kind,
+            dictkeys_nentries,
+            dictkeys_indices,
+            dictvalues_values,
+            dictvalues_capacity,
+            dictvalues_valid,
+            dict_entry_size,
+            dict_unicode_entry_size,
+            type_basicsize,
+            type_dictoffset,
+            heaptype_cached_keys,
+            long_digits,
+            long_tag,
+            int_value
         }
     };
 }
@@ -347,6 +418,28 @@ layouts! {
     tuple_item:                [  24,   24,   24,   24,   24,   24,   24,   24,   24,   32,   32],
     object_type:               [   8,    8,    8,    8,    8,    8,    8,    8,    8,    8,    8],
     type_name:                 [  24,   24,   24,   24,   24,   24,   24,   24,   24,   24,   24],
+    interp_modules:            [  16,   16,   40,   56,  856,  856,  888,  944, 7656, 7688, 7592],
+    dict_keys:                 [  -1,   32,   32,   32,   32,   32,   32,   32,   32,   32,   32],
+    dict_values:               [  -1,   40,   40,   40,   40,   40,   40,   40,   40,   40,   40],
+    dict_table:                [  40,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1],
+    dict_mask:                 [  32,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1],
+    dictkeys_size:             [  -1,    8,    8,    8,    8,    8,   -1,   -1,   -1,   -1,   -1],
+    dictkeys_log2_size:        [  -1,   -1,   -1,   -1,   -1,   -1,    8,    8,    8,    8,    8],
+    dictkeys_log2_index_bytes: [  -1,   -1,   -1,   -1,   -1,   -1,    9,    9,    9,    9,    9],
+    dictkeys_kind:             [  -1,   -1,   -1,   -1,   -1,   -1,   10,   10,   10,   10,   10],
+    dictkeys_nentries:         [  -1,   32,   32,   32,   32,   32,   24,   24,   24,   24,   24],
+    dictkeys_indices:          [  -1,   40,   40,   40,   40,   40,   32,   32,   32,   32,   32],
+    dictvalues_values:         [  -1,   -1,   -1,   -1,   -1,   -1,    0,    0,    8,    8,    8],
+    dictvalues_capacity:       [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,    0,    0,    0],
+    dictvalues_valid:          [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,    3,    3,    3],
+    dict_entry_size:           [  24,   24,   24,   24,   24,   24,   24,   24,   24,   24,   24],
+    dict_unicode_entry_size:   [  -1,   -1,   -1,   -1,   -1,   -1,   16,   16,   16,   16,   16],
+    type_basicsize:            [  32,   32,   32,   32,   32,   32,   32,   32,   32,   32,   32],
+    type_dictoffset:           [ 288,  288,  288,  288,  288,  288,  288,  288,  288,  288,  288],
+    heaptype_cached_keys:      [  -1,  856,  856,  872,  864,  872,  872,  880,  880,  880,  888],
+    long_digits:               [  24,   24,   24,   24,   24,   24,   24,   24,   24,   24,   24],
+    long_tag:                  [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   16,   16,   16,   16],
+    int_value:                 [  16,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1],
 }
 
 /// The table's layouts, in [`COLUMNS`] order.

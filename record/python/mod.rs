@@ -10,6 +10,8 @@
 //! - [`config`]: the BPF program's per-process configuration row, built from the version's row.
 //! - [`code`]: reading code objects (names, files, line tables) from a process's memory; [`linetable`]: decoding
 //!   line tables.
+//! - [`objects`]: reading `str`, `int`, `dict` and instance attributes from a process's memory; [`threads`]: the
+//!   names of its Python threads (`threading.Thread.name`).
 
 pub mod code;
 pub mod config;
@@ -17,7 +19,9 @@ pub mod debug_offsets;
 pub mod detect;
 pub mod layout;
 pub mod linetable;
+pub mod objects;
 pub mod probes;
+pub mod threads;
 pub mod versions;
 
 pub use detect::{inspect, InspectError, PythonAddrs, PythonProcess};

@@ -131,6 +131,42 @@ pub const PROBES: &[Probe] = &[
     p("tuple_item", &[(FIRST, LAST, "off|PyTupleObject|ob_item")]),
     p("object_type", &[(FIRST, LAST, "off|PyObject|ob_type")]),
     p("type_name", &[(FIRST, LAST, "off|PyTypeObject|tp_name")]),
+    p("interp_modules", &[
+        (FIRST, (3, 11), "off|PyInterpreterState|modules"),
+        ((3, 12), LAST, "off|PyInterpreterState|imports.modules"),
+    ]),
+    p("dict_keys", &[(PY3, LAST, "off|PyDictObject|ma_keys")]),
+    p("dict_values", &[(PY3, LAST, "off|PyDictObject|ma_values")]),
+    p("dict_table", &[(FIRST, (2, 7), "off|PyDictObject|ma_table")]),
+    p("dict_mask", &[(FIRST, (2, 7), "off|PyDictObject|ma_mask")]),
+    p("dictkeys_size", &[(PY3, (3, 10), "off|PyDictKeysObject|dk_size")]),
+    p("dictkeys_log2_size", &[((3, 11), LAST, "off|PyDictKeysObject|dk_log2_size")]),
+    p("dictkeys_log2_index_bytes", &[((3, 11), LAST, "off|PyDictKeysObject|dk_log2_index_bytes")]),
+    p("dictkeys_kind", &[((3, 11), LAST, "off|PyDictKeysObject|dk_kind")]),
+    p("dictkeys_nentries", &[(PY3, LAST, "off|PyDictKeysObject|dk_nentries")]),
+    p("dictkeys_indices", &[(PY3, LAST, "off|PyDictKeysObject|dk_indices")]),
+    p("dictvalues_values", &[((3, 11), LAST, "off|struct _dictvalues|values")]),
+    Probe {
+        field: "dictvalues_capacity",
+        at: &[((3, 13), LAST, "off|struct _dictvalues|capacity")],
+        absent_member: &[((3, 11), (3, 12), "off|struct _dictvalues|capacity")],
+    },
+    Probe {
+        field: "dictvalues_valid",
+        at: &[((3, 13), LAST, "off|struct _dictvalues|valid")],
+        absent_member: &[((3, 11), (3, 12), "off|struct _dictvalues|valid")],
+    },
+    p("dict_entry_size", &[(FIRST, (2, 7), "size|PyDictEntry"), (PY3, LAST, "size|PyDictKeyEntry")]),
+    p("dict_unicode_entry_size", &[((3, 11), LAST, "size|PyDictUnicodeEntry")]),
+    p("type_basicsize", &[(FIRST, LAST, "off|PyTypeObject|tp_basicsize")]),
+    p("type_dictoffset", &[(FIRST, LAST, "off|PyTypeObject|tp_dictoffset")]),
+    p("heaptype_cached_keys", &[(PY3, LAST, "off|PyHeapTypeObject|ht_cached_keys")]),
+    p("long_digits", &[
+        (FIRST, (3, 11), "off|PyLongObject|ob_digit"),
+        ((3, 12), LAST, "off|PyLongObject|long_value.ob_digit"),
+    ]),
+    p("long_tag", &[((3, 12), LAST, "off|PyLongObject|long_value.lv_tag")]),
+    p("int_value", &[(FIRST, (2, 7), "off|PyIntObject|ob_ival")]),
 ];
 
 /// A gdb Python script: given `PROBES = [...]` (a list of `kind|args` strings) before it, evaluates each

@@ -91,6 +91,74 @@ pub enum Strings {
     Unicode,
 }
 
+/// Where an instance's attributes (its `__dict__`) are, for reading a `threading.Thread`'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InstanceDicts {
+    /// A dict pointer at `obj + tp_dictoffset` (2.7-3.10).
+    DictOffset,
+    /// 3.11: a type with `Py_TPFLAGS_MANAGED_DICT` keeps the instance's split-table values pointer
+    /// [`MANAGED_VALUES_BEFORE_311`] bytes before the object (`_PyObject_ValuesPointer`), or, once a dict was made,
+    /// the dict pointer [`MANAGED_DICT_BEFORE`] bytes before it (`_PyObject_ManagedDictPointer`); else as
+    /// [`InstanceDicts::DictOffset`].
+    Managed311,
+    /// 3.12: one word [`MANAGED_DICT_BEFORE`] bytes before the object (`PyDictOrValues`): a dict pointer, or, with its
+    /// low bit set, the values pointer minus one (`_PyDictOrValues_GetValues`).
+    Tagged312,
+    /// 3.13+: the dict pointer [`MANAGED_DICT_BEFORE`] bytes before the object (`PyManagedDictPointer`); while it is
+    /// NULL, a type with `Py_TPFLAGS_INLINE_VALUES` keeps the values inline at `obj + tp_basicsize`
+    /// (`_PyObject_InlineValues`), in use while their `valid` byte is set.
+    Inline313,
+}
+
+/// `-MANAGED_DICT_OFFSET` of GIL builds 3.11+: the managed dict (or 3.12's dict-or-values word) is this many bytes
+/// before the object, in its pre-header.
+pub const MANAGED_DICT_BEFORE: u64 = 24;
+/// 3.11: the managed values pointer is this many bytes before the object (`((PyDictValues **)obj)-4`).
+pub const MANAGED_VALUES_BEFORE_311: u64 = 32;
+
+/// How a `threading.Thread` is tied to its kernel thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ThreadTids {
+    /// `threading._active` is keyed by `thread.get_ident()`, which is `pthread_self()`, the address of glibc's
+    /// `struct pthread`; the kernel tid is read from it at an offset verified on the main thread first (2.7-3.7).
+    PthreadSelf,
+    /// `Thread._native_id`: `threading.get_native_id()`, the kernel tid (3.8+).
+    NativeId,
+}
+
+/// What naming a process's threads reads (`threading._active`: ident -> `Thread`, and each `Thread`'s name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ThreadNames {
+    /// The instance attribute holding `Thread.name`: `_Thread__name` on 2.7 (the private `__name`, mangled), `_name`
+    /// on 3.x.
+    pub name_attr: &'static str,
+    /// How a thread's kernel tid is found.
+    pub tids: ThreadTids,
+    /// Where a `Thread`'s attributes are.
+    pub instance_dicts: InstanceDicts,
+}
+
+/// The instance attribute `Thread._native_id` (3.8+).
+pub const NATIVE_ID_ATTR: &str = "_native_id";
+/// The type name of the main thread's `Thread` object (`threading._MainThread`, 2.7 and 3.x).
+pub const MAIN_THREAD_TYPE: &str = "_MainThread";
+
+const NAMES_27: ThreadNames = ThreadNames {
+    name_attr: "_Thread__name",
+    tids: ThreadTids::PthreadSelf,
+    instance_dicts: InstanceDicts::DictOffset,
+};
+const NAMES_36: ThreadNames =
+    ThreadNames { name_attr: "_name", tids: ThreadTids::PthreadSelf, instance_dicts: InstanceDicts::DictOffset };
+const NAMES_38: ThreadNames =
+    ThreadNames { name_attr: "_name", tids: ThreadTids::NativeId, instance_dicts: InstanceDicts::DictOffset };
+const NAMES_311: ThreadNames =
+    ThreadNames { name_attr: "_name", tids: ThreadTids::NativeId, instance_dicts: InstanceDicts::Managed311 };
+const NAMES_312: ThreadNames =
+    ThreadNames { name_attr: "_name", tids: ThreadTids::NativeId, instance_dicts: InstanceDicts::Tagged312 };
+const NAMES_313: ThreadNames =
+    ThreadNames { name_attr: "_name", tids: ThreadTids::NativeId, instance_dicts: InstanceDicts::Inline313 };
+
 /// Where a process's [`Layout`] comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Source {
@@ -144,6 +212,9 @@ pub struct Row {
     pub type_flags: i32,
     /// String representation.
     pub strings: Strings,
+    /// How thread names are read; `None`: they are not (a Python newer than pyperf knows, [`Source::Newer`]: its
+    /// dict and instance layouts, which its `_Py_DebugOffsets` do not describe, may have changed).
+    pub thread_names: Option<ThreadNames>,
 }
 
 /// `code_tag_mask` of versions whose code pointer is a plain pointer.
@@ -153,6 +224,22 @@ pub const UNTAGGED: u64 = u64::MAX;
 pub const TAGGED: u64 = !3;
 /// `Py_TPFLAGS_TYPE_SUBCLASS`: set in the flags of `type` and of every metaclass (2.7 and 3.x).
 pub const TPFLAGS_TYPE_SUBCLASS: u64 = 1 << 31;
+/// `Py_TPFLAGS_INLINE_VALUES` (3.13+): instances keep their attribute values inline ([`InstanceDicts::Inline313`]).
+pub const TPFLAGS_INLINE_VALUES: u64 = 1 << 2;
+/// `Py_TPFLAGS_MANAGED_DICT` (3.11+): instances' dicts live in the pre-header ([`MANAGED_DICT_BEFORE`]).
+pub const TPFLAGS_MANAGED_DICT: u64 = 1 << 4;
+/// `Py_TPFLAGS_HEAPTYPE` (2.7 and 3.x): a `PyHeapTypeObject` (a class statement's), with `ht_cached_keys` on 3.x.
+pub const TPFLAGS_HEAPTYPE: u64 = 1 << 9;
+/// `Py_TPFLAGS_INT_SUBCLASS` (2.7): an `int` (`PyIntObject`).
+pub const TPFLAGS_INT_SUBCLASS: u64 = 1 << 23;
+/// `Py_TPFLAGS_LONG_SUBCLASS` (2.7 `long`, 3.x `int`): a `PyLongObject`.
+pub const TPFLAGS_LONG_SUBCLASS: u64 = 1 << 24;
+/// `Py_TPFLAGS_STRING_SUBCLASS` (2.7 `str`, `PyStringObject`; `Py_TPFLAGS_BYTES_SUBCLASS` on 3.x).
+pub const TPFLAGS_STRING_SUBCLASS: u64 = 1 << 27;
+/// `Py_TPFLAGS_UNICODE_SUBCLASS` (3.x `str`, 2.7 `unicode`).
+pub const TPFLAGS_UNICODE_SUBCLASS: u64 = 1 << 28;
+/// `Py_TPFLAGS_DICT_SUBCLASS` (2.7 and 3.x): a `PyDictObject`.
+pub const TPFLAGS_DICT_SUBCLASS: u64 = 1 << 29;
 
 use Frames::{CFrame, Current, Object};
 use Gil::{Interpreter, LockPtr, Runtime as RuntimeGil, Statics};
@@ -179,6 +266,7 @@ const fn row(
     code_tag_mask: u64,
     first_traceable: Option<i32>,
     strings: Strings,
+    thread_names: ThreadNames,
 ) -> Row {
     let layout = &LAYOUTS[column];
     Row {
@@ -197,6 +285,7 @@ const fn row(
         first_traceable,
         type_flags: 168,
         strings,
+        thread_names: Some(thread_names),
     }
 }
 
@@ -204,18 +293,18 @@ const fn row(
 /// row's).
 #[rustfmt::skip]
 pub static ROWS: [Row; 11] = [
-    //  col source        interpreters thread  frames  gil          lines         instr       hidden   none   code tag  first_traceable strings
-    row(0,  Table,        InterpHead, Pthread,   Object,  LockPtr,     Lnotab27,     LastiBytes, None,    false, UNTAGGED, None,      Py2Bytes), // 2.7
-    row(1,  Table,        InterpHead, Pthread,   Object,  Statics,     Lnotab36,     LastiBytes, None,    false, UNTAGGED, None,      Unicode),  // 3.6
-    row(2,  Table,        Runtime,    Pthread,   Object,  RuntimeGil,  Lnotab36,     LastiBytes, None,    false, UNTAGGED, None,      Unicode),  // 3.7
-    row(3,  Table,        Runtime,    Pthread,   Object,  RuntimeGil,  Lnotab36,     LastiBytes, None,    false, UNTAGGED, None,      Unicode),  // 3.8
-    row(4,  Table,        Runtime,    Pthread,   Object,  RuntimeGil,  Lnotab36,     LastiBytes, None,    false, UNTAGGED, None,      Unicode),  // 3.9
-    row(5,  Table,        Runtime,    Pthread,   Object,  RuntimeGil,  Linetable310, LastiUnits, None,    false, UNTAGGED, None,      Unicode),  // 3.10
-    row(6,  Table,        Runtime,    NativeTid, CFrame,  RuntimeGil,  Locations311, FromCode,   None,    false, UNTAGGED, Some(168), Unicode),  // 3.11
-    row(7,  Table,        Runtime,    NativeTid, CFrame,  Interpreter, Locations311, FromCode,   Some(3), false, UNTAGGED, Some(176), Unicode),  // 3.12
-    row(8,  DebugOffsets, Runtime,    NativeTid, Current, Interpreter, Locations311, FromCode,   Some(3), true,  UNTAGGED, Some(184), Unicode),  // 3.13
-    row(9,  DebugOffsets, Runtime,    NativeTid, Current, Interpreter, Locations311, FromCode,   Some(3), true,  TAGGED,   Some(192), Unicode),  // 3.14
-    row(10, DebugOffsets, Runtime,    NativeTid, Current, Interpreter, Locations311, FromCode,   Some(3), true,  TAGGED,   Some(192), Unicode),  // 3.15
+    //  col source        interpreters thread  frames  gil          lines         instr       hidden   none   code tag  first_traceable strings   thread names
+    row(0,  Table,        InterpHead, Pthread,   Object,  LockPtr,     Lnotab27,     LastiBytes, None,    false, UNTAGGED, None,      Py2Bytes, NAMES_27),  // 2.7
+    row(1,  Table,        InterpHead, Pthread,   Object,  Statics,     Lnotab36,     LastiBytes, None,    false, UNTAGGED, None,      Unicode,  NAMES_36),  // 3.6
+    row(2,  Table,        Runtime,    Pthread,   Object,  RuntimeGil,  Lnotab36,     LastiBytes, None,    false, UNTAGGED, None,      Unicode,  NAMES_36),  // 3.7
+    row(3,  Table,        Runtime,    Pthread,   Object,  RuntimeGil,  Lnotab36,     LastiBytes, None,    false, UNTAGGED, None,      Unicode,  NAMES_38),  // 3.8
+    row(4,  Table,        Runtime,    Pthread,   Object,  RuntimeGil,  Lnotab36,     LastiBytes, None,    false, UNTAGGED, None,      Unicode,  NAMES_38),  // 3.9
+    row(5,  Table,        Runtime,    Pthread,   Object,  RuntimeGil,  Linetable310, LastiUnits, None,    false, UNTAGGED, None,      Unicode,  NAMES_38),  // 3.10
+    row(6,  Table,        Runtime,    NativeTid, CFrame,  RuntimeGil,  Locations311, FromCode,   None,    false, UNTAGGED, Some(168), Unicode,  NAMES_311), // 3.11
+    row(7,  Table,        Runtime,    NativeTid, CFrame,  Interpreter, Locations311, FromCode,   Some(3), false, UNTAGGED, Some(176), Unicode,  NAMES_312), // 3.12
+    row(8,  DebugOffsets, Runtime,    NativeTid, Current, Interpreter, Locations311, FromCode,   Some(3), true,  UNTAGGED, Some(184), Unicode,  NAMES_313), // 3.13
+    row(9,  DebugOffsets, Runtime,    NativeTid, Current, Interpreter, Locations311, FromCode,   Some(3), true,  TAGGED,   Some(192), Unicode,  NAMES_313), // 3.14
+    row(10, DebugOffsets, Runtime,    NativeTid, Current, Interpreter, Locations311, FromCode,   Some(3), true,  TAGGED,   Some(192), Unicode,  NAMES_313), // 3.15
 ];
 
 /// The row of `major.minor`, if it is in the table.
@@ -336,6 +425,8 @@ pub fn select(version: (u8, u8, u8), debug: Option<&[u8]>) -> Result<&'static Ro
                     source: Source::Newer { as_of: block.version },
                     // Not in the block, and may have moved: hide no frame rather than misread.
                     first_traceable: None,
+                    // Dicts and instance layouts are not in the block either: no thread names rather than misread.
+                    thread_names: None,
                     ..*newest
                 }));
             }
@@ -416,6 +507,25 @@ pub(crate) mod tests {
                 assert!(o > 0 && o + 4 <= l.code_code, "{v:?}: _co_firsttraceable inside PyCodeObject's header");
             }
             assert_eq!(r.strings == Unicode, has(l.unicode_state), "{v:?}");
+            // Thread names: the dict layouts and instance dicts the row says, with the offsets they need.
+            let n = r.thread_names.expect("every row of the table names threads");
+            assert!(has(l.interp_modules) && has(l.dict_entry_size) && has(l.type_dictoffset), "{v:?}");
+            assert!(has(l.long_digits) && has(l.type_basicsize), "{v:?}");
+            assert_eq!(r.strings == Py2Bytes, has(l.dict_table) && has(l.dict_mask) && has(l.int_value), "{v:?}");
+            assert_eq!(n.name_attr == "_Thread__name", r.strings == Py2Bytes, "{v:?}");
+            assert_eq!(!has(l.dict_table), has(l.dict_keys) && has(l.dictkeys_nentries) && has(l.dictkeys_indices));
+            assert_eq!(has(l.dictkeys_size), has(l.dict_keys) && !has(l.dictkeys_log2_size), "{v:?}");
+            assert_eq!(has(l.dictkeys_log2_size), has(l.dict_unicode_entry_size) && has(l.dictkeys_kind), "{v:?}");
+            assert_eq!(has(l.dictkeys_log2_size), has(l.dictvalues_values), "{v:?}");
+            let dicts = match n.instance_dicts {
+                InstanceDicts::DictOffset => !has(l.dictkeys_log2_size),
+                InstanceDicts::Managed311 => has(l.heaptype_cached_keys) && !has(l.long_tag),
+                InstanceDicts::Tagged312 => has(l.heaptype_cached_keys) && has(l.long_tag) && !has(l.dictvalues_valid),
+                InstanceDicts::Inline313 => {
+                    has(l.heaptype_cached_keys) && has(l.dictvalues_valid) && has(l.dictvalues_capacity)
+                }
+            };
+            assert!(dicts, "{v:?}: {:?} but the layout lacks its fields", n.instance_dicts);
             assert_eq!(r.source != Table, has(l.runtime_debug_offsets), "{v:?}: rows from the block have one");
             if r.source != Table {
                 assert!(block_layout(v).is_some(), "{v:?}: no block layout");
@@ -606,6 +716,7 @@ pub(crate) mod tests {
         assert_eq!(r.version, next);
         assert_eq!(r.source, Source::Newer { as_of: n.version });
         assert_eq!(r.first_traceable, None);
+        assert_eq!(r.thread_names, None, "a newer minor's dicts may differ: no thread names");
         assert_eq!(cross_check(r.layout, n.layout), Vec::<String>::new());
         // An older block layout is tried too.
         let older = ROWS.iter().rev().find(|r| r.source == DebugOffsets && r.version < n.version).unwrap();

@@ -16,7 +16,7 @@ use std::cell::Cell;
 use std::io;
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -132,9 +132,20 @@ pub enum BpfError {
     #[error("permission denied {0}: run as root, or grant CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE")]
     /// Missing privileges for the named step.
     PermissionDenied(&'static str),
-    #[error("this kernel exposes no BTF (/sys/kernel/btf/vmlinux is missing): pyperf needs a kernel built with CONFIG_DEBUG_INFO_BTF")]
+    #[error("this kernel exposes no BTF ({} is missing): pyperf needs a kernel built with CONFIG_DEBUG_INFO_BTF", path.display())]
     /// The kernel has no BTF.
-    NoBtf,
+    NoBtf {
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    #[error("cannot read the kernel's BTF ({}: {reason}): pyperf needs it to load its BPF program", path.display())]
+    /// The kernel's BTF is there but cannot be read.
+    BtfUnreadable {
+        /// Where it is.
+        path: PathBuf,
+        /// Why (not a `source`: the message says it once).
+        reason: io::Error,
+    },
     #[error("the kernel rejected the BPF program: {0}")]
     /// The kernel refused the program (with the verifier's reason).
     Load(String),
@@ -142,12 +153,26 @@ pub enum BpfError {
     /// `-e cycles` without a PMU.
     NoHardwareEvent,
     /// Opening the perf event of a CPU failed.
-    #[error("perf_event_open on CPU {cpu} failed: {source}")]
+    #[error("cannot open the perf event on CPU {cpu} (perf_event_open: {reason}){}", hint_text(hint))]
     PerfEvent {
         /// The CPU.
         cpu: u32,
-        /// Why.
-        source: io::Error,
+        /// Why (not a `source`: the message says it once).
+        reason: io::Error,
+        /// What to do about it, if pyperf can tell.
+        hint: Option<String>,
+    },
+    /// `-F` above the kernel's limit (the sysctl kernel.perf_event_max_sample_rate, which the kernel itself also
+    /// lowers when sampling interrupts take too long).
+    #[error(
+        "-F {freq} is above the kernel's maximum sampling rate, {max} Hz (/proc/sys/kernel/perf_event_max_sample_rate): \
+         use -F {max} or less, or raise the limit (sysctl kernel.perf_event_max_sample_rate={freq})"
+    )]
+    RateTooHigh {
+        /// The rate asked for.
+        freq: u64,
+        /// The kernel's maximum.
+        max: u64,
     },
     #[error("too many Python processes: pyperf samples at most {max} at once (its BPF map of processes is full); follow fewer processes")]
     /// The BPF map of processes has no room.
@@ -173,6 +198,30 @@ pub enum BpfError {
         #[source]
         source: io::Error,
     },
+}
+
+fn hint_text(hint: &Option<String>) -> String {
+    hint.as_ref().map(|h| format!(": {h}")).unwrap_or_default()
+}
+
+/// Where the kernel's BTF is: /sys/kernel/btf/vmlinux, or for pyperf's own tests `PYPERF_TEST_BTF_PATH` (only
+/// checked before loading, which always uses the kernel's own: the tests make the missing-BTF error with it).
+pub fn btf_path() -> PathBuf {
+    std::env::var_os("PYPERF_TEST_BTF_PATH")
+        .filter(|p| !p.is_empty())
+        .map_or_else(|| PathBuf::from("/sys/kernel/btf/vmlinux"), PathBuf::from)
+}
+
+/// Fails unless the kernel's BTF at `path` is there and readable (loading needs it; without this check libbpf's
+/// failure is a page of log).
+pub fn check_btf(path: &Path) -> Result<(), BpfError> {
+    use std::io::Read;
+    let mut byte = [0u8; 1];
+    match std::fs::File::open(path).and_then(|mut f| f.read(&mut byte)) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(BpfError::NoBtf { path: path.to_path_buf() }),
+        Err(reason) => Err(BpfError::BtfUnreadable { path: path.to_path_buf(), reason }),
+    }
 }
 
 pub(super) fn bpf_err(what: &'static str) -> impl FnOnce(libbpf_rs::Error) -> BpfError {
@@ -229,9 +278,7 @@ impl Drop for Sampler {
 impl Sampler {
     /// Loads the program and attaches it to a perf event on every online CPU; no process is sampled yet.
     pub fn new(opts: &SamplerOptions) -> Result<Sampler, BpfError> {
-        if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-            return Err(BpfError::NoBtf);
-        }
+        check_btf(&btf_path())?;
         libbpf_rs::set_print(Some((PrintLevel::Debug, log::libbpf_print as libbpf_rs::PrintCallback)));
         log::LIBBPF_LOG.lock().unwrap_or_else(|e| e.into_inner()).clear();
 
@@ -268,7 +315,7 @@ impl Sampler {
             let fd = match perf::open_perf_event(opts.event, opts.rate, cpu) {
                 Ok(fd) => fd,
                 // Went offline between reading the list and opening.
-                Err(BpfError::PerfEvent { source, .. }) if source.raw_os_error() == Some(libc::ENODEV) => continue,
+                Err(BpfError::PerfEvent { reason, .. }) if reason.raw_os_error() == Some(libc::ENODEV) => continue,
                 Err(e) => return Err(e),
             };
             let link = skel

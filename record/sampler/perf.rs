@@ -61,15 +61,40 @@ pub(super) fn open_perf_event(event: SampleEvent, rate: Rate, cpu: u32) -> Resul
         )
     };
     if fd < 0 {
-        let e = io::Error::last_os_error();
-        return Err(match e.raw_os_error() {
-            Some(libc::EACCES) | Some(libc::EPERM) => BpfError::PermissionDenied("opening perf events"),
-            Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) if event == SampleEvent::Cycles => BpfError::NoHardwareEvent,
-            _ => BpfError::PerfEvent { cpu, source: e },
-        });
+        return Err(open_error(event, rate, cpu, io::Error::last_os_error(), max_sample_rate()));
     }
     // SAFETY: fresh fd owned by us.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// /proc/sys/kernel/perf_event_max_sample_rate: the highest `-F` the kernel takes now.
+fn max_sample_rate() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate").ok()?.trim().parse().ok()
+}
+
+/// perf_event_open's failure `e` as one line that says what to do. `max_rate`: the kernel's highest frequency.
+fn open_error(event: SampleEvent, rate: Rate, cpu: u32, e: io::Error, max_rate: Option<u64>) -> BpfError {
+    let errno = e.raw_os_error().unwrap_or(0);
+    // Above the limit the kernel answers EINVAL (root, CAP_PERFMON) or, for the unprivileged, EACCES.
+    if let (Rate::Frequency(freq), Some(max)) = (rate, max_rate) {
+        if freq > max && matches!(errno, libc::EINVAL | libc::EACCES | libc::EPERM) {
+            return BpfError::RateTooHigh { freq, max };
+        }
+    }
+    let hint = match errno {
+        libc::EACCES | libc::EPERM => return BpfError::PermissionDenied("opening perf events"),
+        libc::ENOENT | libc::EOPNOTSUPP if event == SampleEvent::Cycles => return BpfError::NoHardwareEvent,
+        libc::EMFILE | libc::ENFILE => {
+            Some("too many open files (pyperf opens one per CPU): raise the limit, ulimit -n")
+        }
+        libc::EBUSY => Some("another tool holds the counters exclusively: stop it, or use -e cpu-clock"),
+        libc::EINVAL => Some(match rate {
+            Rate::Period(_) => "the kernel refused the sampling period: give a smaller -c, or -F instead",
+            Rate::Frequency(_) => "the kernel refused the sampling settings: try the defaults (no -F, -c or -e)",
+        }),
+        _ => None,
+    };
+    BpfError::PerfEvent { cpu, reason: e, hint: hint.map(str::to_string) }
 }
 
 #[cfg(test)]
@@ -82,5 +107,22 @@ mod tests {
         assert_eq!(parse_cpu_list("0,2-3,7"), Some(vec![0, 2, 3, 7]));
         assert_eq!(parse_cpu_list("0"), Some(vec![0]));
         assert_eq!(parse_cpu_list("x"), None);
+    }
+
+    #[test]
+    fn open_errors_say_what_to_do() {
+        let einval = || io::Error::from_raw_os_error(libc::EINVAL);
+        let e = open_error(SampleEvent::CpuClock, Rate::Frequency(1_000_000), 0, einval(), Some(100_000));
+        let msg = e.to_string();
+        assert!(msg.starts_with("-F 1000000 is above the kernel's maximum sampling rate, 100000 Hz"), "{msg}");
+        assert!(msg.contains("perf_event_max_sample_rate") && !msg.contains('\n'), "{msg}");
+        let eacces = io::Error::from_raw_os_error(libc::EACCES);
+        let e = open_error(SampleEvent::CpuClock, Rate::Frequency(200_000), 0, eacces, Some(100_000));
+        assert!(matches!(e, BpfError::RateTooHigh { freq: 200_000, max: 100_000 }), "{e}");
+        // Below the limit EINVAL is something else, said once with a hint.
+        let e = open_error(SampleEvent::CpuClock, Rate::Period(u64::MAX), 3, einval(), Some(100_000));
+        let msg = e.to_string();
+        assert!(msg.starts_with("cannot open the perf event on CPU 3 (perf_event_open: Invalid argument"), "{msg}");
+        assert!(msg.ends_with("give a smaller -c, or -F instead") && msg.matches("Invalid argument").count() == 1);
     }
 }

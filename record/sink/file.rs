@@ -2,10 +2,10 @@
 
 use std::fs::File;
 use std::io::BufWriter;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use pyperf_format::{Header, Process, RecorderWarning, SampleRecord, Stats, Symbol, Writer};
+use pyperf_format::{Header, Process, RecorderWarning, SampleRecord, Stats, Symbol, ThreadName, Writer};
 
 use super::output::Output;
 use super::{Sample, Sink};
@@ -14,7 +14,31 @@ use super::{Sample, Sink};
 pub struct FileSink {
     writer: Writer<BufWriter<File>>,
     path: PathBuf,
-    io_error: Option<std::io::Error>,
+    /// The first error of [`Sink::sample`] or [`Sink::symbol`], which cannot fail: returned by the next flush.
+    error: Option<pyperf_format::Error>,
+    /// Time of the last sample taken (ns since the start).
+    last_time_ns: u64,
+    /// Samples and time of the last sample at the last successful flush: what the file holds for sure.
+    durable: (u64, u64),
+}
+
+/// Writing the recording failed for want of space (ENOSPC, or EDQUOT: the user's quota).
+#[derive(Debug, thiserror::Error)]
+#[error("the disk holding {} is full: recording stopped after {samples} samples; {}", path.display(), holds(*durable))]
+pub struct DiskFull {
+    /// The recording.
+    pub path: PathBuf,
+    /// Samples taken when it failed.
+    pub samples: u64,
+    /// Samples on disk for sure, and the time of the last of them (ns since the start).
+    pub durable: (u64, u64),
+}
+
+fn holds((samples, until_ns): (u64, u64)) -> String {
+    if samples == 0 {
+        return "the file holds no samples".to_string();
+    }
+    format!("the file holds everything up to {:.1} s into the recording ({samples} samples)", until_ns as f64 / 1e9)
 }
 
 impl FileSink {
@@ -23,21 +47,36 @@ impl FileSink {
         let path = output.path().to_path_buf();
         let writer = Writer::new(BufWriter::with_capacity(1 << 16, output.into_file()), header)
             .with_context(|| format!("cannot write {}", path.display()))?;
-        Ok(FileSink { writer, path, io_error: None })
+        Ok(FileSink { writer, path, error: None, last_time_ns: 0, durable: (0, 0) })
     }
 
-    fn cannot_write(&self) -> String {
-        format!("cannot write {}", self.path.display())
+    fn failed(&self, e: pyperf_format::Error) -> anyhow::Error {
+        write_error(&self.path, self.writer.samples_written(), self.durable, e)
+    }
+}
+
+/// `e`, writing the recording at `path`, as the error to show: a full disk says so, with what the file holds;
+/// anything else names the file.
+fn write_error(path: &Path, samples: u64, durable: (u64, u64), e: pyperf_format::Error) -> anyhow::Error {
+    match e {
+        pyperf_format::Error::Io(io) if matches!(io.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) => {
+            anyhow::Error::new(DiskFull { path: path.to_path_buf(), samples, durable })
+        }
+        e => anyhow::Error::new(e).context(format!("cannot write {}", path.display())),
     }
 }
 
 impl Sink for FileSink {
     fn process(&mut self, p: &Process) -> Result<()> {
-        self.writer.add_process(p).context("writing the recording")
+        self.writer.add_process(p).map_err(|e| self.failed(e))
     }
 
     fn warning(&mut self, w: &RecorderWarning) -> Result<()> {
-        self.writer.add_warning(w).context("writing the recording")
+        self.writer.add_warning(w).map_err(|e| self.failed(e))
+    }
+
+    fn thread_names(&mut self, names: &[ThreadName]) -> Result<()> {
+        self.writer.add_thread_names(names).map_err(|e| self.failed(e))
     }
 
     fn symbol(&mut self, id: u32, symbol: &Symbol) {
@@ -45,13 +84,15 @@ impl Sink for FileSink {
         // and samples pass their frames as they are. Checked here, once per symbol rather than per frame: were
         // they ever out of step, no further sample is written (they would be mislabelled) and the next flush fails.
         let ours = self.writer.intern_symbol(symbol);
-        if ours != id && self.io_error.is_none() {
-            self.io_error = Some(std::io::Error::other(format!("internal error: symbol {id} written as {ours}")));
+        if ours != id && self.error.is_none() {
+            let e = std::io::Error::other(format!("internal error: symbol {id} written as {ours}"));
+            self.error = Some(pyperf_format::Error::Io(e));
         }
     }
 
     fn sample(&mut self, s: &Sample<'_>) {
-        if self.io_error.is_some() {
+        // After an error nothing more is written: the file stays a readable prefix of the recording.
+        if self.error.is_some() {
             return;
         }
         let stack = self.writer.intern_stack(s.frames);
@@ -67,8 +108,9 @@ impl Sink for FileSink {
             status: s.status,
             stack,
         };
+        self.last_time_ns = s.time_ns;
         if let Err(e) = self.writer.push_sample(&rec) {
-            self.io_error = Some(std::io::Error::other(e));
+            self.error = Some(e);
         }
     }
 
@@ -77,10 +119,12 @@ impl Sink for FileSink {
     }
 
     fn flush(&mut self) -> Result<()> {
-        if let Some(e) = self.io_error.take() {
-            return Err(e).with_context(|| self.cannot_write());
+        if let Some(e) = self.error.take() {
+            return Err(self.failed(e));
         }
-        self.writer.flush().with_context(|| self.cannot_write())
+        self.writer.flush().map_err(|e| self.failed(e))?;
+        self.durable = (self.writer.samples_written(), self.last_time_ns);
+        Ok(())
     }
 
     fn finish(mut self: Box<Self>, stats: &Stats) -> Result<Option<String>> {
@@ -89,11 +133,11 @@ impl Sink for FileSink {
         let stats = Stats { samples, ..stats.clone() };
         let symbols = self.writer.symbol_count();
         let nodes = self.writer.stack_node_count();
-        let what = self.cannot_write();
-        let FileSink { writer, path, .. } = *self;
-        let out = writer.finish(&stats).with_context(|| what.clone())?;
-        let file = out.into_inner().map_err(|e| e.into_error()).with_context(|| what.clone())?;
-        file.sync_all().with_context(|| what.clone())?;
+        let FileSink { writer, path, durable, .. } = *self;
+        let failed = |e| write_error(&path, samples, durable, e);
+        let out = writer.finish(&stats).map_err(failed)?;
+        let file = out.into_inner().map_err(|e| failed(e.into_error().into()))?;
+        file.sync_all().map_err(|e| failed(e.into()))?;
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         Ok(Some(format!(
             "pyperf: wrote {} ({}, {} symbols, {} stack nodes, {:.1} bytes/sample)",

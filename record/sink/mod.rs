@@ -6,7 +6,9 @@ pub mod file;
 pub mod output;
 
 use anyhow::Result;
-use pyperf_format::{GilState, Process, PthreadIdMatch, RecorderWarning, StackStatus, Stats, Symbol, ThreadStateMatch};
+use pyperf_format::{
+    GilState, Process, PthreadIdMatch, RecorderWarning, StackStatus, Stats, Symbol, ThreadName, ThreadStateMatch,
+};
 
 /// One symbolized sample.
 #[derive(Debug, Clone, Copy)]
@@ -39,6 +41,11 @@ pub trait Sink {
     fn process(&mut self, p: &Process) -> Result<()>;
     /// Something whoever reads the recording should know (also said on stderr by the session).
     fn warning(&mut self, w: &RecorderWarning) -> Result<()>;
+    /// Python thread names read from the processes: each new, or changed since the last one given for its thread
+    /// (format 1.2's `ThreadNameChunk`). A sink that has no use for them keeps this default, which drops them.
+    fn thread_names(&mut self, _names: &[ThreadName]) -> Result<()> {
+        Ok(())
+    }
     /// Symbol `id` is `symbol`; ids are dense and come in order, each once, before any sample uses it.
     fn symbol(&mut self, id: u32, symbol: &Symbol);
     /// A sample. Cannot fail here (it is called from inside the ring buffer's callback): a sink keeps its first

@@ -9,6 +9,8 @@
 //! - the new file is opened with O_CREAT | O_EXCL | O_NOFOLLOW: a symlink (or anything else) planted at the path
 //!   between the rename and the open makes the open fail instead of writing through it;
 //! - mode 0600: stacks reveal code, paths and command lines;
+//! - made by root under sudo (`SUDO_UID` / `SUDO_GID` set), it is given to the user who ran sudo, who could not
+//!   read it otherwise (a previous recording moved to `PATH.old` keeps its owner);
 //! - a start that fails after the file was created ([`StartGuard`]) removes it and puts the previous recording
 //!   back, so a failed `pyperf record` leaves the directory as it found it.
 
@@ -69,9 +71,12 @@ impl Output {
     }
 }
 
-/// Fails if `path` exists and is neither a regular file nor a symlink (which pyperf would move aside). Changes
-/// nothing: for checking the output before starting anything.
+/// Fails if `path` is empty, or exists and is neither a regular file nor a symlink (which pyperf would move aside).
+/// Changes nothing: for checking the output before starting anything.
 pub fn check(path: &Path) -> Result<()> {
+    if path.as_os_str().is_empty() {
+        bail!("the output file name is empty: give one with -o FILE");
+    }
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -110,7 +115,24 @@ fn create_new(path: &Path) -> io::Result<File> {
     // Exactly 0600 whatever the umask (a umask can only have removed bits, but a strange one could remove the
     // owner's own read permission).
     file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    if let Some((uid, gid)) = sudo_user() {
+        // On the descriptor, not the path: the file we made, whatever is renamed meanwhile.
+        if let Err(e) = std::os::unix::fs::fchown(&file, Some(uid), gid) {
+            crate::say!("pyperf: warning: cannot give {} to the sudo user (uid {uid}): {e}", path.display());
+        }
+    }
     Ok(file)
+}
+
+/// The user who ran `sudo pyperf ...` (`SUDO_UID`, and `SUDO_GID` if set), when pyperf runs as root: recordings
+/// go to them.
+fn sudo_user() -> Option<(u32, Option<u32>)> {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let id = |name: &str| std::env::var(name).ok()?.trim().parse::<u32>().ok();
+    Some((id("SUDO_UID")?, id("SUDO_GID")))
 }
 
 /// Removes a just-created output file and restores the previous one, unless the start succeeded.

@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use crate::python::{self, InspectError, PythonProcess};
 pub use procfs::Identity;
 use procfs::{changed, identity, none_alive, start_time, stat};
-pub use workload::Workload;
+pub use workload::{Ending, Workload, GRACE};
 
 /// Looks at a process image found not to be Python before it is left alone (see [`Targets::scan`]).
 const NOT_PYTHON_LOOKS: u32 = 2;
@@ -47,6 +47,19 @@ pub enum Event {
     },
 }
 
+/// Why recording stopped: how a command pyperf started is ended, and pyperf's exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// The targets exited: pyperf exits with the command's status.
+    Exited,
+    /// `--duration` was reached: the command is stopped (SIGINT, SIGTERM, SIGKILL), pyperf exits 0.
+    Duration,
+    /// SIGINT or SIGTERM to pyperf: the command is stopped likewise, pyperf exits with its status.
+    Signal,
+    /// Recording failed (a full disk): the command runs on to its end, pyperf waits for it and exits 1.
+    Failed,
+}
+
 enum Mode {
     /// The pids given and their start times: the same processes are followed through exec, never a later
     /// process that reuses the pid.
@@ -65,6 +78,9 @@ pub struct Targets {
     /// pid makes a new identity, worth new looks.
     rejected: HashMap<(u32, Identity), u32>,
     pending_pids: Vec<u32>,
+    /// The workload's image and a digest of its memory map ([`procfs::maps_digest`]) when last found not to run
+    /// Python.
+    workload_not_python: Option<(Identity, u64)>,
     /// Processes handed out in [`Event::Found`] (those set up are this minus `setup_failed`).
     found: u64,
     /// Python processes that could not be set up (BPF map of processes full, vanished meanwhile, memory not
@@ -123,6 +139,7 @@ impl Targets {
             live: HashMap::new(),
             rejected: HashMap::new(),
             pending_pids,
+            workload_not_python: None,
             found: 0,
             setup_failed: 0,
             unsupported: 0,
@@ -141,10 +158,18 @@ impl Targets {
         self.live.len()
     }
 
-    /// A workload that should be caught as soon as its interpreter is mapped, before its own code runs: the
-    /// caller scans tightly until something is followed (or [`Targets::workload_exited`]).
-    pub fn wants_fast_start(&self) -> bool {
+    /// pyperf started a command (`-- CMD`).
+    pub fn has_workload(&self) -> bool {
         matches!(self.mode, Mode::Workload(_))
+    }
+
+    /// A command pyperf started runs, and no Python process is followed: the caller should scan often (it may
+    /// become Python any moment, and should be caught before its own code runs).
+    pub fn waiting_for_python(&mut self) -> bool {
+        match &mut self.mode {
+            Mode::Workload(w) => self.live.is_empty() && !w.exited(),
+            _ => false,
+        }
     }
 
     /// What the trailer counts about the targets.
@@ -224,6 +249,13 @@ impl Targets {
             if looks >= NOT_PYTHON_LOOKS {
                 continue;
             }
+            // The command's own process is looked at until it runs Python; an unchanged image and memory map would
+            // get the same answer, without reading its binaries again.
+            let own = matches!(&self.mode, Mode::Workload(w) if w.pid() == pid && !self.ever_profiled());
+            let digest = if own { procfs::maps_digest(pid).map(|d| (id, d)) } else { None };
+            if digest.is_some() && digest == self.workload_not_python {
+                continue;
+            }
             match python::inspect(pid) {
                 // Inspected the image we identified? An exec in between would leave a stale identity.
                 Ok(p) if identity(pid) == Some(id) => events.push(self.found(p, id, false)),
@@ -232,7 +264,9 @@ impl Targets {
                     // Right after exec the dynamic loader may not have mapped libpython yet: every image gets a
                     // second look a scan later (a workload's own process, until it is first profiled, as many
                     // as it needs); then it is left alone until it execs something else.
-                    if !matches!(&self.mode, Mode::Workload(w) if w.pid() == pid && !self.ever_profiled()) {
+                    if own {
+                        self.workload_not_python = digest;
+                    } else {
                         self.rejected.insert((pid, id), looks + 1);
                     }
                 }
@@ -271,22 +305,61 @@ impl Targets {
         self.live.keys().copied()
     }
 
-    /// Ends the workload, if any, and gives pyperf's exit code: the workload's status, else success.
-    pub fn finish(mut self) -> Result<ExitCode> {
+    /// Ends the workload, if any, as `stop` asks ([`Stop`]), and gives pyperf's exit code. `signals_seen`: the
+    /// SIGINT / SIGTERM to pyperf already acted on ([`crate::signals::received`] when recording stopped); each
+    /// later one hurries the end of the command.
+    pub fn finish(mut self, stop: Stop, signals_seen: usize) -> Result<ExitCode> {
         self.finished = true;
         let ever = self.ever_profiled();
-        let Mode::Workload(w) = &mut self.mode else { return Ok(ExitCode::SUCCESS) };
-        let status = w.finish().with_context(|| format!("waiting for {}", w.argv0()))?;
+        let Mode::Workload(w) = &mut self.mode else {
+            return Ok(if stop == Stop::Failed { ExitCode::FAILURE } else { ExitCode::SUCCESS });
+        };
+        let how = match stop {
+            Stop::Failed => {
+                if !w.exited() {
+                    crate::say!("pyperf: waiting for {} to end (Ctrl-C stops it)", w.argv0());
+                }
+                Ending::Wait
+            }
+            // The terminal's Ctrl-C went to the command too: no second SIGINT from pyperf.
+            Stop::Signal => Ending::Stop { sigint: !crate::signals::last_from_terminal() },
+            Stop::Exited | Stop::Duration => Ending::Stop { sigint: true },
+        };
+        let ended = w.end(how, signals_seen).with_context(|| format!("waiting for {}", w.argv0()))?;
+        if let Some(sig) = ended.signal {
+            let why = match stop {
+                Stop::Duration => "--duration reached",
+                Stop::Failed => "pyperf was interrupted",
+                Stop::Exited | Stop::Signal => "recording interrupted",
+            };
+            let how = match (sig, ended.hurried) {
+                ("SIGKILL", true) => "killed the command with SIGKILL (pyperf got another SIGINT/SIGTERM)".to_string(),
+                ("SIGKILL", false) => format!(
+                    "killed the command with SIGKILL (SIGINT and SIGTERM did not end it within {} s)",
+                    2 * GRACE.as_secs()
+                ),
+                ("SIGTERM", _) => {
+                    format!("stopped the command with SIGTERM (it did not exit within {} s of SIGINT)", GRACE.as_secs())
+                }
+                (sig, _) => format!("stopped the command with {sig}"),
+            };
+            crate::say!("pyperf: {why}; {how}");
+        }
         if !ever {
             crate::say!("pyperf: warning: {} ran no Python process that pyperf could profile", w.argv0());
         }
         use std::os::unix::process::ExitStatusExt;
-        let code = match (status.code(), status.signal()) {
+        let code = match (ended.status.code(), ended.status.signal()) {
             (Some(c), _) => c,
             (None, Some(sig)) => 128 + sig,
             _ => 1,
         };
-        Ok(ExitCode::from(code.clamp(0, 255) as u8))
+        Ok(match stop {
+            Stop::Failed => ExitCode::FAILURE,
+            // The duration ended the recording, and pyperf the command: a success, as for perf and py-spy.
+            Stop::Duration if ended.signal.is_some() => ExitCode::SUCCESS,
+            _ => ExitCode::from(code.clamp(0, 255) as u8),
+        })
     }
 }
 

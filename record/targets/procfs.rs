@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// One program run in one process. Pid reuse changes the start time; exec keeps the pid and the start time but
 /// builds a new address space, whose code and stack addresses (set by exec, placed at random by ASLR; a different
@@ -59,7 +60,25 @@ pub fn parse_stat(stat: &str) -> Option<Stat> {
 
 /// /proc/PID/stat of `pid`, None if it is gone.
 pub fn stat(pid: u32) -> Option<Stat> {
-    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    parse_stat(&read_small(&format!("/proc/{pid}/stat"))?)
+}
+
+/// A small /proc file, read in one or two read(2) calls: scans read one per process, many times a second, and
+/// `read_to_string` spends a stat(2) and four reads on each (a /proc file says its size is 0).
+pub fn read_small(path: &str) -> Option<String> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        match file.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    String::from_utf8(buf).ok()
 }
 
 /// The identity of `pid` now; None if it is gone.
@@ -177,28 +196,62 @@ pub fn all_pids() -> Vec<u32> {
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
 }
 
-/// `root` and every live process descending from it.
+/// `root` and every process descending from it. Read from the children lists of the processes in the tree (a
+/// few small reads, however many processes the host runs) where the kernel has them (CONFIG_PROC_CHILDREN), else
+/// from the parent of every process.
 pub fn descendants(root: u32) -> Vec<u32> {
-    let mut tree: HashMap<u32, Vec<u32>> = HashMap::new();
+    static CHILDREN_LISTS: OnceLock<bool> = OnceLock::new();
+    let lists = *CHILDREN_LISTS.get_or_init(|| {
+        let me = std::process::id();
+        Path::new(&format!("/proc/{me}/task/{me}/children")).exists()
+    });
+    let kids = |pid: u32| -> Vec<u32> {
+        // Per thread: a child is listed under the thread that forked it.
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+        let mut out = Vec::new();
+        for task in tasks.filter_map(|t| t.ok()) {
+            if let Some(list) = task.path().join("children").to_str().and_then(read_small) {
+                out.extend(list.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+            }
+        }
+        out
+    };
+    if lists {
+        return tree(root, kids);
+    }
+    let mut by_parent: HashMap<u32, Vec<u32>> = HashMap::new();
     for pid in all_pids() {
         if let Some(s) = stat(pid) {
-            tree.entry(s.ppid).or_default().push(pid);
+            by_parent.entry(s.ppid).or_default().push(pid);
         }
     }
+    tree(root, |pid| by_parent.get(&pid).cloned().unwrap_or_default())
+}
+
+/// `root` and its descendants, `children` giving the children of a process.
+fn tree(root: u32, children: impl Fn(u32) -> Vec<u32>) -> Vec<u32> {
     let mut out = vec![root];
     let mut seen: HashSet<u32> = HashSet::from([root]);
     let mut i = 0;
     while i < out.len() {
-        if let Some(kids) = tree.get(&out[i]) {
-            for &k in kids {
-                if seen.insert(k) {
-                    out.push(k);
-                }
+        for k in children(out[i]) {
+            if seen.insert(k) {
+                out.push(k);
             }
         }
         i += 1;
     }
     out
+}
+
+/// A digest of /proc/PID/maps (addresses, permissions, files): what finding the process's interpreter depends on,
+/// besides its image. None if it is gone.
+pub fn maps_digest(pid: u32) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let maps = std::fs::read(format!("/proc/{pid}/maps")).ok()?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    maps.hash(&mut h);
+    Some(h.finish())
 }
 
 /// True when no followed process is alive (as the image it was set up for) any more.
@@ -227,6 +280,33 @@ mod tests {
         f[26] = image.1.to_string();
         f[27] = image.2.to_string();
         f.join(" ") + "\n"
+    }
+
+    #[test]
+    fn descendants_of_a_process_tree() {
+        use std::time::{Duration, Instant};
+        // sh -> (sleep, sh -> sleep): the root first, then the other three.
+        let mut sh =
+            std::process::Command::new("sh").args(["-c", "sleep 30 & sh -c 'sleep 30 & wait' & wait"]).spawn().unwrap();
+        let root = sh.id();
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut found = descendants(root);
+        while found.len() < 4 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+            found = descendants(root);
+        }
+        // Each one's parent (as /proc/PID/stat says) is in the tree.
+        let orphans: Vec<u32> =
+            found[1..].iter().copied().filter(|&p| !stat(p).is_some_and(|s| found.contains(&s.ppid))).collect();
+        // The processes this test started, youngest first.
+        for &pid in found.iter().rev() {
+            // SAFETY: plain kill(2).
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        let _ = sh.wait();
+        assert_eq!(found[0], root);
+        assert_eq!(found.len(), 4, "{found:?}");
+        assert!(orphans.is_empty(), "{orphans:?} of {found:?}");
     }
 
     #[test]

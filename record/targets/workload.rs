@@ -1,8 +1,53 @@
-//! The command `pyperf record -- CMD` starts: spawned, watched, ended as Ctrl-C would when recording stops first.
+//! The command `pyperf record -- CMD` starts: spawned, watched, and ended when recording stops first.
+//!
+//! Ending it escalates: SIGINT, then SIGTERM after [`GRACE`], then SIGKILL after another; a further SIGINT or
+//! SIGTERM to pyperf meanwhile goes straight to SIGKILL, so that pyperf never hangs on a command that ignores
+//! signals.
 
 use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+
+use crate::signals;
+
+/// How long the command gets to exit after each signal but the last.
+pub const GRACE: Duration = Duration::from_secs(2);
+/// How often the command's exit and pyperf's signals are looked at while waiting: during a grace period, and
+/// while waiting for as long as the command runs ([`Ending::Wait`]: fewer wakeups, still at once for a person).
+const WAIT_TICK: Duration = Duration::from_millis(10);
+const IDLE_TICK: Duration = Duration::from_millis(100);
+
+/// How pyperf ends the command (see [`Workload::end`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Recording stopped first (its duration, a signal): stop the command. With `sigint`, SIGINT first; without,
+    /// the command got the terminal's Ctrl-C already and is given [`GRACE`] to act on it before SIGTERM.
+    Stop {
+        /// Send SIGINT first.
+        sigint: bool,
+    },
+    /// Recording failed: let the command run to its end (it is not its fault), unless pyperf is signalled, which
+    /// then stops it as [`Ending::Stop`] does.
+    Wait,
+}
+
+/// What ending the command took.
+#[derive(Debug, Clone, Copy)]
+pub struct Ended {
+    /// Its exit status.
+    pub status: ExitStatus,
+    /// The last signal pyperf sent it before it exited (`SIGINT`, `SIGTERM`, `SIGKILL`), if any.
+    pub signal: Option<&'static str>,
+    /// It was killed at once because pyperf got another SIGINT or SIGTERM meanwhile.
+    pub hurried: bool,
+}
+
+enum Waited {
+    Exited(ExitStatus),
+    Signalled,
+    TimedOut,
+}
 
 /// A command pyperf started.
 pub struct Workload {
@@ -37,17 +82,77 @@ impl Workload {
         self.status.is_some()
     }
 
-    /// Its exit status; if it still runs (recording stopped first: duration, Ctrl-C), it is ended as Ctrl-C
-    /// would end it, and waited for.
-    pub fn finish(&mut self) -> std::io::Result<ExitStatus> {
-        if let Some(s) = self.status {
-            return Ok(s);
+    /// Waits for it to exit, ending it as `how` says if it still runs. `signals_seen` is the count of pyperf's
+    /// SIGINT / SIGTERM ([`signals::received`]) already acted on: each one after it escalates.
+    pub fn end(&mut self, how: Ending, signals_seen: usize) -> std::io::Result<Ended> {
+        let mut ended = Ended { status: ExitStatus::default(), signal: None, hurried: false };
+        let mut seen = signals_seen;
+        let sigint = match how {
+            Ending::Stop { sigint } => sigint,
+            Ending::Wait => match self.wait_for(None, seen)? {
+                Waited::Exited(status) => return Ok(Ended { status, ..ended }),
+                _ => {
+                    seen = signals::received();
+                    !signals::last_from_terminal()
+                }
+            },
+        };
+        for (sig, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM")] {
+            // Without SIGINT: the terminal's Ctrl-C reached it already, its grace starts now.
+            if sig != libc::SIGINT || sigint {
+                if let Some(status) = self.poll()? {
+                    return Ok(Ended { status, ..ended });
+                }
+                self.signal(sig);
+                ended.signal = Some(name);
+            }
+            match self.wait_for(Some(GRACE), seen)? {
+                Waited::Exited(status) => return Ok(Ended { status, ..ended }),
+                Waited::Signalled => {
+                    ended.hurried = true;
+                    break;
+                }
+                Waited::TimedOut => {}
+            }
         }
+        if let Some(status) = self.poll()? {
+            return Ok(Ended { status, ..ended });
+        }
+        self.signal(libc::SIGKILL);
+        ended.signal = Some("SIGKILL");
+        ended.status = self.child.wait()?;
+        self.status = Some(ended.status);
+        Ok(ended)
+    }
+
+    /// Waits up to `limit` (without: for ever) for it to exit, or for pyperf to get a signal beyond `seen`.
+    fn wait_for(&mut self, limit: Option<Duration>, seen: usize) -> std::io::Result<Waited> {
+        let until = limit.map(|l| Instant::now() + l);
+        loop {
+            if let Some(status) = self.poll()? {
+                return Ok(Waited::Exited(status));
+            }
+            if signals::received() > seen {
+                return Ok(Waited::Signalled);
+            }
+            if until.is_some_and(|u| Instant::now() >= u) {
+                return Ok(Waited::TimedOut);
+            }
+            std::thread::sleep(if limit.is_some() { WAIT_TICK } else { IDLE_TICK });
+        }
+    }
+
+    /// Its status if it has exited (reaped), without waiting.
+    fn poll(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        if self.status.is_none() {
+            self.status = self.child.try_wait()?;
+        }
+        Ok(self.status)
+    }
+
+    fn signal(&self, sig: libc::c_int) {
         // SAFETY: plain kill(2) on our own child, not yet reaped (so its pid is still ours).
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let s = self.child.wait()?;
-        self.status = Some(s);
-        Ok(s)
+        unsafe { libc::kill(self.child.id() as i32, sig) };
     }
 
     /// pyperf failed: the command must not live on unwatched.

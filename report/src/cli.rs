@@ -1,11 +1,12 @@
 //! `pyperf report`: the command-line front end, shared by `pyperf report` and the standalone `pyperf-report`.
 
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
-use std::path::PathBuf;
+use std::io::{self, BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use crate::error::ReportError;
 use crate::filter::Filter;
+use crate::output::{self, Replacement};
 use crate::profile::{LoadOptions, Profile};
 use crate::{flamegraph, folded, names, program, speedscope, text};
 
@@ -68,6 +69,16 @@ impl Format {
             Format::Flamegraph => "svg",
         }
     }
+
+    /// For a format nobody reads in a terminal: what it is, and a file name to suggest instead
+    /// (`an SVG flame graph`, `flame.svg`). Such output to a terminal is refused.
+    fn not_for_terminal(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Format::Text | Format::Folded => None,
+            Format::Speedscope => Some(("speedscope JSON", "prof.speedscope.json")),
+            Format::Flamegraph => Some(("an SVG flame graph", "flame.svg")),
+        }
+    }
 }
 
 impl From<Format> for FormatFlags {
@@ -83,9 +94,17 @@ impl From<Format> for FormatFlags {
 }
 
 /// Arguments of `pyperf report`.
+///
+/// One field per flag (a format's own options, such as the flame graph's, go next to the others):
+/// [`ReportArgs::default`] lists every field with the command line's default. The recording is given either way
+/// (positional or `-i`): [`ReportArgs::input_path`] is the one given.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct ReportArgs {
-    /// Recording to read (`-` for standard input)
+    /// Recording to read: the same as -i FILE (`-` for standard input) [default: prof.pyp]
+    #[arg(value_name = "RECORDING", conflicts_with = "input")]
+    pub recording: Option<PathBuf>,
+
+    /// Recording to read (`-` for standard input); the same as RECORDING
     #[arg(short, long, value_name = "FILE", default_value = "prof.pyp")]
     pub input: PathBuf,
 
@@ -93,9 +112,13 @@ pub struct ReportArgs {
     #[command(flatten)]
     pub format: FormatFlags,
 
-    /// Write to FILE instead of standard output
+    /// Write to FILE instead of standard output: a new file (mode 0600) renamed over FILE once complete; refuses a
+    /// symlink, the input, and a pyperf recording (see --force) [default: standard output]
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Let -o FILE replace a pyperf recording (never the input)
+    #[arg(long, requires = "output")]
+    pub force: bool,
 
     /// Only these processes: host pids, or pids inside a container's PID namespace (repeat or comma-separate)
     #[arg(long, value_name = "PID", value_delimiter = ',')]
@@ -104,7 +127,7 @@ pub struct ReportArgs {
     #[arg(long, value_name = "TID", value_delimiter = ',')]
     pub tid: Vec<u32>,
     /// Only samples in these GIL states: no-info, error, uninitialized, released, held, held-by-current,
-    /// other-thread, held-no-holder (repeat or comma-separate)
+    /// other-thread, held-no-holder, waiting (repeat or comma-separate)
     #[arg(long, value_name = "STATE", value_delimiter = ',')]
     pub gil: Vec<String>,
     /// Only samples with these thread-state matches: unknown, current, not-current, no-thread-state,
@@ -114,7 +137,7 @@ pub struct ReportArgs {
     /// Only samples with these pthread-id matches: unknown, match, mismatch, no-thread-state, null, error
     #[arg(long, value_name = "STATE", value_delimiter = ',')]
     pub pthread_id: Vec<String>,
-    /// Only samples with these stack statuses: complete, error, truncated, idle
+    /// Only samples with these stack statuses: complete, error, truncated, idle, incomplete
     #[arg(long, value_name = "STATUS", value_delimiter = ',')]
     pub status: Vec<String>,
 
@@ -133,14 +156,22 @@ pub struct ReportArgs {
     /// Title of the flame graph / name of the speedscope file [default: the recorded command]
     #[arg(long, value_name = "TEXT")]
     pub title: Option<String>,
+    /// Flame graph with the root at the top and callees below (an icicle graph)
+    #[arg(long)]
+    pub icicle: bool,
+    /// Flame graph width in pixels [default: the browser window's]
+    #[arg(long, value_name = "PX", value_parser = clap::value_parser!(u32).range(200..=100_000))]
+    pub width: Option<u32>,
 }
 
 impl Default for ReportArgs {
     fn default() -> Self {
         ReportArgs {
+            recording: None,
             input: PathBuf::from("prof.pyp"),
             format: FormatFlags::default(),
             output: None,
+            force: false,
             pid: Vec::new(),
             tid: Vec::new(),
             gil: Vec::new(),
@@ -152,6 +183,8 @@ impl Default for ReportArgs {
             tid_root: false,
             top: 20,
             title: None,
+            icicle: false,
+            width: None,
         }
     }
 }
@@ -160,6 +193,11 @@ impl ReportArgs {
     /// The defaults of the command line (`-i prof.pyp`, text) with this output format.
     pub fn with_format(format: Format) -> Self {
         ReportArgs { format: format.into(), ..ReportArgs::default() }
+    }
+
+    /// The recording to read: the positional RECORDING if given, else `-i` (`-`: standard input).
+    pub fn input_path(&self) -> &Path {
+        self.recording.as_deref().unwrap_or(&self.input)
     }
 
     /// The format the flags select ([`Format::Text`] when none is given).
@@ -204,7 +242,19 @@ impl ReportArgs {
 
     /// Reads the input as these arguments ask.
     pub fn load(&self) -> Result<Profile, ReportError> {
-        Profile::open(&self.input, &self.load_options()?)
+        let input = self.input_path();
+        if input == Path::new("-") && io::stdin().is_terminal() {
+            let reason = "it is a terminal; pipe a recording in (< prof.pyp) or name one".to_string();
+            return Err(ReportError::Open { path: "standard input".into(), reason });
+        }
+        Profile::open(input, &self.load_options()?).map_err(|e| match e {
+            // The usual first mistake: no recording here (yet). Say how to get or name one.
+            ReportError::Open { path, reason } if is_missing(input) => ReportError::Open {
+                reason: format!("{reason}; record one with `pyperf record`, or give an existing recording's path"),
+                path,
+            },
+            other => other,
+        })
     }
 
     fn folded_options(&self) -> folded::Options {
@@ -222,15 +272,22 @@ pub fn write_report<W: Write>(args: &ReportArgs, profile: &Profile, out: W) -> i
             speedscope::write(profile, &o, out)
         }
         Format::Flamegraph => {
-            let o =
-                flamegraph::Options { folded: args.folded_options(), title: args.title.clone(), ..Default::default() };
+            let o = flamegraph::Options {
+                folded: args.folded_options(),
+                title: args.title.clone(),
+                icicle: args.icicle,
+                width: args.width.map(|w| w as usize),
+                ..Default::default()
+            };
             flamegraph::write(profile, &o, out)
         }
     }
 }
 
 /// Runs `pyperf report`: reads the input, prints warnings to standard error as `pyperf-report: warning: ...`,
-/// writes the report. A closed output pipe (`| head`) ends it successfully.
+/// writes the report to standard output or to `-o FILE` (the way the recorder writes a recording: never through a
+/// symlink, never over the input or, without `--force`, another recording, mode 0600, complete or not at all).
+/// A closed output pipe (`| head`) ends it successfully.
 pub fn run(args: &ReportArgs) -> anyhow::Result<()> {
     match run_report(args) {
         Err(e) if e.is_broken_pipe() => Ok(()),
@@ -238,7 +295,59 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<()> {
     }
 }
 
+/// For a command line that did not parse (clap's `try_parse`): `--help` and `--version` go to standard output
+/// (closed or full: one line on standard error, exit code 1; a closed pipe: success), anything else is clap's usage
+/// error on standard error with exit code 2. Returns the exit code.
+pub fn exit_for_clap_error(err: &clap::Error) -> ExitCode {
+    let code = u8::try_from(err.exit_code()).unwrap_or(1);
+    if err.use_stderr() {
+        let _ = err.print();
+        return ExitCode::from(code);
+    }
+    let printed = if output::stdout_closed_at_start() {
+        Err(stdout_closed())
+    } else {
+        err.print().and_then(|()| io::stdout().flush())
+    };
+    match printed {
+        Ok(()) => ExitCode::from(code),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::from(code),
+        Err(e) => {
+            let _ = writeln!(io::stderr(), "{}: {}", program(), ReportError::write(STDOUT, e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// How messages name standard output.
+const STDOUT: &str = "standard output";
+
+fn stdout_closed() -> io::Error {
+    io::Error::other("it is closed")
+}
+
+/// Whether nothing is at `path` (not even a dangling symlink).
+fn is_missing(path: &Path) -> bool {
+    path != Path::new("-") && std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+}
+
 fn run_report(args: &ReportArgs) -> Result<(), ReportError> {
+    let format = args.output_format();
+    let input = args.input_path();
+    // What can be refused without reading the input is refused first: a long recording is not read for nothing.
+    match &args.output {
+        Some(path) => output::check_target(path, input, args.force)?,
+        None => {
+            if output::stdout_closed_at_start() {
+                return Err(ReportError::write(STDOUT, stdout_closed()));
+            }
+            if let Some((what, example)) = format.not_for_terminal() {
+                if io::stdout().is_terminal() {
+                    return Err(ReportError::Terminal { what, example });
+                }
+            }
+        }
+    }
     let profile = args.load()?;
     {
         let mut stderr = io::stderr().lock();
@@ -246,29 +355,24 @@ fn run_report(args: &ReportArgs) -> Result<(), ReportError> {
             let _ = writeln!(stderr, "{}: warning: {}", program(), names::escape_text(w));
         }
     }
-    if args.output_format() == Format::Flamegraph && profile.matched.samples == 0 {
+    if format == Format::Flamegraph && profile.matched.samples == 0 {
         return Err(ReportError::Empty(flamegraph::NO_SAMPLES.to_string()));
     }
     match &args.output {
         Some(path) => {
             let target = path.display().to_string();
-            if let (Ok(a), Ok(b)) = (path.canonicalize(), args.input.canonicalize()) {
-                if a == b {
-                    return Err(ReportError::write(
-                        &target,
-                        io::Error::new(io::ErrorKind::InvalidInput, "it is the input recording; not overwriting it"),
-                    ));
-                }
-            }
-            // Created only now, after the input was read: a failed report does not clobber an older output.
-            let file = File::create(path).map_err(|e| ReportError::write(&target, e))?;
-            write_report(args, &profile, BufWriter::with_capacity(1 << 16, file))
-                .map_err(|e| ReportError::write(&target, e))
+            // Created only now, after the input was read; dropped on an error, it is removed again.
+            let file = Replacement::create(path)?;
+            let mut out = BufWriter::with_capacity(1 << 16, file.file());
+            write_report(args, &profile, &mut out)
+                .and_then(|()| out.flush())
+                .map_err(|e| ReportError::write(&target, e))?;
+            drop(out);
+            file.commit(input, args.force)
         }
         None => {
-            let stdout = io::stdout().lock();
-            write_report(args, &profile, BufWriter::with_capacity(1 << 16, stdout))
-                .map_err(|e| ReportError::write("standard output", e))
+            let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
+            write_report(args, &profile, &mut out).and_then(|()| out.flush()).map_err(|e| ReportError::write(STDOUT, e))
         }
     }
 }
@@ -277,6 +381,32 @@ fn run_report(args: &ReportArgs) -> Result<(), ReportError> {
 mod tests {
     use super::*;
     use clap::{Args, Command, FromArgMatches};
+
+    /// The filter flags' help lists every key the filter accepts (a state added to the format crate is offered).
+    #[test]
+    fn filter_help_lists_every_key() {
+        use pyperf_format::{GilState, PthreadIdMatch, StackStatus, ThreadStateMatch};
+        let cmd = ReportArgs::augment_args(Command::new("pyperf-report"));
+        let help = |id: &str| {
+            let arg = cmd.get_arguments().find(|a| a.get_id() == id).expect("argument");
+            arg.get_help().expect("help").to_string()
+        };
+        for (id, keys) in [
+            ("gil", GilState::keys()),
+            ("thread_state", ThreadStateMatch::keys()),
+            ("pthread_id", PthreadIdMatch::keys()),
+            ("status", StackStatus::keys()),
+        ] {
+            // `Only ... states: a, b, c (repeat or comma-separate)`: the keys are the pieces between the punctuation.
+            let text = help(id);
+            for key in keys {
+                assert!(
+                    text.split([':', ',', '(']).any(|piece| piece.trim() == key),
+                    "--{id} help lacks {key}: {text}"
+                );
+            }
+        }
+    }
 
     /// [`Format::ALL`] is the list the tests iterate over: it must hold every flag of the `format` group, and
     /// each flag must select its own format.

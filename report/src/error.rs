@@ -28,6 +28,23 @@ pub enum ReportError {
         /// The failed write.
         err: io::Error,
     },
+    /// The output file is refused or cannot be put in place (see [`crate::ReportArgs::output`]): a symlink, the
+    /// input, a recording without `--force`, a directory that is not writable.
+    #[error("cannot write {target}: {reason}")]
+    Output {
+        /// The output file as the user named it.
+        target: String,
+        /// Why, and what to do instead.
+        reason: String,
+    },
+    /// A format nobody reads in a terminal (SVG, JSON) with standard output a terminal and no `-o FILE`.
+    #[error("not writing {what} to a terminal: use -o {example} (or redirect standard output)")]
+    Terminal {
+        /// The format in words: `an SVG flame graph`.
+        what: &'static str,
+        /// A file name to suggest: `flame.svg`.
+        example: &'static str,
+    },
     /// A filter names a state that does not exist.
     #[error("unknown {what} '{key}'; valid: {valid}")]
     UnknownKey {
@@ -66,9 +83,16 @@ pub fn io_reason(err: &io::Error) -> String {
     }
 }
 
+/// The format crate's message, with what to do where there is something to do.
 fn format_error(err: &pyperf_format::Error) -> String {
+    use pyperf_format::Error;
     match err {
-        pyperf_format::Error::Io(e) => io_reason(e),
+        Error::Io(e) => io_reason(e),
+        // `-i - < /dev/null`, or a pipe whose writer failed before writing anything.
+        Error::Truncated { offset: 0, .. } => "it is empty, not a recording".to_string(),
+        // Fatal only when the header chunk itself is cut: a longer cut file is reported up to the cut.
+        Error::Truncated { .. } => format!("{err}; nothing to report before it (copy the whole recording)"),
+        Error::NotARecording => format!("{err}; give a .pyp file written by `pyperf record`"),
         other => other.to_string(),
     }
 }

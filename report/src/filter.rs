@@ -1,5 +1,7 @@
 //! Which samples a report covers.
 
+use std::collections::HashSet;
+
 use pyperf_format::{GilState, PthreadIdMatch, StackStatus, ThreadStateMatch};
 
 use crate::error::ReportError;
@@ -130,8 +132,8 @@ impl Filter {
         tids.sort_unstable();
         Compiled {
             active: !self.is_empty(),
-            requested: pids.clone(),
             learned: 0,
+            namespaced: HashSet::new(),
             pids,
             tids,
             gil: table(self.gil.iter().map(|s| s.as_u8())),
@@ -145,9 +147,11 @@ impl Filter {
 /// A filter in the shape the sample loop wants.
 pub(crate) struct Compiled {
     pub active: bool,
+    /// The pids asked for (sorted), which may be namespace pids.
     pids: Vec<u32>,
-    /// The pids asked for, which may be namespace pids; [`Compiled::learn`] adds the host pids they stand for.
-    requested: Vec<u32>,
+    /// The host pids of processes whose namespace pid was asked for ([`Compiled::learn`]). A set: a crafted file
+    /// may hold many thousands of such records (and chooses the pids, hence SipHash).
+    namespaced: HashSet<u32>,
     /// Process records already looked at by `learn`.
     learned: usize,
     tids: Vec<u32>,
@@ -161,13 +165,12 @@ impl Compiled {
     /// Takes the process records read so far into account: a requested pid that is a process's pid inside its
     /// own PID namespace selects that process (by its host pid) too.
     pub fn learn(&mut self, processes: &[pyperf_format::Process]) {
-        if self.learned >= processes.len() || self.requested.is_empty() {
+        if self.learned >= processes.len() || self.pids.is_empty() {
             return;
         }
         for p in &processes[self.learned..] {
-            if p.ns_pid != 0 && p.ns_pid != p.pid && self.requested.contains(&p.ns_pid) && !self.pids.contains(&p.pid) {
-                self.pids.push(p.pid);
-                self.pids.sort_unstable();
+            if p.ns_pid != 0 && p.ns_pid != p.pid && self.pids.binary_search(&p.ns_pid).is_ok() {
+                self.namespaced.insert(p.pid);
             }
         }
         self.learned = processes.len();
@@ -178,7 +181,9 @@ impl Compiled {
         fn ok(t: &Option<Box<[bool; 256]>>, v: u8) -> bool {
             t.as_ref().is_none_or(|t| t[v as usize])
         }
-        (self.pids.is_empty() || self.pids.binary_search(&pid).is_ok())
+        (self.pids.is_empty()
+            || self.pids.binary_search(&pid).is_ok()
+            || (!self.namespaced.is_empty() && self.namespaced.contains(&pid)))
             && (self.tids.is_empty() || self.tids.binary_search(&tid).is_ok())
             && ok(&self.gil, gil)
             && ok(&self.thread_state, thread_state)

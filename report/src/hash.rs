@@ -1,5 +1,7 @@
-//! A small, fast, deterministic hasher for integer keys (the rustc "Fx" hash). Not DoS resistant, which does
-//! not matter for keys read from a local file whose size bounds the table.
+//! A small, fast, deterministic hasher for integer keys (the rustc "Fx" hash), for the dense ids the report makes
+//! or the file numbers densely (stack nodes, symbols, thread slots). It is not keyed: keys a crafted file chooses
+//! freely from a wide range (names, pids, tids) could be picked to collide and make a table quadratic, so those go
+//! in std's `HashMap` (SipHash, randomly keyed) instead.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -45,7 +47,10 @@ impl Hasher for FxHasher {
     }
     #[inline]
     fn finish(&self) -> u64 {
-        self.hash
+        // The high bits of a product are the well mixed ones, and hash tables index by the low bits: without the
+        // rotation, keys that differ only above their low bits (ids k << 20) would all fall in one bucket (as
+        // rustc-hash 2 does).
+        self.hash.rotate_left(26)
     }
 }
 

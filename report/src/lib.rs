@@ -25,6 +25,7 @@ mod error;
 mod filter;
 mod hash;
 pub mod names;
+mod output;
 mod profile;
 
 pub mod flamegraph;
@@ -33,10 +34,10 @@ pub mod speedscope;
 pub mod text;
 pub mod tree;
 
-pub use cli::{run, write_report, Format, FormatFlags, ReportArgs};
+pub use cli::{exit_for_clap_error, run, write_report, Format, FormatFlags, ReportArgs};
 pub use error::{ReportError, Result};
 pub use filter::Filter;
-pub use profile::{LoadOptions, Profile, StackCount, StateCounts, Thread, Timeline, ALL_THREADS};
+pub use profile::{LoadOptions, ProcessInstance, Profile, StackCount, StateCounts, Thread, Timeline, ALL_THREADS};
 
 /// Name used in messages: `pyperf-report: warning: ...`.
 pub fn program() -> String {

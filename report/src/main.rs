@@ -14,7 +14,11 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Not `Cli::parse()`: it would print `--help` into a closed or full standard output and exit 0.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return pyperf_report::exit_for_clap_error(&e),
+    };
     match pyperf_report::run(&cli.report) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

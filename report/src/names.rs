@@ -65,29 +65,41 @@ pub fn frame_name(sym: &Symbol, lines: bool) -> String {
     }
 }
 
+/// Whether `c` must not reach a terminal (or a line-based file) as it is: control characters (C0, DEL, C1:
+/// escape sequences, newlines, carriage returns), the bidirectional-text controls that reorder what a terminal
+/// or an editor shows (U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069: "Trojan Source"), and the Unicode
+/// line and paragraph separators, which some programs take for line ends.
+pub fn is_unsafe(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
+}
+
 /// Appends `name` made safe for one frame of a folded-stack line: `;` (the frame separator) becomes `\x3b`,
-/// control characters (newlines, tabs, ...) become `\n`, `\r`, `\t` or `\xNN` / `\u{NNNN}`, and a backslash
-/// becomes `\\`, so the escaping is unambiguous and the line format cannot break.
+/// unsafe characters ([`is_unsafe`]: newlines, tabs, escape sequences, bidirectional overrides) become `\n`,
+/// `\r`, `\t` or `\xNN` / `\u{NNNN}`, and a backslash becomes `\\`, so the escaping is unambiguous and the
+/// line format cannot break.
 pub fn escape_folded(name: &str, out: &mut String) {
     for c in name.chars() {
         match c {
             ';' => out.push_str(r"\x3b"),
             '\\' => out.push_str(r"\\"),
-            c if c.is_control() => escape_control(c, out),
+            c if is_unsafe(c) => escape_char(c, out),
             c => out.push(c),
         }
     }
 }
 
-/// `name` made safe for one line of the text report: control characters escaped as in [`escape_folded`].
+/// `name` made safe for one line of the text report or of a message on a terminal: unsafe characters
+/// ([`is_unsafe`]) escaped visibly as in [`escape_folded`] (`\x1b`, `\n`, `\u{202e}`), so that a name read
+/// from a recording can neither drive the terminal nor reorder or hide what is shown around it.
 pub fn escape_text(name: &str) -> String {
-    if !name.chars().any(char::is_control) {
+    if !name.chars().any(is_unsafe) {
         return name.to_string();
     }
     let mut out = String::with_capacity(name.len() + 8);
     for c in name.chars() {
-        if c.is_control() {
-            escape_control(c, &mut out);
+        if is_unsafe(c) {
+            escape_char(c, &mut out);
         } else {
             out.push(c);
         }
@@ -95,7 +107,7 @@ pub fn escape_text(name: &str) -> String {
     out
 }
 
-fn escape_control(c: char, out: &mut String) {
+fn escape_char(c: char, out: &mut String) {
     use std::fmt::Write;
     match c {
         '\n' => out.push_str(r"\n"),
@@ -140,6 +152,21 @@ mod tests {
         escape_folded("größe (/tmp/計算.py:3)", &mut plain);
         assert_eq!(plain, "größe (/tmp/計算.py:3)");
         assert_eq!(escape_text("a;b\nc"), r"a;b\nc");
+    }
+
+    #[test]
+    fn terminal_controls_and_bidi_overrides_are_escaped() {
+        let hostile = "a\u{1b}[31mred\u{7}\u{202e}evil\u{2066}x\u{2069}\u{200e}\u{200f}\u{61c}\u{2028}\u{9b}";
+        let want = r"a\x1b[31mred\x07\u{202e}evil\u{2066}x\u{2069}\u{200e}\u{200f}\u{061c}\u{2028}\x9b";
+        assert_eq!(escape_text(hostile), want);
+        let mut folded = String::new();
+        escape_folded(hostile, &mut folded);
+        assert_eq!(folded, want);
+        assert!(!escape_text(hostile).chars().any(is_unsafe));
+        // Ordinary non-ASCII text, including right-to-left scripts, is left alone.
+        for plain in ["größe", "計算", "مرحبا", "שלום", "a\u{200d}b"] {
+            assert_eq!(escape_text(plain), plain);
+        }
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Streaming a recording into counts: what every exporter starts from.
 
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io::{self, BufReader, Read};
+use std::ops::Bound;
 use std::path::Path;
 
 use pyperf_format::{
@@ -53,19 +55,47 @@ impl LoadOptions {
 /// [`StackCount::thread`] of a profile loaded without [`LoadOptions::per_thread`].
 pub const ALL_THREADS: u32 = u32::MAX;
 
-/// One OS thread (pid, tid) seen in the samples.
+/// One OS thread seen in the samples: a tid in one process instance ([`Profile::processes`]). The main thread of a
+/// process that exec'd keeps its tid but is another thread of another instance after the exec.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Thread {
     /// Process id (tgid).
     pub pid: u32,
     /// Thread id.
     pub tid: u32,
+    /// Index into [`Profile::processes`]: the process instance the thread belongs to.
+    pub process: u32,
     /// The thread's name (comm) in its last sample.
     pub comm: String,
+    /// Its Python name (`threading.Thread.name`) when the recorder read one (format 1.2+).
+    pub python_name: Option<String>,
+    /// Time of the first of its samples read (ns since the recording's start): where its Python name is looked up.
+    pub first_ns: u64,
     /// All its samples.
     pub samples: u64,
     /// Its samples that passed the filter.
     pub matched: u64,
+}
+
+/// One process as the report tells them apart: a pid from the `first_seen_ns` of its process record on, until a
+/// later record of the same pid (an exec, or the pid reused: FORMAT.md). A sample belongs to the latest record of
+/// its pid seen by its time (the first record for a sample taken before any); a pid no record describes is one
+/// instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessInstance {
+    /// Process id (tgid).
+    pub pid: u32,
+    /// Index into `tables.processes` of its record; `None` when the recording does not describe the pid.
+    pub record: Option<u32>,
+    /// How every report names it, unique in the profile: `python3.11 [pid 123]` (see [`Profile::process_label`]);
+    /// a pid with several instances has their number and start: `python3.11 [pid 123 #2, from 1.500 s]`.
+    pub label: String,
+    /// All its samples.
+    pub samples: u64,
+    /// Its samples that passed the filter.
+    pub matched: u64,
+    /// Its threads in [`Profile::threads`].
+    pub threads: u32,
 }
 
 /// How many matching samples had this stack on this thread.
@@ -160,6 +190,10 @@ pub struct Profile {
     pub warnings: Vec<String>,
     /// The filter the profile was loaded with.
     pub filter: Filter,
+    /// Process instances, by pid then start: one per process record, and one per pid without a record that has
+    /// samples. Filled when loaded with threads ([`LoadOptions::threads`]); without, only the records, with no
+    /// sample counts.
+    pub processes: Vec<ProcessInstance>,
     /// Threads in order of first sample.
     pub threads: Vec<Thread>,
     /// Matching samples per (thread, status, leaf), sorted by those.
@@ -183,8 +217,25 @@ fn pack(slot: u32, status: u8, leaf: u32) -> u64 {
     ((slot as u64) << 40) | ((status as u64) << 32) | leaf as u64
 }
 
-/// Direct-mapped cache of (pid, tid) -> thread slot, indexed by the tid's low bits.
+/// Direct-mapped cache of (pid, tid, time range) -> thread slot, indexed by the tid's low bits.
 const THREAD_CACHE: usize = 1024;
+
+/// The record of a thread whose pid has no process record (yet).
+const NO_RECORD: u32 = u32::MAX;
+
+/// A thread-cache entry: samples of (pid, tid) taken in `from..=last` go to `slot`, as long as no process record of
+/// the pid has been read since (`epoch`).
+#[derive(Clone, Copy)]
+struct CachedThread {
+    pid: u32,
+    tid: u32,
+    slot: u32,
+    epoch: u64,
+    from: u64,
+    last: u64,
+}
+
+const EMPTY_CACHE: CachedThread = CachedThread { pid: 0, tid: 0, slot: u32::MAX, epoch: 0, from: 0, last: 0 };
 
 struct Aggregator {
     filter: Compiled,
@@ -194,9 +245,21 @@ struct Aggregator {
     states: bool,
     /// Without per-thread counts: samples per leaf, one vector per status 0..4, grown as stacks are defined.
     dense: [Vec<u64>; 4],
-    thread_ids: FxMap<(u32, u32), u32>,
-    thread_cache: Vec<(u32, u32, u32)>,
+    /// (pid, tid, record) -> thread slot, record [`NO_RECORD`] while the pid has none. The file chooses pids and
+    /// tids freely: SipHash, which crafted values cannot make collide.
+    thread_ids: HashMap<(u32, u32, u32), u32>,
+    thread_cache: Vec<CachedThread>,
     threads: Vec<Thread>,
+    /// Per thread slot: its process record (index into `tables.processes`), or [`NO_RECORD`].
+    thread_records: Vec<u32>,
+    /// Per pid with records: (first_seen_ns, record index), ordered.
+    pid_records: HashMap<u32, BTreeSet<(u64, u32)>>,
+    /// Slots of the threads of pids without a record so far: the pid's first record takes them.
+    pending: HashMap<u32, Vec<u32>>,
+    /// Process records looked at so far.
+    records_seen: usize,
+    /// Bumped when a pid gets another record: the time ranges in the thread cache may have changed.
+    epoch: u64,
     counts: FxMap<u64, u64>,
     counts_far: FxMap<(u32, u8, u32), u64>,
     all: StateCounts,
@@ -258,9 +321,14 @@ impl Aggregator {
             track_threads: options.threads || options.per_thread || options.timeline,
             states: options.states,
             dense: Default::default(),
-            thread_ids: FxMap::default(),
-            thread_cache: vec![(0, 0, u32::MAX); THREAD_CACHE],
+            thread_ids: HashMap::new(),
+            thread_cache: vec![EMPTY_CACHE; THREAD_CACHE],
             threads: Vec::new(),
+            thread_records: Vec::new(),
+            pid_records: HashMap::new(),
+            pending: HashMap::new(),
+            records_seen: 0,
+            epoch: 0,
             counts: FxMap::default(),
             counts_far: FxMap::default(),
             all: StateCounts::default(),
@@ -288,27 +356,82 @@ impl Aggregator {
         }
     }
 
-    #[inline]
-    fn thread(&mut self, pid: u32, tid: u32) -> u32 {
-        let c = self.thread_cache[tid as usize % THREAD_CACHE];
-        if c.0 == pid && c.1 == tid && c.2 != u32::MAX {
-            return c.2;
+    /// Takes the process records read since the last call into account (records come before the samples of
+    /// their process: the recorder writes one when it starts following the process).
+    fn learn_processes(&mut self, processes: &[pyperf_format::Process]) {
+        for (i, p) in processes.iter().enumerate().skip(self.records_seen) {
+            let record = i as u32;
+            let list = self.pid_records.entry(p.pid).or_default();
+            list.insert((p.first_seen_ns, record));
+            if list.len() > 1 {
+                self.epoch += 1;
+                continue;
+            }
+            // The pid's first record: the threads seen before it belong to it.
+            for slot in self.pending.remove(&p.pid).unwrap_or_default() {
+                let t = &self.threads[slot as usize];
+                self.thread_ids.remove(&(t.pid, t.tid, NO_RECORD));
+                self.thread_ids.insert((t.pid, t.tid, record), slot);
+                self.thread_records[slot as usize] = record;
+            }
         }
-        self.thread_miss(pid, tid)
+        self.records_seen = processes.len();
+    }
+
+    /// The record a sample of `pid` at `time` belongs to (the latest one by then, else the earliest), and the
+    /// times for which that stays the answer.
+    fn record_at(&self, pid: u32, time: u64) -> (u32, u64, u64) {
+        let Some(list) = self.pid_records.get(&pid) else { return (NO_RECORD, 0, u64::MAX) };
+        let before = list.range(..=(time, u32::MAX)).next_back();
+        let Some(&(start, record)) = before.or_else(|| list.first()) else { return (NO_RECORD, 0, u64::MAX) };
+        let from = if before.is_some() { start } else { 0 };
+        // The next record starts after `time` (it would have been chosen otherwise), so above 0.
+        let last =
+            list.range((Bound::Excluded((time, u32::MAX)), Bound::Unbounded)).next().map_or(u64::MAX, |n| n.0 - 1);
+        (record, from, last)
+    }
+
+    #[inline]
+    fn thread(&mut self, pid: u32, tid: u32, time: u64) -> u32 {
+        let c = self.thread_cache[tid as usize % THREAD_CACHE];
+        if c.pid == pid
+            && c.tid == tid
+            && c.slot != u32::MAX
+            && c.epoch == self.epoch
+            && c.from <= time
+            && time <= c.last
+        {
+            return c.slot;
+        }
+        self.thread_miss(pid, tid, time)
     }
 
     #[cold]
-    fn thread_miss(&mut self, pid: u32, tid: u32) -> u32 {
+    fn thread_miss(&mut self, pid: u32, tid: u32, time: u64) -> u32 {
+        let (record, from, last) = self.record_at(pid, time);
         let next = self.threads.len() as u32;
-        let slot = *self.thread_ids.entry((pid, tid)).or_insert(next);
+        let slot = *self.thread_ids.entry((pid, tid, record)).or_insert(next);
         if slot == next {
-            self.threads.push(Thread { pid, tid, comm: String::new(), samples: 0, matched: 0 });
+            self.threads.push(Thread {
+                pid,
+                tid,
+                process: 0,
+                comm: String::new(),
+                python_name: None,
+                first_ns: time,
+                samples: 0,
+                matched: 0,
+            });
+            self.thread_records.push(record);
             self.comm_mark.push((u64::MAX, 0));
             if self.timeline {
                 self.timelines.push(Timeline::default());
             }
+            if record == NO_RECORD {
+                self.pending.entry(pid).or_default().push(slot);
+            }
         }
-        self.thread_cache[tid as usize % THREAD_CACHE] = (pid, tid, slot);
+        self.thread_cache[tid as usize % THREAD_CACHE] = CachedThread { pid, tid, slot, epoch: self.epoch, from, last };
         slot
     }
 
@@ -339,6 +462,9 @@ impl Aggregator {
     fn add(&mut self, tables: &Tables, c: &SampleChunk) {
         if self.filter.active {
             self.filter.learn(&tables.processes);
+        }
+        if self.track_threads {
+            self.learn_processes(&tables.processes);
         }
         // The two questions asked of every sample get their own copy of the loop.
         match (self.track_threads, self.filter.active, self.states) {
@@ -385,7 +511,7 @@ impl Aggregator {
                 lo = lo.min(time);
                 hi = hi.max(time);
             }
-            let slot = if THREADS { self.thread(pids[i], tids[i]) } else { 0 };
+            let slot = if THREADS { self.thread(pids[i], tids[i], time) } else { 0 };
             let s = slot as usize;
             if THREADS {
                 self.threads[s].samples += 1;
@@ -501,13 +627,19 @@ impl Profile {
             })
             .collect();
         stacks.sort_unstable_by_key(|s| (s.thread, s.status.as_u8(), s.leaf));
+        let mut threads = agg.threads;
+        for t in &mut threads {
+            t.python_name = tables.thread_name(t.pid, t.tid, t.first_ns).map(str::to_string);
+        }
+        let processes = instances(&tables.processes, &mut threads, &agg.thread_records);
         Ok(Profile {
             header,
             version,
             tables,
             warnings,
             filter: options.filter.clone(),
-            threads: agg.threads,
+            processes,
+            threads,
             stacks,
             all: agg.all,
             matched: agg.matched,
@@ -542,10 +674,14 @@ impl Profile {
             return join_command(&self.header.workload);
         }
         let mut commands: Vec<String> = Vec::new();
+        // A set: a crafted file may hold many thousands of records.
+        let mut seen: HashSet<&[String]> = HashSet::new();
         for p in &self.tables.processes {
-            let c = join_command(&p.command);
-            if !c.is_empty() && !commands.contains(&c) {
-                commands.push(c);
+            if seen.insert(&p.command) {
+                let c = join_command(&p.command);
+                if !c.is_empty() {
+                    commands.push(c);
+                }
             }
         }
         if !commands.is_empty() {
@@ -554,31 +690,33 @@ impl Profile {
         join_command(&self.header.command_line)
     }
 
-    /// `python3.11 [pid 123]`: the process command's program name (else the main thread's name) and its pid (and
-    /// its pid in its own PID namespace when that differs: `python3.13 [pid 4242, 1 in its namespace]`).
+    /// The label of `pid`'s process (see [`ProcessInstance::label`]): `python3.11 [pid 123]`, the process command's
+    /// program name (else its main thread's name) and its pid (and its pid in its own PID namespace when that
+    /// differs: `python3.13 [pid 4242, 1 in its namespace]`). A pid that exec'd or was reused has several
+    /// instances: this is its latest one; [`Profile::process_label_of`] names a thread's own.
     pub fn process_label(&self, pid: u32) -> String {
-        let program = self
-            .tables
-            .process(pid)
-            .and_then(|p| p.command.first())
-            .map(|arg0| arg0.rsplit('/').next().unwrap_or(arg0).to_string())
-            .filter(|s| !s.is_empty())
-            .or_else(|| self.threads.iter().find(|t| t.pid == pid && t.tid == pid).map(|t| t.comm.clone()))
-            .filter(|s| !s.is_empty());
-        // A process in another PID namespace (a container) is also known by its pid there.
-        let ns = match self.tables.process(pid).map(|p| p.ns_pid) {
-            Some(n) if n != 0 && n != pid => format!(", {n} in its namespace"),
-            _ => String::new(),
-        };
-        match program {
-            Some(p) => format!("{p} [pid {pid}{ns}]"),
-            None => format!("[pid {pid}{ns}]"),
+        let end = self.processes.partition_point(|p| p.pid <= pid);
+        match end.checked_sub(1).map(|i| &self.processes[i]) {
+            Some(p) if p.pid == pid => p.label.clone(),
+            _ => format!("[pid {pid}]"),
         }
     }
 
-    /// `thread 124 (comm)`.
+    /// The label of the process instance `thread` belongs to ([`ProcessInstance::label`]).
+    pub fn process_label_of(&self, thread: &Thread) -> String {
+        match self.processes.get(thread.process as usize) {
+            Some(p) if p.pid == thread.pid => p.label.clone(),
+            _ => self.process_label(thread.pid),
+        }
+    }
+
+    /// `worker-1 [tid 124]` with the thread's Python name, else `thread 124 (comm)`. Every output names threads
+    /// through this.
     pub fn thread_label(&self, thread: &Thread) -> String {
-        format!("thread {} ({})", thread.tid, thread.comm)
+        match &thread.python_name {
+            Some(name) => format!("{name} [tid {}]", thread.tid),
+            None => format!("thread {} ({})", thread.tid, thread.comm),
+        }
     }
 
     /// Recording length: the trailer's, else the span of the sample times.
@@ -610,6 +748,95 @@ impl Profile {
         out.extend(ids.iter().map(|&id| names::frame_name(self.tables.symbol(id), lines)));
         out
     }
+}
+
+/// The process instances of a recording (see [`ProcessInstance`]), by pid then start, and each thread's own
+/// (`Thread::process`). `thread_records`: each thread's record, [`NO_RECORD`] for a pid no record describes.
+fn instances(
+    records: &[pyperf_format::Process],
+    threads: &mut [Thread],
+    thread_records: &[u32],
+) -> Vec<ProcessInstance> {
+    // (pid, start, record): one per record, one per pid without records (its threads have NO_RECORD).
+    let mut keys: Vec<(u32, u64, u32)> =
+        records.iter().enumerate().map(|(i, p)| (p.pid, p.first_seen_ns, i as u32)).collect();
+    keys.extend(
+        threads.iter().zip(thread_records).filter(|(_, &r)| r == NO_RECORD).map(|(t, _)| (t.pid, 0, NO_RECORD)),
+    );
+    keys.sort_unstable();
+    keys.dedup();
+    let mut of_record = vec![u32::MAX; records.len()];
+    let mut of_pid: HashMap<u32, u32> = HashMap::new();
+    for (i, &(pid, _, record)) in keys.iter().enumerate() {
+        match records.get(record as usize) {
+            Some(_) => of_record[record as usize] = i as u32,
+            None => {
+                of_pid.insert(pid, i as u32);
+            }
+        }
+    }
+    let mut out: Vec<ProcessInstance> = keys
+        .iter()
+        .map(|&(pid, _, record)| ProcessInstance {
+            pid,
+            record: (record != NO_RECORD).then_some(record),
+            label: String::new(),
+            samples: 0,
+            matched: 0,
+            threads: 0,
+        })
+        .collect();
+    // The main thread (tid = pid) of each instance, whose name stands in for a command the recorder could not read.
+    let mut main_thread: Vec<Option<u32>> = vec![None; out.len()];
+    for (slot, (t, &record)) in threads.iter_mut().zip(thread_records).enumerate() {
+        let i = match record {
+            NO_RECORD => of_pid.get(&t.pid).copied(),
+            r => of_record.get(r as usize).copied(),
+        };
+        // Every thread's record and pid are among the keys.
+        let Some(i) = i.filter(|&i| (i as usize) < out.len()) else { continue };
+        t.process = i;
+        let p = &mut out[i as usize];
+        p.samples += t.samples;
+        p.matched += t.matched;
+        p.threads += 1;
+        if t.tid == t.pid {
+            main_thread[i as usize] = Some(slot as u32);
+        }
+    }
+    // Labels; a pid with several instances numbers them and gives their start.
+    let mut start = 0;
+    while start < out.len() {
+        let pid = out[start].pid;
+        let end = start + out[start..].iter().take_while(|p| p.pid == pid).count();
+        for (k, i) in (start..end).enumerate() {
+            let record = out[i].record.and_then(|r| records.get(r as usize));
+            let program = record
+                .and_then(|p| p.command.first())
+                .map(|arg0| arg0.rsplit('/').next().unwrap_or(arg0).to_string())
+                .filter(|s| !s.is_empty())
+                .or_else(|| main_thread[i].map(|slot| threads[slot as usize].comm.clone()))
+                .filter(|s| !s.is_empty());
+            let mut inside = format!("pid {pid}");
+            if end - start > 1 {
+                inside.push_str(&format!(" #{}", k + 1));
+            }
+            // A process in another PID namespace (a container) is also known by its pid there.
+            if let Some(n) = record.map(|p| p.ns_pid).filter(|&n| n != 0 && n != pid) {
+                inside.push_str(&format!(", {n} in its namespace"));
+            }
+            if let (true, Some(r)) = (end - start > 1, record) {
+                let ns = r.first_seen_ns;
+                inside.push_str(&format!(", from {}.{:03} s", ns / 1_000_000_000, ns % 1_000_000_000 / 1_000_000));
+            }
+            out[i].label = match program {
+                Some(p) => format!("{p} [{inside}]"),
+                None => format!("[{inside}]"),
+            };
+        }
+        start = end;
+    }
+    out
 }
 
 /// Joins a command line with spaces, quoting arguments that need it for a shell.

@@ -1,25 +1,62 @@
 //! speedscope's file format (<https://www.speedscope.app/file-format-schema.json>): open the file at
 //! <https://www.speedscope.app> or with the `speedscope` command.
 //!
-//! One "sampled" profile per thread, named `python3.11 [pid 123] thread 124 (comm)`, its samples in time order
-//! with weights in nanoseconds: each sample weighs the time to that thread's next sample (the last one: the
-//! sampling period), so speedscope's "Time Order" view is the real timeline of the thread. A thread that sleeps
-//! between two samples (no sample while off the CPU) shows its last stack over the whole gap. Frames are shared
-//! between profiles and carry name, file and line.
+//! One "sampled" profile per thread, named `python3.11 [pid 123] thread 124 (comm)` (through
+//! [`Profile::thread_label`]), the busiest thread (most samples; ties: lowest pid, then tid) first and opened
+//! first (`activeProfileIndex`), the others by samples, descending. Frames are shared between profiles and carry
+//! name, file and line.
+//!
+//! **What a weight means: CPU time.** A sample says the thread was on a CPU when it was taken; it stands for one
+//! sampling period P of CPU time, so every sample weighs exactly P nanoseconds, whatever the time to the thread's
+//! next sample. P is the recording's period when the event is a clock (`cpu-clock`, or any event recorded with
+//! `-F HZ`: 1 s / HZ). For an event counted in units other than time (`cycles -c N`) one sample's time is not
+//! known: P is estimated as the median gap between two consecutive samples of one thread, over all threads (most
+//! gaps are those of threads running without pause, one period apart; a thread that sleeps adds one long gap per
+//! sleep), or 1 ms when no thread has two samples at different times. Totals are then samples x P: speedscope's
+//! Left Heavy and Sandwich views give the same shares as the text report.
+//!
+//! **Time between samples is not CPU time.** Where a thread has no sample for longer than P (it slept or waited,
+//! or its samples there do not match the filters), the profile has an empty sample (no frames) weighing the gap:
+//! speedscope's own notion of idle time (not the `[idle]` frame, which is a sample on a CPU outside Python code).
+//! The Time Order view shows it blank, at its place in time; Left Heavy, Sandwich and the thread list leave it out
+//! of their totals and percentages. Every thread's timeline starts at the recording's start (`startValue` 0) and
+//! ends at the same time (the last sample's end over all threads, or the recording's duration when longer), so
+//! the Time Order views of two threads line up. Two details keep the timeline readable: a sample that comes at
+//! most P/8 after the previous one's period ended is drawn right after it (timer jitter, not a sleep: no sliver
+//! of idle time); and consecutive samples of one stack drawn back to back are written as one sample weighing
+//! their sum (speedscope merges them anyway). So a sample is drawn up to P/8 before its real time, or after it by
+//! the overlap of samples that came less than P apart (two CPUs' timers seeing a migrating thread), until the
+//! thread's next idle gap puts it back on time.
+//!
+//! "evented" profiles (open and close events at real times) would allow the same gaps natively, but each
+//! sample of a thread that runs in short bursts costs two events of some 35 bytes per frame, against a few
+//! bytes per frame here, and speedscope turns them into the same samples on import.
+//!
+//! Names: control characters and bidirectional-text controls (which could make a frame read as another) are
+//! shown as visible escapes (`\n`, `\x01`, `\u202e`); see [`visible`].
+//!
+//! Memory: the frames, a frame number per symbol and a flag per stack-table node, and, for the thread being
+//! written, its samples' order; the file is written as it is made, each sample's frames read from the stack table
+//! (time linear in the input and the output, however deep the stacks). For an event that is not a clock, 4 bytes per sample more while P is estimated.
 //!
 //! The profile must have been loaded with [`crate::LoadOptions::timeline`].
 
+use std::borrow::Cow;
+use std::cmp::Reverse;
 use std::io::{self, Write};
 
 use crate::hash::FxMap;
 use crate::names;
-use crate::profile::Profile;
+use crate::profile::{Profile, Timeline};
 
 /// The `$schema` of every file written: the speedscope file-format schema it follows.
 pub const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
 
-/// Used when the event is not a clock (cycles) and a thread has a single sample.
-const FALLBACK_LAST_WEIGHT_NS: u64 = 1_000_000;
+/// A sample's weight when the event is not a clock and no thread has two samples at different times.
+const FALLBACK_PERIOD_NS: u64 = 1_000_000;
+
+/// A sample that comes at most P / JITTER after the previous sample's period ended is drawn right after it.
+const JITTER: u64 = 8;
 
 /// What the speedscope file shows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,8 +74,159 @@ impl Default for Options {
     }
 }
 
+/// Bidirectional-text controls: embeddings and overrides (U+202A-U+202E), isolates (U+2066-U+2069), marks
+/// (U+200E, U+200F, U+061C). Line and paragraph separators (U+2028, U+2029) break a label like a newline.
+fn is_bidi_or_separator(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
+        || matches!(c, '\u{2028}' | '\u{2029}')
+}
+
+/// `name` as text a person sees as it is: control characters become `\n`, `\r`, `\t` or `\xNN`, bidirectional-text
+/// controls and line / paragraph separators `\uNNNN` (Python's `repr` escapes). JSON escaping alone would keep
+/// them: speedscope would show a newline, or text reordered by a U+202E (right-to-left override). Backslashes are
+/// kept as they are, as in the text report.
+pub fn visible(name: &str) -> Cow<'_, str> {
+    use std::fmt::Write as _;
+    if !name.chars().any(|c| c.is_control() || is_bidi_or_separator(c)) {
+        return Cow::Borrowed(name);
+    }
+    let mut out = String::with_capacity(name.len() + 8);
+    for c in name.chars() {
+        match c {
+            '\n' => out.push_str(r"\n"),
+            '\r' => out.push_str(r"\r"),
+            '\t' => out.push_str(r"\t"),
+            c if c.is_control() && (c as u32) < 0x100 => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if c.is_control() || is_bidi_or_separator(c) => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `s` made [`visible`], as a JSON string.
 fn json(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_string())
+    serde_json::to_string(&visible(s)).unwrap_or_else(|_| "\"\"".to_string())
+}
+
+/// One thread's samples in time order (the timeline is in file order, which CPUs make slightly out of time
+/// order). Most threads' samples are already in order: then no permutation is kept.
+struct Ordered<'a> {
+    timeline: &'a Timeline,
+    order: Option<Vec<usize>>,
+}
+
+impl<'a> Ordered<'a> {
+    fn new(timeline: &'a Timeline) -> Self {
+        let times = &timeline.times;
+        let order = if times.windows(2).all(|w| w[0] <= w[1]) {
+            None
+        } else {
+            let mut idx: Vec<usize> = (0..times.len()).collect();
+            // Stable: samples at the same time keep their file order.
+            idx.sort_by_key(|&i| times[i]);
+            Some(idx)
+        };
+        Ordered { timeline, order }
+    }
+
+    fn len(&self) -> usize {
+        self.timeline.times.len().min(self.timeline.stacks.len())
+    }
+
+    /// (time, index into [`Profile::timeline_stacks`]) of the `k`-th sample in time order.
+    fn get(&self, k: usize) -> (u64, u32) {
+        let i = match &self.order {
+            Some(order) => order[k],
+            None => k,
+        };
+        (self.timeline.times[i], self.timeline.stacks[i])
+    }
+}
+
+/// The weight of one sample, P (see the module documentation).
+pub fn sample_weight_ns(profile: &Profile) -> u64 {
+    if let Some(period) = profile.sampling_period_ns() {
+        return period.max(1);
+    }
+    // Gaps past u32 (4.3 s) are never the typical one: clamping them keeps 4 bytes per gap.
+    let mut gaps: Vec<u32> = Vec::new();
+    for timeline in &profile.timelines {
+        let ordered = Ordered::new(timeline);
+        for k in 1..ordered.len() {
+            let gap = ordered.get(k).0 - ordered.get(k - 1).0;
+            if gap > 0 {
+                gaps.push(gap.min(u32::MAX as u64) as u32);
+            }
+        }
+    }
+    if gaps.is_empty() {
+        return FALLBACK_PERIOD_NS;
+    }
+    let mid = gaps.len() / 2;
+    let (_, median, _) = gaps.select_nth_unstable(mid);
+    (*median as u64).max(1)
+}
+
+/// What a thread's profile is made of, in order: (stack, weight), `None` for idle time (an empty sample).
+struct Pieces<'a> {
+    samples: &'a Ordered<'a>,
+    period: u64,
+    /// Samples that come this late after the previous one's period still join it.
+    jitter: u64,
+    /// Where the profile ends: idle time fills up to it after the last sample.
+    end: u64,
+    /// The next sample.
+    k: usize,
+    /// How far the timeline is drawn.
+    pos: u64,
+}
+
+impl<'a> Pieces<'a> {
+    fn new(samples: &'a Ordered<'a>, period: u64, end: u64) -> Self {
+        Pieces { samples, period, jitter: period / JITTER, end, k: 0, pos: 0 }
+    }
+}
+
+impl Iterator for Pieces<'_> {
+    type Item = (Option<u32>, u64);
+
+    fn next(&mut self) -> Option<(Option<u32>, u64)> {
+        let n = self.samples.len();
+        if self.k < n {
+            let (time, stack) = self.samples.get(self.k);
+            if time > self.pos.saturating_add(self.jitter) {
+                let idle = time - self.pos;
+                self.pos = time;
+                return Some((None, idle));
+            }
+            // This sample and the next ones of the same stack that follow it without a gap.
+            let mut weight = 0u64;
+            loop {
+                weight = weight.saturating_add(self.period);
+                self.pos = self.pos.saturating_add(self.period);
+                self.k += 1;
+                if self.k == n {
+                    break;
+                }
+                let (t, s) = self.samples.get(self.k);
+                if s != stack || t > self.pos.saturating_add(self.jitter) {
+                    break;
+                }
+            }
+            return Some((Some(stack), weight));
+        }
+        if self.pos < self.end {
+            let idle = self.end - self.pos;
+            self.pos = self.end;
+            return Some((None, idle));
+        }
+        None
+    }
 }
 
 /// Writes the speedscope JSON.
@@ -73,36 +261,56 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
         frame_ids.insert(key, id);
         id
     };
+    // Frames are numbered as the stacks, in order and root first, first use them. A file node once numbered has
+    // its whole path numbered: each stack numbers only its frames below its deepest numbered node, so this is
+    // linear in the file, not in the sum of the stacks' depths.
     let mut symbol_frames: Vec<Option<u32>> = vec![None; tables.symbols.len()];
-    let mut ids = Vec::new();
-    let stacks: Vec<String> = profile
-        .timeline_stacks
-        .iter()
-        .map(|&(status, leaf)| {
-            let mut list: Vec<u32> = Vec::new();
-            if let Some(m) = names::marker(status, leaf != 0) {
-                list.push(frame(m, None, 0, &mut frames));
+    let mut numbered = vec![false; tables.nodes.len() + 1];
+    // Each stack's marker frame (u32::MAX: none); its frames are read from the file's stack table when written.
+    let mut markers: Vec<u32> = Vec::with_capacity(profile.timeline_stacks.len());
+    let mut path: Vec<u32> = Vec::new();
+    for &(status, leaf) in &profile.timeline_stacks {
+        markers.push(match names::marker(status, leaf != 0) {
+            Some(m) => frame(m, None, 0, &mut frames),
+            None => u32::MAX,
+        });
+        path.clear();
+        let mut node = leaf;
+        while node != 0 && !numbered.get(node as usize).copied().unwrap_or(true) {
+            let Some(&(parent, sym)) = tables.nodes.get(node as usize - 1) else { break };
+            numbered[node as usize] = true;
+            path.push(sym);
+            node = parent;
+        }
+        for &sym in path.iter().rev() {
+            if symbol_frames.get(sym as usize).copied().flatten().is_none() {
+                let s = tables.symbol(sym);
+                let line = if options.lines { s.line } else { 0 };
+                let id = frame(names::function_name(s), Some(names::file_name(s)), line, &mut frames);
+                if let Some(slot) = symbol_frames.get_mut(sym as usize) {
+                    *slot = Some(id);
+                }
             }
-            tables.frames_root_first(leaf, &mut ids);
-            for &sym in &ids {
-                let id = match symbol_frames[sym as usize] {
-                    Some(id) => id,
-                    None => {
-                        let s = tables.symbol(sym);
-                        let line = if options.lines { s.line } else { 0 };
-                        let id = frame(names::function_name(s), Some(names::file_name(s)), line, &mut frames);
-                        symbol_frames[sym as usize] = Some(id);
-                        id
-                    }
-                };
-                list.push(id);
-            }
-            let text: Vec<String> = list.iter().map(|i| i.to_string()).collect();
-            format!("[{}]", text.join(","))
-        })
-        .collect();
+        }
+    }
+
+    // Busiest thread first: speedscope opens the first profile (activeProfileIndex 0).
+    let mut order: Vec<usize> =
+        (0..profile.threads.len()).filter(|&t| !profile.timelines[t].times.is_empty()).collect();
+    order.sort_by_key(|&t| (Reverse(profile.timelines[t].times.len()), profile.threads[t].pid, profile.threads[t].tid));
+
+    // Every timeline ends where the last one does (or the recording, when longer): Time Order views line up.
+    let period = sample_weight_ns(profile);
+    let mut end = profile.tables.stats.as_ref().map(|s| s.duration_ns).unwrap_or(0);
+    for &t in &order {
+        let samples = Ordered::new(&profile.timelines[t]);
+        let mut pieces = Pieces::new(&samples, period, 0);
+        pieces.by_ref().for_each(drop);
+        end = end.max(pieces.pos);
+    }
 
     let name = options.name.clone().unwrap_or_else(|| profile.recorded_command());
+    let mut ids: Vec<u32> = Vec::new();
     let mut o = io::BufWriter::with_capacity(1 << 16, &mut out);
     writeln!(o, "{{\"$schema\":{},", json(SCHEMA))?;
     writeln!(o, "\"name\":{},", json(&name))?;
@@ -115,42 +323,48 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
     }
     writeln!(o, "]}},")?;
     writeln!(o, "\"profiles\":[")?;
-
-    let mut order: Vec<usize> =
-        (0..profile.threads.len()).filter(|&t| !profile.timelines[t].times.is_empty()).collect();
-    order.sort_by_key(|&t| (profile.threads[t].pid, profile.threads[t].tid));
-    let period = profile.sampling_period_ns();
     for (n, &t) in order.iter().enumerate() {
         let thread = &profile.threads[t];
-        let timeline = &profile.timelines[t];
-        // Samples arrive in file order, which CPUs make slightly out of time order: sort (stably) by time.
-        let mut idx: Vec<u32> = (0..timeline.times.len() as u32).collect();
-        idx.sort_by_key(|&i| timeline.times[i as usize]);
-        let times: Vec<u64> = idx.iter().map(|&i| timeline.times[i as usize]).collect();
-        let last_weight = period.unwrap_or_else(|| match times.len() {
-            0 | 1 => FALLBACK_LAST_WEIGHT_NS,
-            k => times[k - 1] - times[k - 2],
-        });
-        let start = times[0];
-        let end = times[times.len() - 1].saturating_add(last_weight);
-        let label = format!("{} {}", profile.process_label(thread.pid), profile.thread_label(thread));
+        let samples = Ordered::new(&profile.timelines[t]);
+        let label = format!("{} {}", profile.process_label_of(thread), profile.thread_label(thread));
         writeln!(
             o,
-            "{{\"type\":\"sampled\",\"name\":{},\"unit\":\"nanoseconds\",\"startValue\":{start},\"endValue\":{end},",
+            "{{\"type\":\"sampled\",\"name\":{},\"unit\":\"nanoseconds\",\"startValue\":0,\"endValue\":{end},",
             json(&label)
         )?;
+        // Samples, then their weights: the pieces are made twice rather than kept.
         writeln!(o, "\"samples\":[")?;
-        for (k, &i) in idx.iter().enumerate() {
-            let sep = if k + 1 < idx.len() { "," } else { "" };
-            writeln!(o, "{}{sep}", stacks[timeline.stacks[i as usize] as usize])?;
+        for (k, (stack, _)) in Pieces::new(&samples, period, end).enumerate() {
+            o.write_all(if k > 0 { b",\n[" } else { b"[" })?;
+            if let Some(s) = stack {
+                // The frames leaf first into one reused buffer, then written root first: time is the output's.
+                ids.clear();
+                let mut node = profile.timeline_stacks.get(s as usize).map_or(0, |&(_, leaf)| leaf);
+                while let Some(&(parent, sym)) = node.checked_sub(1).and_then(|i| tables.nodes.get(i as usize)) {
+                    ids.push(symbol_frames.get(sym as usize).copied().flatten().unwrap_or(0));
+                    node = parent;
+                }
+                if let Some(&m) = markers.get(s as usize).filter(|&&m| m != u32::MAX) {
+                    ids.push(m);
+                }
+                for (i, id) in ids.iter().rev().enumerate() {
+                    if i > 0 {
+                        o.write_all(b",")?;
+                    }
+                    write!(o, "{id}")?;
+                }
+            }
+            o.write_all(b"]")?;
         }
-        writeln!(o, "],")?;
+        writeln!(o, "\n],")?;
         write!(o, "\"weights\":[")?;
-        for k in 0..times.len() {
-            let w = if k + 1 < times.len() { times[k + 1] - times[k] } else { last_weight };
-            let sep = if k + 1 < times.len() { "," } else { "" };
-            let nl = if k % 16 == 15 && k + 1 < times.len() { "\n" } else { "" };
-            write!(o, "{w}{sep}{nl}")?;
+        for (k, (_, weight)) in Pieces::new(&samples, period, end).enumerate() {
+            let sep = match k {
+                0 => "",
+                k if k % 16 == 0 => ",\n",
+                _ => ",",
+            };
+            write!(o, "{sep}{weight}")?;
         }
         let sep = if n + 1 < order.len() { "," } else { "" };
         writeln!(o, "]}}{sep}")?;
@@ -159,4 +373,29 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
     o.flush()?;
     drop(o);
     out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn visible_escapes_controls_and_bidi() {
+        assert_eq!(visible("plain größe 計算.py"), "plain größe 計算.py");
+        assert!(matches!(visible("plain"), Cow::Borrowed(_)));
+        assert_eq!(visible("a\nb\tc\rd\u{1}\u{7f}\u{85}"), r"a\nb\tc\rd\x01\x7f\x85");
+        assert_eq!(visible("evil\u{202e}yp.txt"), r"evil\u202eyp.txt");
+        let all = "\u{202a}\u{202b}\u{202c}\u{202d}\u{202e}\u{2066}\u{2067}\u{2068}\u{2069}\u{200e}\u{200f}\u{61c}";
+        assert_eq!(
+            visible(all),
+            r"\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c",
+            "every bidirectional control"
+        );
+        assert_eq!(visible("a\u{2028}b\u{2029}"), r"a\u2028b\u2029");
+        // Backslashes as they are (as in the text report).
+        assert_eq!(visible(r"C:\x"), r"C:\x");
+        // JSON keeps the escapes as text: no raw control or bidi character once parsed.
+        let parsed: String = serde_json::from_str(&json("x\u{202e}y\nz")).expect("json");
+        assert_eq!(parsed, r"x\u202ey\nz");
+    }
 }

@@ -1,7 +1,8 @@
 //! The text report: what was recorded, where the time went (functions by self and total share, top stacks) and
 //! the GIL / thread-state / pthread-id / stack-status breakdown.
 
-use std::fmt::Write as _;
+use std::collections::HashMap;
+use std::fmt;
 use std::io::{self, Write};
 
 use pyperf_format::{Rate, StackStatus};
@@ -39,51 +40,101 @@ pub struct FunctionShare {
 
 /// Self and total counts per function over the matching samples, sorted by self count (then total, name).
 /// Samples without Python frames count as self time of their pseudo-frame (`[idle]`, ...).
+///
+/// Linear in the recording's stack table, whatever the stacks' depths: totals come from one walk of the file's
+/// tree of stack nodes, where a node adds the samples below it to its function's total only at the function's
+/// outermost occurrence on the path (so a recursive function counts once per sample), never from each stack
+/// walked from its leaf (a chain 20,000 frames deep sampled at every depth would be 200 million steps).
 pub fn function_shares(profile: &Profile) -> Vec<FunctionShare> {
     let tables = &profile.tables;
-    let mut by_stack: FxMap<(u8, u32), u64> = FxMap::default();
-    for s in &profile.stacks {
-        *by_stack.entry((s.status.as_u8(), s.leaf)).or_insert(0) += s.count;
-    }
-    // Symbols of one function at different lines are one function.
-    let mut function_of_symbol: Vec<Option<u32>> = vec![None; tables.symbols.len()];
-    let mut function_ids: FxMap<(String, String), u32> = FxMap::default();
+    let nodes = tables.nodes.len();
+    // Symbols of one function at different lines are one function. Names come from the file: SipHash.
+    let mut function_ids: HashMap<(String, String), u32> = HashMap::new();
     let mut functions: Vec<FunctionShare> = Vec::new();
     let mut function_id = |name: String, file: String, functions: &mut Vec<FunctionShare>| -> u32 {
         let next = functions.len() as u32;
-        *function_ids.entry((name.clone(), file.clone())).or_insert_with(|| {
-            functions.push(FunctionShare { function: name, file, self_samples: 0, total_samples: 0 });
+        *function_ids.entry((name, file)).or_insert_with_key(|(name, file)| {
+            functions.push(FunctionShare {
+                function: name.clone(),
+                file: file.clone(),
+                self_samples: 0,
+                total_samples: 0,
+            });
             next
         })
     };
-    let mut seen: Vec<u32> = Vec::new();
-    let mut entries: Vec<_> = by_stack.into_iter().collect();
-    entries.sort_unstable();
-    for ((status, leaf), count) in entries {
-        if leaf == 0 {
-            let marker = names::marker(StackStatus::from_u8(status), false).unwrap_or_default();
-            let id = function_id(marker, String::new(), &mut functions);
-            functions[id as usize].self_samples += count;
-            functions[id as usize].total_samples += count;
-            continue;
+    // Matching samples per leaf node (all threads and statuses); those without frames go to their pseudo-frame.
+    let mut below: Vec<u64> = vec![0; nodes + 1];
+    for s in &profile.stacks {
+        if s.leaf == 0 {
+            let marker = names::marker(s.status, false).unwrap_or_default();
+            let id = function_id(marker, String::new(), &mut functions) as usize;
+            functions[id].self_samples += s.count;
+            functions[id].total_samples += s.count;
+        } else {
+            // Tables::apply checked every sample's leaf against the node table.
+            below[s.leaf as usize] += s.count;
         }
-        seen.clear();
-        for (depth, sym) in tables.frames(leaf).enumerate() {
-            let id = match function_of_symbol[sym as usize] {
-                Some(id) => id,
+    }
+    let at_node = below.clone();
+    // Samples at or below each node: a node's parent has a smaller id, so one backward pass adds subtrees up.
+    for id in (1..=nodes).rev() {
+        let parent = tables.nodes[id - 1].0 as usize;
+        below[parent] += below[id];
+    }
+    // Children of each node with samples below it (counting sort by parent).
+    let mut child_start = vec![0u32; nodes + 2];
+    for id in 1..=nodes {
+        if below[id] > 0 {
+            child_start[tables.nodes[id - 1].0 as usize + 1] += 1;
+        }
+    }
+    for i in 1..child_start.len() {
+        child_start[i] += child_start[i - 1];
+    }
+    let mut fill = child_start.clone();
+    let mut children = vec![0u32; child_start[nodes + 1] as usize];
+    for id in 1..=nodes {
+        if below[id] > 0 {
+            let slot = &mut fill[tables.nodes[id - 1].0 as usize];
+            children[*slot as usize] = id as u32;
+            *slot += 1;
+        }
+    }
+    // Depth first from the empty stack, counting per function its occurrences on the current path.
+    let mut function_of_symbol: FxMap<u32, u32> = FxMap::default();
+    let mut on_path: Vec<u32> = Vec::new();
+    // (node, its function, next child index)
+    let mut stack: Vec<(u32, u32, u32)> = vec![(0, u32::MAX, child_start[0])];
+    while let Some(top) = stack.last_mut() {
+        let (node, function, next) = *top;
+        if next < child_start[node as usize + 1] {
+            top.2 += 1;
+            let child = children[next as usize];
+            let sym = tables.nodes[child as usize - 1].1;
+            let f = match function_of_symbol.get(&sym) {
+                Some(&f) => f,
                 None => {
                     let symbol = tables.symbol(sym);
-                    let id = function_id(names::function_name(symbol), names::file_name(symbol), &mut functions);
-                    function_of_symbol[sym as usize] = Some(id);
-                    id
+                    let f = function_id(names::function_name(symbol), names::file_name(symbol), &mut functions);
+                    function_of_symbol.insert(sym, f);
+                    f
                 }
             };
-            if depth == 0 {
-                functions[id as usize].self_samples += count;
+            if on_path.len() < functions.len() {
+                on_path.resize(functions.len(), 0);
             }
-            if !seen.contains(&id) {
-                seen.push(id);
-                functions[id as usize].total_samples += count;
+            let share = &mut functions[f as usize];
+            share.self_samples += at_node[child as usize];
+            if on_path[f as usize] == 0 {
+                share.total_samples += below[child as usize];
+            }
+            on_path[f as usize] += 1;
+            stack.push((child, f, child_start[child as usize]));
+        } else {
+            stack.pop();
+            if function != u32::MAX {
+                on_path[function as usize] -= 1;
             }
         }
     }
@@ -156,9 +207,16 @@ fn format_rate(event: &str, rate: Rate) -> String {
     }
 }
 
-/// Renders the whole report.
+/// Renders the whole report. Every text that comes from the recording (names, files, commands, thread names,
+/// warnings) is escaped ([`names::escape_text`]): it cannot drive the terminal or reorder what is shown.
 pub fn render(profile: &Profile, options: &Options) -> String {
     let mut o = String::new();
+    render_into(profile, options, &mut o);
+    o
+}
+
+/// [`render`] into any text sink; errors of the sink end nothing early (the caller keeps them).
+fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
     let h = &profile.header;
     let e = names::escape_text;
     let top = options.top;
@@ -218,26 +276,20 @@ pub fn render(profile: &Profile, options: &Options) -> String {
         }
     }
 
-    // --- Processes.
+    // --- Processes: a pid that exec'd or was reused is listed once per process record (instance).
     let _ = writeln!(o, "\nProcesses");
-    let mut pids: Vec<u32> = profile.tables.processes.iter().map(|p| p.pid).collect();
-    pids.extend(profile.threads.iter().map(|t| t.pid));
-    pids.sort_unstable();
-    pids.dedup();
-    if pids.is_empty() {
+    if profile.processes.is_empty() {
         let _ = writeln!(o, "  none");
     }
-    for pid in pids {
-        let samples: u64 = profile.threads.iter().filter(|t| t.pid == pid).map(|t| t.samples).sum();
-        let threads = profile.threads.iter().filter(|t| t.pid == pid).count();
+    for instance in &profile.processes {
         let _ = writeln!(
             o,
             "  {}: {}, {}",
-            e(&profile.process_label(pid)),
-            plural(samples, "sample"),
-            plural(threads as u64, "thread")
+            e(&instance.label),
+            plural(instance.samples, "sample"),
+            plural(instance.threads as u64, "thread")
         );
-        match profile.tables.process(pid) {
+        match instance.record.and_then(|r| profile.tables.processes.get(r as usize)) {
             Some(p) => {
                 let command = crate::profile::join_command(&p.command);
                 let command = if command.is_empty() { "(not read)".to_string() } else { e(&command) };
@@ -278,7 +330,7 @@ pub fn render(profile: &Profile, options: &Options) -> String {
 
     // --- Functions.
     let functions = function_shares(profile);
-    let row = |o: &mut String, f: &FunctionShare| {
+    let row = |o: &mut O, f: &FunctionShare| {
         let location = if f.file.is_empty() { String::new() } else { format!("  ({})", e(&f.file)) };
         let _ = writeln!(
             o,
@@ -294,7 +346,7 @@ pub fn render(profile: &Profile, options: &Options) -> String {
     let _ = writeln!(o, "\nFunctions by self samples (top {} of {})", top.min(functions.len()), functions.len());
     let _ = writeln!(o, "{header}");
     for f in functions.iter().take(top) {
-        row(&mut o, f);
+        row(o, f);
     }
     let mut by_total = functions.clone();
     by_total.sort_by(|a, b| {
@@ -307,30 +359,60 @@ pub fn render(profile: &Profile, options: &Options) -> String {
     let _ = writeln!(o, "\nFunctions by total samples (top {} of {})", top.min(by_total.len()), by_total.len());
     let _ = writeln!(o, "{header}");
     for f in by_total.iter().take(top) {
-        row(&mut o, f);
+        row(o, f);
     }
 
     // --- Top stacks.
     let stacks = top_stacks(profile);
     let _ = writeln!(o, "\nTop stacks, root first (top {} of {} unique)", top.min(stacks.len()), stacks.len());
+    // Frame texts, escaped once per symbol (and deduplicated, so that equal texts compare as equal ids): a deep
+    // recursion shown once costs its depth in steps, not its depth times its name.
+    let mut frame_texts: Vec<String> = Vec::new();
+    let mut text_ids: HashMap<String, u32> = HashMap::new();
+    let mut symbol_texts: FxMap<u32, u32> = FxMap::default();
+    let mut intern = |text: String, texts: &mut Vec<String>| -> u32 {
+        let next = texts.len() as u32;
+        *text_ids.entry(text).or_insert_with_key(|t| {
+            texts.push(e(t));
+            next
+        })
+    };
+    let mut ids: Vec<u32> = Vec::new();
+    let mut shown: Vec<u32> = Vec::new();
     for (i, &(status, leaf, count)) in stacks.iter().take(top).enumerate() {
         let _ = writeln!(o, "  #{:<3} {} ({})", i + 1, plural(count, "sample"), pct(count, matched).trim());
+        shown.clear();
+        if let Some(m) = names::marker(status, leaf != 0) {
+            shown.push(intern(m, &mut frame_texts));
+        }
+        profile.tables.frames_root_first(leaf, &mut ids);
+        for &sym in &ids {
+            let id = match symbol_texts.get(&sym) {
+                Some(&id) => id,
+                None => {
+                    let id = intern(names::frame_name(profile.tables.symbol(sym), true), &mut frame_texts);
+                    symbol_texts.insert(sym, id);
+                    id
+                }
+            };
+            shown.push(id);
+        }
         // A frame repeated in a row (deep recursion) is shown once with its count.
-        let frames = profile.stack_names(status, leaf, true);
         let mut k = 0;
-        while k < frames.len() {
-            let run = frames[k..].iter().take_while(|f| **f == frames[k]).count();
+        while k < shown.len() {
+            let run = shown[k..].iter().take_while(|&&f| f == shown[k]).count();
+            let text = &frame_texts[shown[k] as usize];
             if run > 1 {
-                let _ = writeln!(o, "        {}  (x{run})", e(&frames[k]));
+                let _ = writeln!(o, "        {text}  (x{run})");
             } else {
-                let _ = writeln!(o, "        {}", e(&frames[k]));
+                let _ = writeln!(o, "        {text}");
             }
             k += run;
         }
     }
 
     // --- States.
-    let breakdown = |o: &mut String, title: &str, rows: Vec<(String, String, u64)>| {
+    let breakdown = |o: &mut O, title: &str, rows: Vec<(String, String, u64)>| {
         let _ = writeln!(o, "\n{title}");
         if rows.is_empty() {
             let _ = writeln!(o, "  no samples");
@@ -340,18 +422,18 @@ pub fn render(profile: &Profile, options: &Options) -> String {
         }
     };
     let m = &profile.matched;
-    breakdown(&mut o, "GIL state", m.gil_states().into_iter().map(|(s, n)| (s.key(), s.describe(), n)).collect());
+    breakdown(o, "GIL state", m.gil_states().into_iter().map(|(s, n)| (s.key(), s.describe(), n)).collect());
     breakdown(
-        &mut o,
+        o,
         "Thread state: is the sampled thread the interpreter's current thread?",
         m.thread_states().into_iter().map(|(s, n)| (s.key(), s.describe(), n)).collect(),
     );
     breakdown(
-        &mut o,
+        o,
         "pthread id: does the thread state belong to the sampled OS thread?",
         m.pthread_ids().into_iter().map(|(s, n)| (s.key(), s.describe(), n)).collect(),
     );
-    breakdown(&mut o, "Stack status", m.statuses().into_iter().map(|(s, n)| (s.key(), s.describe(), n)).collect());
+    breakdown(o, "Stack status", m.statuses().into_iter().map(|(s, n)| (s.key(), s.describe(), n)).collect());
 
     // --- Threads.
     let mut threads: Vec<_> = profile.threads.iter().filter(|t| t.matched > 0).collect();
@@ -363,17 +445,45 @@ pub fn render(profile: &Profile, options: &Options) -> String {
             "  {:>9} {}  {}  {}",
             t.matched,
             pct(t.matched, matched),
-            e(&profile.process_label(t.pid)),
+            e(&profile.process_label_of(t)),
             e(&profile.thread_label(t))
         );
     }
-    o
 }
 
-/// Writes the report.
-pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::Result<()> {
-    out.write_all(render(profile, options).as_bytes())?;
-    out.flush()
+/// Writes the report, streaming: it can be large (the top stacks of a deep recording), and is never held whole.
+pub fn write<W: Write>(profile: &Profile, options: &Options, out: W) -> io::Result<()> {
+    let mut sink = Sink { out, buf: String::with_capacity(1 << 16), err: None };
+    render_into(profile, options, &mut sink);
+    if let Some(err) = sink.err {
+        return Err(err);
+    }
+    sink.out.write_all(sink.buf.as_bytes())?;
+    sink.out.flush()
+}
+
+/// Text to an `io::Write`, in 64 KiB pieces; the first error is kept and ends the writing.
+struct Sink<W: Write> {
+    out: W,
+    buf: String,
+    err: Option<io::Error>,
+}
+
+impl<W: Write> fmt::Write for Sink<W> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        if self.err.is_some() {
+            return Err(fmt::Error);
+        }
+        self.buf.push_str(s);
+        if self.buf.len() >= 1 << 16 {
+            if let Err(e) = self.out.write_all(self.buf.as_bytes()) {
+                self.err = Some(e);
+                return Err(fmt::Error);
+            }
+            self.buf.clear();
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

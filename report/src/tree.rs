@@ -8,13 +8,19 @@
 //! Cost is linear: each file node is resolved once per root context (process / thread / stack-status marker) and
 //! memoised, so a crafted file of one 20,000-frame chain with a sample at every depth costs 20,000 steps, not the
 //! 200 million of naming every stack from its leaf. Memory is one entry per tree node and per visited file node.
+//! With process or thread roots the whole tree holds a copy of the stacks per root context (threads x depth
+//! nodes for many threads on one deep chain, however small the file): [`Tree::build_stacks`] builds one root
+//! context at a time for exporters that can stream (folded stacks).
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
+
+use pyperf_format::StackStatus;
 
 use crate::folded;
 use crate::hash::FxMap;
 use crate::names;
-use crate::profile::Profile;
+use crate::profile::{Profile, StackCount};
 
 /// One distinct frame text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,74 +63,52 @@ pub struct Tree {
 /// The root node.
 pub const ROOT: u32 = 0;
 
+/// The root frames `options` puts above the stacks of `thread` (an index into [`Profile::threads`], or
+/// [`crate::ALL_THREADS`] for a profile loaded without per-thread counts), outermost first: its process
+/// (`pid_root`), its thread (`tid_root`). Empty without either.
+pub fn root_frames(profile: &Profile, options: &folded::Options, thread: u32) -> Vec<String> {
+    let t = profile.threads.get(thread as usize);
+    let mut out = Vec::new();
+    if options.pid_root {
+        out.push(match t {
+            Some(t) => profile.process_label_of(t),
+            None => folded::ALL_PROCESSES.to_string(),
+        });
+    }
+    if options.tid_root {
+        out.push(match t {
+            Some(t) => profile.thread_label(t),
+            None => folded::ALL_THREADS.to_string(),
+        });
+    }
+    out
+}
+
 impl Tree {
     /// Merges the profile's matching stacks as `options` shows them (lines, process and thread roots).
     pub fn build(profile: &Profile, options: &folded::Options) -> Tree {
-        let mut b = Builder::new();
-        let tables = &profile.tables;
-        // Label of each symbol, resolved once.
-        let mut symbol_label: Vec<u32> = vec![u32::MAX; tables.symbols.len()];
-        let mut process_label: FxMap<u32, u32> = FxMap::default();
-        let mut thread_label: FxMap<u32, u32> = FxMap::default();
-        let mut marker_label: FxMap<u8, u32> = FxMap::default();
-        // (root context node, file stack node) -> tree node.
-        let mut memo: FxMap<(u32, u32), u32> = FxMap::default();
-        let mut path: Vec<u32> = Vec::new();
-
+        let mut b = Builder::new(profile, options.lines);
+        // Root labels per thread slot (the text is the same for all stacks of a thread).
+        let mut roots: FxMap<u32, Vec<u32>> = FxMap::default();
         for s in &profile.stacks {
-            let thread = profile.threads.get(s.thread as usize);
+            let labels = roots.entry(s.thread).or_insert_with(|| {
+                root_frames(profile, options, s.thread).into_iter().map(|text| b.label(&text, None)).collect()
+            });
             let mut at = ROOT;
-            if options.pid_root {
-                let label = match thread {
-                    Some(t) => *process_label
-                        .entry(t.pid)
-                        .or_insert_with(|| b.label(profile.process_label(t.pid), None)),
-                    None => *process_label
-                        .entry(u32::MAX)
-                        .or_insert_with(|| b.label(folded::ALL_PROCESSES.to_string(), None)),
-                };
+            for &label in labels.iter() {
                 at = b.child(at, label);
             }
-            if options.tid_root {
-                let label = *thread_label.entry(s.thread).or_insert_with(|| match thread {
-                    Some(t) => b.label(profile.thread_label(t), None),
-                    None => b.label(folded::ALL_THREADS.to_string(), None),
-                });
-                at = b.child(at, label);
-            }
-            if let Some(m) = names::marker(s.status, s.leaf != 0) {
-                let label = *marker_label.entry(s.status.as_u8()).or_insert_with(|| b.label(m, None));
-                at = b.child(at, label);
-            }
-            let context = at;
+            b.add(at, s);
+        }
+        b.finish()
+    }
 
-            // Walk up to the first node already placed under this context, then place the rest going down.
-            path.clear();
-            let mut node = s.leaf;
-            let mut top = context;
-            while node != 0 {
-                if let Some(&placed) = memo.get(&(context, node)) {
-                    top = placed;
-                    break;
-                }
-                path.push(node);
-                node = tables.nodes[node as usize - 1].0;
-            }
-            let mut at = top;
-            for &n in path.iter().rev() {
-                let sym = tables.nodes[n as usize - 1].1;
-                let label = match symbol_label[sym as usize] {
-                    u32::MAX => {
-                        let l = b.label(names::frame_name(tables.symbol(sym), options.lines), Some(sym));
-                        symbol_label[sym as usize] = l;
-                        l
-                    }
-                    l => l,
-                };
-                at = b.child(at, label);
-                memo.insert((context, n), at);
-            }
-            b.nodes[at as usize].self_count += s.count;
+    /// Merges `stacks` (matching stacks of `profile`, e.g. those of one root context) without root frames; `lines`
+    /// as [`folded::Options::lines`]. Memory and time: the stacks' tree, whatever else the profile holds.
+    pub fn build_stacks<'a>(profile: &Profile, lines: bool, stacks: impl IntoIterator<Item = &'a StackCount>) -> Tree {
+        let mut b = Builder::new(profile, lines);
+        for s in stacks {
+            b.add(ROOT, s);
         }
         b.finish()
     }
@@ -174,31 +158,68 @@ impl Tree {
     }
 }
 
-struct Builder {
+struct Builder<'p> {
+    profile: &'p Profile,
+    lines: bool,
     labels: Vec<Label>,
-    label_ids: FxMap<String, u32>,
+    /// Label texts come from the file: SipHash, which crafted names cannot make collide.
+    label_ids: HashMap<String, u32>,
+    /// Label of each symbol met, resolved once (a map, not a vector over all symbols: a profile may be built in
+    /// many small pieces).
+    symbol_labels: FxMap<u32, u32>,
+    /// Marker label (if any) of each (status, has frames) met.
+    marker_labels: FxMap<(u8, bool), Option<u32>>,
     nodes: Vec<Node>,
     child_of: FxMap<(u32, u32), u32>,
+    /// (context node: the node under which a stack's frames hang, file stack node) -> tree node.
+    memo: FxMap<(u32, u32), u32>,
+    path: Vec<u32>,
 }
 
-impl Builder {
-    fn new() -> Builder {
+impl<'p> Builder<'p> {
+    fn new(profile: &'p Profile, lines: bool) -> Builder<'p> {
         Builder {
+            profile,
+            lines,
             labels: Vec::new(),
-            label_ids: FxMap::default(),
+            label_ids: HashMap::new(),
+            symbol_labels: FxMap::default(),
+            marker_labels: FxMap::default(),
             nodes: vec![Node { label: u32::MAX, parent: ROOT, self_count: 0, total: 0, depth: 0 }],
             child_of: FxMap::default(),
+            memo: FxMap::default(),
+            path: Vec::new(),
         }
     }
 
-    fn label(&mut self, text: String, symbol: Option<u32>) -> u32 {
-        if let Some(&id) = self.label_ids.get(&text) {
+    fn label(&mut self, text: &str, symbol: Option<u32>) -> u32 {
+        if let Some(&id) = self.label_ids.get(text) {
             return id;
         }
         let id = self.labels.len() as u32;
-        self.label_ids.insert(text.clone(), id);
-        self.labels.push(Label { text, symbol });
+        self.label_ids.insert(text.to_string(), id);
+        self.labels.push(Label { text: text.to_string(), symbol });
         id
+    }
+
+    fn symbol_label(&mut self, sym: u32) -> u32 {
+        if let Some(&l) = self.symbol_labels.get(&sym) {
+            return l;
+        }
+        let text = names::frame_name(self.profile.tables.symbol(sym), self.lines);
+        let l = self.label(&text, Some(sym));
+        self.symbol_labels.insert(sym, l);
+        l
+    }
+
+    fn marker_label(&mut self, status: StackStatus, has_frames: bool) -> Option<u32> {
+        let key = (status.as_u8(), has_frames);
+        if let Some(&l) = self.marker_labels.get(&key) {
+            return l;
+        }
+        let l = names::marker(status, has_frames).map(|text| self.label(&text, None));
+        self.marker_labels.insert(key, l);
+        l
     }
 
     fn child(&mut self, parent: u32, label: u32) -> u32 {
@@ -211,9 +232,44 @@ impl Builder {
         id
     }
 
+    /// Adds the stack `s` below `at` (its root frames, if any): its marker, then its frames.
+    fn add(&mut self, at: u32, s: &StackCount) {
+        let profile: &'p Profile = self.profile;
+        let tables = &profile.tables;
+        let context = match self.marker_label(s.status, s.leaf != 0) {
+            Some(m) => self.child(at, m),
+            None => at,
+        };
+        // Walk up to the first node already placed under this context, then place the rest going down: each
+        // (context, file node) is placed once, however many stacks pass through it.
+        self.path.clear();
+        let mut node = s.leaf;
+        let mut top = context;
+        while node != 0 {
+            if let Some(&placed) = self.memo.get(&(context, node)) {
+                top = placed;
+                break;
+            }
+            self.path.push(node);
+            // Tables::apply checked every node's parent (smaller id) and the samples' leaves.
+            node = tables.nodes[node as usize - 1].0;
+        }
+        let mut at = top;
+        let mut path = std::mem::take(&mut self.path);
+        for &n in path.iter().rev() {
+            let label = self.symbol_label(tables.nodes[n as usize - 1].1);
+            at = self.child(at, label);
+            self.memo.insert((context, n), at);
+        }
+        path.clear();
+        self.path = path;
+        self.nodes[at as usize].self_count += s.count;
+    }
+
     fn finish(self) -> Tree {
-        let Builder { labels, mut nodes, child_of, .. } = self;
-        drop(child_of);
+        let Builder { labels, mut nodes, child_of, memo, .. } = self;
+        // What only building needed goes before the children lists are made: a lower peak.
+        drop((child_of, memo));
         // Totals: children always come after their parent, so one backward pass adds each subtree up.
         for i in (0..nodes.len()).rev() {
             nodes[i].total += nodes[i].self_count;

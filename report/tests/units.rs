@@ -200,10 +200,10 @@ fn filters_select_samples_for_every_format() {
 }
 
 #[test]
-fn speedscope_weights_are_time_to_the_next_sample() {
+fn speedscope_weights_are_cpu_time() {
     let mut r = Rec::new();
     let s = r.stack(&[("main", "m.py", 1)]);
-    // Times 1, 2, 3 ms (Rec's clock), then a sleep: 10 ms.
+    // Times 1, 2, 3 ms (Rec's clock), then a sleep: 11 ms.
     r.sample(1, GilState::ThisThread, StackStatus::Complete, s, 3);
     r.time += 7_000_000;
     r.sample(1, GilState::ThisThread, StackStatus::Complete, s, 1);
@@ -212,9 +212,11 @@ fn speedscope_weights_are_time_to_the_next_sample() {
     speedscope::write(&p, &speedscope::Options::default(), &mut out).expect("write");
     let doc: serde_json::Value = serde_json::from_slice(&out).expect("json");
     let prof = &doc["profiles"][0];
-    // The last weight is the sampling period: 1000 Hz = 1 ms.
-    assert_eq!(prof["weights"], serde_json::json!([1_000_000, 1_000_000, 8_000_000, 1_000_000]));
-    assert_eq!(prof["startValue"], 1_000_000);
+    // Each sample weighs one period (1000 Hz = 1 ms), back-to-back samples of one stack merged; the time before the
+    // first sample and the sleep are empty samples (speedscope's idle time).
+    assert_eq!(prof["samples"], serde_json::json!([[], [0], [], [0]]));
+    assert_eq!(prof["weights"], serde_json::json!([1_000_000, 3_000_000, 7_000_000, 1_000_000]));
+    assert_eq!(prof["startValue"], 0);
     assert_eq!(prof["endValue"], 12_000_000);
     assert_eq!(prof["name"], "python3.11 [pid 1] thread 1 (python3.11)");
 }
@@ -313,4 +315,32 @@ fn a_process_in_its_own_pid_namespace_is_found_by_either_pid() {
     let out = String::from_utf8(out).unwrap();
     assert!(out.contains("namespace    pid 1 in its own PID namespace (a container)"), "{out}");
     assert!(out.contains("cgroup       /system.slice/docker-0123abcd.scope"), "{out}");
+}
+
+/// Folded lines come in byte order (as `LC_ALL=C sort` gives them, and as inferno's `--no-sort` checks), even where
+/// a frame's text is a prefix of a sibling's and the next character sorts between the space before a count and the
+/// `;` before a callee: there, depth-first order would not be byte order.
+#[test]
+fn folded_lines_are_in_byte_order_when_a_frame_is_a_prefix_of_another() {
+    let mut r = Rec::new();
+    let a = r.stack(&[("f", "a.py", 1)]);
+    let a_g = r.stack(&[("f", "a.py", 1), ("g", "a.py", 2)]);
+    let b = r.stack(&[("f (a.py:1)!", "b.py", 2)]);
+    let c = r.stack(&[("f (a.py:1)", "c.py", 3), ("h", "c.py", 4)]);
+    r.sample(1, GilState::ThisThread, StackStatus::Complete, a, 5);
+    r.sample(1, GilState::ThisThread, StackStatus::Complete, a_g, 1);
+    r.sample(1, GilState::ThisThread, StackStatus::Complete, b, 1);
+    r.sample(1, GilState::ThisThread, StackStatus::Complete, c, 12);
+    let p = r.load(Filter::default(), false);
+    let out = folded_text(&p, true);
+    assert_eq!(
+        out,
+        "f (a.py:1) (c.py:3);h (c.py:4) 12\n\
+         f (a.py:1) 5\n\
+         f (a.py:1)! (b.py:2) 1\n\
+         f (a.py:1);g (a.py:2) 1\n"
+    );
+    let mut sorted: Vec<&str> = out.lines().collect();
+    sorted.sort_unstable();
+    assert_eq!(sorted, out.lines().collect::<Vec<_>>());
 }

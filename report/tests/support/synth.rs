@@ -483,3 +483,123 @@ fn newer_minor() -> Vec<u8> {
     bytes.splice(after_header..after_header, unknown);
     bytes
 }
+
+/// A recorder's Process record (1.1 fields unknown).
+fn process(pid: u32, command: &[&str], first_seen_ns: u64) -> Process {
+    Process {
+        pid,
+        command: args(command),
+        python_version: "3.12.1".into(),
+        interpreter_path: "/usr/bin/python3.12".into(),
+        build_id: String::new(),
+        first_seen_ns,
+        ns_pid: 0,
+        cgroup: String::new(),
+    }
+}
+
+fn push(w: &mut Writer<Vec<u8>>, time_ms: u64, pid: u32, tid: u32, comm: &str, stack: u32) {
+    w.push_sample(&SampleRecord {
+        time_ns: time_ms * 1_000_000,
+        cpu: 0,
+        pid,
+        tid,
+        comm,
+        thread_state: ThreadStateMatch::Match,
+        gil: GilState::ThisThread,
+        pthread_id: PthreadIdMatch::Match,
+        status: StackStatus::Complete,
+        stack,
+    })
+    .expect("sample");
+}
+
+/// Processes that share a pid (FORMAT.md: "a pid may appear again after pid reuse; the later one applies from its
+/// first_seen_ns"):
+/// - pid 100 runs `a.py` (threads 100 and 101), then exec's `b.py`: a second record of pid 100 from 10 ms on, whose
+///   samples (its main thread is tid 100 again) are its own. A sample of `a.py` taken at 9 ms is written after the
+///   second record (CPUs deliver out of order), and the writer batches samples: the chunks after the second record
+///   hold both processes' samples, which only their times tell apart.
+/// - pid 400 is reused: two records whose commands could not be read, named by their main threads (`old`, `new`).
+/// - pid 500's first samples are in a chunk before its record (which applies to them all the same).
+/// - pid 300 has samples and no record.
+pub fn exec() -> Vec<u8> {
+    let mut w = Writer::new(
+        Vec::new(),
+        &header(
+            &["python3", "a.py"],
+            &["pyperf", "record", "--", "python3", "a.py"],
+            "cpu-clock",
+            Rate::Frequency(1000),
+        ),
+    )
+    .expect("header");
+    let stack = |w: &mut Writer<Vec<u8>>, frames: &[(&str, &str, u32)]| {
+        let ids: Vec<u32> = frames.iter().map(|&(n, f, l)| w.intern_symbol(&sym("", n, f, l))).collect();
+        w.intern_stack(&ids)
+    };
+    let a_main = stack(&mut w, &[("<module>", "/a.py", 1), ("main", "/a.py", 3)]);
+    let a_work = stack(&mut w, &[("work", "/a.py", 5)]);
+    let b_main = stack(&mut w, &[("<module>", "/b.py", 1), ("main", "/b.py", 2)]);
+    let x = stack(&mut w, &[("x", "/x.py", 1)]);
+    w.push_sample(&SampleRecord {
+        time_ns: 500_000,
+        cpu: 0,
+        pid: 500,
+        tid: 500,
+        comm: "early",
+        thread_state: ThreadStateMatch::Match,
+        gil: GilState::ThisThread,
+        pthread_id: PthreadIdMatch::Match,
+        status: StackStatus::Complete,
+        stack: x,
+    })
+    .expect("sample");
+    w.flush().expect("flush");
+    w.add_process(&process(500, &["python3", "early.py"], 0)).expect("process");
+    w.add_process(&process(100, &["python3", "a.py"], 0)).expect("process");
+    w.add_process(&process(400, &[], 0)).expect("process");
+    for t in 1..=3 {
+        push(&mut w, t, 100, 100, "python3", a_main);
+    }
+    push(&mut w, 4, 100, 101, "worker", a_work);
+    push(&mut w, 5, 400, 400, "old", x);
+    push(&mut w, 6, 500, 500, "early", x);
+    w.add_process(&process(100, &["python3", "b.py"], 10_000_000)).expect("process");
+    push(&mut w, 9, 100, 100, "python3", a_main);
+    for t in 11..=12 {
+        push(&mut w, t, 100, 100, "python3", b_main);
+    }
+    push(&mut w, 13, 300, 300, "nameless", x);
+    w.add_process(&process(400, &[], 20_000_000)).expect("process");
+    push(&mut w, 21, 400, 400, "new", x);
+    w.finish(&Stats { samples: 12, duration_ns: 30_000_000, ..Default::default() }).expect("finish")
+}
+
+/// Names from the recording that would drive a terminal or reorder what it shows: ESC sequences (colour, clear
+/// screen, window title), BEL, carriage return, and bidirectional overrides and isolates, in the function name,
+/// the file, the process command, the thread name, the host name, a counter and a recorder warning.
+pub fn hostile_names() -> Vec<u8> {
+    let mut h = header(&[], &["pyperf", "record", "-a"], "cpu-clock", Rate::Frequency(100));
+    h.hostname = "host\u{1b}]0;pwned\u{7}".into();
+    let mut w = Writer::new(Vec::new(), &h).expect("header");
+    let mut p = process(7, &["python3", "evil\u{1b}[2J.py", "\u{202e}txt.exe"], 0);
+    p.interpreter_path = "/usr/bin/python3\r\u{1b}[1A".into();
+    p.cgroup = "/x\u{1b}[8m.scope".into();
+    w.add_process(&p).expect("process");
+    w.add_warning(&pyperf_format::RecorderWarning { pid: 7, text: "newer \u{1b}[5m\u{202e}blink".into() })
+        .expect("warning");
+    let f = w.intern_symbol(&sym("C\u{200f}", "f\u{1b}[31m\u{202e}red", "/tmp/\u{2066}x\u{2069}.py\u{1b}[0m", 3));
+    let g = w.intern_symbol(&sym("", "g\u{61c}\u{200e}", "/tmp/b\u{2028}c.py", 4));
+    let s = w.intern_stack(&[f, g]);
+    for t in 0..4 {
+        push(&mut w, t, 7, 7 + (t % 2) as u32, "th\u{1b}[7m\u{202e}read", s);
+    }
+    w.finish(&Stats {
+        samples: 4,
+        duration_ns: 4_000_000,
+        counters: vec![("c\u{1b}[41m".into(), 1)],
+        ..Default::default()
+    })
+    .expect("finish")
+}
