@@ -729,34 +729,41 @@ fn report_shows_lines_and_merges_them_on_request() {
     let json = dir.path().join("s.json");
     let o = run(pyperf().arg("report").arg("-i").arg(&out).arg("--speedscope").arg("-o").arg(&json));
     assert!(o.status.success());
-    let frames = speedscope_stacks(&json);
+    let frames = speedscope_stacks(&json, 1_000_000_000 / 499);
     let want: Vec<String> = expected(&m, v, "method").iter().map(|(n, file, l)| format!("{n}\t{file}\t{l}")).collect();
     let n = frames.get(&want.join("\n")).copied().unwrap_or(0);
     assert!(n >= 100, "speedscope: the method stack has {n} samples");
     let json = dir.path().join("n.json");
     let o = run(pyperf().arg("report").arg("-i").arg(&out).args(["--speedscope", "--no-lines", "-o"]).arg(&json));
     assert!(o.status.success());
-    let frames = speedscope_stacks(&json);
+    let frames = speedscope_stacks(&json, 1_000_000_000 / 499);
     let want: Vec<String> = expected(&m, v, "method").iter().map(|(n, file, _)| format!("{n}\t{file}\t-")).collect();
     assert!(frames.get(&want.join("\n")).copied().unwrap_or(0) >= 100, "speedscope --no-lines");
 }
 
-/// Sample stacks of a speedscope file: "name TAB file TAB line-or-dash" lines, root first -> count.
-fn speedscope_stacks(json: &Path) -> HashMap<String, u64> {
+/// Sample stacks of a speedscope file: "name TAB file TAB line-or-dash" lines, root first -> samples. A speedscope
+/// sample weighs one sampling period per pyperf sample (consecutive samples of one stack are merged into one entry
+/// of their summed weight), so the count is weight / period; `period_ns` is the recording's (`-F 499`).
+fn speedscope_stacks(json: &Path, period_ns: u64) -> HashMap<String, u64> {
     let script = r#"
 import json, sys
 d = json.load(open(sys.argv[1], encoding="utf-8"))
 frames = d["shared"]["frames"]
 for p in d["profiles"]:
     assert p["type"] == "sampled", p["type"]
-    for s in p["samples"]:
-        print("\x1e".join("%s\t%s\t%s" % (frames[i]["name"], frames[i].get("file", "-"), frames[i].get("line", "-")) for i in s))
+    assert p["unit"] == "nanoseconds", p["unit"]
+    for s, w in zip(p["samples"], p["weights"]):
+        if s:
+            print("%d\x1f%s" % (w, "\x1e".join("%s\t%s\t%s" % (frames[i]["name"], frames[i].get("file", "-"), frames[i].get("line", "-")) for i in s)))
 "#;
     let o = Command::new("/usr/bin/python3").args(["-c", script]).arg(json).output().expect("python3");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let mut out = HashMap::new();
     for line in String::from_utf8(o.stdout).unwrap().lines() {
-        *out.entry(line.replace('\x1e', "\n")).or_default() += 1;
+        let (weight, stack) = line.split_once('\x1f').expect("weight and stack");
+        let weight: u64 = weight.parse().expect("a weight in ns");
+        assert_eq!(weight % period_ns, 0, "a weight not a whole number of periods: {weight}");
+        *out.entry(stack.replace('\x1e', "\n")).or_default() += weight / period_ns;
     }
     out
 }
