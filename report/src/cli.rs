@@ -355,7 +355,8 @@ fn run_report(args: &ReportArgs) -> Result<(), ReportError> {
             let _ = writeln!(stderr, "{}: warning: {}", program(), names::escape_text(w));
         }
     }
-    if format == Format::Flamegraph && profile.matched.samples == 0 {
+    // Neither an empty picture nor a speedscope file without profiles (speedscope refuses it) helps anyone.
+    if matches!(format, Format::Flamegraph | Format::Speedscope) && profile.matched.samples == 0 {
         return Err(ReportError::Empty(flamegraph::NO_SAMPLES.to_string()));
     }
     match &args.output {
