@@ -73,6 +73,7 @@ struct pid___pyperf {
 struct task_struct___pyperf {
 	struct thread_struct___pyperf thread;
 	struct pid___pyperf *thread_pid;
+	__u64 start_time;
 } __attribute__((preserve_access_index));
 
 /* Set by user space before load (frozen .rodata: the verifier sees constants). */
@@ -104,14 +105,22 @@ struct {
 	__type(value, struct py_proc);
 } procs SEC(".maps");
 
-/* pid_tgid -> PyThreadState address. Keyed by pid_tgid (not tid alone) so a
- * recycled tid in another process cannot hit a stale entry unnoticed; every
- * hit is validated anyway. */
+/* pid_tgid -> PyThreadState address and the start time of the thread it was
+ * found for. Keyed by pid_tgid (not tid alone) so a recycled tid in another
+ * process cannot hit a stale entry unnoticed; every hit is validated anyway.
+ * The start time catches a tid reused inside the process: the dead thread's
+ * freed thread state may still hold the same tid and pthread id (glibc reuses
+ * the thread block), and would pass the validation with stale frames. */
+struct tstate_entry {
+	__u64 ts;
+	__u64 start;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u64);
-	__type(value, __u64);
+	__type(value, struct tstate_entry);
 } tstate_cache SEC(".maps");
 
 /* Stacks seen so far (a hash of the process and its frames' code objects and check words). A sample with a
@@ -250,22 +259,24 @@ static long thread_walk_step(__u32 i, void *arg)
  */
 static __always_inline __u64 find_tstate(const struct py_proc *proc,
 					 struct pyperf_scratch *s, __u64 pid_tgid,
-					 __u32 tid, __u64 fsbase)
+					 __u32 tid, __u64 fsbase, __u64 start)
 {
-	__u64 *cached, interp = 0, head = 0;
+	__u64 interp = 0, head = 0;
+	struct tstate_entry *cached, entry = {};
 	struct thread_walk w = {};
 
 	/* The thread of this CPU's previous sample: no hash lookup. */
-	if (s->last_pid_tgid == pid_tgid && s->last_ts &&
+	if (s->last_pid_tgid == pid_tgid && s->last_start == start && s->last_ts &&
 	    !read_user(s->tbuf, proc->off.tstate_size, PYPERF_TSTATE_BUF, s->last_ts) &&
 	    tstate_is_ours(proc, s, tid, fsbase))
 		return s->last_ts;
 	s->last_pid_tgid = pid_tgid;
+	s->last_start = start;
 	s->last_ts = 0;
 
 	cached = bpf_map_lookup_elem(&tstate_cache, &pid_tgid);
-	if (cached) {
-		__u64 ts = *cached;
+	if (cached && cached->start == start) {
+		__u64 ts = cached->ts;
 
 		/* Validation is the read we need anyway. */
 		if (ts && !read_user(s->tbuf, proc->off.tstate_size, PYPERF_TSTATE_BUF, ts) &&
@@ -295,7 +306,9 @@ static __always_inline __u64 find_tstate(const struct py_proc *proc,
 	if (w.err)
 		s->counters.read_errors++;
 	if (w.found) {
-		bpf_map_update_elem(&tstate_cache, &pid_tgid, &w.found, BPF_ANY);
+		entry.ts = w.found;
+		entry.start = start;
+		bpf_map_update_elem(&tstate_cache, &pid_tgid, &entry, BPF_ANY);
 		s->last_ts = w.found;
 		return w.found;
 	}
@@ -631,7 +644,7 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 
 	PROF(0); /* header, comm, task */
 	/* A namespace tid that could not be read must not match a thread state whose tid is still 0. */
-	ts = tid ? find_tstate(proc, s, pid_tgid, tid, fsbase) : 0;
+	ts = tid ? find_tstate(proc, s, pid_tgid, tid, fsbase, task->start_time) : 0;
 	PROF(1); /* thread state (cache + read) */
 
 	h->gil_state = gil_state(proc, s, ts, &global_ts);

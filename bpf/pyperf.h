@@ -282,6 +282,7 @@ struct pyperf_scratch {
 	 * lookup), validated like it by the read of the thread state that is needed anyway. */
 	__u64 last_pid_tgid;
 	__u64 last_ts;
+	__u64 last_start; /* start time of that thread: a tid reused by a new thread must not inherit it */
 	__u64 new_stack; /* a new stack's wakeup is pending (rate limit) */
 	__u8 tbuf[PYPERF_TSTATE_BUF];
 	__u8 gbuf[PYPERF_GIL_BUF];

@@ -69,12 +69,12 @@ const _: () = assert!(
         == std::mem::size_of::<types::pyperf_event_header>() + MAX_FRAMES * std::mem::size_of::<RawFrame>()
 );
 const _: () = {
-    // counters + last_wakeup, last_pid_tgid, last_ts, new_stack + tbuf + gbuf + cbuf + wbuf + event: the scratch
+    // counters + last_wakeup, last_pid_tgid, last_ts, last_start, new_stack + tbuf + gbuf + cbuf + wbuf + event: the scratch
     // slot is what the header says it is (a field added in C without updating this fails the build).
     let s = std::mem::size_of::<types::pyperf_scratch>();
     assert!(
         s == std::mem::size_of::<types::pyperf_counters>()
-            + 4 * 8
+            + 5 * 8
             + (TSTATE_BUF + GIL_BUF + CODE_BUF + FRAME_WINDOW + FRAME_BUF)
             + std::mem::size_of::<types::pyperf_event>()
     );

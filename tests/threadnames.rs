@@ -72,6 +72,8 @@ struct Named {
     named_samples: HashMap<String, Vec<(u32, Option<String>)>>,
     /// (tid, time, name at that time) of every sample
     timeline: Vec<(u32, u64, Option<String>)>,
+    /// (tid, time, functions of its stack) of every sample
+    stacks: Vec<(u32, u64, Vec<String>)>,
     samples: usize,
     reads: u64,
     errors: u64,
@@ -107,6 +109,7 @@ fn record(python: &Path, workload: &Path, seconds: &str, out: &Path) -> Named {
         functions,
         named_samples,
         timeline,
+        stacks: samples.iter().map(|(_, tid, time, names)| (*tid, *time, names.clone())).collect(),
         samples: samples.len(),
         reads: counter("thread_name_reads").expect("a thread_name_reads counter"),
         errors: counter("thread_name_errors").expect("a thread_name_errors counter"),
@@ -872,9 +875,10 @@ sys.stdout.write("reused %s\n" % reused)
 /// Recorded (2.7: no dummy is named at all; 3.12: the live dummy is named `Dummy-1`): the raw thread that got the
 /// dead dummy's tid is not named after it, from its start on (the recorder notices the tid's new start time, ends
 /// the name there, and refuses the stale `_DummyThread` for the new thread). The two threads' samples are told apart
-/// by time (the dummy's first 2 s, the raw thread's last 2 s), not by function: with the dead thread's tid and
-/// `struct pthread` both reused, the sampler's cached thread state (freed memory that still holds the same ident and
-/// tid) passes its check, and some recordings show the new thread in the dead one's frames.
+/// by time (the dummy's first 2 s, the raw thread's last 2 s). The raw thread's samples must show its own frames:
+/// with the dead thread's tid and `struct pthread` both reused, the dead thread's freed thread state still holds the
+/// same ident and tid, and the sampler's thread-state cache, were it not keyed by the thread's start time too, would
+/// keep walking its stale frames (`dummy_burn` on the new thread).
 #[test]
 fn a_reused_tid_is_not_named_after_a_dead_dummy() {
     let _guard = serial();
@@ -895,6 +899,14 @@ fn a_reused_tid_is_not_named_after_a_dead_dummy() {
         let (dummy, raw) = (phase(0.0, 0.4), phase(0.6, 1.0));
         eprintln!("{name}: names {:?}; {} dummy samples, {} raw samples", rec.names, dummy.len(), raw.len());
         assert!(dummy.len() >= 50 && raw.len() >= 50, "{name}: {} and {} samples", dummy.len(), raw.len());
+        // Never the dead thread's frames on the new thread.
+        let at = |f: f64| t0 + ((t1 - t0) as f64 * f) as u64;
+        let raw_stacks: Vec<&Vec<String>> =
+            rec.stacks.iter().filter(|s| s.0 == tid && s.1 >= at(0.6)).map(|s| &s.2).collect();
+        let stale = raw_stacks.iter().filter(|f| f.iter().any(|f| f == "dummy_burn")).count();
+        let own = raw_stacks.iter().filter(|f| f.iter().any(|f| f == "raw_burn")).count();
+        assert_eq!(stale, 0, "{name}: {stale} of {} samples of the new thread in the dead thread's frames", raw.len());
+        assert!(own * 10 >= raw_stacks.len() * 8, "{name}: {own} of {} new-thread samples in raw_burn", raw.len());
         let wrong: Vec<_> = raw.iter().filter(|n| n.is_some()).collect();
         assert!(wrong.is_empty(), "{name}: {} of {} raw samples named, e.g. {:?}", wrong.len(), raw.len(), wrong[0]);
         let named = dummy.iter().filter(|n| n.as_deref() == Some("Dummy-1")).count();
