@@ -481,40 +481,21 @@ fn frame_texts(profile: &Profile, tree: &Tree, lines: bool, ambiguous: &FxMap<&s
 /// bidirectional-text controls (they reorder the text around them: a file name could pass for another),
 /// line / paragraph separators, the byte-order mark and the two non-characters XML forbids.
 fn hidden(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{061c}'
-                | '\u{200e}'
-                | '\u{200f}'
-                | '\u{202a}'..='\u{202e}'
-                | '\u{2066}'..='\u{2069}'
-                | '\u{2028}'
-                | '\u{2029}'
-                | '\u{feff}'
-                | '\u{fffe}'
-                | '\u{ffff}'
-        )
+    names::is_unsafe(c) || matches!(c, '\u{feff}' | '\u{fffe}' | '\u{ffff}')
 }
 
-/// `s` with the [`hidden`] characters shown as escapes: `\n`, `\r`, `\t`, `\x1b`, `\u{202e}`.
+/// `s` with the [`hidden`] characters shown as escapes, spelled as everywhere else ([`names::escape_char`]):
+/// `\n`, `\r`, `\t`, `\x1b`, `\u{202e}`.
 fn visible(s: &str) -> Cow<'_, str> {
     if !s.chars().any(hidden) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
-        match c {
-            '\n' => out.push_str(r"\n"),
-            '\r' => out.push_str(r"\r"),
-            '\t' => out.push_str(r"\t"),
-            c if hidden(c) && (c as u32) < 0x100 => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c if hidden(c) => {
-                let _ = write!(out, "\\u{{{:04x}}}", c as u32);
-            }
-            c => out.push(c),
+        if hidden(c) {
+            names::escape_char(c, &mut out);
+        } else {
+            out.push(c);
         }
     }
     Cow::Owned(out)

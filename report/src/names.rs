@@ -107,7 +107,8 @@ pub fn escape_text(name: &str) -> String {
     out
 }
 
-fn escape_char(c: char, out: &mut String) {
+/// Appends the visible escape of an unsafe character: `\n`, `\r`, `\t`, `\xNN` below U+0100, else `\u{NNNN}`.
+pub(crate) fn escape_char(c: char, out: &mut String) {
     use std::fmt::Write;
     match c {
         '\n' => out.push_str(r"\n"),

@@ -74,20 +74,13 @@ impl Default for Options {
     }
 }
 
-/// Bidirectional-text controls: embeddings and overrides (U+202A-U+202E), isolates (U+2066-U+2069), marks
-/// (U+200E, U+200F, U+061C). Line and paragraph separators (U+2028, U+2029) break a label like a newline.
-fn is_bidi_or_separator(c: char) -> bool {
-    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
-        || matches!(c, '\u{2028}' | '\u{2029}')
-}
-
 /// `name` as text a person sees as it is: control characters become `\n`, `\r`, `\t` or `\xNN`, bidirectional-text
 /// controls and line / paragraph separators `\uNNNN` (Python's `repr` escapes). JSON escaping alone would keep
 /// them: speedscope would show a newline, or text reordered by a U+202E (right-to-left override). Backslashes are
 /// kept as they are, as in the text report.
 pub fn visible(name: &str) -> Cow<'_, str> {
     use std::fmt::Write as _;
-    if !name.chars().any(|c| c.is_control() || is_bidi_or_separator(c)) {
+    if !name.chars().any(names::is_unsafe) {
         return Cow::Borrowed(name);
     }
     let mut out = String::with_capacity(name.len() + 8);
@@ -99,7 +92,7 @@ pub fn visible(name: &str) -> Cow<'_, str> {
             c if c.is_control() && (c as u32) < 0x100 => {
                 let _ = write!(out, "\\x{:02x}", c as u32);
             }
-            c if c.is_control() || is_bidi_or_separator(c) => {
+            c if names::is_unsafe(c) => {
                 let _ = write!(out, "\\u{:04x}", c as u32);
             }
             c => out.push(c),
