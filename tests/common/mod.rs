@@ -188,14 +188,7 @@ fn sid_mounts(root: &Path) -> Result<(), String> {
         let want = at.to_str().expect("UTF-8 path").replace('\\', "\\134").replace(' ', "\\040").replace('\t', "\\011");
         Ok(mounts.lines().any(|l| l.split(' ').nth(1) == Some(want.as_str())))
     };
-    let mount = |args: &[&std::ffi::OsStr]| -> Result<(), String> {
-        let out = Command::new("mount").args(args).output().map_err(|e| format!("cannot run mount: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!("mount {args:?}: {}", String::from_utf8_lossy(&out.stderr).trim()))
-        }
-    };
+    let mount = |args: &[&std::ffi::OsStr]| mount_cmd("mount", args);
     let proc_at = root.join("proc");
     if !mounted(&proc_at)? {
         mount(&["-t".as_ref(), "proc".as_ref(), "proc".as_ref(), proc_at.as_os_str()])?;
@@ -211,7 +204,7 @@ fn sid_mounts(root: &Path) -> Result<(), String> {
     paths.dedup_by(|later, earlier| later.starts_with(earlier));
     for path in paths {
         let at = root.join(path.strip_prefix("/").map_err(|_| format!("{} is not absolute", path.display()))?);
-        if mounted(&at)? {
+        if same_file(&path, &at) {
             continue;
         }
         // A symlink inside the root (sid's /var/run -> /run) must take neither the new directories nor the mount
@@ -226,11 +219,32 @@ fn sid_mounts(root: &Path) -> Result<(), String> {
         inside(at.ancestors().find(|a| a.exists()).expect("the root exists"))?;
         std::fs::create_dir_all(&at).map_err(|e| format!("{}: {e}", at.display()))?;
         let real = inside(&at)?;
-        if !mounted(&real)? {
-            mount(&["--bind".as_ref(), path.as_os_str(), real.as_os_str()])?;
+        // A bind mount left by an earlier checkout at the same path (deleted, then cloned again) still shows the
+        // deleted directory: replace it.
+        if mounted(&real)? {
+            mount_cmd("umount", &["-l".as_ref(), real.as_os_str()])?;
         }
+        mount(&["--bind".as_ref(), path.as_os_str(), real.as_os_str()])?;
     }
     Ok(())
+}
+
+fn mount_cmd(cmd: &str, args: &[&std::ffi::OsStr]) -> Result<(), String> {
+    let out = Command::new(cmd).args(args).output().map_err(|e| format!("cannot run {cmd}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd} {args:?}: {}", String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+/// Whether two paths name the same directory (device and inode), as a current bind mount does.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
 }
 
 /// Where a test writes its recording.
