@@ -74,10 +74,28 @@ struct task_struct___pyperf {
 	struct thread_struct___pyperf thread;
 	struct pid___pyperf *thread_pid;
 	__u64 start_time;
+	int pid;
+	int tgid;
 } __attribute__((preserve_access_index));
+
+/* The user registers a task saved on kernel entry: which system call it is in and its first argument. */
+struct pt_regs___pyperf {
+	unsigned long di;
+	unsigned long orig_ax;
+} __attribute__((preserve_access_index));
+
+/* Task states (include/linux/sched.h), as sched_switch's prev_state gives them. */
+#define PYPERF_TASK_RUNNING 0x0000
+#define PYPERF_TASK_UNINTERRUPTIBLE 0x0002
+#define PYPERF_TASK_DEAD 0x0080
 
 /* Set by user space before load (frozen .rodata: the verifier sees constants). */
 const volatile __u64 wakeup_bytes = 0; /* force a wakeup when this much data is pending; 0 = always adaptive */
+/* record --off-cpu: intervals shorter than this are kept with probability length / off_cpu_min_ns and then
+ * weigh off_cpu_min_ns (an unbiased estimate of the time at a bounded cost); longer ones weigh their length. */
+const volatile __u64 off_cpu_min_ns = 1000000;
+/* Possible CPUs: the scratch array holds one slot per CPU for samples, then one per CPU for off-CPU records. */
+const volatile __u32 nr_cpus = 1;
 /* Set by user space at run time (`pyperf record --bpf-stats`): account the time spent on each
  * target sample in pyperf_counters.target_ns (one more clock read per target sample). */
 __u8 measure_cost = 0;
@@ -95,6 +113,9 @@ struct pyperf_btf_anchor {
 	enum pyperf_match_kind match_kind;
 	enum pyperf_gil_kind gil_kind;
 	enum pyperf_limits limits;
+	enum pyperf_event_kind event_kind;
+	enum pyperf_off_kind off_kind;
+	struct off_cpu_entry off_cpu_entry;
 };
 const volatile struct pyperf_btf_anchor pyperf_btf_anchor = {};
 
@@ -134,6 +155,16 @@ struct {
 	__type(value, __u8);
 } seen_stacks SEC(".maps");
 
+/* record --off-cpu: the followed threads that are off CPU now, from their switch-out to their switch-in. Keyed
+ * by pid_tgid, not by CPU: a thread may come back on another CPU. LRU: an entry whose thread never came back
+ * (it exited while blocked, or the entry outlived a lost switch-in) makes room for live ones. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct off_cpu_entry);
+} off_cpu SEC(".maps");
+
 /*
  * Per-CPU scratch + counters, indexed by CPU id. A plain ARRAY with one slot
  * per possible CPU (user space sets max_entries) rather than a PERCPU_ARRAY:
@@ -143,7 +174,7 @@ struct {
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1); /* number of possible CPUs, set before load */
+	__uint(max_entries, 1); /* 2 x the number of possible CPUs, set before load (samples, then off-CPU) */
 	__type(key, __u32);
 	__type(value, struct pyperf_scratch);
 } scratch SEC(".maps");
@@ -367,12 +398,13 @@ static __always_inline __u8 thread_state_match(__u64 this_ts, __u64 global_ts)
  */
 static __always_inline __u8 gil_state(const struct py_proc *proc,
 				      struct pyperf_scratch *s, __u64 this_ts,
-				      __u64 *global_ts)
+				      __u64 *global_ts, __u64 *wait_base)
 {
 	__u64 gil = proc->gil_addr, holder;
 	__s32 locked;
 
 	*global_ts = 0;
+	*wait_base = 0;
 	if (proc->off.gil_kind == GIL_KIND_NONE)
 		goto no_gil;
 	if (!gil && proc->off.interp_gil_ptr >= 0) {
@@ -390,6 +422,7 @@ static __always_inline __u8 gil_state(const struct py_proc *proc,
 		}
 		if (!gil)
 			return GIL_STATE_UNINITIALIZED;
+		*wait_base = gil;
 	}
 	if (!gil || read_user(s->gbuf, proc->off.gil_size, PYPERF_GIL_BUF, gil)) {
 		s->counters.read_errors++;
@@ -408,7 +441,8 @@ no_gil:
 		return GIL_STATE_ERROR;
 	if (proc->off.gil_kind == GIL_KIND_LOCK_PTR) {
 		/* 2.7: no lock yet = single-threaded so far, like 3.6's locked == -1. */
-		if (!get_u64(s->gbuf, proc->off.gil_locked, PYPERF_GIL_BUF))
+		*wait_base = get_u64(s->gbuf, proc->off.gil_locked, PYPERF_GIL_BUF);
+		if (!*wait_base)
 			return GIL_STATE_UNINITIALIZED;
 		if (!*global_ts)
 			return GIL_STATE_NOT_LOCKED;
@@ -603,36 +637,35 @@ static long frame_walk_step(__u32 i, void *arg)
 }
 
 
-SEC("perf_event")
-int pyperf_sample(struct bpf_perf_event_data *ctx)
+/*
+ * Walks the current thread's Python stack and writes one record to the ring buffer: a CPU sample (off == NULL)
+ * or the off-CPU interval `off` that the thread ends by coming back on CPU now (its stack cannot have changed
+ * while it was off CPU). `s` is the CPU's scratch slot of that kind.
+ */
+static __always_inline void record_stack(struct py_proc *proc, struct pyperf_scratch *s, __u64 pid_tgid,
+					 __u32 cpu, __u64 now, const struct off_cpu_entry *off, __u64 weight)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 pid = pid_tgid >> 32, cpu, n, tid;
+	__u32 pid = pid_tgid >> 32, n, tid;
 	struct pyperf_event_header *h;
-	struct pyperf_scratch *s;
-	struct py_proc *proc;
 	struct task_struct___pyperf *task;
-	__u64 fsbase = 0, ts, global_ts = 0, frame = 0, cframe = 0, size, flags;
+	__u64 fsbase = 0, ts, global_ts = 0, frame = 0, cframe = 0, size, flags, wait_base = 0, lo;
 	struct frame_walk w = {};
 
-	/* Cheapest path first: not a tracked process. */
-	proc = bpf_map_lookup_elem(&procs, &pid);
-	if (!proc)
-		return 0;
-	cpu = bpf_get_smp_processor_id();
-	s = bpf_map_lookup_elem(&scratch, &cpu);
-	if (!s)
-		return 0;
-	s->counters.samples++;
-
 	h = &s->ev.hdr;
-	h->ktime = bpf_ktime_get_ns();
+	h->ktime = now;
 	PROF_START(h->ktime);
 	h->pid = pid;
 	h->tid = (__u32)pid_tgid;
 	h->cpu = cpu;
 	h->nframes = 0;
 	bpf_get_current_comm(h->comm, sizeof(h->comm));
+	h->kind = !off ? PYPERF_EVENT_SAMPLE : off->walked ? PYPERF_EVENT_OFF_CPU_START : PYPERF_EVENT_OFF_CPU;
+	h->off_kind = 0;
+	h->off_flags = 0;
+	h->off_start = 0;
+	h->off_wake = 0;
+	h->off_weight = 0;
+	h->off_syscall = -1;
 
 	task = (struct task_struct___pyperf *)bpf_get_current_task_btf();
 	/* pthread_self() on glibc x86-64 is the thread pointer = fs base. */
@@ -647,7 +680,7 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 	ts = tid ? find_tstate(proc, s, pid_tgid, tid, fsbase, task->start_time) : 0;
 	PROF(1); /* thread state (cache + read) */
 
-	h->gil_state = gil_state(proc, s, ts, &global_ts);
+	h->gil_state = gil_state(proc, s, ts, &global_ts, &wait_base);
 	h->thread_state_match = proc->tstate_current_addr || proc->off.global_from_gil ?
 		thread_state_match(ts, global_ts) : THREAD_STATE_UNKNOWN;
 	h->pthread_id_match = pthread_id_match(proc, s, ts, fsbase);
@@ -655,6 +688,23 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 	if (ts && proc->off.tstate_gil_requested >= 0 && h->gil_state != GIL_STATE_THIS_THREAD &&
 	    get_s32(s->tbuf, proc->off.tstate_gil_requested, PYPERF_TSTATE_BUF))
 		h->gil_state = GIL_STATE_WAITING;
+	if (off) {
+		h->off_kind = off->kind;
+		h->off_flags = off->flags;
+		h->off_start = off->start;
+		h->off_wake = off->wake;
+		h->off_weight = weight;
+		h->off_syscall = off->syscall;
+		/* Blocked in futex(2) on the GIL's condition variable or mutex: waiting for the GIL. */
+		lo = proc->gil_wait_addr ? proc->gil_wait_addr : wait_base;
+		if (off->syscall == PYPERF_NR_FUTEX && lo && proc->gil_wait_len && off->uaddr >= lo &&
+		    off->uaddr - lo < proc->gil_wait_len)
+			h->off_kind = OFF_KIND_GIL;
+		if (h->gil_state == GIL_STATE_WAITING && off->kind != OFF_KIND_RUNNABLE)
+			h->off_kind = OFF_KIND_GIL;
+		if (h->off_kind == OFF_KIND_GIL)
+			h->gil_state = GIL_STATE_WAITING;
+	}
 	PROF(2); /* GIL block, states */
 
 	/* Leaf frame: tstate->frame / ->current_frame, or tstate->cframe->current_frame. */
@@ -726,12 +776,235 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 		s->last_wakeup = h->ktime;
 		s->new_stack = 0;
 	}
-	if (bpf_ringbuf_output(&events, &s->ev, size, flags))
-		s->counters.rb_full++;
-	else
-		s->counters.events++;
+	if (bpf_ringbuf_output(&events, &s->ev, size, flags)) {
+		if (off)
+			s->counters.off_cpu_rb_full++;
+		else
+			s->counters.rb_full++;
+	} else {
+		if (off)
+			s->counters.off_cpu_events++;
+		else
+			s->counters.events++;
+	}
 	PROF(5); /* ring buffer output */
+}
+
+SEC("perf_event")
+int pyperf_sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid(), now;
+	__u32 pid = pid_tgid >> 32, cpu;
+	struct pyperf_scratch *s;
+	struct py_proc *proc;
+
+	/* Cheapest path first: not a tracked process. */
+	proc = bpf_map_lookup_elem(&procs, &pid);
+	if (!proc)
+		return 0;
+	cpu = bpf_get_smp_processor_id();
+	s = bpf_map_lookup_elem(&scratch, &cpu);
+	if (!s)
+		return 0;
+	s->counters.samples++;
+	now = bpf_ktime_get_ns();
+	record_stack(proc, s, pid_tgid, cpu, now, NULL, 0);
 	if (measure_cost)
-		s->counters.target_ns += bpf_ktime_get_ns() - h->ktime;
+		s->counters.target_ns += bpf_ktime_get_ns() - now;
+	return 0;
+}
+
+/*
+ * record --off-cpu. Tracepoints only (no kprobe, no fentry: kernels built without kprobes or locked down have
+ * neither), so the stack of an interval is walked where the thread's own memory is current:
+ *  - blocked in a system call (sleep, I/O, a lock, the GIL: nearly every wait): when the call returns
+ *    (sys_exit), the thread's stack unchanged since it blocked; short ones are sampled first, so an interval that
+ *    is dropped costs two map operations;
+ *  - off CPU outside a system call (preempted, or a page fault): when it leaves (sched_switch, prev is current),
+ *    since it returns to user space without a tracepoint; its end comes at its switch-in.
+ * The CPU's off-CPU scratch slot (cpu + nr_cpus) serves both: a perf_event program (an NMI with -e cycles) may
+ * interrupt these, and sys_exit programs may be preempted (`busy`).
+ */
+
+/* Kept with probability dur / off_cpu_min_ns below the minimum, then weighing the minimum: the expected weight
+ * is dur. Returns the weight, 0 = dropped (counted). */
+static __always_inline __u64 off_cpu_weight(struct pyperf_scratch *s, __u64 dur)
+{
+	s->counters.off_cpu_ended++;
+	if (dur >= off_cpu_min_ns)
+		return dur ? dur : 1;
+	if ((((__u64)bpf_get_prandom_u32() * off_cpu_min_ns) >> 32) >= dur) {
+		s->counters.off_cpu_short++;
+		s->counters.off_cpu_short_ns += dur;
+		return 0;
+	}
+	s->counters.off_cpu_sampled++;
+	return off_cpu_min_ns;
+}
+
+static __always_inline struct pyperf_scratch *off_cpu_slot(__u32 *cpu)
+{
+	__u32 slot;
+
+	*cpu = bpf_get_smp_processor_id();
+	slot = *cpu + nr_cpus;
+	return bpf_map_lookup_elem(&scratch, &slot);
+}
+
+/* The end of an interval whose stack went out at its start (PYPERF_EVENT_OFF_CPU_START). */
+static __always_inline void off_cpu_end(__u64 key, const struct off_cpu_entry *e, __u64 now)
+{
+	struct pyperf_event_header h = {};
+	struct pyperf_scratch *s;
+	__u32 cpu;
+
+	s = off_cpu_slot(&cpu);
+	if (!s)
+		return;
+	h.ktime = now;
+	h.pid = key >> 32;
+	h.tid = (__u32)key;
+	h.cpu = cpu;
+	h.kind = PYPERF_EVENT_OFF_CPU_END;
+	h.off_kind = e->kind;
+	h.off_flags = e->flags;
+	h.off_start = e->start;
+	h.off_wake = e->wake;
+	h.off_syscall = e->syscall;
+	h.off_weight = off_cpu_weight(s, now > e->start ? now - e->start : 0);
+	if (bpf_ringbuf_output(&events, &h, sizeof(h), BPF_RB_NO_WAKEUP))
+		s->counters.off_cpu_rb_full++;
+}
+
+/* A followed thread is switched in (`next`), or leaves the CPU (`prev`, the current task). An unrelated switch
+ * costs two task field loads and two hash lookups. */
+SEC("tp_btf/sched_switch")
+int pyperf_switch(__u64 *ctx)
+{
+	/* TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state) */
+	struct task_struct___pyperf *prev = (struct task_struct___pyperf *)ctx[1];
+	struct task_struct___pyperf *next = (struct task_struct___pyperf *)ctx[2];
+	unsigned int prev_state = (unsigned int)ctx[3];
+	struct off_cpu_entry *cur, e = {};
+	struct pt_regs___pyperf *regs;
+	struct pyperf_scratch *s;
+	struct py_proc *proc;
+	__u32 tgid = next->tgid, cpu;
+	__u64 key, now = 0;
+	bool blocked;
+	long nr = -1;
+
+	/* Switch-in of a thread whose stack went out when it left: its interval ends. */
+	if (bpf_map_lookup_elem(&procs, &tgid)) {
+		key = ((__u64)tgid << 32) | (__u32)next->pid;
+		cur = bpf_map_lookup_elem(&off_cpu, &key);
+		if (cur && cur->walked) {
+			now = bpf_ktime_get_ns();
+			e = *cur;
+			bpf_map_delete_elem(&off_cpu, &key);
+			off_cpu_end(key, &e, now);
+		}
+	}
+
+	tgid = prev->tgid;
+	proc = bpf_map_lookup_elem(&procs, &tgid);
+	if (!proc)
+		return 0;
+	if (prev_state & PYPERF_TASK_DEAD)
+		return 0; /* exiting: it does not come back */
+	key = ((__u64)tgid << 32) | (__u32)prev->pid;
+	cur = bpf_map_lookup_elem(&off_cpu, &key);
+	/* Still in the system call whose block began its interval (woken, then switched out again before the
+	 * call returned): the interval goes on until sys_exit. */
+	if (cur && !cur->walked && cur->syscall >= 0)
+		return 0;
+	if (!now)
+		now = bpf_ktime_get_ns();
+	blocked = !(__u8)ctx[0] && prev_state != PYPERF_TASK_RUNNING;
+	regs = (struct pt_regs___pyperf *)bpf_task_pt_regs((struct task_struct *)prev);
+	/* orig_ax: the system call the task is in; -1 (or an interrupt's ~vector) outside one. */
+	if (regs)
+		nr = (long)regs->orig_ax;
+	__builtin_memset(&e, 0, sizeof(e));
+	e.start = now;
+	e.syscall = -1;
+	e.kind = !blocked ? OFF_KIND_RUNNABLE :
+		 prev_state & PYPERF_TASK_UNINTERRUPTIBLE ? OFF_KIND_DISK : OFF_KIND_BLOCKED;
+	if (blocked && regs && nr >= 0 && nr < 4096) {
+		e.syscall = (__s32)nr;
+		e.uaddr = regs->di;
+		bpf_map_update_elem(&off_cpu, &key, &e, BPF_ANY);
+		return 0;
+	}
+	/* Preempted, or blocked outside a system call: it will not pass a tracepoint on its way back to user space,
+	 * so its stack is taken now. */
+	s = off_cpu_slot(&cpu);
+	if (!s)
+		return 0;
+	if (s->busy) {
+		s->counters.off_cpu_busy++;
+		return 0;
+	}
+	s->busy = 1;
+	e.walked = 1;
+	record_stack(proc, s, key, cpu, now, &e, 0);
+	s->busy = 0;
+	bpf_map_update_elem(&off_cpu, &key, &e, BPF_ANY);
+	return 0;
+}
+
+/* A followed thread that is off CPU is woken: runnable from now on. */
+SEC("tp_btf/sched_wakeup")
+int pyperf_wakeup(__u64 *ctx)
+{
+	/* TP_PROTO(struct task_struct *p) */
+	struct task_struct___pyperf *p = (struct task_struct___pyperf *)ctx[0];
+	struct off_cpu_entry *e;
+	__u32 tgid = p->tgid;
+	__u64 key;
+
+	if (!bpf_map_lookup_elem(&procs, &tgid))
+		return 0;
+	key = ((__u64)tgid << 32) | (__u32)p->pid;
+	e = bpf_map_lookup_elem(&off_cpu, &key);
+	if (e && !e->wake)
+		e->wake = bpf_ktime_get_ns();
+	return 0;
+}
+
+/* A system call returns: if a followed thread blocked in it, its interval ends, with its stack (the current
+ * task's, unchanged since it blocked). Runs on every system call return of the host: one hash lookup for the
+ * others. */
+SEC("tp_btf/sys_exit")
+int pyperf_sys_exit(__u64 *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid(), now, weight;
+	__u32 pid = pid_tgid >> 32, cpu;
+	struct off_cpu_entry *e, off;
+	struct pyperf_scratch *s;
+	struct py_proc *proc;
+
+	proc = bpf_map_lookup_elem(&procs, &pid);
+	if (!proc)
+		return 0;
+	e = bpf_map_lookup_elem(&off_cpu, &pid_tgid);
+	if (!e || e->walked)
+		return 0;
+	off = *e;
+	bpf_map_delete_elem(&off_cpu, &pid_tgid);
+	now = bpf_ktime_get_ns();
+	s = off_cpu_slot(&cpu);
+	if (!s)
+		return 0;
+	weight = off_cpu_weight(s, now > off.start ? now - off.start : 0);
+	if (!weight)
+		return 0;
+	if (s->busy) {
+		s->counters.off_cpu_busy++;
+		return 0;
+	}
+	s->busy = 1;
+	record_stack(proc, s, pid_tgid, cpu, now, &off, weight);
+	s->busy = 0;
 	return 0;
 }

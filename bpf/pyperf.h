@@ -60,6 +60,31 @@ enum pyperf_limits {
 	 * timer, which fires on the recorder's CPU, not on the target's. */
 	PYPERF_WAKEUP_NS = 2000000,
 	PYPERF_POLL_NS = 20000000,
+	/* x86-64 system call number of futex(2): a thread blocked in it on an address inside the GIL is waiting
+	 * for the GIL (see py_proc.gil_wait_addr). */
+	PYPERF_NR_FUTEX = 202,
+	/* 2.7's GIL is a POSIX semaphore (sem_t, 32 bytes on x86-64) that interpreter_lock points to. */
+	PYPERF_SEM_SIZE = 32,
+};
+
+/* What a ring buffer record is (pyperf_event_header.kind). */
+enum pyperf_event_kind {
+	PYPERF_EVENT_SAMPLE = 0,  /* a CPU sample */
+	/* record --off-cpu (the off_* fields): */
+	PYPERF_EVENT_OFF_CPU = 1,       /* an off-CPU interval in a system call that just ended, with its stack */
+	PYPERF_EVENT_OFF_CPU_START = 2, /* a thread left the CPU outside a system call (preempted, page fault): its
+	                                 * stack now; the interval's end follows in an OFF_CPU_END record */
+	PYPERF_EVENT_OFF_CPU_END = 3,   /* the end of the interval an OFF_CPU_START began (no frames); off_weight 0:
+	                                 * a short one not drawn, dropped */
+};
+
+/* Why a thread left the CPU (pyperf_event_header.off_kind); the values are the on-disk OffCpuKind. */
+enum pyperf_off_kind {
+	OFF_KIND_UNKNOWN = 0,
+	OFF_KIND_RUNNABLE = 1, /* preempted: still runnable, waiting for a CPU */
+	OFF_KIND_BLOCKED = 2,  /* blocked, interruptible (task state S) */
+	OFF_KIND_DISK = 3,     /* blocked, uninterruptible (task state D) */
+	OFF_KIND_GIL = 4,      /* blocked in futex(2) on the GIL (or 3.15+: gil_requested) */
 };
 
 /* Values are also the on-disk values. */
@@ -210,6 +235,13 @@ struct py_proc {
 	__u8 ns_tid;               /* 1: the process is in another PID namespace than pyperf: its thread states hold
 	                            * the tids of that namespace (the task's innermost pid), not the host's */
 	__u8 _pad[3];
+	/* Where the GIL's condition variables and mutexes are: a thread blocked in futex(2) on an address in
+	 * [gil_wait_addr, gil_wait_addr + gil_wait_len) waits for the GIL. gil_wait_addr 0: relative to the GIL
+	 * block the walk found (3.12+: interp->ceval.gil; 2.7: the semaphore interpreter_lock points to);
+	 * gil_wait_len 0: unknown. */
+	__u64 gil_wait_addr;
+	__u32 gil_wait_len;
+	__u32 _pad2;
 	struct py_offsets off;
 };
 
@@ -249,7 +281,16 @@ struct pyperf_event_header {
 	__u8 gil_state;          /* enum pyperf_gil_state */
 	__u8 pthread_id_match;   /* enum pyperf_pthread_id */
 	__u8 stack_status;       /* enum pyperf_stack_status */
-	__u8 _pad[4];
+	__u8 kind;               /* enum pyperf_event_kind */
+	__u8 off_kind;           /* enum pyperf_off_kind (off-CPU records) */
+	__u8 off_flags;          /* off_cpu_entry.flags (off-CPU records) */
+	__u8 _pad;
+	/* Off-CPU records only (0 in samples); ktime above is the switch-in. */
+	__u64 off_start;   /* ktime of the switch-out */
+	__u64 off_wake;    /* ktime of the wakeup (runnable from then on), 0 = none seen */
+	__u64 off_weight;  /* ns the interval counts for: its length, or off_cpu_min_ns for a sampled short one */
+	__s32 off_syscall; /* system call it blocked in, -1 none */
+	__u32 _pad2;
 };
 
 struct pyperf_event {
@@ -270,6 +311,30 @@ struct pyperf_counters {
 	__u64 target_ns;         /* time spent on samples of target processes, when measure_cost is set */
 	__u64 incomplete;        /* walks that ended without reaching the thread's base frame (3.15+) */
 	__u64 base_reached;      /* walks that ended at the thread's base frame (3.15+): checked complete */
+	/* record --off-cpu: intervals of followed threads that ended */
+	__u64 off_cpu_ended;     /* switch-ins after a switch-out seen */
+	__u64 off_cpu_short;     /* shorter than off_cpu_min_ns and not drawn: dropped */
+	__u64 off_cpu_sampled;   /* shorter than off_cpu_min_ns and drawn: kept, weighing off_cpu_min_ns */
+	__u64 off_cpu_events;    /* off-CPU records written to the ring buffer */
+	__u64 off_cpu_rb_full;   /* off-CPU records dropped: ring buffer full */
+	__u64 off_cpu_short_ns;  /* total length of the dropped ones */
+	__u64 off_cpu_busy;      /* intervals lost: the CPU's off-CPU scratch slot was in use (a preempted run) */
+};
+
+/* Value of the off_cpu map (key: pid_tgid): a followed thread that went off CPU and has not ended the interval
+ * yet. Blocked in a system call: the interval ends when the call returns (sys_exit, in the thread's own context:
+ * its stack is walked then). Otherwise its stack was walked when it left (walked = 1) and the interval ends
+ * when it is switched in. */
+struct off_cpu_entry {
+	__u64 start;    /* ktime of the switch-out */
+	__u64 wake;     /* ktime of the wakeup, 0 = not yet */
+	__u64 uaddr;    /* first system call argument (futex: the address waited on) */
+	__s32 syscall;  /* system call number, -1 = not in one */
+	__u8 kind;      /* enum pyperf_off_kind as known at the switch-out (runnable, blocked, disk) */
+	__u8 flags;     /* on-disk OffCpuInterval flags: 1 = put there by user space for a thread already off CPU
+	                 * when it was first followed (start = that moment) */
+	__u8 walked;    /* 1: its stack went out in an OFF_CPU_START record */
+	__u8 _pad;
 };
 
 /* Per-CPU scratch (one slot per CPU of the `scratch` array): too big for the
@@ -284,6 +349,7 @@ struct pyperf_scratch {
 	__u64 last_ts;
 	__u64 last_start; /* start time of that thread: a tid reused by a new thread must not inherit it */
 	__u64 new_stack; /* a new stack's wakeup is pending (rate limit) */
+	__u64 busy;      /* off-CPU slot: a program is using it (sys_exit programs may be preempted) */
 	__u8 tbuf[PYPERF_TSTATE_BUF];
 	__u8 gbuf[PYPERF_GIL_BUF];
 	__u8 cbuf[PYPERF_CODE_BUF];

@@ -40,6 +40,8 @@ pub const GIL_BUF: usize = limit(types::pyperf_limits::PYPERF_GIL_BUF);
 pub const CODE_BUF: usize = limit(types::pyperf_limits::PYPERF_CODE_BUF);
 /// Bytes of the data stack read at once on 3.11+ (`PYPERF_FRAME_WINDOW`).
 pub const FRAME_WINDOW: usize = limit(types::pyperf_limits::PYPERF_FRAME_WINDOW);
+/// Bytes of 2.7's GIL semaphore (`PYPERF_SEM_SIZE`).
+pub const SEM_SIZE: u32 = types::pyperf_limits::PYPERF_SEM_SIZE.0;
 /// How often user space takes the ring while samples flow (`PYPERF_POLL_NS`).
 pub const POLL_NS: u64 = types::pyperf_limits::PYPERF_POLL_NS.0 as u64;
 
@@ -63,18 +65,20 @@ unsafe impl plain::Plain for types::pyperf_event_header {}
 unsafe impl plain::Plain for types::pyperf_frame {}
 // SAFETY: as above.
 unsafe impl plain::Plain for types::pyperf_counters {}
+// SAFETY: as above.
+unsafe impl plain::Plain for types::off_cpu_entry {}
 
 const _: () = assert!(
     std::mem::size_of::<types::pyperf_event>()
         == std::mem::size_of::<types::pyperf_event_header>() + MAX_FRAMES * std::mem::size_of::<RawFrame>()
 );
 const _: () = {
-    // counters + last_wakeup, last_pid_tgid, last_ts, last_start, new_stack + tbuf + gbuf + cbuf + wbuf + event: the scratch
+    // counters + last_wakeup, last_pid_tgid, last_ts, last_start, new_stack, busy + tbuf + gbuf + cbuf + wbuf + event: the scratch
     // slot is what the header says it is (a field added in C without updating this fails the build).
     let s = std::mem::size_of::<types::pyperf_scratch>();
     assert!(
         s == std::mem::size_of::<types::pyperf_counters>()
-            + 5 * 8
+            + 6 * 8
             + (TSTATE_BUF + GIL_BUF + CODE_BUF + FRAME_WINDOW + FRAME_BUF)
             + std::mem::size_of::<types::pyperf_event>()
     );
@@ -126,9 +130,9 @@ mod tests {
 
     #[test]
     fn shared_struct_sizes() {
-        assert_eq!(std::mem::size_of::<types::pyperf_event_header>(), 48);
+        assert_eq!(std::mem::size_of::<types::pyperf_event_header>(), 80);
         assert_eq!(std::mem::size_of::<RawFrame>(), 32);
-        assert_eq!(std::mem::size_of::<ProcConfig>(), 120);
+        assert_eq!(std::mem::size_of::<ProcConfig>(), 136);
         assert_eq!(MAX_FRAMES, 2048);
         assert_eq!(POLL_NS, 20_000_000);
     }

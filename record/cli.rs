@@ -51,6 +51,15 @@ pub struct RecordArgs {
     /// Ring buffer size in KiB, 4 to 1048576 (rounded up to a power of two pages).
     #[arg(long = "ringbuf-kib", default_value_t = 4096)]
     pub ringbuf_kib: usize,
+    /// Also record when each followed thread is off CPU (blocked in I/O, sleep, a lock, waiting for the GIL, or
+    /// preempted), for how long and with which Python stack: `pyperf report --mode off-cpu` or `--mode wall`.
+    #[arg(long = "off-cpu")]
+    pub off_cpu: bool,
+    /// With --off-cpu: intervals shorter than this (e.g. 500us, 1ms, 0) are sampled, each kept with probability
+    /// length / DURATION and then counted as DURATION, which estimates their total time without walking the stack
+    /// at every context switch.
+    #[arg(long = "off-cpu-min", value_name = "DURATION", default_value = "1ms", requires = "off_cpu")]
+    pub off_cpu_min: String,
     /// Measure the BPF program's own run time (kernel BPF statistics) and print it in the summary.
     #[arg(long = "bpf-stats")]
     pub bpf_stats: bool,
@@ -59,6 +68,37 @@ pub struct RecordArgs {
     /// command; a full disk stops the recording only (pyperf waits for the command, then exits 1).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// Longest `--off-cpu-min`: 10 s (longer would sample even long waits).
+const MAX_OFF_CPU_MIN_NS: u64 = 10_000_000_000;
+
+/// `--off-cpu-min`: a number with a unit (ns, us, ms, s), or 0, as nanoseconds.
+fn parse_min_duration(text: &str) -> Result<u64> {
+    let t = text.trim();
+    let bad = || {
+        anyhow::anyhow!(
+            "--off-cpu-min {text:?}: give a duration with its unit, e.g. 500us, 1ms or 0.5s (at most 10s), or 0"
+        )
+    };
+    if t == "0" {
+        return Ok(0);
+    }
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(bad)?;
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num.parse().map_err(|_| bad())?;
+    let scale = match unit.trim() {
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        _ => return Err(bad()),
+    };
+    let ns = value * scale;
+    if !(ns.is_finite() && ns >= 0.0 && ns <= MAX_OFF_CPU_MIN_NS as f64) {
+        return Err(bad());
+    }
+    Ok(ns.round() as u64)
 }
 
 /// Samples per second per CPU without `-F` / `-c`.
@@ -87,13 +127,15 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
         }
     }
     let event = if args.event == "cycles" { SampleEvent::Cycles } else { SampleEvent::CpuClock };
+    let off_cpu_min_ns = if args.off_cpu { Some(parse_min_duration(&args.off_cpu_min)?) } else { None };
 
     // Everything that can fail at start fails before the output file exists, except what the output file itself
     // needs, which fails before a command is started: a command never runs for a recording that cannot be made.
     output::check(&args.output)?;
     privileges::check_all()?;
-    let mut sampler = Sampler::new(&SamplerOptions { event, rate, ringbuf_bytes: args.ringbuf_kib * 1024 })
-        .context("cannot start sampling")?;
+    let mut sampler =
+        Sampler::new(&SamplerOptions { event, rate, ringbuf_bytes: args.ringbuf_kib * 1024, off_cpu_min_ns })
+            .context("cannot start sampling")?;
     if args.bpf_stats {
         sampler.enable_bpf_stats().context("cannot measure the BPF program")?;
     }
@@ -118,6 +160,9 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
 
     let sink = FileSink::new(output, &session::header(&args.command, event, rate))?;
     let mut session = Session::new(sampler, targets, Box::new(sink));
+    if let Some(min_ns) = off_cpu_min_ns {
+        session = session.with_off_cpu(min_ns)?;
+    }
     session.start()?;
     created.keep();
 
@@ -137,4 +182,22 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
         "pyperf: next: pyperf report {path} (or --flamegraph -o flame.svg, --speedscope -o prof.speedscope.json)"
     );
     Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_min_duration;
+
+    #[test]
+    fn off_cpu_min_durations() {
+        assert_eq!(parse_min_duration("1ms").unwrap(), 1_000_000);
+        assert_eq!(parse_min_duration("500us").unwrap(), 500_000);
+        assert_eq!(parse_min_duration("0.5s").unwrap(), 500_000_000);
+        assert_eq!(parse_min_duration("250ns").unwrap(), 250);
+        assert_eq!(parse_min_duration("0").unwrap(), 0);
+        for bad in ["", "1", "ms", "1h", "-1ms", "11s", "1e3ms", "nan ms"] {
+            let e = parse_min_duration(bad).unwrap_err().to_string();
+            assert!(e.contains("give a duration with its unit"), "{bad}: {e}");
+        }
+    }
 }

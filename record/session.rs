@@ -8,14 +8,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use pyperf_format::{
-    GilState, Header, Process, PthreadIdMatch, RecorderWarning, StackStatus, Stats, ThreadName, ThreadStateMatch,
+    off_cpu_flags, GilState, Header, OffCpuKind, Process, PthreadIdMatch, RecorderWarning, StackStatus, Stats,
+    ThreadName, ThreadStateMatch,
 };
 
 use crate::python::config::bpf_config;
 use crate::python::PythonProcess;
-use crate::sampler::{Rate, RawSample, SampleEvent, Sampler};
+use crate::abi::{types, ProcConfig};
+use crate::sampler::{OffCpuPart, Rate, RawSample, SampleEvent, Sampler};
 use crate::signals;
-use crate::sink::{Sample, Sink};
+use crate::sink::{OffCpuSample, Sample, Sink};
 use crate::symbolizer::Symbolizer;
 use crate::targets::procfs::Namespaces;
 use crate::targets::{Event, Stop, Targets};
@@ -101,6 +103,38 @@ pub struct Session {
     truncated: u64,
     /// SIGINT / SIGTERM received when recording stopped (each later one hurries the end of a command).
     signals_seen: usize,
+    /// `--off-cpu`: the minimum interval (shorter ones are sampled), and what the end of the recording needs to
+    /// walk the stacks of threads still off CPU then.
+    off_cpu: Option<OffCpuState>,
+}
+
+/// What a session with `--off-cpu` keeps.
+struct OffCpuState {
+    /// Each followed process's interpreter and BPF row: the threads still off CPU at the end are walked from user
+    /// space with them.
+    processes: std::collections::HashMap<u32, (PythonProcess, ProcConfig)>,
+    /// Intervals whose stack walk failed (status error).
+    unreadable: u64,
+    /// Intervals cut by the end of the recording.
+    open_at_end: u64,
+    /// Intervals whose start and stack came in a record of their own (see [`OffCpuPart::Start`]), by (pid, tid):
+    /// waiting for their end.
+    pending: std::collections::HashMap<(u32, u32), Pending>,
+}
+
+/// The start of an off-CPU interval whose end has not come yet.
+struct Pending {
+    frames: Vec<u32>,
+    status: StackStatus,
+    gil: GilState,
+    thread_state: ThreadStateMatch,
+    pthread_id: PthreadIdMatch,
+    cpu: u32,
+    comm: String,
+    /// CLOCK_MONOTONIC ns of the switch-out.
+    start: u64,
+    kind: OffCpuKind,
+    flags: u8,
 }
 
 impl Session {
@@ -116,7 +150,21 @@ impl Session {
             started: Instant::now(),
             truncated: 0,
             signals_seen: 0,
+            off_cpu: None,
         }
+    }
+
+    /// Records off-CPU intervals too (`--off-cpu`; the sampler was loaded with the same `min_ns`). Before
+    /// [`Session::start`].
+    pub fn with_off_cpu(mut self, min_ns: u64) -> Result<Session> {
+        self.sink.start_off_cpu(min_ns)?;
+        self.off_cpu = Some(OffCpuState {
+            processes: Default::default(),
+            unreadable: 0,
+            open_at_end: 0,
+            pending: Default::default(),
+        });
+        Ok(self)
     }
 
     /// The targets (for their counters).
@@ -231,7 +279,10 @@ impl Session {
         std::thread::sleep(Duration::from_millis(2));
         let elapsed = self.started.elapsed();
         // The last thread names too: a program may name its threads after they started.
-        let drained = self.poll(Duration::ZERO).and_then(|()| self.thread_names(true));
+        let drained = self
+            .poll(Duration::ZERO)
+            .and_then(|()| self.end_off_cpu())
+            .and_then(|()| self.thread_names(true));
         let written = drained.and_then(|()| self.write_summary(elapsed, bpf_stats));
         let code = self.targets.finish(stop, self.signals_seen)?;
         written.map(|()| code)
@@ -255,6 +306,13 @@ impl Session {
                 .into_iter()
                 .chain(self.targets.counters().iter().map(|&(k, v)| (k.to_string(), v)))
                 .chain(self.symbolizer.thread_name_counters())
+                .chain(self.off_cpu.as_ref().map_or(Vec::new(), |o| {
+                    vec![
+                        ("off_cpu_intervals".to_string(), self.sink.off_cpu_intervals()),
+                        ("off_cpu_unreadable".to_string(), o.unreadable),
+                        ("off_cpu_open_at_end".to_string(), o.open_at_end),
+                    ]
+                }))
                 .collect(),
         };
         let pct = |n: u64| if samples + c.lost == 0 { 0.0 } else { 100.0 * n as f64 / (samples + c.lost) as f64 };
@@ -271,6 +329,16 @@ impl Session {
             stats.lost_symbols,
             stats.errors,
         );
+        if self.off_cpu.is_some() {
+            let _ = write!(
+                summary,
+                "\npyperf: {} off-CPU intervals ({} short ones sampled, {} dropped, {} lost)",
+                self.sink.off_cpu_intervals(),
+                c.off_cpu_sampled,
+                c.off_cpu_short,
+                c.off_cpu_lost
+            );
+        }
         let sink = std::mem::replace(&mut self.sink, Box::new(Finished));
         if let Some(what) = sink.finish(&stats)? {
             summary.push('\n');
@@ -287,6 +355,22 @@ impl Session {
                     run_ns as f64 / runs.max(1) as f64,
                     run_ns as f64 / c.samples.max(1) as f64,
                     c.samples
+                );
+            }
+            let off: Vec<String> = self
+                .sampler
+                .off_cpu_bpf_stats()
+                .iter()
+                .map(|(name, ns, n)| format!("{name} {n} runs, {:.0} ns per run", *ns as f64 / (*n).max(1) as f64))
+                .collect();
+            if !off.is_empty() {
+                // Per off-CPU interval of a followed thread: all three programs' time, over the intervals that ended.
+                let total: u64 = self.sampler.off_cpu_bpf_stats().iter().map(|(_, ns, _)| ns).sum();
+                crate::say!(
+                    "pyperf: BPF off-CPU: {}; {:.0} ns per followed switch ({} switches)",
+                    off.join(", "),
+                    total as f64 / c.off_cpu_ended.max(1) as f64,
+                    c.off_cpu_ended
                 );
             }
         }
@@ -307,10 +391,10 @@ impl Session {
 
     /// Takes samples from the ring buffer for up to `timeout` (see [`Sampler::poll`]).
     fn poll(&mut self, timeout: Duration) -> Result<()> {
-        let Session { sampler, symbolizer, sink, start_ns, truncated, .. } = self;
+        let Session { sampler, symbolizer, sink, start_ns, truncated, off_cpu, .. } = self;
         let sink: &mut dyn Sink = sink.as_mut();
         sampler
-            .poll(timeout, &mut |s| on_sample(symbolizer, sink, *start_ns, truncated, s))
+            .poll(timeout, &mut |s| on_sample(symbolizer, sink, *start_ns, truncated, off_cpu.as_mut(), s))
             .context("reading samples")?;
         self.thread_names(false)
     }
@@ -342,6 +426,9 @@ impl Session {
                 Event::Gone { pid, .. } => {
                     self.sampler.remove_process(pid);
                     self.symbolizer.remove_process(pid);
+                    if let Some(o) = &mut self.off_cpu {
+                        o.processes.remove(&pid);
+                    }
                 }
                 Event::Found { process, namespaces, required } => {
                     if let Err(e) = self.follow(&process, &namespaces)? {
@@ -389,7 +476,80 @@ impl Session {
     fn set_up(&mut self, p: &PythonProcess, ns: &Namespaces) -> Result<()> {
         let config = bpf_config(p, ns.other_pid_ns).with_context(|| format!("cannot profile process {}", p.pid))?;
         self.sampler.add_process(p.pid, &config).with_context(|| format!("cannot profile process {}", p.pid))?;
-        self.symbolizer.add_process(p).with_context(|| format!("cannot read the memory of process {}", p.pid))
+        self.symbolizer.add_process(p).with_context(|| format!("cannot read the memory of process {}", p.pid))?;
+        if let Some(o) = &mut self.off_cpu {
+            o.processes.insert(p.pid, (p.clone(), config));
+            // Threads already off CPU: their intervals start now (their switch-out was before we looked).
+            let now = monotonic_ns();
+            for (tid, entry) in off_cpu_now(p.pid, now) {
+                self.sampler.mark_off_cpu(p.pid, tid, &entry).with_context(|| format!("process {}", p.pid))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `--off-cpu`, at the end: the followed threads still off CPU get an interval up to now, with their stack
+    /// walked from user space (the program walks a thread's stack when it comes back, which these did not).
+    fn end_off_cpu(&mut self) -> Result<()> {
+        let Some(o) = &mut self.off_cpu else { return Ok(()) };
+        let now = monotonic_ns();
+        let pids: Vec<u32> = o.processes.keys().copied().collect();
+        // Those whose stack was taken when they left (preempted, or blocked outside a system call).
+        let mut pending: Vec<_> = o.pending.drain().collect();
+        pending.sort_by_key(|&(key, _)| key);
+        for ((pid, tid), p) in pending {
+            if !std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists() {
+                continue;
+            }
+            o.open_at_end += 1;
+            let duration_ns = now.saturating_sub(p.start);
+            emit_pending(self.sink.as_mut(), self.start_ns, pid, tid, p, now, duration_ns, off_cpu_flags::OPEN_AT_END);
+        }
+        // Those blocked in a system call: walked now, from user space.
+        for (pid, tid, e) in self.sampler.open_off_cpu(&pids) {
+            if e.walked != 0 {
+                continue;
+            }
+            // A thread gone since (it exited while blocked, which the program does not see) has no interval.
+            if !std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists() {
+                continue;
+            }
+            let Some((process, config)) = o.processes.get(&pid) else { continue };
+            let walked = walk_thread(process, config, tid);
+            let (frames, status) = match &walked {
+                Some(w) => (w.frames.as_slice(), w.status),
+                None => (&[][..], types::pyperf_stack_status::STACK_STATUS_ERROR.0 as u8),
+            };
+            let raw = RawSample {
+                pid,
+                tid,
+                cpu: 0,
+                time_ns: now,
+                comm: task_comm(pid, tid),
+                thread_state: 0,
+                gil: if e.kind == types::pyperf_off_kind::OFF_KIND_GIL.0 as u8 {
+                    GilState::Waiting.as_u8()
+                } else {
+                    GilState::NoInfo.as_u8()
+                },
+                pthread_id: 0,
+                status,
+                frames,
+                off_cpu: Some(crate::sampler::OffCpu {
+                    part: OffCpuPart::Whole,
+                    start_ns: e.start,
+                    wake_ns: e.wake,
+                    weight_ns: now.saturating_sub(e.start),
+                    kind: e.kind,
+                    syscall: e.syscall,
+                    flags: e.flags | off_cpu_flags::OPEN_AT_END,
+                }),
+            };
+            o.open_at_end += 1;
+            let sink: &mut dyn Sink = self.sink.as_mut();
+            on_sample(&mut self.symbolizer, sink, self.start_ns, &mut self.truncated, Some(o), &raw);
+        }
+        Ok(())
     }
 }
 
@@ -416,16 +576,67 @@ impl Sink for Finished {
     }
 }
 
-/// One raw sample: symbolized, counted, handed to the sink.
-fn on_sample(symbolizer: &mut Symbolizer, sink: &mut dyn Sink, start_ns: u64, truncated: &mut u64, s: &RawSample<'_>) {
+/// One raw sample or off-CPU interval: symbolized, counted, handed to the sink.
+fn on_sample(
+    symbolizer: &mut Symbolizer,
+    sink: &mut dyn Sink,
+    start_ns: u64,
+    truncated: &mut u64,
+    off_cpu: Option<&mut OffCpuState>,
+    s: &RawSample<'_>,
+) {
     let status = StackStatus::from_u8(s.status);
-    if status == StackStatus::Truncated {
-        *truncated += 1;
+    match (s.off_cpu, off_cpu) {
+        (None, _) => {
+            if status == StackStatus::Truncated {
+                *truncated += 1;
+            }
+        }
+        // Records of off-CPU intervals come only when the session asked for them.
+        (Some(_), None) => return,
+        (Some(off), Some(o)) => {
+            if off.part != OffCpuPart::End && status == StackStatus::Error {
+                o.unreadable += 1;
+            }
+            match off.part {
+                OffCpuPart::Whole => {}
+                OffCpuPart::Start => {
+                    let frames = symbolizer.symbolize(s, &mut |id, sym| sink.symbol(id, sym)).to_vec();
+                    let comm_len = s.comm.iter().position(|&c| c == 0).unwrap_or(s.comm.len());
+                    // A start whose end was lost (ring buffer full) is replaced: the thread left again since.
+                    o.pending.insert(
+                        (s.pid, s.tid),
+                        Pending {
+                            frames,
+                            status,
+                            gil: GilState::from_u8(s.gil),
+                            thread_state: ThreadStateMatch::from_u8(s.thread_state),
+                            pthread_id: PthreadIdMatch::from_u8(s.pthread_id),
+                            cpu: s.cpu,
+                            comm: String::from_utf8_lossy(&s.comm[..comm_len]).into_owned(),
+                            start: off.start_ns,
+                            kind: OffCpuKind::from_u8(off.kind),
+                            flags: off.flags,
+                        },
+                    );
+                    return;
+                }
+                OffCpuPart::End => {
+                    // Dropped (short, not drawn), or its start was lost: nothing to write.
+                    let Some(p) = o.pending.remove(&(s.pid, s.tid)) else { return };
+                    if off.weight_ns == 0 || p.start != off.start_ns {
+                        return;
+                    }
+                    emit_pending(sink, start_ns, s.pid, s.tid, p, s.time_ns, off.weight_ns, 0);
+                    return;
+                }
+            }
+        }
     }
     let frames = symbolizer.symbolize(s, &mut |id, sym| sink.symbol(id, sym));
     let comm_len = s.comm.iter().position(|&c| c == 0).unwrap_or(s.comm.len());
     let comm = String::from_utf8_lossy(&s.comm[..comm_len]);
-    sink.sample(&Sample {
+    let sample = Sample {
         time_ns: s.time_ns.saturating_sub(start_ns),
         cpu: s.cpu,
         pid: s.pid,
@@ -436,5 +647,141 @@ fn on_sample(symbolizer: &mut Symbolizer, sink: &mut dyn Sink, start_ns: u64, tr
         pthread_id: PthreadIdMatch::from_u8(s.pthread_id),
         status,
         frames,
+    };
+    let Some(off) = s.off_cpu else {
+        sink.sample(&sample);
+        return;
+    };
+    // The interval ends now (the switch-in, or the end of the recording).
+    let (start, end) = (off.start_ns.min(s.time_ns), s.time_ns);
+    let duration_ns = end - start;
+    let kind = OffCpuKind::from_u8(off.kind);
+    let runnable_ns = if kind == OffCpuKind::Runnable {
+        duration_ns
+    } else if off.wake_ns >= start && off.wake_ns <= end {
+        end - off.wake_ns
+    } else {
+        0
+    };
+    sink.off_cpu(&OffCpuSample {
+        sample,
+        start_ns: start.saturating_sub(start_ns),
+        duration_ns,
+        runnable_ns,
+        weight_ns: off.weight_ns,
+        kind,
+        syscall: off.syscall,
+        flags: off.flags,
+    });
+}
+
+/// The threads of `pid` that are off CPU now (not running or runnable, as /proc says), as entries of the BPF
+/// `off_cpu` map starting at `now` and flagged as such: their switch-out was before the recording could see it.
+/// Why each waits comes from /proc too (task state; the system call and its first argument from
+/// /proc/PID/task/TID/syscall); only waits in a system call (the program ends them at sys_exit).
+fn off_cpu_now(pid: u32, now: u64) -> Vec<(u32, types::off_cpu_entry)> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    let mut out = Vec::new();
+    for task in dir.flatten() {
+        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
+        // The state follows the parenthesised comm, which may itself hold parentheses.
+        let Some(state) = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()) else {
+            continue;
+        };
+        let kind = match state {
+            "S" | "I" | "t" | "T" => types::pyperf_off_kind::OFF_KIND_BLOCKED,
+            "D" => types::pyperf_off_kind::OFF_KIND_DISK,
+            _ => continue, // running or runnable (R), or dying
+        };
+        let (syscall, uaddr) = std::fs::read_to_string(task.path().join("syscall"))
+            .ok()
+            .and_then(|line| {
+                let mut f = line.split_whitespace();
+                let nr: i32 = f.next()?.parse().ok()?;
+                let arg = u64::from_str_radix(f.next()?.trim_start_matches("0x"), 16).ok()?;
+                (nr >= 0).then_some((nr, arg))
+            })
+            .unwrap_or((-1, 0));
+        // Only a wait in a system call ends where the program can see it (sys_exit); one outside (a page fault)
+        // would never end: it is left out.
+        if syscall < 0 {
+            continue;
+        }
+        out.push((
+            tid,
+            types::off_cpu_entry {
+                start: now,
+                wake: 0,
+                uaddr,
+                syscall,
+                kind: kind.0 as u8,
+                flags: off_cpu_flags::BEFORE_START,
+                walked: 0,
+                _pad: 0,
+            },
+        ));
+    }
+    out
+}
+
+/// The comm of a thread, NUL-padded as the kernel gives it to BPF.
+fn task_comm(pid: u32, tid: u32) -> [u8; 16] {
+    let mut comm = [0u8; 16];
+    if let Ok(name) = std::fs::read(format!("/proc/{pid}/task/{tid}/comm")) {
+        let name = name.strip_suffix(b"\n").unwrap_or(&name);
+        for (d, s) in comm.iter_mut().take(15).zip(name) {
+            *d = *s;
+        }
+    }
+    comm
+}
+
+/// The Python stack of a thread that is off CPU, walked from user space. `None` until the walker lands.
+fn walk_thread(_p: &PythonProcess, _config: &ProcConfig, _tid: u32) -> Option<WalkedStack> {
+    None
+}
+
+/// A stack walked from user space.
+struct WalkedStack {
+    frames: Vec<crate::abi::RawFrame>,
+    status: u8,
+}
+
+/// Writes the interval a [`Pending`] start began, ending at `end` (CLOCK_MONOTONIC ns), weighing `weight_ns`.
+#[allow(clippy::too_many_arguments)]
+fn emit_pending(
+    sink: &mut dyn Sink,
+    start_ns: u64,
+    pid: u32,
+    tid: u32,
+    p: Pending,
+    end: u64,
+    weight_ns: u64,
+    flags: u8,
+) {
+    let start = p.start.min(end);
+    let duration_ns = end - start;
+    let runnable_ns = if p.kind == OffCpuKind::Runnable { duration_ns } else { 0 };
+    sink.off_cpu(&OffCpuSample {
+        sample: Sample {
+            time_ns: end.saturating_sub(start_ns),
+            cpu: p.cpu,
+            pid,
+            tid,
+            comm: &p.comm,
+            thread_state: p.thread_state,
+            gil: p.gil,
+            pthread_id: p.pthread_id,
+            status: p.status,
+            frames: &p.frames,
+        },
+        start_ns: start.saturating_sub(start_ns),
+        duration_ns,
+        runnable_ns,
+        weight_ns,
+        kind: p.kind,
+        syscall: -1,
+        flags: p.flags | flags,
     });
 }

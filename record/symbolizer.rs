@@ -439,6 +439,7 @@ mod tests {
             pthread_id: 0,
             status: 0,
             frames: &frames,
+            off_cpu: None,
         };
         let mut sym = Symbolizer::new();
         let mut announced = 0;

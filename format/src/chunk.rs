@@ -10,7 +10,7 @@ pub const MAGIC: [u8; 8] = *b"\x89PYP\r\n\x1a\n";
 /// Major version: a reader refuses files with a higher one.
 pub const MAJOR: u16 = 1;
 /// Minor version: a reader accepts higher ones, ignoring what it does not know.
-pub const MINOR: u16 = 2;
+pub const MINOR: u16 = 3;
 
 /// Bytes before the first chunk: magic, major, minor, four reserved bytes.
 pub const PREAMBLE_LEN: usize = 16;
@@ -63,6 +63,9 @@ pub enum Kind {
     Warning = 8,
     /// [`crate::ThreadNameChunk`]: Python thread names new or changed since the previous one (1.2+).
     ThreadNames = 9,
+    /// [`crate::OffCpuChunk`]: off-CPU intervals (1.3+); an empty one right after the header says off-CPU time was
+    /// recorded.
+    OffCpu = 10,
 }
 
 impl Kind {
@@ -78,6 +81,7 @@ impl Kind {
             7 => Kind::Stats,
             8 => Kind::Warning,
             9 => Kind::ThreadNames,
+            10 => Kind::OffCpu,
             _ => return None,
         })
     }

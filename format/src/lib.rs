@@ -13,8 +13,10 @@ mod writer;
 pub use chunk::{chunk_header, Kind, CHUNK_HEADER_LEN, FLAG_ZSTD, MAGIC, MAJOR, MAX_CHUNK_BYTES, MINOR, PREAMBLE_LEN};
 pub use model::*;
 pub use reader::{samples, Frames, Reader, Record, Sample, Tables};
-pub use states::{GilState, PthreadIdMatch, StackStatus, ThreadStateMatch};
-pub use writer::{SampleRecord, Writer, SAMPLES_PER_CHUNK, SYMBOLS_PER_CHUNK, THREAD_NAMES_PER_CHUNK};
+pub use states::{GilState, OffCpuKind, PthreadIdMatch, StackStatus, ThreadStateMatch};
+pub use writer::{
+    SampleRecord, Writer, OFF_CPU_PER_CHUNK, SAMPLES_PER_CHUNK, SYMBOLS_PER_CHUNK, THREAD_NAMES_PER_CHUNK,
+};
 
 use std::io::Read;
 
@@ -88,11 +90,26 @@ pub struct ScanNotes {
 
 /// Reads the rest of a recording, keeping `tables` up to date and handing every sample chunk to `on_samples`
 /// after the tables know everything it refers to. A file cut off mid-chunk is not an error: the complete
-/// chunks are delivered and a warning says what was lost. Any other damage is an error.
+/// chunks are delivered and a warning says what was lost. Any other damage is an error. Other records (off-CPU
+/// intervals among them) only go to the tables: see [`scan_records`] to get them too.
 pub fn scan<R: Read>(
     reader: &mut Reader<R>,
     tables: &mut Tables,
     mut on_samples: impl FnMut(&Tables, &SampleChunk),
+) -> Result<ScanNotes, Error> {
+    scan_records(reader, tables, |tables, record| {
+        if let Record::Samples(c) = record {
+            on_samples(tables, c)
+        }
+    })
+}
+
+/// [`scan`], handing every record (samples, off-CPU intervals, ...) to `on_record` after `tables` applied it (so
+/// that every reference in it resolves).
+pub fn scan_records<R: Read>(
+    reader: &mut Reader<R>,
+    tables: &mut Tables,
+    mut on_record: impl FnMut(&Tables, &Record),
 ) -> Result<ScanNotes, Error> {
     let mut notes = ScanNotes::default();
     let mut unknown = 0u64;
@@ -101,11 +118,10 @@ pub fn scan<R: Read>(
         match reader.next_record() {
             Ok(Some(record)) => {
                 tables.apply(&record, offset)?;
-                match &record {
-                    Record::Samples(c) => on_samples(tables, c),
-                    Record::Unknown { .. } => unknown += 1,
-                    _ => {}
+                if let Record::Unknown { .. } = record {
+                    unknown += 1;
                 }
+                on_record(tables, &record);
             }
             Ok(None) => break,
             Err(e) if e.is_truncation() => {

@@ -153,6 +153,170 @@ impl ThreadNameChunk {
     }
 }
 
+/// `OffCpuInterval::flags` bits (format 1.3+).
+pub mod off_cpu_flags {
+    /// The thread was already off CPU when the recording started or when the recorder began following it: the
+    /// interval's start is clamped to that moment (its real start is earlier).
+    pub const BEFORE_START: u8 = 1;
+    /// The thread was still off CPU when the recording ended: the interval's duration is cut there.
+    pub const OPEN_AT_END: u8 = 2;
+}
+
+/// One interval a thread spent off CPU, from its switch-out to its next switch-in (format 1.3+), with the Python
+/// stack it had (walked when it came back on CPU: the stack cannot change while the thread is off CPU).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OffCpuInterval {
+    /// Process id (tgid), host namespace, as in the samples.
+    pub pid: u32,
+    /// Thread id, as in the samples.
+    pub tid: u32,
+    /// Switch-out time, ns since the recording's start (the samples' clock).
+    pub start_ns: u64,
+    /// Switch-out to switch-in, or to the recording's end ([`off_cpu_flags::OPEN_AT_END`]).
+    pub duration_ns: u64,
+    /// The part of it spent runnable (woken, waiting for a CPU); equal to `duration_ns` for
+    /// [`crate::OffCpuKind::Runnable`].
+    pub runnable_ns: u64,
+    /// What it counts for in aggregate views: `duration_ns` if at least the recording's minimum
+    /// ([`crate::Tables::off_cpu_min_ns`]), else the minimum (shorter intervals are sampled: kept with probability
+    /// duration / minimum).
+    pub weight_ns: u64,
+    /// Why the thread was off CPU.
+    pub kind: crate::OffCpuKind,
+    /// System call number the thread blocked in (numbers of the recording host's `Header::arch`), -1 for none.
+    pub syscall: i32,
+    /// GIL state at switch-in; [`crate::GilState::Waiting`] for every GIL-wait interval.
+    pub gil: crate::GilState,
+    /// How complete the stack is.
+    pub status: crate::StackStatus,
+    /// Leaf stack node, 0 for no Python frames.
+    pub stack: u32,
+    /// See [`off_cpu_flags`]; unknown bits are a newer recorder's.
+    pub flags: u8,
+    /// Thread name (task comm).
+    pub comm: String,
+}
+
+/// The on-disk form of a chunk of off-CPU intervals (kind 10, format 1.3+): the recording's minimum and one column
+/// per field, all of the same length (interval `i` is element `i` of every column). Columns so that a later minor
+/// version can append one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffCpuChunk {
+    /// The recording's `--off-cpu-min`, ns: the same in every chunk of a file.
+    pub min_ns: u64,
+    /// [`OffCpuInterval::pid`] of each interval.
+    pub pid: Vec<u32>,
+    /// [`OffCpuInterval::tid`] of each interval.
+    pub tid: Vec<u32>,
+    /// [`OffCpuInterval::start_ns`] of each interval.
+    pub start_ns: Vec<u64>,
+    /// [`OffCpuInterval::duration_ns`] of each interval.
+    pub duration_ns: Vec<u64>,
+    /// [`OffCpuInterval::runnable_ns`] of each interval.
+    pub runnable_ns: Vec<u64>,
+    /// [`OffCpuInterval::weight_ns`] of each interval.
+    pub weight_ns: Vec<u64>,
+    /// Raw [`crate::OffCpuKind`] of each interval.
+    pub kind: Vec<u8>,
+    /// [`OffCpuInterval::syscall`] of each interval.
+    pub syscall: Vec<i32>,
+    /// Raw [`crate::GilState`] of each interval.
+    pub gil: Vec<u8>,
+    /// Raw [`crate::StackStatus`] of each interval.
+    pub status: Vec<u8>,
+    /// [`OffCpuInterval::stack`] of each interval.
+    pub stack: Vec<u32>,
+    /// [`OffCpuInterval::flags`] of each interval.
+    pub flags: Vec<u8>,
+    /// [`OffCpuInterval::comm`] of each interval.
+    pub comm: Vec<String>,
+}
+
+impl OffCpuChunk {
+    /// The chunk holding `intervals`, in order, with the recording's minimum `min_ns`.
+    pub fn from_intervals(min_ns: u64, intervals: &[OffCpuInterval]) -> OffCpuChunk {
+        let mut c = OffCpuChunk { min_ns, ..Default::default() };
+        for iv in intervals {
+            c.push(iv);
+        }
+        c
+    }
+
+    /// Appends one interval to every column.
+    pub fn push(&mut self, iv: &OffCpuInterval) {
+        self.pid.push(iv.pid);
+        self.tid.push(iv.tid);
+        self.start_ns.push(iv.start_ns);
+        self.duration_ns.push(iv.duration_ns);
+        self.runnable_ns.push(iv.runnable_ns);
+        self.weight_ns.push(iv.weight_ns);
+        self.kind.push(iv.kind.as_u8());
+        self.syscall.push(iv.syscall);
+        self.gil.push(iv.gil.as_u8());
+        self.status.push(iv.status.as_u8());
+        self.stack.push(iv.stack);
+        self.flags.push(iv.flags);
+        self.comm.push(iv.comm.clone());
+    }
+
+    /// Number of intervals (of the `pid` column: see [`OffCpuChunk::intervals`] for the check that all agree).
+    pub fn len(&self) -> usize {
+        self.pid.len()
+    }
+
+    /// Whether the chunk holds no interval.
+    pub fn is_empty(&self) -> bool {
+        self.pid.is_empty()
+    }
+
+    /// Its intervals, in order, taking the columns; `None` if the columns differ in length.
+    pub fn into_intervals(self) -> Option<Vec<OffCpuInterval>> {
+        let n = self.pid.len();
+        let lens = [
+            self.tid.len(),
+            self.start_ns.len(),
+            self.duration_ns.len(),
+            self.runnable_ns.len(),
+            self.weight_ns.len(),
+            self.kind.len(),
+            self.syscall.len(),
+            self.gil.len(),
+            self.status.len(),
+            self.stack.len(),
+            self.flags.len(),
+            self.comm.len(),
+        ];
+        if lens.iter().any(|&l| l != n) {
+            return None;
+        }
+        let mut comm = self.comm.into_iter();
+        Some(
+            (0..n)
+                .map(|i| OffCpuInterval {
+                    pid: self.pid[i],
+                    tid: self.tid[i],
+                    start_ns: self.start_ns[i],
+                    duration_ns: self.duration_ns[i],
+                    runnable_ns: self.runnable_ns[i],
+                    weight_ns: self.weight_ns[i],
+                    kind: crate::OffCpuKind::from_u8(self.kind[i]),
+                    syscall: self.syscall[i],
+                    gil: crate::GilState::from_u8(self.gil[i]),
+                    status: crate::StackStatus::from_u8(self.status[i]),
+                    stack: self.stack[i],
+                    flags: self.flags[i],
+                    comm: comm.next().unwrap_or_default(),
+                })
+                .collect(),
+        )
+    }
+
+    /// Its intervals, in order; `None` if the columns differ in length.
+    pub fn intervals(&self) -> Option<Vec<OffCpuInterval>> {
+        self.clone().into_intervals()
+    }
+}
+
 /// `Symbol::flags` bits.
 pub mod symbol_flags {
     /// The function name was cut (too long or unreadable past some point).

@@ -29,6 +29,14 @@ pub enum Record {
     Warning(RecorderWarning),
     /// Python thread names new or changed since the previous such chunk (1.2+), in file order.
     ThreadNames(Vec<ThreadName>),
+    /// Off-CPU intervals (1.3+), in file order; none in the chunk the recorder writes first to say that off-CPU time
+    /// was recorded.
+    OffCpu {
+        /// The recording's `--off-cpu-min`, ns.
+        min_ns: u64,
+        /// The intervals.
+        intervals: Vec<OffCpuInterval>,
+    },
     /// A chunk kind from a newer minor version; skipped.
     Unknown {
         /// Its on-disk kind value.
@@ -129,6 +137,15 @@ impl<R: Read> Reader<R> {
                     what: "thread name chunk columns differ in length".into(),
                 })?;
                 Record::ThreadNames(names)
+            }
+            Some(Kind::OffCpu) => {
+                let c: OffCpuChunk = decode(&raw.payload, at)?;
+                let min_ns = c.min_ns;
+                let intervals = c.into_intervals().ok_or_else(|| Error::Corrupt {
+                    offset: at,
+                    what: "off-CPU chunk columns differ in length".into(),
+                })?;
+                Record::OffCpu { min_ns, intervals }
             }
             None => Record::Unknown { kind: raw.kind },
         };
@@ -239,6 +256,8 @@ pub struct Tables {
     /// Built from `thread_names` and `processes` at the first lookup after a change (names arrive in any time
     /// order: one sort then, rather than a sorted insert per name).
     name_index: OnceLock<NameIndex>,
+    /// The recording's off-CPU minimum, from the first off-CPU chunk (1.3+).
+    off_cpu_min_ns: Option<u64>,
 }
 
 /// Thread names by thread, for [`Tables::thread_name`].
@@ -335,6 +354,16 @@ impl Tables {
                 self.thread_names.extend_from_slice(names);
                 self.name_index.take();
             }
+            Record::OffCpu { min_ns, intervals } => {
+                let max = self.nodes.len() as u32;
+                if let Some(bad) = intervals.iter().map(|iv| iv.stack).find(|&s| s > max) {
+                    return Err(Error::Corrupt {
+                        offset,
+                        what: format!("off-CPU interval names stack {bad}, which is not defined before it"),
+                    });
+                }
+                self.off_cpu_min_ns.get_or_insert(*min_ns);
+            }
             Record::Unknown { .. } => {}
         }
         Ok(())
@@ -371,6 +400,14 @@ impl Tables {
         out.clear();
         out.extend(self.frames(leaf));
         out.reverse();
+    }
+
+    /// The recording's `--off-cpu-min` in ns, once an off-CPU chunk was applied (1.3+): `Some` means the recording
+    /// has off-CPU data (the recorder writes an empty off-CPU chunk first), even if no interval was recorded; `None`
+    /// for a recording made without `--off-cpu` (and every recording before 1.3). From the first chunk (every chunk
+    /// of a file has the same).
+    pub fn off_cpu_min_ns(&self) -> Option<u64> {
+        self.off_cpu_min_ns
     }
 
     /// The symbol with this id. Panics on an id no record defined (ids from checked records are defined).

@@ -1,4 +1,5 @@
-//! The per-sample states the BPF walker reports, from bcc's PyPerf, with words for people.
+//! The per-sample states the BPF walker reports, from bcc's PyPerf, and why a thread was off CPU (1.3+), with words
+//! for people.
 //! On disk each is one byte; a value this version does not know decodes to `Unknown(raw)` rather than failing,
 //! so a newer recorder's states still report.
 
@@ -122,6 +123,17 @@ state_enum! {
     }
 }
 
+state_enum! {
+    /// Why a thread was off CPU during an off-CPU interval (format 1.3+).
+    OffCpuKind {
+        Unknown0 = 0, "unknown", "off CPU, reason unknown";
+        Runnable = 1, "runnable", "preempted: runnable, waiting for a CPU";
+        Blocked = 2, "blocked", "blocked (sleep, I/O wait, lock, select...)";
+        Disk = 3, "disk", "blocked uninterruptibly (disk I/O, page fault)";
+        Gil = 4, "gil", "waiting for the GIL";
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,10 +145,16 @@ mod tests {
             assert_eq!(ThreadStateMatch::from_u8(raw).as_u8(), raw);
             assert_eq!(PthreadIdMatch::from_u8(raw).as_u8(), raw);
             assert_eq!(StackStatus::from_u8(raw).as_u8(), raw);
+            assert_eq!(OffCpuKind::from_u8(raw).as_u8(), raw);
         }
         for s in GilState::ALL {
             assert_eq!(GilState::from_key(&s.key()), Some(*s));
         }
+        for k in OffCpuKind::ALL {
+            assert_eq!(OffCpuKind::from_key(&k.key()), Some(*k));
+        }
+        assert_eq!(OffCpuKind::keys(), ["unknown", "runnable", "blocked", "disk", "gil"]);
+        assert_eq!(OffCpuKind::from_u8(4), OffCpuKind::Gil);
         assert_eq!(GilState::from_u8(4).describe(), "GIL held by this thread");
         assert!(matches!(GilState::from_u8(200), GilState::Unknown(200)));
         assert!(GilState::from_u8(200).describe().contains("newer pyperf"));

@@ -15,6 +15,8 @@ pub const SAMPLES_PER_CHUNK: usize = 16 * 1024;
 pub const SYMBOLS_PER_CHUNK: usize = 4096;
 /// Thread names per chunk: at most ~1 MiB of names of the longest length the recorder keeps.
 pub const THREAD_NAMES_PER_CHUNK: usize = 4096;
+/// Off-CPU intervals per chunk (format 1.3+): as samples, a few hundred KiB before compression.
+pub const OFF_CPU_PER_CHUNK: usize = 16 * 1024;
 
 /// One sample as the recorder hands it over.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +90,10 @@ pub struct Writer<W: Write> {
     batch_comms: HashMap<String, u32>,
     last_time: u64,
     samples: u64,
+    /// The recording's off-CPU minimum, once [`Writer::start_off_cpu`] was called.
+    off_cpu_min_ns: Option<u64>,
+    off_cpu_batch: OffCpuChunk,
+    off_cpu: u64,
 }
 
 impl<W: Write> Writer<W> {
@@ -110,6 +116,9 @@ impl<W: Write> Writer<W> {
             batch_comms: HashMap::new(),
             last_time: 0,
             samples: 0,
+            off_cpu_min_ns: None,
+            off_cpu_batch: OffCpuChunk::default(),
+            off_cpu: 0,
         };
         w.write_record(Kind::Header, header)?;
         Ok(w)
@@ -128,6 +137,11 @@ impl<W: Write> Writer<W> {
     /// Samples pushed so far, batched ones included.
     pub fn samples_written(&self) -> u64 {
         self.samples
+    }
+
+    /// Off-CPU intervals pushed so far, batched ones included.
+    pub fn off_cpu_written(&self) -> u64 {
+        self.off_cpu
     }
 
     /// Distinct symbols interned so far.
@@ -232,14 +246,44 @@ impl<W: Write> Writer<W> {
         b.stack.push(s.stack);
         self.samples += 1;
         if self.batch.len() >= SAMPLES_PER_CHUNK {
-            self.write_pending()?;
+            self.write_definitions()?;
+            self.write_samples()?;
         }
         Ok(())
     }
 
-    /// Writes everything buffered (new symbols, then new stacks, then samples: each reference reaches the disk
-    /// no later than what it refers to) and flushes the output. Call it periodically so that a killed
-    /// recorder loses little.
+    /// Says that off-CPU time is recorded (format 1.3+), with the recording's `--off-cpu-min` in ns: writes an
+    /// empty off-CPU chunk now, so that a reader knows it even if no interval follows. Call it once, before
+    /// [`Writer::push_off_cpu`].
+    pub fn start_off_cpu(&mut self, min_ns: u64) -> Result<(), Error> {
+        if self.off_cpu_min_ns.is_some() {
+            return Err(Error::Encode("start_off_cpu called twice".into()));
+        }
+        self.off_cpu_min_ns = Some(min_ns);
+        self.off_cpu_batch.min_ns = min_ns;
+        self.write_record(Kind::OffCpu, &OffCpuChunk { min_ns, ..Default::default() })
+    }
+
+    /// Adds an off-CPU interval (format 1.3+; after [`Writer::start_off_cpu`]). Its stack must come from this
+    /// writer. Batched like samples: writes a chunk (after the stack nodes and symbols it may use) when the batch
+    /// holds [`OFF_CPU_PER_CHUNK`].
+    pub fn push_off_cpu(&mut self, iv: &OffCpuInterval) -> Result<(), Error> {
+        if self.off_cpu_min_ns.is_none() {
+            return Err(Error::Encode("push_off_cpu called before start_off_cpu".into()));
+        }
+        debug_assert!(iv.stack < self.node_count);
+        self.off_cpu_batch.push(iv);
+        self.off_cpu += 1;
+        if self.off_cpu_batch.len() >= OFF_CPU_PER_CHUNK {
+            self.write_definitions()?;
+            self.write_off_cpu()?;
+        }
+        Ok(())
+    }
+
+    /// Writes everything buffered (new symbols, then new stacks, then samples and off-CPU intervals: each
+    /// reference reaches the disk no later than what it refers to) and flushes the output. Call it periodically
+    /// so that a killed recorder loses little.
     pub fn flush(&mut self) -> Result<(), Error> {
         self.write_pending()?;
         self.out.flush()?;
@@ -247,6 +291,23 @@ impl<W: Write> Writer<W> {
     }
 
     fn write_pending(&mut self) -> Result<(), Error> {
+        self.write_definitions()?;
+        self.write_samples()?;
+        self.write_off_cpu()
+    }
+
+    /// Writes the off-CPU batch, if any (the definitions it uses must be written before).
+    fn write_off_cpu(&mut self) -> Result<(), Error> {
+        if !self.off_cpu_batch.is_empty() {
+            let min_ns = self.off_cpu_batch.min_ns;
+            let chunk = std::mem::replace(&mut self.off_cpu_batch, OffCpuChunk { min_ns, ..Default::default() });
+            self.write_record(Kind::OffCpu, &chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the symbols and stack nodes not yet on disk.
+    fn write_definitions(&mut self) -> Result<(), Error> {
         while self.symbols_flushed < self.symbols.len() {
             let end = self.symbols.len().min(self.symbols_flushed + SYMBOLS_PER_CHUNK);
             let chunk = SymbolChunk {
@@ -261,6 +322,11 @@ impl<W: Write> Writer<W> {
             let chunk = std::mem::replace(&mut self.pending_nodes, next);
             self.write_record(Kind::Stacks, &chunk)?;
         }
+        Ok(())
+    }
+
+    /// Writes the sample batch, if any (the definitions it uses must be written before).
+    fn write_samples(&mut self) -> Result<(), Error> {
         if !self.batch.is_empty() {
             let raw = crate::columns::encode(&self.batch).map_err(|e| Error::Encode(e.to_string()))?;
             self.bytes_written += chunk::write_chunk(&mut self.out, Kind::Samples, &raw, self.level)?;

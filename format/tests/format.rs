@@ -445,7 +445,7 @@ fn thread_names_round_trip_and_name_samples_by_time() {
     w.add_process(&later).unwrap();
     w.add_thread_names(&[thread_name(100, 101, 25_000, "other process")]).unwrap();
     let bytes = w.finish(&stats(0)).unwrap();
-    assert_eq!(&bytes[8..12], &[1, 0, 2, 0], "format 1.2");
+    assert_eq!(&bytes[8..12], &[1, 0, MINOR as u8, 0], "format 1.{MINOR}");
 
     let mut r = Reader::new(&bytes[..]).unwrap();
     let mut records = Vec::new();
@@ -518,24 +518,26 @@ fn recording(name: &str) -> Vec<u8> {
 }
 
 /// The recordings kept from earlier format versions (1.0: as 0.1.0 wrote them, a real one and the synthetic ones;
-/// 1.1: the synthetic ones as 0.2.0 wrote them) read with this reader: every chunk, no thread names, and each
-/// synthetic recording gives the same samples, stacks and processes in both versions (a 1.0 process record reads with
-/// the 1.1 fields unknown).
+/// 1.1 and 1.2: the synthetic ones as 0.2.0 and 0.3.0 wrote them) read with this reader: every chunk, no thread
+/// names, no off-CPU data, and each synthetic recording gives the same samples, stacks and processes in every version
+/// (a 1.0 process record reads with the 1.1 fields unknown).
 #[test]
-fn recordings_of_format_1_0_and_1_1_still_read() {
+fn recordings_of_format_1_0_1_1_and_1_2_still_read() {
     let (_, t, got, notes) = read(&recording("split-3.11.pyp")).unwrap();
     assert!(!got.is_empty() && t.stats.is_some() && t.thread_names.is_empty(), "{:?}", notes.warnings);
+    assert_eq!(t.off_cpu_min_ns(), None);
     for name in ["mixed", "killed", "cutoff"] {
         let mut read_as = Vec::new();
-        for v in ["1.0", "1.1"] {
+        for minor in 0..=2u8 {
+            let v = format!("1.{minor}");
             let bytes = recording(&format!("{name}-{v}.pyp"));
-            let minor = if v == "1.0" { 0 } else { 1 };
             assert_eq!(&bytes[8..12], &[1, 0, minor, 0], "{name}-{v}: format {v}");
             let r = Reader::new(&bytes[..]).unwrap();
             assert_eq!(r.version(), (1, minor as u16));
             let (h, t, got, notes) = read(&bytes).unwrap_or_else(|e| panic!("{name}-{v}: {e}"));
             assert!(!got.is_empty(), "{name}-{v}: no samples");
             assert!(t.thread_names.is_empty(), "{name}-{v}");
+            assert_eq!(t.off_cpu_min_ns(), None, "{name}-{v}: recorded without off-CPU");
             // Only what the file itself says is wrong with it: the killed and cut-off ones lack their trailer.
             assert_eq!(notes.warnings.is_empty(), name == "mixed", "{name}-{v}: {:?}", notes.warnings);
             let processes: Vec<(u32, Vec<String>, String)> =
@@ -543,6 +545,7 @@ fn recordings_of_format_1_0_and_1_1_still_read() {
             read_as.push((h, processes, got));
         }
         assert!(read_as[0] == read_as[1], "{name}: 1.0 and 1.1 read differently");
+        assert!(read_as[1] == read_as[2], "{name}: 1.1 and 1.2 read differently");
     }
 }
 
@@ -617,4 +620,284 @@ fn crafted_thread_names_load_and_look_up_in_bounded_work() {
         assert_eq!(got, &want, "at {q}");
     }
     assert!(got.iter().any(Option::is_some) && got.iter().any(Option::is_none), "both cases looked up");
+}
+
+// ---- off-CPU intervals (1.3) -------------------------------------------------------------------------------------
+
+const OFF_CPU_MIN_NS: u64 = 1_000_000;
+
+/// A varied interval: every kind (an unknown one too), syscalls and none, flags, GIL states, stacks and no stack.
+fn interval(i: u64, stacks: &[u32]) -> OffCpuInterval {
+    let duration_ns = (i * 7919) % 3_000_000 + 1;
+    let kind = OffCpuKind::from_u8((i % 6) as u8); // 5: unknown
+    OffCpuInterval {
+        pid: 100 + (i % 3) as u32,
+        tid: 100 + (i % 5) as u32,
+        start_ns: 1_000 + i * 2_000_000,
+        duration_ns,
+        runnable_ns: if kind == OffCpuKind::Runnable { duration_ns } else { duration_ns / 3 },
+        weight_ns: duration_ns.max(OFF_CPU_MIN_NS),
+        kind,
+        syscall: [-1, 0, 7, 202, 230, 321][(i % 6) as usize],
+        gil: if kind == OffCpuKind::Gil { GilState::Waiting } else { GilState::from_u8((i % 10) as u8) },
+        status: StackStatus::from_u8((i % 6) as u8),
+        stack: stacks[(i % stacks.len() as u64) as usize],
+        flags: [0, off_cpu_flags::BEFORE_START, off_cpu_flags::OPEN_AT_END, 3, 0x80][(i % 5) as usize],
+        comm: if i % 4 == 0 { "python3".into() } else { format!("wörker-{}", i % 7) },
+    }
+}
+
+/// A recording with samples and `n` off-CPU intervals over a few stacks, flushed every `flush_every` intervals
+/// (0: never); off-CPU recorded when `min` is given. Returns the file and the intervals with their stacks as
+/// symbols (root first).
+fn write_off_cpu(n: u64, flush_every: u64, min: Option<u64>) -> (Vec<u8>, Vec<(OffCpuInterval, Vec<Symbol>)>) {
+    let mut w = Writer::new(Vec::new(), &header()).unwrap();
+    w.add_process(&process(100)).unwrap();
+    if let Some(min) = min {
+        w.start_off_cpu(min).unwrap();
+    }
+    let syms = [sym("", "<module>", 1), sym("", "main", 10), sym("Worker", "run", 20), sym("", "wait", 30)];
+    let ids: Vec<u32> = syms.iter().map(|s| w.intern_symbol(s)).collect();
+    let shapes: [&[usize]; 4] = [&[0, 1, 2], &[0, 1, 3], &[], &[0, 3]];
+    let mut stacks = Vec::new();
+    let mut by_leaf = std::collections::HashMap::new();
+    let mut expected = Vec::new();
+    for i in 0..n {
+        // A new stack now and then, interned just before the interval that uses it: the writer must put its nodes
+        // on disk before the interval's chunk.
+        if stacks.len() < shapes.len() && i % 100 == 0 {
+            let shape = shapes[stacks.len()];
+            let leaf = w.intern_stack(&shape.iter().map(|&k| ids[k]).collect::<Vec<u32>>());
+            by_leaf.insert(leaf, shape.iter().map(|&k| syms[k].clone()).collect::<Vec<Symbol>>());
+            stacks.push(leaf);
+        }
+        let iv = interval(i, &stacks);
+        w.push_off_cpu(&iv).unwrap();
+        if i % 10 == 0 {
+            w.push_sample(&SampleRecord {
+                time_ns: iv.start_ns,
+                cpu: 0,
+                pid: iv.pid,
+                tid: iv.tid,
+                comm: "python3",
+                thread_state: ThreadStateMatch::Match,
+                gil: GilState::ThisThread,
+                pthread_id: PthreadIdMatch::Match,
+                status: StackStatus::Complete,
+                stack: iv.stack,
+            })
+            .unwrap();
+        }
+        expected.push((iv.clone(), by_leaf[&iv.stack].clone()));
+        if flush_every > 0 && (i + 1) % flush_every == 0 {
+            w.flush().unwrap();
+        }
+    }
+    assert_eq!(w.off_cpu_written(), n);
+    (w.finish(&stats(n / 10)).unwrap(), expected)
+}
+
+/// (min_ns of each off-CPU chunk, the intervals with their stacks as symbols, root first).
+type OffCpuRead = (Tables, Vec<u64>, Vec<(OffCpuInterval, Vec<Symbol>)>, ScanNotes);
+
+fn read_off_cpu(bytes: &[u8]) -> Result<OffCpuRead, Error> {
+    let mut r = Reader::new(bytes)?;
+    let mut tables = Tables::default();
+    let mut mins = Vec::new();
+    let mut got = Vec::new();
+    let notes = scan_records(&mut r, &mut tables, |t, record| {
+        if let Record::OffCpu { min_ns, intervals } = record {
+            assert_eq!(t.off_cpu_min_ns(), Some(mins.first().copied().unwrap_or(*min_ns)));
+            mins.push(*min_ns);
+            for iv in intervals {
+                let mut root_first: Vec<Symbol> = t.frames(iv.stack).map(|id| t.symbol(id).clone()).collect();
+                root_first.reverse();
+                got.push((iv.clone(), root_first));
+            }
+        }
+    })?;
+    Ok((tables, mins, got, notes))
+}
+
+/// Off-CPU intervals survive write -> read with every field (unknown kinds, states and flag bits kept), in chunks of
+/// at most OFF_CPU_PER_CHUNK, after the empty chunk that says off-CPU time was recorded; the stacks they name
+/// resolve; samples around them are untouched.
+#[test]
+fn off_cpu_intervals_round_trip_every_field() {
+    let n = OFF_CPU_PER_CHUNK as u64 * 2 + 5;
+    let (bytes, expected) = write_off_cpu(n, 0, Some(OFF_CPU_MIN_NS));
+    assert_eq!(&bytes[8..12], &[1, 0, 3, 0], "format 1.3");
+    let (t, mins, got, notes) = read_off_cpu(&bytes).unwrap();
+    assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
+    assert_eq!(t.off_cpu_min_ns(), Some(OFF_CPU_MIN_NS));
+    assert_eq!(mins, vec![OFF_CPU_MIN_NS; 4], "the empty chunk, then three");
+    assert_eq!(got.len(), expected.len());
+    assert!(got == expected, "intervals differ");
+    assert!(got.iter().any(|(iv, _)| iv.kind == OffCpuKind::Unknown(5)));
+    assert!(got.iter().any(|(iv, _)| iv.flags == 0x80));
+    // The chunk right after the header and the process is the empty one, and the samples read as written.
+    let ends = chunk_ends(&bytes);
+    assert_eq!(u16::from_le_bytes([bytes[ends[2]], bytes[ends[2] + 1]]), Kind::OffCpu as u16);
+    let (_, _, samples, _) = read(&bytes).unwrap();
+    assert_eq!(samples.len() as u64, n.div_ceil(10));
+}
+
+/// off_cpu_min_ns says whether off-CPU time was recorded: Some from the empty first chunk even with no interval,
+/// None without it.
+#[test]
+fn an_empty_off_cpu_chunk_says_off_cpu_was_recorded() {
+    let (bytes, _) = write_off_cpu(0, 0, Some(5_000));
+    let (t, mins, got, notes) = read_off_cpu(&bytes).unwrap();
+    assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
+    assert_eq!((t.off_cpu_min_ns(), mins, got.len()), (Some(5_000), vec![5_000], 0));
+    let mut r = Reader::new(&bytes[..]).unwrap();
+    assert_eq!(r.next_record().unwrap(), Some(Record::Process(process(100))));
+    assert_eq!(r.next_record().unwrap(), Some(Record::OffCpu { min_ns: 5_000, intervals: Vec::new() }));
+
+    let (bytes, _) = write_off_cpu(0, 0, None);
+    let (t, mins, _, _) = read_off_cpu(&bytes).unwrap();
+    assert_eq!((t.off_cpu_min_ns(), mins.len()), (None, 0));
+    assert!(!chunk_ends(&bytes).windows(2).any(|w| bytes[w[0]] == Kind::OffCpu as u8), "no off-CPU chunk");
+}
+
+/// start_off_cpu is once, and before push_off_cpu: misuse is an error, not a file without its minimum.
+#[test]
+fn off_cpu_writer_misuse_is_an_error() {
+    let mut w = Writer::new(Vec::new(), &header()).unwrap();
+    assert!(w.push_off_cpu(&interval(0, &[0])).is_err());
+    w.start_off_cpu(1).unwrap();
+    assert!(w.start_off_cpu(1).is_err());
+    w.push_off_cpu(&interval(0, &[0])).unwrap();
+}
+
+/// A file cut anywhere among its off-CPU chunks reads the intervals of its complete chunks, in order, with a warning.
+#[test]
+fn a_file_cut_among_off_cpu_chunks_reads_its_complete_chunks() {
+    let (bytes, expected) = write_off_cpu(400, 37, Some(OFF_CPU_MIN_NS));
+    let ends = chunk_ends(&bytes);
+    let chunk_kind = |end: usize| u16::from_le_bytes([bytes[end], bytes[end + 1]]);
+    // After the header, the process and the empty off-CPU chunk: (end of the chunk, intervals read when the file
+    // ends there).
+    let mut complete = vec![(ends[3], 0usize)];
+    for w in ends[3..].windows(2) {
+        let before = complete.last().unwrap().1;
+        let mut here = before;
+        if chunk_kind(w[0]) == Kind::OffCpu as u16 {
+            here = read_off_cpu(&bytes[..w[1]]).unwrap().2.len();
+        }
+        complete.push((w[1], here));
+    }
+    assert!(complete.iter().filter(|c| c.1 > 0).count() > 5, "several off-CPU chunks");
+    for cut in ends[3]..bytes.len() {
+        let (t, _, got, notes) = read_off_cpu(&bytes[..cut]).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        let want = complete.iter().rev().find(|c| c.0 <= cut).unwrap().1;
+        assert_eq!(got.len(), want, "cut at {cut}");
+        assert!(got[..] == expected[..want], "cut at {cut}");
+        assert!(!notes.warnings.is_empty(), "cut at {cut}");
+        assert_eq!(t.off_cpu_min_ns(), Some(OFF_CPU_MIN_NS), "cut at {cut}");
+    }
+}
+
+/// An off-CPU chunk whose columns differ in length (any one of them) is corrupt, never a panic; one with a column
+/// appended by a newer minor reads with it ignored.
+#[test]
+fn off_cpu_chunks_with_columns_of_different_lengths_are_refused() {
+    let (base, _) = write_off_cpu(0, 0, None);
+    let ends = chunk_ends(&base);
+    let good = OffCpuChunk::from_intervals(OFF_CPU_MIN_NS, &[interval(1, &[0]), interval(2, &[0])]);
+    let with = |c: &OffCpuChunk, extra: &[u8]| {
+        let mut payload = postcard::to_stdvec(c).unwrap();
+        payload.extend_from_slice(extra);
+        let mut bytes = base[..ends[1]].to_vec();
+        bytes.extend_from_slice(&raw_chunk(Kind::OffCpu as u16, &payload));
+        bytes.extend_from_slice(&base[ends[1]..]);
+        bytes
+    };
+    let (t, _, got, notes) = read_off_cpu(&with(&good, &postcard::to_stdvec(&vec![7u64, 8]).unwrap())).unwrap();
+    assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
+    assert_eq!(got.iter().map(|g| g.0.clone()).collect::<Vec<_>>(), good.intervals().unwrap());
+    assert_eq!(t.off_cpu_min_ns(), Some(OFF_CPU_MIN_NS));
+
+    for column in 0..13 {
+        for longer in [false, true] {
+            let mut bad = good.clone();
+            macro_rules! change {
+                ($v:expr) => {
+                    if longer {
+                        let last = $v.last().unwrap().clone();
+                        $v.push(last);
+                    } else {
+                        $v.pop();
+                    }
+                };
+            }
+            match column {
+                0 => change!(bad.tid),
+                1 => change!(bad.start_ns),
+                2 => change!(bad.duration_ns),
+                3 => change!(bad.runnable_ns),
+                4 => change!(bad.weight_ns),
+                5 => change!(bad.kind),
+                6 => change!(bad.syscall),
+                7 => change!(bad.gil),
+                8 => change!(bad.status),
+                9 => change!(bad.stack),
+                10 => change!(bad.flags),
+                11 => change!(bad.comm),
+                _ => change!(bad.pid),
+            }
+            let msg = read_off_cpu(&with(&bad, &[])).expect_err("refused").to_string();
+            assert!(msg.contains("off-CPU chunk columns differ in length"), "column {column}: {msg}");
+            assert!(msg.contains(&format!("at byte {}", ends[1])), "{msg}");
+        }
+    }
+}
+
+/// An off-CPU interval naming a stack node no earlier chunk defined is an error, as a sample's is.
+#[test]
+fn off_cpu_references_to_undefined_stacks_are_errors() {
+    let (base, _) = write_off_cpu(3, 0, Some(OFF_CPU_MIN_NS)); // 3 nodes defined
+    let ends = chunk_ends(&base);
+    let tail = ends.len() - 3; // before the symbol table and the trailer
+    for (stack, ok) in [(3u32, true), (4, false), (u32::MAX, false)] {
+        let c = OffCpuChunk::from_intervals(OFF_CPU_MIN_NS, &[interval(0, &[stack])]);
+        let mut bytes = base[..ends[tail]].to_vec();
+        bytes.extend_from_slice(&raw_chunk(Kind::OffCpu as u16, &postcard::to_stdvec(&c).unwrap()));
+        let got = read_off_cpu(&bytes);
+        if ok {
+            assert_eq!(got.unwrap().2.last().unwrap().0.stack, stack);
+        } else {
+            let msg = got.expect_err("refused").to_string();
+            assert!(msg.contains(&format!("off-CPU interval names stack {stack}, which is not defined")), "{msg}");
+            assert!(msg.contains(&format!("at byte {}", ends[tail])), "{msg}");
+        }
+    }
+}
+
+/// What a reader of an older minor (1.2 and before) does with a 1.3 file: kind 10 is a kind it does not know, which
+/// it skips with a warning, reading everything else. Here the off-CPU chunks are relabelled with a kind this reader
+/// does not know either, which takes the same path.
+#[test]
+fn off_cpu_chunks_are_skipped_as_unknown_by_older_readers() {
+    let (bytes, _) = write_off_cpu(500, 100, Some(OFF_CPU_MIN_NS));
+    let (_, _, all_samples, _) = read(&bytes).unwrap();
+    let mut old = bytes.clone();
+    let mut relabelled = 0;
+    for w in chunk_ends(&bytes).windows(2) {
+        let at = w[0];
+        if u16::from_le_bytes([old[at], old[at + 1]]) == Kind::OffCpu as u16 {
+            old[at..at + 2].copy_from_slice(&999u16.to_le_bytes());
+            let crc = crc32fast::hash(&old[at..at + 16]);
+            old[at + 16..at + 20].copy_from_slice(&crc.to_le_bytes());
+            relabelled += 1;
+        }
+    }
+    assert!(relabelled > 2);
+    let (_, t, samples, notes) = read(&old).unwrap();
+    assert_eq!(samples, all_samples);
+    assert_eq!(t.off_cpu_min_ns(), None);
+    assert_eq!(
+        notes.warnings,
+        vec![format!("skipped {relabelled} chunks of a kind this pyperf does not know (newer minor version)")]
+    );
 }

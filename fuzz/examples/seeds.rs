@@ -8,6 +8,8 @@
 //! - `small.pyp`, `small-raw.pyp`, `killed-small.pyp`: tiny recordings from the format crate's Writer;
 //! - `threadnames.pyp`, `threadnames-raw.pyp`: thread names (chunk kind 9, 1.2+): renames, an empty name that ends
 //!   one, names out of time order, a reused pid;
+//! - `offcpu.pyp`, `offcpu-raw.pyp`: off-CPU intervals (chunk kind 10, 1.3+): the empty first chunk, every kind (an
+//!   unknown one too), syscalls and none, both flags, a GIL wait, stacks and no stack, in two chunks;
 //! - `crafted-*.pyp`: the hostile shapes of report/tests/support/crafted.rs (deep chains sampled at every depth,
 //!   wide files, many threads on one chain), scaled down so that one run stays fast: their output is the sum of
 //!   the stacks' depths (report/tests/hostile.rs runs them at full size);
@@ -46,6 +48,9 @@ fn main() {
     let names = with_thread_names();
     write(&out, "threadnames.pyp", &names);
     write(&out, "threadnames-raw.pyp", &uncompressed(&names));
+    let off_cpu = with_off_cpu();
+    write(&out, "offcpu.pyp", &off_cpu);
+    write(&out, "offcpu-raw.pyp", &uncompressed(&off_cpu));
     for (name, bytes) in [
         ("crafted-chain-2k-one-function", crafted::chain(2_000, 1)),
         ("crafted-chain-2k-distinct", crafted::chain(2_000, 2_000)),
@@ -187,6 +192,43 @@ fn with_thread_names() -> Vec<u8> {
     .unwrap();
     w.add_thread_names(&[name(7, 4500, "MainThread"), name(8, 4500, "pool-0_ü")]).unwrap();
     w.finish(&Stats { samples: 6, ..Stats::default() }).unwrap()
+}
+
+/// The small recording with off-CPU intervals: the empty chunk written when off-CPU recording starts, then two
+/// chunks of intervals of every kind (5: unknown), with and without a syscall, both flags, and the stacks of the
+/// samples (nodes 1-3) or none.
+fn with_off_cpu() -> Vec<u8> {
+    let mut w = writer_with_samples();
+    w.start_off_cpu(1_000_000).unwrap();
+    for i in 0..12u32 {
+        let kind = OffCpuKind::from_u8((i % 6) as u8);
+        let duration_ns = [50_000, 2_000_000, 700, 30_000_000][i as usize % 4];
+        w.push_off_cpu(&OffCpuInterval {
+            pid: 7,
+            tid: 7 + i % 2,
+            start_ns: 500 * i as u64,
+            duration_ns,
+            runnable_ns: if kind == OffCpuKind::Runnable { duration_ns } else { duration_ns / 4 },
+            weight_ns: duration_ns.max(1_000_000),
+            kind,
+            syscall: [-1, 0, 7, 202][i as usize % 4],
+            gil: if kind == OffCpuKind::Gil { GilState::Waiting } else { GilState::from_u8((i % 4) as u8 + 3) },
+            status: StackStatus::from_u8((i % 5) as u8),
+            stack: i % 4,
+            flags: [0, off_cpu_flags::BEFORE_START, off_cpu_flags::OPEN_AT_END][i as usize % 3],
+            comm: if i % 2 == 0 { "python".into() } else { "worker".into() },
+        })
+        .unwrap();
+        if i == 5 {
+            w.flush().unwrap();
+        }
+    }
+    w.finish(&Stats {
+        samples: 6,
+        counters: vec![("off_cpu_intervals".into(), 12), ("off_cpu_short".into(), 3)],
+        ..Stats::default()
+    })
+    .unwrap()
 }
 
 /// What a killed recorder leaves: no symbol table, no trailer.
@@ -398,6 +440,21 @@ fn budget_files() -> Vec<(&'static str, Vec<u8>)> {
                 }
                 let mut out = head(0);
                 out.extend(packed(Kind::ThreadNames, &raw));
+                out
+            }),
+        ),
+        // OffCpuChunk of n intervals, every column 0 (one byte each; the comms empty): decoded into columns, then
+        // into intervals.
+        (
+            "offcpu-1k",
+            largest_accepted(|n| {
+                let mut raw = vec![0u8]; // min_ns
+                for _ in 0..13 {
+                    varint(n, &mut raw);
+                    raw.resize(raw.len() + n as usize, 0);
+                }
+                let mut out = head(0);
+                out.extend(packed(Kind::OffCpu, &raw));
                 out
             }),
         ),

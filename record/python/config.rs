@@ -14,6 +14,10 @@ const FRAME_BUF: i32 = abi::FRAME_BUF as i32;
 const GIL_BUF: i32 = abi::GIL_BUF as i32;
 const CODE_BUF: i32 = abi::CODE_BUF as i32;
 
+/// `sizeof(struct _gil_runtime_state)` on x86-64 glibc, 3.7-3.13 (gdb on the pyenv builds: 208; `cond` at 0x20,
+/// `switch_mutex` at 0xa8), the layout 3.14 and 3.15 keep.
+const GIL_STRUCT_SIZE: u32 = 208;
+
 /// A process whose interpreter's layout the BPF program cannot walk.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot sample process {pid} (Python {version}): {reason}")]
@@ -45,6 +49,21 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool) -> Result<ProcConfig, C
     }
     .ok_or_else(|| unsupported("no address for the interpreter list (_PyRuntime / interp_head)".into()))?;
     let tstate_current_addr = at(rt, l.runtime_tstate_current).or(p.addrs.tstate_current).unwrap_or(0);
+
+    // Where a thread blocked in futex(2) waits for the GIL (see py_proc.gil_wait_addr): the GIL's struct (its
+    // condition variables and mutexes), 2.7's semaphore, 3.6's statics.
+    let (gil_wait_addr, gil_wait_len) = if let Some(locked) = at(rt, l.runtime_gil_locked).filter(|_| l.gil_locked >= 0)
+    {
+        (locked - l.gil_locked as u64, GIL_STRUCT_SIZE)
+    } else if row.gil == Gil::LockPtr {
+        (0, abi::SEM_SIZE)
+    } else if let Some((lo, hi)) = p.addrs.gil_wait {
+        (lo, (hi - lo) as u32)
+    } else if l.interp_gil_ptr >= 0 {
+        (0, GIL_STRUCT_SIZE)
+    } else {
+        (0, 0)
+    };
 
     // GIL: one block read at gil_addr covering locked + last_holder.
     let mut gil_addr = 0u64;
@@ -191,6 +210,9 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool) -> Result<ProcConfig, C
         frame_window: u8::from(row.frames.on_data_stack()),
         ns_tid: u8::from(other_pid_ns),
         _pad: [0; 3],
+        gil_wait_addr,
+        gil_wait_len,
+        _pad2: 0,
         off: types::py_offsets {
             interp_tstate_head: s16(l.interp_tstate_head)?,
             interp_gil_ptr: s16(interp_gil_ptr)?,

@@ -103,6 +103,9 @@ pub struct PythonAddrs {
     pub none: Option<u64>,
     /// &PyType_Type: for the `cls` heuristic (`RawFrame::first_local_type == &PyType_Type`).
     pub type_type: Option<u64>,
+    /// 3.6: the statics `gil_mutex`, `gil_cond`, `switch_mutex`, `switch_cond` (`.symtab` only), as the range
+    /// `[start, end)` they fill when they lie together: a thread blocked in futex(2) there waits for the GIL.
+    pub gil_wait: Option<(u64, u64)>,
 }
 
 /// A process found to run a supported CPython interpreter.
@@ -181,11 +184,24 @@ const WANTED: &[&str] = &[
     "interpreter_lock",
     "_Py_NoneStruct",
     "PyType_Type",
+    "gil_mutex",
+    "gil_cond",
+    "switch_mutex",
+    "switch_cond",
     // Only in Py_REF_DEBUG (debug) builds, whose object header and structs differ.
     "_Py_NegativeRefcount",
     // PyPy's libpypy*-c.so.
     "pypy_setup_home",
 ];
+
+/// The range `[start, end)` that 3.6's GIL statics fill (each a `pthread_mutex_t` of 40 or a `pthread_cond_t` of
+/// 48 bytes), when all are known and lie within 512 bytes; else none (no GIL-wait attribution, never a wrong one).
+fn statics_range(addrs: &[Option<u64>]) -> Option<(u64, u64)> {
+    const LARGEST: u64 = 48;
+    let all: Vec<u64> = addrs.iter().copied().collect::<Option<_>>()?;
+    let (lo, hi) = (*all.iter().min()?, all.iter().max()?.checked_add(LARGEST)?);
+    (hi - lo <= 512).then_some((lo, hi))
+}
 
 /// Finds and describes the Python interpreter running in process `pid`.
 pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
@@ -266,6 +282,7 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
             interpreter_lock: at("interpreter_lock"),
             none: at("_Py_NoneStruct"),
             type_type: at("PyType_Type"),
+            gil_wait: statics_range(&["gil_mutex", "gil_cond", "switch_mutex", "switch_cond"].map(at)),
         };
         if addrs.runtime.is_none() && addrs.interp_head.is_none() {
             // Pre-3.7 with a stripped .symtab: interp_head is static, nothing to walk.

@@ -29,7 +29,7 @@ use crate::abi::skel::{PyperfSkel, PyperfSkelBuilder};
 use crate::abi::{self, types, ProcConfig};
 use ring::{Callback, CallbackGuard, Shared};
 
-pub use ring::RawSample;
+pub use ring::{OffCpu, OffCpuPart, RawSample};
 
 /// How often [`Sampler::poll`] takes the ring while samples flow (`PYPERF_POLL_NS`). Samples that may hold a
 /// code object not read yet (a new stack) wake it sooner, within `PYPERF_WAKEUP_NS` (2 ms).
@@ -64,11 +64,19 @@ pub struct SamplerOptions {
     pub rate: Rate,
     /// Ring buffer size; rounded up to a power of two of at least one page.
     pub ringbuf_bytes: usize,
+    /// `record --off-cpu`: also record the intervals followed threads spend off CPU, sampling those shorter than
+    /// this many nanoseconds (see `off_cpu_min_ns` in bpf/pyperf.bpf.c). `None`: CPU samples only.
+    pub off_cpu_min_ns: Option<u64>,
 }
 
 impl Default for SamplerOptions {
     fn default() -> Self {
-        SamplerOptions { event: SampleEvent::CpuClock, rate: Rate::Frequency(99), ringbuf_bytes: 8 << 20 }
+        SamplerOptions {
+            event: SampleEvent::CpuClock,
+            rate: Rate::Frequency(99),
+            ringbuf_bytes: 8 << 20,
+            off_cpu_min_ns: None,
+        }
     }
 }
 
@@ -101,6 +109,18 @@ pub struct Counters {
     pub incomplete: u64,
     /// Walks that ended at the thread's base frame (3.15+): known to be complete.
     pub base_reached: u64,
+    /// Off-CPU intervals of followed threads that ended (`--off-cpu`).
+    pub off_cpu_ended: u64,
+    /// Of those, shorter than the minimum and not drawn: dropped.
+    pub off_cpu_short: u64,
+    /// Their total length, ns.
+    pub off_cpu_short_ns: u64,
+    /// Shorter than the minimum and drawn: kept, weighing the minimum.
+    pub off_cpu_sampled: u64,
+    /// Off-CPU records written to the ring buffer.
+    pub off_cpu_events: u64,
+    /// Off-CPU records dropped: ring buffer full.
+    pub off_cpu_lost: u64,
 }
 
 impl Counters {
@@ -119,6 +139,12 @@ impl Counters {
             ("malformed_records", self.malformed),
             ("bpf_incomplete", self.incomplete),
             ("bpf_base_reached", self.base_reached),
+            ("bpf_off_cpu_ended", self.off_cpu_ended),
+            ("off_cpu_short", self.off_cpu_short),
+            ("off_cpu_short_ns", self.off_cpu_short_ns),
+            ("off_cpu_sampled", self.off_cpu_sampled),
+            ("bpf_off_cpu_events", self.off_cpu_events),
+            ("off_cpu_lost", self.off_cpu_lost),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -261,6 +287,8 @@ struct Loaded {
 pub struct Sampler {
     inner: ManuallyDrop<Loaded>,
     cpus_possible: usize,
+    /// Perf events the sampling program is attached to (one per online CPU).
+    cpus_attached: usize,
     /// What the program's `consumer_polling` says: we take the ring every [`POLL_INTERVAL`] on our own timer.
     polling: bool,
     /// Consecutive polls that found nothing.
@@ -290,13 +318,21 @@ impl Sampler {
 
         let cpus_possible = libbpf_rs::num_possible_cpus()
             .map_err(|e| BpfError::Io { what: "reading the possible CPUs", source: io::Error::other(e) })?;
-        open.maps.scratch.set_max_entries(cpus_possible as u32).map_err(bpf_err("sizing the scratch map"))?;
+        // One slot per CPU for samples, one per CPU for off-CPU records (see bpf/pyperf.bpf.c).
+        open.maps.scratch.set_max_entries(2 * cpus_possible as u32).map_err(bpf_err("sizing the scratch map"))?;
         let ring_bytes = ring_size(opts.ringbuf_bytes);
         open.maps.events.set_max_entries(ring_bytes as u32).map_err(bpf_err("sizing the ring buffer"))?;
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             // Wake the reader early only when a quarter of the ring is pending; otherwise
             // `poll` picks records up at its timeout (no wakeup cost per sample).
             ro.wakeup_bytes = (ring_bytes / 4) as u64;
+            ro.nr_cpus = cpus_possible as u32;
+            ro.off_cpu_min_ns = opts.off_cpu_min_ns.unwrap_or(0);
+        }
+        // The off-CPU programs are verified only when used (start-up time).
+        let off_cpu = opts.off_cpu_min_ns.is_some();
+        for prog in [&mut open.progs.pyperf_switch, &mut open.progs.pyperf_wakeup, &mut open.progs.pyperf_sys_exit] {
+            prog.set_autoload(off_cpu);
         }
         let skel = open.load().map_err(|e| load_error("loading", e))?;
 
@@ -327,8 +363,14 @@ impl Sampler {
             let _ = fd.into_raw_fd();
             links.push(link);
         }
+        let cpus_attached = links.len();
+        if off_cpu {
+            links.push(skel.progs.pyperf_switch.attach().map_err(bpf_err("attaching to sched_switch"))?);
+            links.push(skel.progs.pyperf_wakeup.attach().map_err(bpf_err("attaching to sched_wakeup"))?);
+            links.push(skel.progs.pyperf_sys_exit.attach().map_err(bpf_err("attaching to sys_exit"))?);
+        }
         let inner = ManuallyDrop::new(Loaded { links, ring, shared, stats_fd: None, skel });
-        Ok(Sampler { inner, cpus_possible, polling: false, idle_rounds: 0, _storage: storage })
+        Ok(Sampler { inner, cpus_possible, cpus_attached, polling: false, idle_rounds: 0, _storage: storage })
     }
 
     /// Starts sampling process `pid` with the configuration row `config` (replaces an earlier registration of
@@ -429,11 +471,51 @@ impl Sampler {
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     }
 
+    /// `--off-cpu`: tells the program that thread `tid` of `pid` is off CPU since `entry.start` (it was when it
+    /// was first followed), so that its switch-in ends an interval like any other. A switch-out the program saw
+    /// meanwhile is newer and wins (the entry is only added, never replaced).
+    pub fn mark_off_cpu(&mut self, pid: u32, tid: u32, entry: &types::off_cpu_entry) -> Result<(), BpfError> {
+        let key = (u64::from(pid) << 32) | u64::from(tid);
+        // SAFETY: plain integers, repr(C), no padding holes (bpf/pyperf.h); the slice lives as long as `entry`.
+        let value = unsafe {
+            std::slice::from_raw_parts(
+                entry as *const types::off_cpu_entry as *const u8,
+                std::mem::size_of::<types::off_cpu_entry>(),
+            )
+        };
+        match self.inner.skel.maps.off_cpu.update(&key.to_ne_bytes(), value, MapFlags::NO_EXIST) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(bpf_err("marking a thread off CPU")(e)),
+        }
+    }
+
+    /// `--off-cpu`: the threads of `pids` that are off CPU now, as `(pid, tid, entry)`: their intervals have not
+    /// ended. Read at the end of a recording, after the processes were removed (so the program no longer changes
+    /// their entries).
+    pub fn open_off_cpu(&self, pids: &[u32]) -> Vec<(u32, u32, types::off_cpu_entry)> {
+        let map = &self.inner.skel.maps.off_cpu;
+        let mut open = Vec::new();
+        for key in map.keys() {
+            let Ok(k) = <[u8; 8]>::try_from(key.as_slice()) else { continue };
+            let k = u64::from_ne_bytes(k);
+            let (pid, tid) = ((k >> 32) as u32, k as u32);
+            if !pids.contains(&pid) {
+                continue;
+            }
+            let Ok(Some(v)) = map.lookup(&key, MapFlags::ANY) else { continue };
+            let Ok(e) = plain::from_bytes::<types::off_cpu_entry>(&v) else { continue };
+            open.push((pid, tid, *e));
+        }
+        open.sort_by_key(|&(pid, tid, _)| (pid, tid));
+        open
+    }
+
     /// BPF counters summed over CPUs.
     pub fn counters(&self) -> Counters {
         let mut c = Counters { malformed: self.inner.shared.malformed.get(), ..Counters::default() };
-        // One scratch slot per CPU; the counters are its first bytes.
-        for cpu in 0..self.cpus_possible as u32 {
+        // Two scratch slots per CPU (samples, off-CPU records); the counters are their first bytes.
+        for cpu in 0..2 * self.cpus_possible as u32 {
             let Ok(Some(v)) = self.inner.skel.maps.scratch.lookup(&cpu.to_ne_bytes(), MapFlags::ANY) else { continue };
             let Ok(pc) = plain::from_bytes::<types::pyperf_counters>(&v) else { continue };
             c.samples += pc.samples;
@@ -447,6 +529,12 @@ impl Sampler {
             c.target_ns += pc.target_ns;
             c.incomplete += pc.incomplete;
             c.base_reached += pc.base_reached;
+            c.off_cpu_ended += pc.off_cpu_ended;
+            c.off_cpu_short += pc.off_cpu_short;
+            c.off_cpu_short_ns += pc.off_cpu_short_ns;
+            c.off_cpu_sampled += pc.off_cpu_sampled;
+            c.off_cpu_events += pc.off_cpu_events;
+            c.off_cpu_lost += pc.off_cpu_rb_full + pc.off_cpu_busy;
         }
         c
     }
@@ -483,18 +571,29 @@ impl Sampler {
         if self.inner.stats_fd.is_none() && !sysctl_on {
             return None;
         }
-        // SAFETY: an all-zero bpf_prog_info is valid (plain integers).
-        let mut info: libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
-        let fd = self.inner.skel.progs.pyperf_sample.as_fd().as_raw_fd();
-        // SAFETY: info/len describe a valid, writable buffer.
-        let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
-        (rc == 0).then_some((info.run_time_ns, info.run_cnt))
+        prog_stats(self.inner.skel.progs.pyperf_sample.as_fd().as_raw_fd())
+    }
+
+    /// `(program, run_time_ns, run_cnt)` of the `--off-cpu` programs (sched_switch, sched_wakeup,
+    /// sys_exit), under the same conditions as [`Sampler::bpf_stats`]; empty without `--off-cpu`.
+    pub fn off_cpu_bpf_stats(&self) -> Vec<(&'static str, u64, u64)> {
+        if self.bpf_stats().is_none() || self.inner.links.len() == self.cpus_attached {
+            return Vec::new();
+        }
+        let progs = &self.inner.skel.progs;
+        [
+            ("sched_switch", progs.pyperf_switch.as_fd().as_raw_fd()),
+            ("sched_wakeup", progs.pyperf_wakeup.as_fd().as_raw_fd()),
+            ("sys_exit", progs.pyperf_sys_exit.as_fd().as_raw_fd()),
+        ]
+        .into_iter()
+        .filter_map(|(name, fd)| prog_stats(fd).map(|(ns, n)| (name, ns, n)))
+        .collect()
     }
 
     /// Number of perf events (one per online CPU) the program is attached to.
     pub fn cpus(&self) -> usize {
-        self.inner.links.len()
+        self.cpus_attached
     }
 }
 
@@ -505,6 +604,16 @@ fn load_error(stage: &'static str, e: libbpf_rs::Error) -> BpfError {
         return BpfError::PermissionDenied("loading the BPF program");
     }
     BpfError::Load(format!("{stage} the BPF object: {e}\n{}", log::libbpf_log_tail(40)))
+}
+
+/// `(run_time_ns, run_cnt)` of the loaded program `fd` (kernel BPF statistics).
+fn prog_stats(fd: std::os::fd::RawFd) -> Option<(u64, u64)> {
+    // SAFETY: an all-zero bpf_prog_info is valid (plain integers).
+    let mut info: libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+    // SAFETY: info/len describe a valid, writable buffer.
+    let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
+    (rc == 0).then_some((info.run_time_ns, info.run_cnt))
 }
 
 fn ring_size(bytes: usize) -> usize {

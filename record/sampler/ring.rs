@@ -28,6 +28,50 @@ pub struct RawSample<'a> {
     pub status: u8,
     /// Leaf first.
     pub frames: &'a [RawFrame],
+    /// `Some` for the record of an off-CPU interval (`--off-cpu`) that ended at `time_ns`; `None` for a CPU sample.
+    pub off_cpu: Option<OffCpu>,
+}
+
+/// Which part of an off-CPU interval a record is (bpf/pyperf.h, `enum pyperf_event_kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffCpuPart {
+    /// All of it: it ended at the record's time, with its stack.
+    Whole,
+    /// Its start and stack; the end follows in an [`OffCpuPart::End`] record of the same thread.
+    Start,
+    /// The end of the interval a [`OffCpuPart::Start`] began; no frames. `weight_ns` 0: dropped.
+    End,
+}
+
+/// An off-CPU interval as the BPF program saw it (bpf/pyperf.h, the `off_*` fields of the record header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffCpu {
+    /// Which part of the interval the record is.
+    pub part: OffCpuPart,
+    /// CLOCK_MONOTONIC ns of the switch-out.
+    pub start_ns: u64,
+    /// CLOCK_MONOTONIC ns of the wakeup; 0 if none was seen (preempted, or woken before it left).
+    pub wake_ns: u64,
+    /// What it counts for, ns: its length, or the minimum for a sampled short one.
+    pub weight_ns: u64,
+    /// `enum pyperf_off_kind` value, the on-disk `OffCpuKind`.
+    pub kind: u8,
+    /// System call it blocked in; -1 none.
+    pub syscall: i32,
+    /// On-disk `OffCpuInterval` flags set by user space in the BPF map (began before the thread was followed).
+    pub flags: u8,
+}
+
+/// The part of an off-CPU interval a record of `kind` is; `None` for a sample (or a kind this recorder does not
+/// know, which it treats as a sample's header would be: never, as the program writes only these).
+fn off_cpu_part(kind: u8) -> Option<OffCpuPart> {
+    use types::pyperf_event_kind as k;
+    match u32::from(kind) {
+        x if x == k::PYPERF_EVENT_OFF_CPU.0 => Some(OffCpuPart::Whole),
+        x if x == k::PYPERF_EVENT_OFF_CPU_START.0 => Some(OffCpuPart::Start),
+        x if x == k::PYPERF_EVENT_OFF_CPU_END.0 => Some(OffCpuPart::End),
+        _ => None,
+    }
 }
 
 /// The caller's callback with its lifetime erased (see [`super::Sampler::poll`]).
@@ -56,7 +100,7 @@ impl Shared {
             self.malformed.set(self.malformed.get() + 1);
             return;
         };
-        // Ring buffer records are 8-byte aligned and the header is 48 bytes: no copy needed.
+        // Ring buffer records are 8-byte aligned and the header is 80 bytes: no copy needed.
         let Ok(frames) = plain::slice_from_bytes::<RawFrame>(fbytes) else {
             self.malformed.set(self.malformed.get() + 1);
             return;
@@ -76,6 +120,15 @@ impl Shared {
             pthread_id: h.pthread_id_match,
             status: h.stack_status,
             frames,
+            off_cpu: off_cpu_part(h.kind).map(|part| OffCpu {
+                part,
+                start_ns: h.off_start,
+                wake_ns: h.off_wake,
+                weight_ns: h.off_weight,
+                kind: h.off_kind,
+                syscall: h.off_syscall,
+                flags: h.off_flags,
+            }),
         };
         if let Some(callback) = self.callback.get() {
             // SAFETY: set by `poll` from a live `&mut dyn FnMut` and cleared before it returns;

@@ -5,10 +5,12 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use pyperf_format::{Header, Process, RecorderWarning, SampleRecord, Stats, Symbol, ThreadName, Writer};
+use pyperf_format::{
+    Header, OffCpuInterval, Process, RecorderWarning, SampleRecord, Stats, Symbol, ThreadName, Writer,
+};
 
 use super::output::Output;
-use super::{Sample, Sink};
+use super::{OffCpuSample, Sample, Sink};
 
 /// Writes a recording.
 pub struct FileSink {
@@ -20,6 +22,8 @@ pub struct FileSink {
     last_time_ns: u64,
     /// Samples and time of the last sample at the last successful flush: what the file holds for sure.
     durable: (u64, u64),
+    /// Off-CPU intervals written.
+    off_cpu: u64,
 }
 
 /// Writing the recording failed for want of space (ENOSPC, or EDQUOT: the user's quota).
@@ -47,7 +51,7 @@ impl FileSink {
         let path = output.path().to_path_buf();
         let writer = Writer::new(BufWriter::with_capacity(1 << 16, output.into_file()), header)
             .with_context(|| format!("cannot write {}", path.display()))?;
-        Ok(FileSink { writer, path, error: None, last_time_ns: 0, durable: (0, 0) })
+        Ok(FileSink { writer, path, error: None, last_time_ns: 0, durable: (0, 0), off_cpu: 0 })
     }
 
     fn failed(&self, e: pyperf_format::Error) -> anyhow::Error {
@@ -116,6 +120,41 @@ impl Sink for FileSink {
 
     fn samples(&self) -> u64 {
         self.writer.samples_written()
+    }
+
+    fn start_off_cpu(&mut self, min_ns: u64) -> Result<()> {
+        self.writer.start_off_cpu(min_ns).map_err(|e| self.failed(e))
+    }
+
+    fn off_cpu(&mut self, o: &OffCpuSample<'_>) {
+        if self.error.is_some() {
+            return;
+        }
+        let s = &o.sample;
+        let stack = self.writer.intern_stack(s.frames);
+        let iv = OffCpuInterval {
+            pid: s.pid,
+            tid: s.tid,
+            start_ns: o.start_ns,
+            duration_ns: o.duration_ns,
+            runnable_ns: o.runnable_ns,
+            weight_ns: o.weight_ns,
+            kind: o.kind,
+            syscall: o.syscall,
+            gil: s.gil,
+            status: s.status,
+            stack,
+            flags: o.flags,
+            comm: s.comm.to_string(),
+        };
+        match self.writer.push_off_cpu(&iv) {
+            Ok(()) => self.off_cpu += 1,
+            Err(e) => self.error = Some(e),
+        }
+    }
+
+    fn off_cpu_intervals(&self) -> u64 {
+        self.off_cpu
     }
 
     fn flush(&mut self) -> Result<()> {

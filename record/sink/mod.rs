@@ -7,7 +7,8 @@ pub mod output;
 
 use anyhow::Result;
 use pyperf_format::{
-    GilState, Process, PthreadIdMatch, RecorderWarning, StackStatus, Stats, Symbol, ThreadName, ThreadStateMatch,
+    GilState, OffCpuKind, Process, PthreadIdMatch, RecorderWarning, StackStatus, Stats, Symbol, ThreadName,
+    ThreadStateMatch,
 };
 
 /// One symbolized sample.
@@ -35,6 +36,29 @@ pub struct Sample<'a> {
     pub frames: &'a [u32],
 }
 
+/// One symbolized off-CPU interval (`record --off-cpu`): a thread's time away from the CPU, with the stack it
+/// left with. `sample` holds the thread, states and frames as at its switch-in; its `time_ns` is the interval's
+/// end.
+#[derive(Debug, Clone, Copy)]
+pub struct OffCpuSample<'a> {
+    /// Thread, states and stack.
+    pub sample: Sample<'a>,
+    /// When it left, ns since the recording started.
+    pub start_ns: u64,
+    /// How long it stayed off CPU.
+    pub duration_ns: u64,
+    /// The part of that spent runnable (woken, waiting for a CPU).
+    pub runnable_ns: u64,
+    /// What it counts for (its length, or the minimum for a sampled short one).
+    pub weight_ns: u64,
+    /// Why it left.
+    pub kind: OffCpuKind,
+    /// System call it blocked in, -1 none.
+    pub syscall: i32,
+    /// `pyperf_format::off_cpu_flags`.
+    pub flags: u8,
+}
+
 /// A consumer of a recording as it is taken.
 pub trait Sink {
     /// A process is followed from now on (its `first_seen_ns` is relative to the recording's start).
@@ -51,6 +75,16 @@ pub trait Sink {
     /// A sample. Cannot fail here (it is called from inside the ring buffer's callback): a sink keeps its first
     /// error and returns it from the next [`Sink::flush`].
     fn sample(&mut self, s: &Sample<'_>);
+    /// Off-CPU intervals are recorded, shorter ones than `min_ns` sampled; called once, before any interval.
+    fn start_off_cpu(&mut self, _min_ns: u64) -> Result<()> {
+        Ok(())
+    }
+    /// An off-CPU interval ended (or was cut by the end of the recording).
+    fn off_cpu(&mut self, _s: &OffCpuSample<'_>) {}
+    /// Off-CPU intervals taken so far.
+    fn off_cpu_intervals(&self) -> u64 {
+        0
+    }
     /// Samples accepted so far.
     fn samples(&self) -> u64;
     /// Hands what is buffered on (called every half second or so); returns the first error since the last one.

@@ -59,7 +59,17 @@ const EXTRA: &[(&str, &str, &[&str])] = &[
     ("mixed", "idle-released.folded-pid-root", &["--folded", "--pid-root", "--status", "idle", "--gil", "released"]),
     ("mixed", "nolines-pid-root.svg", &["--flamegraph", "--no-lines", "--pid-root", "--title", "pyperf: mixed"]),
     ("killed", "top3.text", &["--top", "3"]),
+    ("offcpu", "off-cpu.gil-waiting.folded", &["--folded", "--mode", "off-cpu", "--gil", "waiting"]),
+    ("offcpu", "wall.tid501.text", &["--mode", "wall", "--tid", "501"]),
+    ("offcpu", "wall.nolines-pid-root.svg", &["--flamegraph", "--mode", "wall", "--no-lines", "--pid-root"]),
 ];
+
+/// Recordings with off-CPU intervals (`pyperf record --off-cpu`), also reported in every output format and variant
+/// with `--mode off-cpu` and `--mode wall` (expected file `RECORDING.MODE.SUFFIX`).
+const OFF_CPU: &[&str] = &["offcpu"];
+
+/// The modes besides the default (cpu) every [`OFF_CPU`] recording is reported in.
+const TIME_MODES: &[&str] = &["off-cpu", "wall"];
 
 fn cases() -> Vec<(String, String, Vec<String>)> {
     let mut out = Vec::new();
@@ -69,6 +79,17 @@ fn cases() -> Vec<(String, String, Vec<String>)> {
         }
         for (suffix, args) in VARIANTS {
             out.push((rec.to_string(), suffix.to_string(), args.iter().map(|s| s.to_string()).collect()));
+        }
+    }
+    for rec in OFF_CPU {
+        for mode in TIME_MODES {
+            let with_mode = |args: &[&str]| args.iter().copied().chain(["--mode", mode]).map(str::to_string).collect();
+            for format in Format::ALL {
+                out.push((rec.to_string(), format!("{mode}.{}", format.suffix()), with_mode(&[format.flag()])));
+            }
+            for (suffix, args) in VARIANTS {
+                out.push((rec.to_string(), format!("{mode}.{suffix}"), with_mode(args)));
+            }
         }
     }
     for (rec, suffix, args) in EXTRA {
@@ -377,14 +398,15 @@ fn flame_graphs_have_the_command_as_title() {
     assert!(svg.contains(">pyperf record -a -e cycles -c 100000</text>"), "title");
 }
 
-/// The synthetic recordings as formats 1.0 and 1.1 wrote them (testdata/recordings/NAME-1.0.pyp and NAME-1.1.pyp,
-/// kept, never regenerated) report exactly what their current regenerations do, in every format whose output does
-/// not name the format version or byte offsets: this reader loses nothing of an older file (1.0 process records lack
-/// the 1.1 fields, which read as unknown; neither has 1.2's thread names).
+/// The synthetic recordings as formats 1.0, 1.1 and 1.2 wrote them (testdata/recordings/NAME-1.0.pyp, NAME-1.1.pyp
+/// and NAME-1.2.pyp, kept, never regenerated) report exactly what their current regenerations do, in every format
+/// whose output does not name the format version or byte offsets: this reader loses nothing of an older file (1.0
+/// process records lack the 1.1 fields, which read as unknown; 1.0 and 1.1 have no 1.2 thread names; none has 1.3's
+/// off-CPU intervals).
 #[test]
 fn older_format_recordings_report_as_before() {
     let _files = lock();
-    for (minor, name) in [0u8, 1].into_iter().flat_map(|m| ["mixed", "killed", "cutoff"].map(move |n| (m, n))) {
+    for (minor, name) in [0u8, 1, 2].into_iter().flat_map(|m| ["mixed", "killed", "cutoff"].map(move |n| (m, n))) {
         let old = testdata().join("recordings").join(format!("{name}-1.{minor}.pyp"));
         let bytes = std::fs::read(&old).unwrap_or_else(|e| panic!("{}: {e}", old.display()));
         assert_eq!(&bytes[8..12], &[1, 0, minor, 0], "{name}: a format 1.{minor} file");
@@ -398,5 +420,60 @@ fn older_format_recordings_report_as_before() {
             let actual = render(&old, &args);
             assert!(expected == actual, "{name}-1.{minor} {suffix}: {}", first_difference(&expected, &actual));
         }
+    }
+}
+
+/// `--mode cpu` is the default: the same bytes for every recording and format. And the off-CPU views of `offcpu`
+/// agree with each other: the folded microseconds, the flame graph's root and the text report's totals are the same
+/// time, and the speedscope profiles add up to it (the hand-checked numbers are in support/synth.rs).
+#[test]
+fn modes_agree_across_formats() {
+    let _files = lock();
+    for rec in synth::RECORDINGS.iter().chain(REAL) {
+        let recording = recording_path(rec);
+        for format in Format::ALL {
+            let flag = format.flag().to_string();
+            let default = render(&recording, std::slice::from_ref(&flag));
+            let cpu = render(&recording, &[flag.clone(), "--mode".into(), "cpu".into()]);
+            assert!(default == cpu, "{rec} {flag}: --mode cpu differs from the default");
+        }
+    }
+    let recording = recording_path("offcpu");
+    let args = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    // (mode, total in µs: the hand-computed sums of support/synth.rs, rounded per folded line).
+    for (mode, micros) in [("off-cpu", 2_384_002), ("wall", 2_984_002)] {
+        let folded = String::from_utf8(render(&recording, &args(&["--folded", "--mode", mode]))).unwrap();
+        assert_eq!(folded_total(&folded), micros, "{mode}: folded total");
+        // Every off-CPU line ends with its reason frame; in off-cpu mode every line is one.
+        for line in folded.lines() {
+            let stack = line.rsplit_once(' ').unwrap().0;
+            let leaf = stack.rsplit(';').next().unwrap();
+            assert!(mode == "wall" || leaf.starts_with("[off-CPU: "), "{mode}: {line}");
+            assert!(!stack.contains("[off-CPU: ") || leaf.starts_with("[off-CPU: "), "{mode}: {line}");
+        }
+        let svg = String::from_utf8(render(&recording, &args(&["--flamegraph", "--mode", mode]))).unwrap();
+        let title = if mode == "wall" { "Wall-clock time" } else { "Off-CPU time" };
+        let ms = format!("{},{:03}.{:03} ms", micros / 1_000_000, micros / 1000 % 1000, micros % 1000);
+        assert!(svg.contains(&format!(">{title}: {ms}</text>")), "{mode}: flame graph subtitle");
+        assert!(svg.contains(&format!("<title>all ({ms}, 100.00%)</title>")), "{mode}: flame graph root");
+        // The text report's threads together: their wall-clock time in both modes.
+        let text = String::from_utf8(render(&recording, &args(&["--mode", mode]))).unwrap();
+        let all = text.split("\n  all threads").nth(1).expect("all threads");
+        let wall = all.lines().nth(1).expect("wall line");
+        assert!(wall.trim_start().starts_with("wall") && wall.contains(" 2984.002 ms "), "{mode}: {wall}");
+        let json: serde_json::Value =
+            serde_json::from_slice(&render(&recording, &args(&["--speedscope", "--mode", mode]))).unwrap();
+        let drawn: u64 = json["profiles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|p| p["samples"].as_array().unwrap().iter().zip(p["weights"].as_array().unwrap()))
+            .filter(|(s, _)| !s.as_array().unwrap().is_empty())
+            .map(|(_, w)| w.as_u64().unwrap())
+            .sum();
+        // speedscope keeps nanoseconds: the exact sums of support/synth.rs.
+        let exact = if mode == "wall" { 2_984_001_800 } else { 2_384_001_800 };
+        assert_eq!(drawn, exact, "{mode}: speedscope weights");
+        assert_eq!((drawn + 500) / 1000, micros);
     }
 }
