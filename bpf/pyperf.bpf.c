@@ -916,8 +916,12 @@ int pyperf_switch(__u64 *ctx)
 	cur = bpf_map_lookup_elem(&off_cpu, &key);
 	/* Still in the system call whose block began its interval (woken, then switched out again before the
 	 * call returned): the interval goes on until sys_exit. */
-	if (cur && !cur->walked && cur->syscall >= 0)
+	if (cur && !cur->walked && cur->syscall >= 0) {
+		/* Blocked again: runnable only from its last wakeup. */
+		if (!(__u8)ctx[0] && prev_state != PYPERF_TASK_RUNNING)
+			cur->wake = 0;
 		return 0;
+	}
 	if (!now)
 		now = bpf_ktime_get_ns();
 	blocked = !(__u8)ctx[0] && prev_state != PYPERF_TASK_RUNNING;

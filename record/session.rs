@@ -12,9 +12,9 @@ use pyperf_format::{
     ThreadName, ThreadStateMatch,
 };
 
+use crate::abi::{types, ProcConfig};
 use crate::python::config::bpf_config;
 use crate::python::PythonProcess;
-use crate::abi::{types, ProcConfig};
 use crate::sampler::{OffCpuPart, Rate, RawSample, SampleEvent, Sampler};
 use crate::signals;
 use crate::sink::{OffCpuSample, Sample, Sink};
@@ -279,10 +279,8 @@ impl Session {
         std::thread::sleep(Duration::from_millis(2));
         let elapsed = self.started.elapsed();
         // The last thread names too: a program may name its threads after they started.
-        let drained = self
-            .poll(Duration::ZERO)
-            .and_then(|()| self.end_off_cpu())
-            .and_then(|()| self.thread_names(true));
+        let drained =
+            self.poll(Duration::ZERO).and_then(|()| self.end_off_cpu()).and_then(|()| self.thread_names(true));
         let written = drained.and_then(|()| self.write_summary(elapsed, bpf_stats));
         let code = self.targets.finish(stop, self.signals_seen)?;
         written.map(|()| code)

@@ -129,8 +129,13 @@ type Sampled = (HashMap<u32, Vec<Sample>>, sampler::Counters, Option<(u64, u64)>
 
 /// Samples the given processes for `secs`.
 fn sample(procs: &[&PythonProcess], rate: Rate, secs: f64) -> Sampled {
-    let mut sampler = Sampler::new(&SamplerOptions { event: SampleEvent::CpuClock, rate, ringbuf_bytes: 4 << 20 })
-        .unwrap_or_else(|e| panic!("Sampler::new: {e}"));
+    let mut sampler = Sampler::new(&SamplerOptions {
+        event: SampleEvent::CpuClock,
+        rate,
+        ringbuf_bytes: 4 << 20,
+        off_cpu_min_ns: None,
+    })
+    .unwrap_or_else(|e| panic!("Sampler::new: {e}"));
     sampler.enable_bpf_stats().expect("enable bpf stats");
     for p in procs {
         sampler.add_process(p.pid, &bpf_config(p, false).unwrap()).unwrap_or_else(|e| panic!("add_process: {e}"));
