@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use crate::error::ReportError;
 use crate::filter::Filter;
 use crate::output::{self, Replacement};
-use crate::profile::{LoadOptions, Profile};
+use crate::profile::{LoadOptions, Mode, Profile};
 use crate::{flamegraph, folded, names, program, speedscope, text};
 
 /// Output format; at most one.
@@ -112,6 +112,13 @@ pub struct ReportArgs {
     #[command(flatten)]
     pub format: FormatFlags,
 
+    /// What to weigh, in every format: cpu: CPU samples; off-cpu: time off CPU (blocked on I/O, sleep or locks,
+    /// runnable waiting for a CPU, waiting for the GIL); wall: both, each thread's whole life (a CPU sample weighs
+    /// one sampling period). off-cpu and wall need a recording made with --off-cpu and count time (folded counts
+    /// are microseconds)
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = Mode::Cpu, hide_possible_values = true)]
+    pub mode: Mode,
+
     /// Write to FILE instead of standard output: a new file (mode 0600) renamed over FILE once complete; refuses a
     /// symlink, the input, and a pyperf recording (see --force) [default: standard output]
     #[arg(short, long, value_name = "FILE")]
@@ -126,15 +133,17 @@ pub struct ReportArgs {
     /// Only these threads (repeat or comma-separate)
     #[arg(long, value_name = "TID", value_delimiter = ',')]
     pub tid: Vec<u32>,
-    /// Only samples in these GIL states: no-info, error, uninitialized, released, held, held-by-current,
-    /// other-thread, held-no-holder, waiting (repeat or comma-separate)
+    /// Only samples (and off-CPU intervals; waiting: the GIL waits) in these GIL states: no-info, error,
+    /// uninitialized, released, held, held-by-current, other-thread, held-no-holder, waiting (repeat or
+    /// comma-separate)
     #[arg(long, value_name = "STATE", value_delimiter = ',')]
     pub gil: Vec<String>,
-    /// Only samples with these thread-state matches: unknown, current, not-current, no-thread-state,
-    /// no-current, none
+    /// Only samples with these thread-state matches (off-CPU intervals have none: no interval passes): unknown,
+    /// current, not-current, no-thread-state, no-current, none
     #[arg(long, value_name = "STATE", value_delimiter = ',')]
     pub thread_state: Vec<String>,
-    /// Only samples with these pthread-id matches: unknown, match, mismatch, no-thread-state, null, error
+    /// Only samples with these pthread-id matches (no off-CPU interval passes): unknown, match, mismatch,
+    /// no-thread-state, null, error
     #[arg(long, value_name = "STATE", value_delimiter = ',')]
     pub pthread_id: Vec<String>,
     /// Only samples with these stack statuses: complete, error, truncated, idle, incomplete
@@ -170,6 +179,7 @@ impl Default for ReportArgs {
             recording: None,
             input: PathBuf::from("prof.pyp"),
             format: FormatFlags::default(),
+            mode: Mode::Cpu,
             output: None,
             force: false,
             pid: Vec::new(),
@@ -237,6 +247,7 @@ impl ReportArgs {
         o.per_thread = roots;
         o.threads = roots || matches!(format, Format::Text | Format::Speedscope);
         o.states = format == Format::Text;
+        o.mode = self.mode;
         Ok(o)
     }
 
@@ -247,14 +258,25 @@ impl ReportArgs {
             let reason = "it is a terminal; pipe a recording in (< prof.pyp) or name one".to_string();
             return Err(ReportError::Open { path: "standard input".into(), reason });
         }
-        Profile::open(input, &self.load_options()?).map_err(|e| match e {
+        let options = self.load_options()?;
+        // What the header tells is refused before reading the whole recording: a wall-clock report of samples that
+        // are no fixed time, an off-CPU one of a format older than off-CPU data (1.3).
+        if self.mode != Mode::Cpu && input != Path::new("-") {
+            if let Some((header, version)) = peek_header(input) {
+                let older = version < (1, 3);
+                check_mode(self.mode, &shown(input), &header, older.then_some(false))?;
+            }
+        }
+        let profile = Profile::open(input, &options).map_err(|e| match e {
             // The usual first mistake: no recording here (yet). Say how to get or name one.
             ReportError::Open { path, reason } if is_missing(input) => ReportError::Open {
                 reason: format!("{reason}; record one with `pyperf record`, or give an existing recording's path"),
                 path,
             },
             other => other,
-        })
+        })?;
+        check_mode(self.mode, &shown(input), &profile.header, Some(profile.off_cpu_min_ns().is_some()))?;
+        Ok(profile)
     }
 
     fn folded_options(&self) -> folded::Options {
@@ -326,6 +348,55 @@ fn stdout_closed() -> io::Error {
     io::Error::other("it is closed")
 }
 
+/// How messages name the input: its path as given, or `standard input`.
+fn shown(input: &Path) -> String {
+    if input == Path::new("-") {
+        "standard input".to_string()
+    } else {
+        input.display().to_string()
+    }
+}
+
+/// The header and format version of the recording at `path`, read alone (the preamble and the header chunk);
+/// `None` when they cannot be read (loading it says why).
+fn peek_header(path: &Path) -> Option<(pyperf_format::Header, (u16, u16))> {
+    let file = std::fs::File::open(path).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let reader = pyperf_format::Reader::new(io::BufReader::new(file)).ok()?;
+    Some((reader.header().clone(), reader.version()))
+}
+
+/// Whether `mode` can report the recording `input` (named so in messages): off-cpu and wall need off-CPU data
+/// (`has_off_cpu`, once known), wall a time per CPU sample (a clock event, or a rate in Hz).
+fn check_mode(
+    mode: Mode,
+    input: &str,
+    header: &pyperf_format::Header,
+    has_off_cpu: Option<bool>,
+) -> Result<(), ReportError> {
+    if mode == Mode::Cpu {
+        return Ok(());
+    }
+    if has_off_cpu == Some(false) {
+        return Err(ReportError::Mode(format!(
+            "{input} has no off-CPU data (recorded without --off-cpu): use --mode cpu, or record with pyperf record \
+             --off-cpu"
+        )));
+    }
+    if let (Mode::Wall, pyperf_format::Rate::Period(n)) = (mode, header.rate) {
+        if header.event != "cpu-clock" {
+            return Err(ReportError::Mode(format!(
+                "{input} was recorded with -e {} -c {n}: a CPU sample is no fixed time, so it cannot be added to \
+                 off-CPU time for --mode wall; use --mode off-cpu or --mode cpu (or record with -F HZ)",
+                names::escape_text(&header.event)
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Whether nothing is at `path` (not even a dangling symlink).
 fn is_missing(path: &Path) -> bool {
     path != Path::new("-") && std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
@@ -356,8 +427,14 @@ fn run_report(args: &ReportArgs) -> Result<(), ReportError> {
         }
     }
     // Neither an empty picture nor a speedscope file without profiles (speedscope refuses it) helps anyone.
-    if matches!(format, Format::Flamegraph | Format::Speedscope) && profile.matched.samples == 0 {
-        return Err(ReportError::Empty(flamegraph::NO_SAMPLES.to_string()));
+    if matches!(format, Format::Flamegraph | Format::Speedscope) {
+        let empty = match profile.mode {
+            Mode::Cpu => profile.matched.samples == 0,
+            Mode::OffCpu | Mode::Wall => profile.total() == 0,
+        };
+        if empty {
+            return Err(ReportError::Empty(flamegraph::nothing_to_draw(profile.mode).to_string()));
+        }
     }
     match &args.output {
         Some(path) => {

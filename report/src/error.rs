@@ -58,6 +58,10 @@ pub enum ReportError {
     /// Nothing left to draw (e.g. the filters matched no sample) where an empty output would be useless.
     #[error("{0}")]
     Empty(String),
+    /// `--mode` cannot report this recording (off-CPU time of a recording without it, wall-clock time of samples
+    /// that are no fixed time); says what to do instead.
+    #[error("{0}")]
+    Mode(String),
 }
 
 /// Result of the report's fallible operations.

@@ -6,7 +6,9 @@ use pyperf_format::{GilState, PthreadIdMatch, StackStatus, ThreadStateMatch};
 
 use crate::error::ReportError;
 
-/// Selects samples. An empty list means "any"; within a list any value matches; all lists must match.
+/// Selects samples (and off-CPU intervals, by pid, tid, GIL state and stack status; a thread-state or pthread-id
+/// condition selects samples only). An empty list means "any"; within a list any value matches; all lists must
+/// match.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
     /// Processes (`--pid`): host pids, or pids inside a process's own PID namespace (a container's). The namespace
@@ -189,6 +191,12 @@ impl Compiled {
             && ok(&self.thread_state, thread_state)
             && ok(&self.pthread_id, pthread_id)
             && ok(&self.status, status)
+    }
+
+    /// Whether an off-CPU interval with these values passes. Intervals have no thread-state or pthread-id match:
+    /// a filter on either selects samples only.
+    pub fn matches_interval(&self, pid: u32, tid: u32, gil: u8, status: u8) -> bool {
+        self.thread_state.is_none() && self.pthread_id.is_none() && self.matches(pid, tid, gil, 0, 0, status)
     }
 }
 

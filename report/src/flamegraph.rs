@@ -3,8 +3,10 @@
 //! Frames narrower than [`Options::min_width`] are not drawn, and at most [`MAX_FRAMES`], so that a small file
 //! cannot make a huge picture.
 //!
-//! Each frame is a box whose width is its share of the samples (the samples whose stack passes through it);
-//! callers are below their callees (`icicle`: above), the root `all` spans everything. A box reads
+//! Each frame is a box whose width is its share of the samples (the samples whose stack passes through it), or in
+//! [`Mode::OffCpu`] and [`Mode::Wall`] its share of the time (in ms in the subtitle and the tooltips; the off-CPU
+//! leaf frames `[off-CPU: ...]` are blue). Callers are below their callees (`icicle`: above), the root `all` spans
+//! everything. A box reads
 //! `function (file.py:18)` (the file's base name, or its last two path components where two files share a base
 //! name or it is a package's `__init__.py`); a label that does not fit is cut on the right with `..`, so the
 //! function name stays visible. The tooltip and the details bar show the full path, the line, the samples and
@@ -34,11 +36,20 @@ use std::io::{self, Write};
 use crate::folded;
 use crate::hash::FxMap;
 use crate::names;
-use crate::profile::Profile;
+use crate::profile::{Mode, Profile};
 use crate::tree::{self, Tree, ROOT};
 
 /// Message of the error [`write()`] returns for a profile with no matching sample.
 pub const NO_SAMPLES: &str = "no samples to draw (none in the recording, or none matches the filters)";
+
+/// The message of [`write()`]'s error for a profile with nothing to draw in `mode`: [`NO_SAMPLES`] for CPU samples.
+pub fn nothing_to_draw(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Cpu => NO_SAMPLES,
+        Mode::OffCpu => "no off-CPU intervals to draw (none in the recording, or none matches the filters)",
+        Mode::Wall => "no samples or off-CPU intervals to draw (none in the recording, or none matches the filters)",
+    }
+}
 
 /// Levels (the root `all` included) drawn before zooming, by default: 50 levels of 16 pixels and the header fit
 /// in a 900-pixel-high window.
@@ -78,6 +89,7 @@ impl Default for Options {
 }
 
 /// Writes the SVG. A profile with no matching sample is an `InvalidInput` error: there is nothing to draw.
+/// In [`Mode::OffCpu`] and [`Mode::Wall`] widths are time (ns), and the subtitle and tooltips say so in ms.
 ///
 /// Memory: the merged stacks of one root context (process / thread, with [`folded::Options::pid_root`] or
 /// [`folded::Options::tid_root`]; the whole profile without) at a time. Contexts and frames narrower than
@@ -85,7 +97,7 @@ impl Default for Options {
 pub fn write<W: Write>(profile: &Profile, options: &Options, out: W) -> io::Result<()> {
     let plan = Plan::new(profile, &options.folded);
     if plan.total == 0 {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, NO_SAMPLES));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, nothing_to_draw(profile.mode)));
     }
     let mut title = options.title.clone().unwrap_or_else(|| profile.recorded_command());
     if title.is_empty() {
@@ -129,7 +141,7 @@ impl Plan {
             FrameText { short: full.clone(), full, color: color(Kind::Pseudo, text) }
         };
         let stacks = &profile.stacks;
-        let total = stacks.iter().map(|s| s.count).sum();
+        let total = stacks.iter().fold(0u64, |a, s| a.saturating_add(s.count));
         let mut plan = Plan {
             levels: options.pid_root as usize + options.tid_root as usize,
             root_texts: Vec::new(),
@@ -159,7 +171,7 @@ impl Plan {
                     })
                 })
                 .collect();
-            let total = stacks[start..end].iter().map(|s| s.count).sum();
+            let total = stacks[start..end].iter().fold(0u64, |a, s| a.saturating_add(s.count));
             plan.contexts.push(Context { roots, runs: vec![(start, end)], total });
             start = end;
         }
@@ -173,7 +185,7 @@ impl Plan {
             let same = c.roots == kept.roots;
             if same {
                 kept.runs.append(&mut c.runs);
-                kept.total += c.total;
+                kept.total = kept.total.saturating_add(c.total);
             }
             same
         });
@@ -220,7 +232,7 @@ impl<'a, 'p, F: FnMut(u64, u64, u32, &FrameText)> Layout<'a, 'p, F> {
     fn shown(&mut self, samples: u64) -> bool {
         if (samples as f64) < self.min_samples {
             self.stats.omitted_frames += 1;
-            self.stats.omitted_samples += samples;
+            self.stats.omitted_samples = self.stats.omitted_samples.saturating_add(samples);
             return false;
         }
         true
@@ -230,7 +242,7 @@ impl<'a, 'p, F: FnMut(u64, u64, u32, &FrameText)> Layout<'a, 'p, F> {
         if self.frames >= MAX_FRAMES {
             self.stats.capped = true;
             self.stats.omitted_frames += 1;
-            self.stats.omitted_samples += samples;
+            self.stats.omitted_samples = self.stats.omitted_samples.saturating_add(samples);
             return false;
         }
         self.frames += 1;
@@ -246,7 +258,7 @@ impl<'a, 'p, F: FnMut(u64, u64, u32, &FrameText)> Layout<'a, 'p, F> {
             // Equal roots were merged: one context.
             for c in contexts {
                 self.context(&plan.contexts[c], x);
-                x += plan.contexts[c].total;
+                x = x.saturating_add(plan.contexts[c].total);
             }
             return;
         }
@@ -254,13 +266,13 @@ impl<'a, 'p, F: FnMut(u64, u64, u32, &FrameText)> Layout<'a, 'p, F> {
         while i < contexts.end {
             let root = plan.contexts[i].roots[level];
             let j = i + plan.contexts[i..contexts.end].iter().take_while(|c| c.roots[level] == root).count();
-            let total: u64 = plan.contexts[i..j].iter().map(|c| c.total).sum();
+            let total = plan.contexts[i..j].iter().fold(0u64, |a, c| a.saturating_add(c.total));
             let text = plan.root_texts.get(root as usize).unwrap_or(&plan.blank);
             // A narrow context is not even built.
             if self.shown(total) && self.frame(x, total, level as u32 + 1, text) {
                 self.level(level + 1, i..j, x);
             }
-            x += total;
+            x = x.saturating_add(total);
             i = j;
         }
     }
@@ -287,7 +299,7 @@ impl<'a, 'p, F: FnMut(u64, u64, u32, &FrameText)> Layout<'a, 'p, F> {
                     kids.push((child, at));
                 }
                 // An omitted frame keeps its place: its samples stay in the caller's width.
-                at += total;
+                at = at.saturating_add(total);
             }
             stack.extend(kids.iter().rev());
         };
@@ -376,6 +388,8 @@ enum Kind {
     Package,
     /// pyperf's pseudo-frames, process and thread roots, the root `all`: grey.
     Pseudo,
+    /// Off-CPU pseudo-frames (`[off-CPU: read]`): blue.
+    OffCpu,
 }
 
 /// Application, standard library or installed package, from the frame's file, as inferno's Python palette does:
@@ -423,6 +437,7 @@ fn color(kind: Kind, function: &str) -> (u8, u8, u8) {
             let g = c(175.0, 35.0, v1);
             (g, g, g)
         }
+        Kind::OffCpu => (c(70.0, 40.0, v1), c(120.0, 50.0, v1), c(200.0, 50.0, v2)),
     }
 }
 
@@ -471,7 +486,10 @@ fn frame_texts(profile: &Profile, tree: &Tree, lines: bool, ambiguous: &FxMap<&s
                     let color = color(kind_of_file(&sym.file), &function);
                     FrameText { short: visible(&short).into_owned(), full, color }
                 }
-                _ => FrameText { short: full.clone(), color: color(Kind::Pseudo, &label.text), full },
+                _ => {
+                    let kind = if label.text.starts_with(names::OFF_CPU_PREFIX) { Kind::OffCpu } else { Kind::Pseudo };
+                    FrameText { short: full.clone(), color: color(kind, &label.text), full }
+                }
             }
         })
         .collect()
@@ -546,6 +564,21 @@ fn thousands(n: u64) -> String {
     out
 }
 
+/// Nanoseconds as milliseconds to the microsecond: `1,234.568 ms`.
+fn millis(ns: u64) -> String {
+    let us = folded::micros(ns);
+    format!("{}.{:03} ms", thousands(us / 1000), us % 1000)
+}
+
+/// A width as the tooltips and the header say it: `1,234 samples`, or (off-cpu, wall) `1,234.568 ms`.
+fn amount(mode: Mode, n: u64) -> String {
+    if mode.is_time() {
+        millis(n)
+    } else {
+        format!("{} samples", thousands(n))
+    }
+}
+
 fn percent(part: u64, total: u64) -> f64 {
     if total == 0 {
         0.0
@@ -591,10 +624,23 @@ fn render<W: Write>(profile: &Profile, plan: &Plan, title: &str, options: &Optio
     s.push_str(" xmlns=\"http://www.w3.org/2000/svg\" xmlns:fg=\"urn:pyperf:flamegraph\" class=\"");
     s.push_str(if options.icicle { "icicle" } else { "flame" });
     s.push_str("\">\n");
-    s.push_str(
-        "<!-- Flame graph drawn by pyperf report: open it in a web browser. A box is a frame, its width the share \
-         of samples whose stack passes through it. Click to zoom, Ctrl-F to search. -->\n",
-    );
+    let mode = profile.mode;
+    s.push_str(match mode {
+        Mode::Cpu => {
+            "<!-- Flame graph drawn by pyperf report: open it in a web browser. A box is a frame, its width the \
+             share of samples whose stack passes through it. Click to zoom, Ctrl-F to search. -->\n"
+        }
+        Mode::OffCpu => {
+            "<!-- Off-CPU flame graph drawn by pyperf report: open it in a web browser. A box is a frame, its width \
+             the share of the time threads spent off CPU with it on their stack; the leaf [off-CPU: ...] frames say \
+             why. Click to zoom, Ctrl-F to search. -->\n"
+        }
+        Mode::Wall => {
+            "<!-- Wall-clock flame graph drawn by pyperf report: open it in a web browser. A box is a frame, its \
+             width the share of the threads' time, on CPU or off it ([off-CPU: ...] frames), with it on their \
+             stack. Click to zoom, Ctrl-F to search. -->\n"
+        }
+    });
     s.push_str(STYLE);
     s.push_str("<title>");
     xml(&visible(title), &mut s);
@@ -605,14 +651,25 @@ fn render<W: Write>(profile: &Profile, plan: &Plan, title: &str, options: &Optio
     s.push_str("</text>\n");
     let _ = writeln!(s, "<text id=\"unzoom\" class=\"button h\" x=\"{PAD_PCT}%\" y=\"24\">Reset Zoom</text>");
     let _ = writeln!(s, "<text id=\"search\" class=\"button\" x=\"{}%\" y=\"24\">Search</text>", 100.0 - PAD_PCT);
-    let legend_end = legend(&mut s);
+    let legend_end = legend(&mut s, mode);
     let _ = write!(s, "<text id=\"subtitle\" x=\"{}\" y=\"44\">", legend_end + 16);
-    let _ = write!(s, "{} samples", thousands(total));
+    match mode {
+        Mode::Cpu => {
+            let _ = write!(s, "{} samples", thousands(total));
+        }
+        Mode::OffCpu | Mode::Wall => {
+            let _ = write!(s, "{}: {}", mode.title(), millis(total));
+        }
+    }
     if stats.omitted_frames > 0 {
+        let omitted = match mode {
+            Mode::Cpu => thousands(stats.omitted_samples),
+            Mode::OffCpu | Mode::Wall => millis(stats.omitted_samples),
+        };
         let _ = write!(
             s,
             "; {} in {} frames narrower than {} px not drawn ({:.2}%)",
-            thousands(stats.omitted_samples),
+            omitted,
             thousands(stats.omitted_frames),
             options.min_width,
             percent(stats.omitted_samples, total)
@@ -674,7 +731,7 @@ fn render<W: Write>(profile: &Profile, plan: &Plan, title: &str, options: &Optio
             }
             s.push_str("><title>");
             xml(full, &mut s);
-            let _ = write!(s, " ({} samples, {:.2}%)</title>", thousands(samples), percent(samples, total));
+            let _ = write!(s, " ({}, {:.2}%)</title>", amount(mode, samples), percent(samples, total));
             let _ = write!(
                 s,
                 "<rect x=\"{x_pct:.4}%\" y=\"{y}\" width=\"{w_pct:.4}%\" height=\"{BOX_HEIGHT}\" \
@@ -710,13 +767,16 @@ fn render<W: Write>(profile: &Profile, plan: &Plan, title: &str, options: &Optio
 }
 
 /// The colour legend, left of the subtitle; returns where it ends.
-fn legend(s: &mut String) -> usize {
-    let entries = [
+fn legend(s: &mut String, mode: Mode) -> usize {
+    let mut entries = vec![
         (Kind::App, "application"),
         (Kind::Stdlib, "standard library"),
         (Kind::Package, "site-packages"),
         (Kind::Pseudo, "pyperf"),
     ];
+    if mode.is_time() {
+        entries.push((Kind::OffCpu, "off-CPU"));
+    }
     let mut x = 10;
     for (kind, name) in entries {
         let (r, g, b) = color(kind, "legend");

@@ -1,7 +1,10 @@
 //! Folded stacks (Brendan Gregg's collapsed format), read by flamegraph.pl, inferno, speedscope and others.
 //!
 //! One line per unique stack, root first: `frame;frame;frame count`, the lines in byte order (as `LC_ALL=C sort`
-//! orders them, and as inferno's `--no-sort` wants them), so the output is deterministic. Frames are named as in
+//! orders them, and as inferno's `--no-sort` wants them), so the output is deterministic. The count is samples in
+//! [`crate::Mode::Cpu`]; in [`crate::Mode::OffCpu`] and [`crate::Mode::Wall`] it is microseconds, each line's
+//! nanoseconds summed then rounded ([`micros`]; a line under half a microsecond is left out), and an off-CPU
+//! interval's stack ends with its `[off-CPU: ...]` pseudo-frame. Frames are named as in
 //! [`crate::names`] (`function (file:line)`); samples with no Python frames are the single frame `[idle]`; a stack
 //! cut at the recorder's depth limit starts with `[truncated]`, a failed walk with `[stack error]`. `;`, `\\`,
 //! control characters and bidirectional-text controls inside names are escaped ([`names::escape_folded`]).
@@ -42,8 +45,8 @@ impl Default for Options {
     }
 }
 
-/// Unique stacks as folded text (without the count) and their sample counts, in [`write`]'s order. Holds every
-/// line in memory (the sum of the stacks' depths): for large profiles prefer [`write`], which streams.
+/// Unique stacks as folded text (without the count) and their counts (samples, or µs), in [`write`]'s order. Holds
+/// every line in memory (the sum of the stacks' depths): for large profiles prefer [`write`], which streams.
 pub fn stacks(profile: &Profile, options: &Options) -> Vec<(String, u64)> {
     let mut out = Vec::new();
     each_line(profile, options, |joined, rest, count| {
@@ -104,8 +107,9 @@ const JOINED_MAX: usize = 1 << 20;
 /// root first, are `joined` (joined with `;`, at most [`JOINED_MAX`] bytes) then each of `rest` after a `;`. One
 /// root context (the process and thread frames, when asked for) is merged at a time.
 fn each_line(profile: &Profile, options: &Options, mut line: impl FnMut(&str, &[&str], u64)) {
+    let time = profile.mode.is_time();
     if !options.pid_root && !options.tid_root {
-        emit(&Tree::build_stacks(profile, options.lines, &profile.stacks), &[], &mut line);
+        emit(&Tree::build_stacks(profile, options.lines, &profile.stacks), &[], time, &mut line);
         return;
     }
     // The stacks are sorted by thread: one run per thread, and the escaped root frames of each (deduplicated: many
@@ -149,7 +153,7 @@ fn each_line(profile: &Profile, options: &Options, mut line: impl FnMut(&str, &[
         let j = i + runs[i..].iter().take_while(|r| r.0 == runs[i].0).count();
         let stacks: Vec<&StackCount> = runs[i..j].iter().flat_map(|&(_, a, b)| &profile.stacks[a..b]).collect();
         let roots: Vec<&str> = runs[i].0.iter().map(|&t| texts[t as usize].as_str()).collect();
-        emit(&Tree::build_stacks(profile, options.lines, stacks), &roots, &mut line);
+        emit(&Tree::build_stacks(profile, options.lines, stacks), &roots, time, &mut line);
         i = j;
     }
 }
@@ -159,14 +163,21 @@ fn key_cmp(a: &str, a_suffix: &[u8], b: &str, b_suffix: &[u8]) -> Ordering {
     a.bytes().chain(a_suffix.iter().copied()).cmp(b.bytes().chain(b_suffix.iter().copied()))
 }
 
-/// Calls `line` for every stack of `tree` below the root frames `roots`, in byte order of the lines.
+/// Nanoseconds as the folded count of [`crate::Mode::OffCpu`] and [`crate::Mode::Wall`]: microseconds, rounded
+/// to the nearest (half up).
+pub fn micros(ns: u64) -> u64 {
+    ns / 1000 + u64::from(ns % 1000 >= 500)
+}
+
+/// Calls `line` for every stack of `tree` below the root frames `roots`, in byte order of the lines; the counts are
+/// the tree's, or (`time`) its nanoseconds in [`micros`].
 ///
 /// The lines below a node come in two kinds per child: the child's own line (`child count`, when samples end there)
 /// and the lines of its callees (all starting `child;`). Both are ordered among their siblings' by that key, which
 /// is the byte order of the lines: a frame holds no `;`, so a `child;` key is no prefix of another key. Plain
 /// depth-first order would differ where a frame's name is a prefix of a sibling's (`f (a.py:1)` and
 /// `f (a.py:1)x`).
-fn emit(tree: &Tree, roots: &[&str], line: &mut impl FnMut(&str, &[&str], u64)) {
+fn emit(tree: &Tree, roots: &[&str], time: bool, line: &mut impl FnMut(&str, &[&str], u64)) {
     let escaped: Vec<String> = tree
         .labels
         .iter()
@@ -177,7 +188,14 @@ fn emit(tree: &Tree, roots: &[&str], line: &mut impl FnMut(&str, &[&str], u64)) 
         })
         .collect();
     let text = |node: u32| escaped[tree.nodes[node as usize].label as usize].as_str();
-    let count = |node: u32| tree.nodes[node as usize].self_count;
+    let count = |node: u32| {
+        let n = tree.nodes[node as usize].self_count;
+        if time {
+            micros(n)
+        } else {
+            n
+        }
+    };
     // Items waiting, per open level: (node, own line or callees). Levels are contiguous in `items`.
     let mut items: Vec<(u32, bool)> = Vec::new();
     // Per open level: (first item, next item); the root level is the first.
@@ -277,4 +295,21 @@ fn suffix(own: Option<u64>, digits: &mut [u8; 24]) -> &[u8] {
     at -= 1;
     digits[at] = b' ';
     &digits[at..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn microseconds_round_to_nearest() {
+        assert_eq!(micros(0), 0);
+        assert_eq!(micros(499), 0);
+        assert_eq!(micros(500), 1);
+        assert_eq!(micros(1_499), 1);
+        assert_eq!(micros(1_500), 2);
+        assert_eq!(micros(10_000_000), 10_000);
+        assert_eq!(micros(640_000_800), 640_001);
+        assert_eq!(micros(u64::MAX), u64::MAX / 1000 + 1);
+    }
 }

@@ -16,9 +16,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! A recording is streamed chunk by chunk ([`pyperf_format::scan`]): memory grows with the number of unique
+//! A recording is streamed chunk by chunk ([`pyperf_format::scan_records`]): memory grows with the number of unique
 //! (thread, stack) pairs, not with the number of samples. Only the speedscope exporter keeps one entry per sample
-//! (a time and an interned stack id, 12 bytes), because its timeline view needs them in order.
+//! (a time and an interned stack id, 12 bytes; with a weight, 20 bytes, in the off-CPU modes), because its timeline
+//! view needs them in order.
+//!
+//! What the counts weigh is the profile's [`Mode`] ([`LoadOptions::mode`], `--mode`): CPU samples ([`Mode::Cpu`],
+//! the default), or, for a recording made with `pyperf record --off-cpu`, nanoseconds of off-CPU intervals
+//! ([`Mode::OffCpu`]) or of both ([`Mode::Wall`]: a sample weighs one sampling period). An off-CPU interval's stack
+//! ends with a pseudo-frame saying why the thread was off CPU ([`names::off_cpu_frame`]: `[off-CPU: read]`).
 
 mod cli;
 mod error;
@@ -27,6 +33,7 @@ mod hash;
 pub mod names;
 mod output;
 mod profile;
+pub mod syscalls;
 
 pub mod flamegraph;
 pub mod folded;
@@ -37,7 +44,10 @@ pub mod tree;
 pub use cli::{exit_for_clap_error, run, write_report, Format, FormatFlags, ReportArgs};
 pub use error::{ReportError, Result};
 pub use filter::Filter;
-pub use profile::{LoadOptions, ProcessInstance, Profile, StackCount, StateCounts, Thread, Timeline, ALL_THREADS};
+pub use profile::{
+    split_weight, LoadOptions, Mode, OffCpuTime, ProcessInstance, Profile, StackCount, StateCounts, Thread, Timeline,
+    ALL_THREADS,
+};
 
 /// Name used in messages: `pyperf-report: warning: ...`.
 pub fn program() -> String {

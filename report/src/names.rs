@@ -11,8 +11,12 @@
 //! - `[incomplete]`: root of a stack whose walk ended before the thread's base frame (3.15+; the frames read are
 //!   kept, the callers below them are missing).
 //! - `[stack status unknown-N]`: root of a stack with a status written by a newer pyperf.
+//! - `[off-CPU: REASON]` (`--mode off-cpu` and `wall`): leaf of an off-CPU interval's stack, saying why the thread
+//!   was off CPU ([`off_cpu_frame`]); an interval without Python frames has it as its only frame.
 
-use pyperf_format::{symbol_flags, StackStatus, Symbol};
+use pyperf_format::{symbol_flags, OffCpuKind, StackStatus, Symbol};
+
+use crate::syscalls;
 
 /// The only frame of a sample without Python frames.
 pub const IDLE: &str = "[idle]";
@@ -33,6 +37,36 @@ pub fn marker(status: StackStatus, has_frames: bool) -> Option<String> {
         StackStatus::Incomplete => Some(INCOMPLETE.to_string()),
         StackStatus::Unknown(_) => Some(format!("[stack status {}]", status.key())),
     }
+}
+
+/// The marker of a stack with this status, for a CPU sample (`off_cpu` false: [`marker`]) or an off-CPU interval:
+/// an interval without Python frames has none (its `[off-CPU: ...]` frame says enough; `[idle]` would claim it
+/// was on a CPU).
+pub fn stack_marker(status: StackStatus, has_frames: bool, off_cpu: bool) -> Option<String> {
+    match status {
+        StackStatus::Complete | StackStatus::Idle if off_cpu && !has_frames => None,
+        _ => marker(status, has_frames),
+    }
+}
+
+/// How every off-CPU pseudo-frame starts.
+pub const OFF_CPU_PREFIX: &str = "[off-CPU: ";
+
+/// The leaf pseudo-frame of an off-CPU interval: why the thread was off CPU. `[off-CPU: GIL wait]`,
+/// `[off-CPU: runnable]` (preempted, waiting for a CPU), the system call it blocked in (`[off-CPU: read]`,
+/// `[off-CPU: futex]`; numbers named on x86_64 recordings, else `[off-CPU: syscall 7]`), else `[off-CPU: blocked]`
+/// or `[off-CPU: disk]` (uninterruptible sleep). A kind of a newer recorder is named by its key
+/// (`[off-CPU: unknown-9]`); an unknown one by its system call, else `[off-CPU: unknown]`.
+pub fn off_cpu_frame(kind: OffCpuKind, syscall: i32, arch: &str) -> String {
+    let reason = match kind {
+        OffCpuKind::Gil => "GIL wait".to_string(),
+        OffCpuKind::Runnable => "runnable".to_string(),
+        OffCpuKind::Unknown(_) => kind.key(),
+        OffCpuKind::Blocked | OffCpuKind::Disk | OffCpuKind::Unknown0 => {
+            syscalls::name(syscall, arch).unwrap_or_else(|| kind.key())
+        }
+    };
+    format!("{OFF_CPU_PREFIX}{reason}]")
 }
 
 /// `Class.method`, with `...` when the recorder cut the name.
@@ -168,6 +202,31 @@ mod tests {
         for plain in ["größe", "計算", "مرحبا", "שלום", "a\u{200d}b"] {
             assert_eq!(escape_text(plain), plain);
         }
+    }
+
+    #[test]
+    fn off_cpu_frames() {
+        let f = |kind, syscall| off_cpu_frame(kind, syscall, "x86_64");
+        assert_eq!(f(OffCpuKind::Gil, 202), "[off-CPU: GIL wait]");
+        assert_eq!(f(OffCpuKind::Runnable, 0), "[off-CPU: runnable]");
+        assert_eq!(f(OffCpuKind::Blocked, 0), "[off-CPU: read]");
+        assert_eq!(f(OffCpuKind::Blocked, 202), "[off-CPU: futex]");
+        assert_eq!(f(OffCpuKind::Blocked, 230), "[off-CPU: clock_nanosleep]");
+        assert_eq!(f(OffCpuKind::Blocked, 23), "[off-CPU: select]");
+        assert_eq!(f(OffCpuKind::Disk, 74), "[off-CPU: fsync]");
+        assert_eq!(f(OffCpuKind::Blocked, -1), "[off-CPU: blocked]");
+        assert_eq!(f(OffCpuKind::Disk, -1), "[off-CPU: disk]");
+        assert_eq!(f(OffCpuKind::Blocked, 400), "[off-CPU: syscall 400]");
+        assert_eq!(f(OffCpuKind::Unknown0, -1), "[off-CPU: unknown]");
+        assert_eq!(f(OffCpuKind::Unknown0, 7), "[off-CPU: poll]");
+        assert_eq!(f(OffCpuKind::Unknown(9), 7), "[off-CPU: unknown-9]");
+        assert_eq!(off_cpu_frame(OffCpuKind::Blocked, 0, "aarch64"), "[off-CPU: syscall 0]");
+        assert!(f(OffCpuKind::Blocked, 0).starts_with(OFF_CPU_PREFIX));
+        assert_eq!(stack_marker(StackStatus::Complete, false, true), None);
+        assert_eq!(stack_marker(StackStatus::Idle, false, true), None);
+        assert_eq!(stack_marker(StackStatus::Complete, false, false).as_deref(), Some("[idle]"));
+        assert_eq!(stack_marker(StackStatus::Error, false, true).as_deref(), Some("[stack error]"));
+        assert_eq!(stack_marker(StackStatus::Truncated, true, true).as_deref(), Some("[truncated]"));
     }
 
     #[test]

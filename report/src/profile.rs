@@ -7,13 +7,56 @@ use std::ops::Bound;
 use std::path::Path;
 
 use pyperf_format::{
-    Columns, GilState, Header, PthreadIdMatch, Rate, Reader, SampleChunk, StackStatus, Tables, ThreadStateMatch,
+    off_cpu_flags, Columns, GilState, Header, OffCpuInterval, OffCpuKind, PthreadIdMatch, Rate, Reader, Record,
+    SampleChunk, StackStatus, Tables, ThreadStateMatch,
 };
 
 use crate::error::{io_reason, ReportError};
 use crate::filter::{Compiled, Filter};
 use crate::hash::FxMap;
 use crate::names;
+
+/// What a report weighs (`--mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Mode {
+    /// CPU samples: where CPU time goes; stack counts are samples.
+    #[default]
+    Cpu,
+    /// Off-CPU intervals (a recording made with `--off-cpu`): where threads wait, blocked, runnable or for the
+    /// GIL; stack counts are nanoseconds.
+    #[value(name = "off-cpu")]
+    OffCpu,
+    /// Both: every thread's whole life, a CPU sample weighing one sampling period; stack counts are nanoseconds.
+    Wall,
+}
+
+impl Mode {
+    /// Every mode, in the order of `--help`.
+    pub const ALL: [Mode; 3] = [Mode::Cpu, Mode::OffCpu, Mode::Wall];
+
+    /// As `--mode` takes it: `cpu`, `off-cpu`, `wall`.
+    pub fn key(self) -> &'static str {
+        match self {
+            Mode::Cpu => "cpu",
+            Mode::OffCpu => "off-cpu",
+            Mode::Wall => "wall",
+        }
+    }
+
+    /// Whether stack counts are nanoseconds (off-cpu, wall) rather than samples (cpu).
+    pub fn is_time(self) -> bool {
+        self != Mode::Cpu
+    }
+
+    /// What the counts are, for titles: `CPU samples`, `Off-CPU time`, `Wall-clock time`.
+    pub fn title(self) -> &'static str {
+        match self {
+            Mode::Cpu => "CPU samples",
+            Mode::OffCpu => "Off-CPU time",
+            Mode::Wall => "Wall-clock time",
+        }
+    }
+}
 
 /// What to collect while reading.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +75,10 @@ pub struct LoadOptions {
     /// Fill the per-state counts and time range of [`Profile::all`] and [`Profile::matched`] (the text report
     /// shows them). Sample totals are always counted. Always on with a filter, threads or a timeline.
     pub states: bool,
+    /// What the stack counts weigh: samples ([`Mode::Cpu`]), or nanoseconds of off-CPU intervals
+    /// ([`Mode::OffCpu`]) or of both ([`Mode::Wall`]). In [`Mode::Cpu`] off-CPU intervals are only counted
+    /// ([`Profile::off_cpu_all`]).
+    pub mode: Mode,
 }
 
 impl Default for LoadOptions {
@@ -43,12 +90,12 @@ impl Default for LoadOptions {
 impl LoadOptions {
     /// Threads and per-thread stack counts; `timeline` for speedscope.
     pub fn new(filter: Filter, timeline: bool) -> Self {
-        LoadOptions { filter, timeline, per_thread: true, threads: true, states: true }
+        LoadOptions { filter, timeline, per_thread: true, threads: true, states: true, mode: Mode::Cpu }
     }
 
     /// Only what folded stacks without process / thread roots need: stack counts over all threads.
     pub fn stacks_only(filter: Filter) -> Self {
-        LoadOptions { filter, timeline: false, per_thread: false, threads: false, states: false }
+        LoadOptions { filter, timeline: false, per_thread: false, threads: false, states: false, mode: Mode::Cpu }
     }
 }
 
@@ -98,7 +145,7 @@ pub struct ProcessInstance {
     pub threads: u32,
 }
 
-/// How many matching samples had this stack on this thread.
+/// How many matching samples (or how much time) had this stack on this thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StackCount {
     /// Index into [`Profile::threads`], or [`ALL_THREADS`].
@@ -107,7 +154,11 @@ pub struct StackCount {
     pub status: StackStatus,
     /// Leaf stack node (0: no Python frames); resolve with `profile.tables.frames(leaf)`.
     pub leaf: u32,
-    /// Samples.
+    /// 0 for CPU samples; for off-CPU intervals, why the thread was off CPU: an index into [`Profile::reasons`],
+    /// the text of the pseudo-frame below the leaf (`[off-CPU: read]`).
+    pub reason: u32,
+    /// Samples ([`Mode::Cpu`]), or nanoseconds ([`Mode::OffCpu`], [`Mode::Wall`]: a CPU sample weighs one sampling
+    /// period, an off-CPU interval its weight).
     pub count: u64,
 }
 
@@ -168,13 +219,83 @@ impl StateCounts {
     }
 }
 
-/// One thread's matching samples in file order (sort by time before use): parallel columns.
+/// One thread's matching samples (and, in [`Mode::OffCpu`] and [`Mode::Wall`], off-CPU intervals: only those in
+/// off-cpu) in file order (sort by time before use): parallel columns.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Timeline {
-    /// Sample times, ns since the recording's start.
+    /// Sample times, or interval starts, ns since the recording's start.
     pub times: Vec<u64>,
     /// Index into [`Profile::timeline_stacks`].
     pub stacks: Vec<u32>,
+    /// Empty in [`Mode::Cpu`] (every entry is a sample of one sampling period); else each entry's weight in ns: a
+    /// sample's sampling period, an interval's `weight_ns`.
+    pub weights: Vec<u64>,
+}
+
+/// Off-CPU time of some intervals (one thread's, or all those read or matched), in ns. An interval's weight is
+/// split between runnable and its kind in proportion `runnable_ns / duration_ns` ([`split_weight`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OffCpuTime {
+    /// Intervals.
+    pub intervals: u64,
+    /// Of them, those shorter than the recording's minimum, kept by sampling (each weighs the minimum).
+    pub sampled: u64,
+    /// Of them, those begun before the recording (or before their thread was followed).
+    pub before_start: u64,
+    /// Of them, those cut at the recording's end.
+    pub open_at_end: u64,
+    /// Their weights' sum: `runnable_ns + blocked_ns + gil_ns + other_ns`.
+    pub weight_ns: u64,
+    /// Runnable: woken (or preempted), waiting for a CPU.
+    pub runnable_ns: u64,
+    /// Blocked: sleeping, waiting for I/O, a lock, ... (kinds `blocked` and `disk`).
+    pub blocked_ns: u64,
+    /// The part of `blocked_ns` in uninterruptible sleep (kind `disk`: disk I/O, page faults).
+    pub disk_ns: u64,
+    /// Waiting for the GIL.
+    pub gil_ns: u64,
+    /// Off CPU for a reason this pyperf does not know (kind unknown, or a newer recorder's).
+    pub other_ns: u64,
+}
+
+impl OffCpuTime {
+    /// Counts one interval.
+    pub fn add(&mut self, iv: &OffCpuInterval) {
+        self.intervals += 1;
+        self.sampled += u64::from(iv.weight_ns > iv.duration_ns);
+        self.before_start += u64::from(iv.flags & off_cpu_flags::BEFORE_START != 0);
+        self.open_at_end += u64::from(iv.flags & off_cpu_flags::OPEN_AT_END != 0);
+        let weight = iv.weight_ns;
+        self.weight_ns = self.weight_ns.saturating_add(weight);
+        let (runnable, rest) = match iv.kind {
+            OffCpuKind::Runnable => (weight, 0),
+            _ => split_weight(weight, iv.duration_ns, iv.runnable_ns),
+        };
+        self.runnable_ns = self.runnable_ns.saturating_add(runnable);
+        let bucket = match iv.kind {
+            OffCpuKind::Runnable => &mut self.runnable_ns,
+            OffCpuKind::Blocked => &mut self.blocked_ns,
+            OffCpuKind::Disk => {
+                self.disk_ns = self.disk_ns.saturating_add(rest);
+                &mut self.blocked_ns
+            }
+            OffCpuKind::Gil => &mut self.gil_ns,
+            OffCpuKind::Unknown0 | OffCpuKind::Unknown(_) => &mut self.other_ns,
+        };
+        *bucket = bucket.saturating_add(rest);
+    }
+}
+
+/// An interval's weight split into (runnable part, rest), in proportion `runnable / duration` (rounded to the
+/// nearest ns): a sampled interval weighing more than its duration keeps its proportions. `runnable` past the
+/// duration counts as the whole of it; a zero duration is all rest.
+pub fn split_weight(weight_ns: u64, duration_ns: u64, runnable_ns: u64) -> (u64, u64) {
+    if duration_ns == 0 {
+        return (0, weight_ns);
+    }
+    let runnable = runnable_ns.min(duration_ns) as u128;
+    let part = ((weight_ns as u128 * runnable + duration_ns as u128 / 2) / duration_ns as u128) as u64;
+    (part, weight_ns - part)
 }
 
 /// A recording, aggregated.
@@ -206,6 +327,19 @@ pub struct Profile {
     pub timelines: Vec<Timeline>,
     /// (status, leaf) of the stacks the timelines refer to.
     pub timeline_stacks: Vec<(StackStatus, u32)>,
+    /// [`StackCount::reason`] of each of `timeline_stacks` (0: a CPU sample's stack).
+    pub timeline_reasons: Vec<u32>,
+    /// What the stack counts weigh (the [`LoadOptions::mode`] it was loaded with).
+    pub mode: Mode,
+    /// Off-CPU pseudo-frames (`[off-CPU: read]`), indexed by [`StackCount::reason`]; entry 0 (CPU samples) is empty.
+    pub reasons: Vec<String>,
+    /// Every off-CPU interval read, whatever the filter (in every mode).
+    pub off_cpu_all: OffCpuTime,
+    /// The off-CPU intervals that passed the filter ([`Mode::OffCpu`] and [`Mode::Wall`]; zero in [`Mode::Cpu`]).
+    pub off_cpu_matched: OffCpuTime,
+    /// The matching off-CPU intervals of each thread (same index as `threads`), in [`Mode::OffCpu`] and
+    /// [`Mode::Wall`] when loaded with threads; empty otherwise.
+    pub thread_off_cpu: Vec<OffCpuTime>,
 }
 
 /// Stack counts are keyed by thread slot, status and leaf packed into a u64 (one multiply to hash); slots past
@@ -265,8 +399,26 @@ struct Aggregator {
     all: StateCounts,
     matched: StateCounts,
     timelines: Vec<Timeline>,
-    timeline_ids: FxMap<(u8, u32), u32>,
+    timeline_ids: FxMap<(u8, u32, u32), u32>,
     timeline_stacks: Vec<(StackStatus, u32)>,
+    timeline_reasons: Vec<u32>,
+    mode: Mode,
+    /// In [`Mode::Wall`], what a CPU sample weighs ([`Profile::sampling_period_ns`]); `None` otherwise, or when a
+    /// sample is no fixed time (then samples are left out of the weights).
+    sample_ns: Option<u64>,
+    /// Samples go into the timelines (not in [`Mode::OffCpu`]).
+    sample_timeline: bool,
+    /// `Header::arch`, for system call names.
+    arch: String,
+    /// Pseudo-frame texts by (kind, system call) met, and their ids in `reasons` (one per distinct text).
+    reason_of: FxMap<(u8, i32), u32>,
+    reason_ids: HashMap<String, u32>,
+    reasons: Vec<String>,
+    /// Matching interval weights per (thread slot or [`ALL_THREADS`], status, leaf, reason).
+    off_counts: FxMap<(u32, u8, u32, u32), u64>,
+    off_all: OffCpuTime,
+    off_matched: OffCpuTime,
+    thread_off: Vec<OffCpuTime>,
     /// Per thread: (chunk number, comm index) of its last sample, to name threads without comparing strings
     /// per sample.
     comm_mark: Vec<(u64, u32)>,
@@ -313,7 +465,11 @@ impl Local {
 }
 
 impl Aggregator {
-    fn new(options: &LoadOptions) -> Self {
+    fn new(options: &LoadOptions, header: &Header) -> Self {
+        let sample_ns = match options.mode {
+            Mode::Wall => period_of(header),
+            Mode::Cpu | Mode::OffCpu => None,
+        };
         Aggregator {
             filter: options.filter.compile(),
             timeline: options.timeline,
@@ -336,6 +492,18 @@ impl Aggregator {
             timelines: Vec::new(),
             timeline_ids: FxMap::default(),
             timeline_stacks: Vec::new(),
+            timeline_reasons: Vec::new(),
+            mode: options.mode,
+            sample_ns,
+            sample_timeline: options.timeline && (options.mode == Mode::Cpu || sample_ns.is_some()),
+            arch: header.arch.clone(),
+            reason_of: FxMap::default(),
+            reason_ids: HashMap::new(),
+            reasons: vec![String::new()],
+            off_counts: FxMap::default(),
+            off_all: OffCpuTime::default(),
+            off_matched: OffCpuTime::default(),
+            thread_off: Vec::new(),
             comm_mark: Vec::new(),
             touched: Vec::new(),
             chunk_no: 0,
@@ -426,6 +594,9 @@ impl Aggregator {
             self.comm_mark.push((u64::MAX, 0));
             if self.timeline {
                 self.timelines.push(Timeline::default());
+            }
+            if self.mode.is_time() {
+                self.thread_off.push(OffCpuTime::default());
             }
             if record == NO_RECORD {
                 self.pending.entry(pid).or_default().push(slot);
@@ -540,15 +711,14 @@ impl Aggregator {
                 matched.samples += 1;
             }
             self.count(slot, st, leaf, nodes);
-            if THREADS && self.timeline {
-                let next = self.timeline_stacks.len() as u32;
-                let id = *self.timeline_ids.entry((st, leaf)).or_insert(next);
-                if id == next {
-                    self.timeline_stacks.push((StackStatus::from_u8(st), leaf));
-                }
+            if THREADS && self.sample_timeline {
+                let id = self.timeline_stack(st, leaf, 0);
                 let t = &mut self.timelines[s];
                 t.times.push(time);
                 t.stacks.push(id);
+                if let Some(ns) = self.sample_ns {
+                    t.weights.push(ns);
+                }
             }
         }
         if FILTERING {
@@ -572,6 +742,93 @@ impl Aggregator {
     }
 }
 
+impl Aggregator {
+    /// The timeline stack id of (status, leaf, reason).
+    fn timeline_stack(&mut self, status: u8, leaf: u32, reason: u32) -> u32 {
+        let next = self.timeline_stacks.len() as u32;
+        let id = *self.timeline_ids.entry((status, leaf, reason)).or_insert(next);
+        if id == next {
+            self.timeline_stacks.push((StackStatus::from_u8(status), leaf));
+            self.timeline_reasons.push(reason);
+        }
+        id
+    }
+
+    /// The reason id of an interval of this kind in this system call: one per distinct pseudo-frame text.
+    fn reason(&mut self, kind: OffCpuKind, syscall: i32) -> u32 {
+        // What the text depends on: the system call only for the kinds named by it.
+        let syscall = match kind {
+            OffCpuKind::Blocked | OffCpuKind::Disk | OffCpuKind::Unknown0 => syscall.max(-1),
+            OffCpuKind::Runnable | OffCpuKind::Gil | OffCpuKind::Unknown(_) => -1,
+        };
+        let key = (kind.as_u8(), syscall);
+        if let Some(&id) = self.reason_of.get(&key) {
+            return id;
+        }
+        let text = names::off_cpu_frame(kind, syscall, &self.arch);
+        let next = self.reasons.len() as u32;
+        let id = *self.reason_ids.entry(text).or_insert_with_key(|text| {
+            self.reasons.push(text.clone());
+            next
+        });
+        self.reason_of.insert(key, id);
+        id
+    }
+
+    /// Counts a chunk of off-CPU intervals: all of them in `off_all`; in off-cpu and wall modes the matching ones
+    /// per thread and per (thread, stack, reason), and in the timelines.
+    fn add_off_cpu(&mut self, tables: &Tables, intervals: &[OffCpuInterval]) {
+        for iv in intervals {
+            self.off_all.add(iv);
+        }
+        if !self.mode.is_time() {
+            return;
+        }
+        if self.filter.active {
+            self.filter.learn(&tables.processes);
+        }
+        if self.track_threads {
+            self.learn_processes(&tables.processes);
+        }
+        for iv in intervals {
+            let slot = if self.track_threads { self.thread(iv.pid, iv.tid, iv.start_ns) } else { ALL_THREADS };
+            let s = slot as usize;
+            if self.track_threads && self.threads[s].samples == 0 && self.threads[s].comm != iv.comm {
+                // A thread seen in no sample (yet): named by its intervals.
+                self.threads[s].comm = iv.comm.clone();
+            }
+            if self.filter.active && !self.filter.matches_interval(iv.pid, iv.tid, iv.gil.as_u8(), iv.status.as_u8()) {
+                continue;
+            }
+            self.off_matched.add(iv);
+            if self.track_threads {
+                self.thread_off[s].add(iv);
+            }
+            let reason = self.reason(iv.kind, iv.syscall);
+            let (status, leaf) = (iv.status.as_u8(), iv.stack);
+            let key = (if self.per_thread { slot } else { ALL_THREADS }, status, leaf, reason);
+            let count = self.off_counts.entry(key).or_insert(0);
+            *count = count.saturating_add(iv.weight_ns);
+            if self.track_threads && self.timeline {
+                let id = self.timeline_stack(status, leaf, reason);
+                let t = &mut self.timelines[s];
+                t.times.push(iv.start_ns);
+                t.stacks.push(id);
+                t.weights.push(iv.weight_ns);
+            }
+        }
+    }
+}
+
+/// The time one sample stands for, when the event is a clock ([`Profile::sampling_period_ns`]).
+fn period_of(header: &Header) -> Option<u64> {
+    match header.rate {
+        Rate::Frequency(hz) if hz > 0 => Some((1_000_000_000 / hz).max(1)),
+        Rate::Period(ns) if ns > 0 && header.event == "cpu-clock" => Some(ns),
+        _ => None,
+    }
+}
+
 fn widen(range: &mut Option<(u64, u64)>, lo: u64, hi: u64) {
     if lo > hi {
         return;
@@ -590,9 +847,13 @@ impl Profile {
         let header = reader.header().clone();
         let version = reader.version();
         let mut tables = Tables::default();
-        let mut agg = Aggregator::new(options);
+        let mut agg = Aggregator::new(options, &header);
         reader.set_columns(agg.columns());
-        let notes = pyperf_format::scan(&mut reader, &mut tables, |tables, chunk| agg.add(tables, chunk))?;
+        let notes = pyperf_format::scan_records(&mut reader, &mut tables, |tables, record| match record {
+            Record::Samples(chunk) => agg.add(tables, chunk),
+            Record::OffCpu { intervals, .. } => agg.add_off_cpu(tables, intervals),
+            _ => {}
+        })?;
         let mut warnings = Vec::new();
         if version.1 > pyperf_format::MINOR && version.0 == pyperf_format::MAJOR {
             warnings.push(format!(
@@ -608,7 +869,23 @@ impl Profile {
             0 => format!("recorder: {}", w.text),
             pid => format!("recorder, pid {pid}: {}", w.text),
         }));
-        let mut stacks: Vec<StackCount> = agg
+        // What a CPU sample weighs: one (cpu), nothing (off-cpu), its period (wall).
+        let sample_weight = match options.mode {
+            Mode::Cpu => Some(1),
+            Mode::OffCpu => None,
+            Mode::Wall => agg.sample_ns,
+        };
+        if options.mode == Mode::Wall && agg.sample_ns.is_none() && agg.matched.samples > 0 {
+            warnings.push(format!(
+                "a sample of {} is no fixed time ({}): wall-clock time leaves the CPU samples out",
+                header.event,
+                match header.rate {
+                    Rate::Period(n) => format!("one every {n} events"),
+                    Rate::Frequency(hz) => format!("{hz} Hz"),
+                }
+            ));
+        }
+        let samples = agg
             .counts
             .into_iter()
             .map(|(k, count)| ((k >> 40) as u32, (k >> 32) as u8, k as u32, count))
@@ -619,14 +896,24 @@ impl Profile {
                     .filter(|(_, &n)| n > 0)
                     .map(move |(leaf, &n)| (ALL_THREADS, status as u8, leaf as u32, n))
             }))
-            .map(|(thread, status, leaf, count)| StackCount {
-                thread,
-                status: StackStatus::from_u8(status),
-                leaf,
-                count,
-            })
-            .collect();
-        stacks.sort_unstable_by_key(|s| (s.thread, s.status.as_u8(), s.leaf));
+            .filter_map(|(thread, status, leaf, count)| {
+                Some(StackCount {
+                    thread,
+                    status: StackStatus::from_u8(status),
+                    leaf,
+                    reason: 0,
+                    count: count.saturating_mul(sample_weight?),
+                })
+            });
+        let intervals = agg.off_counts.into_iter().map(|((thread, status, leaf, reason), count)| StackCount {
+            thread,
+            status: StackStatus::from_u8(status),
+            leaf,
+            reason,
+            count,
+        });
+        let mut stacks: Vec<StackCount> = samples.chain(intervals).collect();
+        stacks.sort_unstable_by_key(|s| (s.thread, s.status.as_u8(), s.leaf, s.reason));
         let mut threads = agg.threads;
         for t in &mut threads {
             t.python_name = tables.thread_name(t.pid, t.tid, t.first_ns).map(str::to_string);
@@ -645,6 +932,12 @@ impl Profile {
             matched: agg.matched,
             timelines: agg.timelines,
             timeline_stacks: agg.timeline_stacks,
+            timeline_reasons: agg.timeline_reasons,
+            mode: options.mode,
+            reasons: agg.reasons,
+            off_cpu_all: agg.off_all,
+            off_cpu_matched: agg.off_matched,
+            thread_off_cpu: agg.thread_off,
         })
     }
 
@@ -729,11 +1022,33 @@ impl Profile {
 
     /// Time between two samples of one thread running all the time, when the event is a clock.
     pub fn sampling_period_ns(&self) -> Option<u64> {
-        match self.header.rate {
-            Rate::Frequency(hz) if hz > 0 => Some((1_000_000_000 / hz).max(1)),
-            Rate::Period(ns) if ns > 0 && self.header.event == "cpu-clock" => Some(ns),
-            _ => None,
+        period_of(&self.header)
+    }
+
+    /// The recording's `--off-cpu-min` in ns when it has off-CPU data (recorded with `--off-cpu`), else `None`.
+    pub fn off_cpu_min_ns(&self) -> Option<u64> {
+        self.tables.off_cpu_min_ns()
+    }
+
+    /// The sum of the matching stacks' counts: samples ([`Mode::Cpu`]) or ns.
+    pub fn total(&self) -> u64 {
+        self.stacks.iter().fold(0u64, |a, s| a.saturating_add(s.count))
+    }
+
+    /// The frames of a stack count, root first, as display names (see [`names`]): its marker, frames and, for an
+    /// off-CPU interval, its `[off-CPU: ...]` pseudo-frame.
+    pub fn stack_count_names(&self, s: &StackCount, lines: bool) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(m) = names::stack_marker(s.status, s.leaf != 0, s.reason != 0) {
+            out.push(m);
         }
+        let mut ids = Vec::new();
+        self.tables.frames_root_first(s.leaf, &mut ids);
+        out.extend(ids.iter().map(|&id| names::frame_name(self.tables.symbol(id), lines)));
+        if s.reason != 0 {
+            out.push(self.reasons.get(s.reason as usize).cloned().unwrap_or_default());
+        }
+        out
     }
 
     /// Frames of a stack, ROOT FIRST, as display names (see [`names`]), including the `[idle]` /
@@ -853,4 +1168,84 @@ pub fn join_command(args: &[String]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn iv(kind: OffCpuKind, duration_ns: u64, runnable_ns: u64, weight_ns: u64, flags: u8) -> OffCpuInterval {
+        OffCpuInterval {
+            pid: 1,
+            tid: 1,
+            start_ns: 0,
+            duration_ns,
+            runnable_ns,
+            weight_ns,
+            kind,
+            syscall: -1,
+            gil: GilState::NotLocked,
+            status: StackStatus::Complete,
+            stack: 0,
+            flags,
+            comm: String::new(),
+        }
+    }
+
+    #[test]
+    fn weights_split_in_proportion() {
+        // 200 ms blocked, the last 20 ms of it runnable.
+        assert_eq!(split_weight(200_000_000, 200_000_000, 20_000_000), (20_000_000, 180_000_000));
+        // A sampled interval (0.2 ms, weighing the 1 ms minimum) keeps its proportions.
+        assert_eq!(split_weight(1_000_000, 200_000, 50_000), (250_000, 750_000));
+        // Rounded to the nearest ns: 10 x 1/3 = 3.33, 10 x 2/3 = 6.67.
+        assert_eq!(split_weight(10, 3, 1), (3, 7));
+        assert_eq!(split_weight(10, 3, 2), (7, 3));
+        // Runnable past the duration is the whole of it; a zero duration is all its kind's.
+        assert_eq!(split_weight(5, 4, 9), (5, 0));
+        assert_eq!(split_weight(5, 0, 0), (0, 5));
+        assert_eq!(split_weight(0, 10, 5), (0, 0));
+        // No overflow at the extremes.
+        assert_eq!(split_weight(u64::MAX, u64::MAX, u64::MAX), (u64::MAX, 0));
+        assert_eq!(split_weight(u64::MAX, u64::MAX, u64::MAX / 2), (u64::MAX / 2, u64::MAX / 2 + 1));
+    }
+
+    #[test]
+    fn off_cpu_time_by_kind() {
+        let mut t = OffCpuTime::default();
+        t.add(&iv(OffCpuKind::Blocked, 200, 20, 200, 0));
+        t.add(&iv(OffCpuKind::Runnable, 30, 30, 30, 0));
+        // Runnable all through, whatever runnable_ns says.
+        t.add(&iv(OffCpuKind::Runnable, 30, 0, 30, off_cpu_flags::BEFORE_START));
+        t.add(&iv(OffCpuKind::Disk, 40, 10, 40, off_cpu_flags::OPEN_AT_END));
+        t.add(&iv(OffCpuKind::Gil, 70, 10, 70, 0));
+        // Sampled: weighs 100 though 20 long.
+        t.add(&iv(OffCpuKind::Unknown0, 20, 0, 100, 0));
+        t.add(&iv(OffCpuKind::Unknown(9), 10, 5, 10, 3));
+        let want = OffCpuTime {
+            intervals: 7,
+            sampled: 1,
+            before_start: 2,
+            open_at_end: 2,
+            weight_ns: 200 + 30 + 30 + 40 + 70 + 100 + 10,
+            runnable_ns: 20 + 30 + 30 + 10 + 10 + 5,
+            blocked_ns: 180 + 30,
+            disk_ns: 30,
+            gil_ns: 60,
+            other_ns: 100 + 5,
+        };
+        assert_eq!(t, want);
+        assert_eq!(t.weight_ns, t.runnable_ns + t.blocked_ns + t.gil_ns + t.other_ns);
+    }
+
+    #[test]
+    fn modes() {
+        assert_eq!(Mode::ALL.map(Mode::key), ["cpu", "off-cpu", "wall"]);
+        assert!(!Mode::Cpu.is_time() && Mode::OffCpu.is_time() && Mode::Wall.is_time());
+        for mode in Mode::ALL {
+            use clap::ValueEnum;
+            assert_eq!(mode.to_possible_value().expect("value").get_name(), mode.key());
+        }
+        assert_eq!(Mode::default(), Mode::Cpu);
+    }
 }

@@ -28,6 +28,17 @@
 //! the overlap of samples that came less than P apart (two CPUs' timers seeing a migrating thread), until the
 //! thread's next idle gap puts it back on time.
 //!
+//! **Off-CPU and wall-clock time** ([`Mode::OffCpu`], [`Mode::Wall`]). In wall mode a thread's profile is its
+//! whole life in time order: its CPU samples, each weighing one period P (a clock event: wall mode refuses the
+//! others), and its off-CPU intervals, each a sample at its start weighing the interval's weight, with the
+//! interval's stack and its `[off-CPU: ...]` pseudo-frame as leaf; time in neither is idle time as above. So the
+//! Time Order view is real time, and Left Heavy shows where the thread's wall-clock time went. In off-cpu mode the
+//! profile has the intervals only (the time on CPU is idle time there), drawn at their real times (no jitter
+//! allowance). An interval shorter than the recording's `--off-cpu-min` was sampled and weighs the minimum: it is
+//! drawn that long, and what follows it is drawn late by the difference until the thread's next idle gap. The busiest
+//! thread is the one with the most CPU samples in wall mode, the most off-CPU time in off-cpu mode, and the file's
+//! name says the mode (`app.py (wall-clock time)`).
+//!
 //! "evented" profiles (open and close events at real times) would allow the same gaps natively, but each
 //! sample of a thread that runs in short bursts costs two events of some 35 bytes per frame, against a few
 //! bytes per frame here, and speedscope turns them into the same samples on import.
@@ -47,7 +58,7 @@ use std::io::{self, Write};
 
 use crate::hash::FxMap;
 use crate::names;
-use crate::profile::{Profile, Timeline};
+use crate::profile::{Mode, Profile, Timeline};
 
 /// The `$schema` of every file written: the speedscope file-format schema it follows.
 pub const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
@@ -111,10 +122,12 @@ fn json(s: &str) -> String {
 struct Ordered<'a> {
     timeline: &'a Timeline,
     order: Option<Vec<usize>>,
+    /// The weight of an entry when the timeline has none (CPU samples of [`Mode::Cpu`]).
+    period: u64,
 }
 
 impl<'a> Ordered<'a> {
-    fn new(timeline: &'a Timeline) -> Self {
+    fn new(timeline: &'a Timeline, period: u64) -> Self {
         let times = &timeline.times;
         let order = if times.windows(2).all(|w| w[0] <= w[1]) {
             None
@@ -124,20 +137,26 @@ impl<'a> Ordered<'a> {
             idx.sort_by_key(|&i| times[i]);
             Some(idx)
         };
-        Ordered { timeline, order }
+        Ordered { timeline, order, period }
     }
 
     fn len(&self) -> usize {
         self.timeline.times.len().min(self.timeline.stacks.len())
     }
 
-    /// (time, index into [`Profile::timeline_stacks`]) of the `k`-th sample in time order.
-    fn get(&self, k: usize) -> (u64, u32) {
+    /// (time, index into [`Profile::timeline_stacks`], weight) of the `k`-th sample in time order.
+    fn get(&self, k: usize) -> (u64, u32, u64) {
         let i = match &self.order {
             Some(order) => order[k],
             None => k,
         };
-        (self.timeline.times[i], self.timeline.stacks[i])
+        let weight = self.timeline.weights.get(i).copied().unwrap_or(self.period);
+        (self.timeline.times[i], self.timeline.stacks[i], weight)
+    }
+
+    /// The sum of the weights.
+    fn total(&self) -> u64 {
+        (0..self.len()).fold(0u64, |a, k| a.saturating_add(self.get(k).2))
     }
 }
 
@@ -149,7 +168,7 @@ pub fn sample_weight_ns(profile: &Profile) -> u64 {
     // Gaps past u32 (4.3 s) are never the typical one: clamping them keeps 4 bytes per gap.
     let mut gaps: Vec<u32> = Vec::new();
     for timeline in &profile.timelines {
-        let ordered = Ordered::new(timeline);
+        let ordered = Ordered::new(timeline, 0);
         for k in 1..ordered.len() {
             let gap = ordered.get(k).0 - ordered.get(k - 1).0;
             if gap > 0 {
@@ -168,7 +187,6 @@ pub fn sample_weight_ns(profile: &Profile) -> u64 {
 /// What a thread's profile is made of, in order: (stack, weight), `None` for idle time (an empty sample).
 struct Pieces<'a> {
     samples: &'a Ordered<'a>,
-    period: u64,
     /// Samples that come this late after the previous one's period still join it.
     jitter: u64,
     /// Where the profile ends: idle time fills up to it after the last sample.
@@ -180,8 +198,8 @@ struct Pieces<'a> {
 }
 
 impl<'a> Pieces<'a> {
-    fn new(samples: &'a Ordered<'a>, period: u64, end: u64) -> Self {
-        Pieces { samples, period, jitter: period / JITTER, end, k: 0, pos: 0 }
+    fn new(samples: &'a Ordered<'a>, jitter: u64, end: u64) -> Self {
+        Pieces { samples, jitter, end, k: 0, pos: 0 }
     }
 }
 
@@ -191,7 +209,7 @@ impl Iterator for Pieces<'_> {
     fn next(&mut self) -> Option<(Option<u32>, u64)> {
         let n = self.samples.len();
         if self.k < n {
-            let (time, stack) = self.samples.get(self.k);
+            let (time, stack, _) = self.samples.get(self.k);
             if time > self.pos.saturating_add(self.jitter) {
                 let idle = time - self.pos;
                 self.pos = time;
@@ -200,13 +218,14 @@ impl Iterator for Pieces<'_> {
             // This sample and the next ones of the same stack that follow it without a gap.
             let mut weight = 0u64;
             loop {
-                weight = weight.saturating_add(self.period);
-                self.pos = self.pos.saturating_add(self.period);
+                let w = self.samples.get(self.k).2;
+                weight = weight.saturating_add(w);
+                self.pos = self.pos.saturating_add(w);
                 self.k += 1;
                 if self.k == n {
                     break;
                 }
-                let (t, s) = self.samples.get(self.k);
+                let (t, s, _) = self.samples.get(self.k);
                 if s != stack || t > self.pos.saturating_add(self.jitter) {
                     break;
                 }
@@ -259,11 +278,14 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
     // linear in the file, not in the sum of the stacks' depths.
     let mut symbol_frames: Vec<Option<u32>> = vec![None; tables.symbols.len()];
     let mut numbered = vec![false; tables.nodes.len() + 1];
-    // Each stack's marker frame (u32::MAX: none); its frames are read from the file's stack table when written.
+    // Each stack's marker frame and off-CPU reason frame (u32::MAX: none); its frames are read from the file's
+    // stack table when written.
     let mut markers: Vec<u32> = Vec::with_capacity(profile.timeline_stacks.len());
+    let mut reason_frames: Vec<u32> = Vec::with_capacity(profile.timeline_stacks.len());
     let mut path: Vec<u32> = Vec::new();
-    for &(status, leaf) in &profile.timeline_stacks {
-        markers.push(match names::marker(status, leaf != 0) {
+    for (i, &(status, leaf)) in profile.timeline_stacks.iter().enumerate() {
+        let reason = profile.timeline_reasons.get(i).copied().unwrap_or(0);
+        markers.push(match names::stack_marker(status, leaf != 0, reason != 0) {
             Some(m) => frame(m, None, 0, &mut frames),
             None => u32::MAX,
         });
@@ -285,24 +307,52 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
                 }
             }
         }
+        reason_frames.push(match profile.reasons.get(reason as usize).filter(|_| reason != 0) {
+            Some(text) => frame(text.clone(), None, 0, &mut frames),
+            None => u32::MAX,
+        });
     }
+
+    // What a sample weighs in cpu mode (in the others each entry has its weight), and how late an entry may come
+    // and still be drawn right after the one before.
+    let (period, jitter) = match profile.mode {
+        Mode::Cpu => {
+            let period = sample_weight_ns(profile);
+            (period, period / JITTER)
+        }
+        Mode::Wall => (0, profile.sampling_period_ns().unwrap_or(0) / JITTER),
+        Mode::OffCpu => (0, 0),
+    };
 
     // Busiest thread first: speedscope opens the first profile (activeProfileIndex 0).
     let mut order: Vec<usize> =
         (0..profile.threads.len()).filter(|&t| !profile.timelines[t].times.is_empty()).collect();
-    order.sort_by_key(|&t| (Reverse(profile.timelines[t].times.len()), profile.threads[t].pid, profile.threads[t].tid));
+    // Busiest: the most samples (cpu), the most samples on CPU (wall: every thread's timeline spans its whole life),
+    // the most time off CPU (off-cpu).
+    let busy: Vec<u64> = (0..profile.threads.len())
+        .map(|t| match profile.mode {
+            Mode::Cpu => profile.timelines[t].times.len() as u64,
+            Mode::Wall => profile.threads[t].matched,
+            Mode::OffCpu => Ordered::new(&profile.timelines[t], period).total(),
+        })
+        .collect();
+    order.sort_by_key(|&t| (Reverse(busy[t]), profile.threads[t].pid, profile.threads[t].tid));
 
     // Every timeline ends where the last one does (or the recording, when longer): Time Order views line up.
-    let period = sample_weight_ns(profile);
     let mut end = profile.tables.stats.as_ref().map(|s| s.duration_ns).unwrap_or(0);
     for &t in &order {
-        let samples = Ordered::new(&profile.timelines[t]);
-        let mut pieces = Pieces::new(&samples, period, 0);
+        let samples = Ordered::new(&profile.timelines[t], period);
+        let mut pieces = Pieces::new(&samples, jitter, 0);
         pieces.by_ref().for_each(drop);
         end = end.max(pieces.pos);
     }
 
-    let name = options.name.clone().unwrap_or_else(|| profile.recorded_command());
+    let name = match (&options.name, profile.mode) {
+        (Some(name), _) => name.clone(),
+        (None, Mode::Cpu) => profile.recorded_command(),
+        (None, Mode::OffCpu) => format!("{} (off-CPU time)", profile.recorded_command()),
+        (None, Mode::Wall) => format!("{} (wall-clock time)", profile.recorded_command()),
+    };
     let mut ids: Vec<u32> = Vec::new();
     let mut o = io::BufWriter::with_capacity(1 << 16, &mut out);
     writeln!(o, "{{\"$schema\":{},", json(SCHEMA))?;
@@ -318,7 +368,7 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
     writeln!(o, "\"profiles\":[")?;
     for (n, &t) in order.iter().enumerate() {
         let thread = &profile.threads[t];
-        let samples = Ordered::new(&profile.timelines[t]);
+        let samples = Ordered::new(&profile.timelines[t], period);
         let label = format!("{} {}", profile.process_label_of(thread), profile.thread_label(thread));
         writeln!(
             o,
@@ -327,11 +377,14 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
         )?;
         // Samples, then their weights: the pieces are made twice rather than kept.
         writeln!(o, "\"samples\":[")?;
-        for (k, (stack, _)) in Pieces::new(&samples, period, end).enumerate() {
+        for (k, (stack, _)) in Pieces::new(&samples, jitter, end).enumerate() {
             o.write_all(if k > 0 { b",\n[" } else { b"[" })?;
             if let Some(s) = stack {
                 // The frames leaf first into one reused buffer, then written root first: time is the output's.
                 ids.clear();
+                if let Some(&r) = reason_frames.get(s as usize).filter(|&&r| r != u32::MAX) {
+                    ids.push(r);
+                }
                 let mut node = profile.timeline_stacks.get(s as usize).map_or(0, |&(_, leaf)| leaf);
                 while let Some(&(parent, sym)) = node.checked_sub(1).and_then(|i| tables.nodes.get(i as usize)) {
                     ids.push(symbol_frames.get(sym as usize).copied().flatten().unwrap_or(0));
@@ -351,7 +404,7 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
         }
         writeln!(o, "\n],")?;
         write!(o, "\"weights\":[")?;
-        for (k, (_, weight)) in Pieces::new(&samples, period, end).enumerate() {
+        for (k, (_, weight)) in Pieces::new(&samples, jitter, end).enumerate() {
             let sep = match k {
                 0 => "",
                 k if k % 16 == 0 => ",\n",

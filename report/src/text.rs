@@ -1,5 +1,11 @@
 //! The text report: what was recorded, where the time went (functions by self and total share, top stacks) and
 //! the GIL / thread-state / pthread-id / stack-status breakdown.
+//!
+//! In [`Mode::OffCpu`] and [`Mode::Wall`] the shares are time (ms): the report starts with where the threads' time
+//! went, all together and thread by thread (running: CPU samples x period; runnable, blocked, GIL wait: off-CPU
+//! intervals, each split between runnable and its kind in proportion `runnable_ns / duration_ns`), then functions
+//! by self and total time and the top stacks, each off-CPU one ending in its `[off-CPU: ...]` frame; the sample
+//! state breakdowns are left out (they describe CPU samples: `--mode cpu`).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -7,9 +13,10 @@ use std::io::{self, Write};
 
 use pyperf_format::{Rate, StackStatus};
 
+use crate::folded::micros;
 use crate::hash::FxMap;
 use crate::names;
-use crate::profile::Profile;
+use crate::profile::{Mode, OffCpuTime, Profile, StackCount, ALL_THREADS};
 
 /// What the text report shows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,21 +32,22 @@ impl Default for Options {
     }
 }
 
-/// One function (all lines of it) and its sample counts.
+/// One function (all lines of it) and its sample counts (in [`Mode::OffCpu`] and [`Mode::Wall`]: ns).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FunctionShare {
-    /// `Class.method`, or a pseudo-frame such as `[idle]`.
+    /// `Class.method`, or a pseudo-frame such as `[idle]` or `[off-CPU: read]`.
     pub function: String,
     /// Empty for pseudo-frames.
     pub file: String,
-    /// Samples where it was the leaf (running).
+    /// Samples where it was the leaf (running); an off-CPU interval's leaf is its `[off-CPU: ...]` frame.
     pub self_samples: u64,
     /// Samples where it was on the stack, counted once per sample even when it recurses.
     pub total_samples: u64,
 }
 
 /// Self and total counts per function over the matching samples, sorted by self count (then total, name).
-/// Samples without Python frames count as self time of their pseudo-frame (`[idle]`, ...).
+/// Samples without Python frames count as self time of their pseudo-frame (`[idle]`, ...); an off-CPU interval
+/// counts as self time of its `[off-CPU: ...]` frame and as total time of every function on its stack.
 ///
 /// Linear in the recording's stack table, whatever the stacks' depths: totals come from one walk of the file's
 /// tree of stack nodes, where a node adds the samples below it to its function's total only at the function's
@@ -63,24 +71,39 @@ pub fn function_shares(profile: &Profile) -> Vec<FunctionShare> {
             next
         })
     };
-    // Matching samples per leaf node (all threads and statuses); those without frames go to their pseudo-frame.
+    // Matching samples per leaf node (all threads and statuses): all of them below it, those that end there (CPU
+    // samples) at it; those without frames go to their pseudo-frame, and off-CPU intervals end in theirs.
     let mut below: Vec<u64> = vec![0; nodes + 1];
+    let mut at_node: Vec<u64> = vec![0; nodes + 1];
     for s in &profile.stacks {
+        let off_cpu = s.reason != 0;
+        if off_cpu {
+            let text = profile.reasons.get(s.reason as usize).cloned().unwrap_or_default();
+            let id = function_id(text, String::new(), &mut functions) as usize;
+            functions[id].self_samples = functions[id].self_samples.saturating_add(s.count);
+            functions[id].total_samples = functions[id].total_samples.saturating_add(s.count);
+        }
         if s.leaf == 0 {
-            let marker = names::marker(s.status, false).unwrap_or_default();
-            let id = function_id(marker, String::new(), &mut functions) as usize;
-            functions[id].self_samples += s.count;
-            functions[id].total_samples += s.count;
+            if let Some(marker) = names::stack_marker(s.status, false, off_cpu) {
+                let id = function_id(marker, String::new(), &mut functions) as usize;
+                if !off_cpu {
+                    functions[id].self_samples = functions[id].self_samples.saturating_add(s.count);
+                }
+                functions[id].total_samples = functions[id].total_samples.saturating_add(s.count);
+            }
         } else {
-            // Tables::apply checked every sample's leaf against the node table.
-            below[s.leaf as usize] += s.count;
+            // Tables::apply checked every sample's and interval's leaf against the node table.
+            below[s.leaf as usize] = below[s.leaf as usize].saturating_add(s.count);
+            if !off_cpu {
+                at_node[s.leaf as usize] = at_node[s.leaf as usize].saturating_add(s.count);
+            }
         }
     }
-    let at_node = below.clone();
     // Samples at or below each node: a node's parent has a smaller id, so one backward pass adds subtrees up.
+    // (Sums saturate: a crafted file's off-CPU weights can be anything.)
     for id in (1..=nodes).rev() {
         let parent = tables.nodes[id - 1].0 as usize;
-        below[parent] += below[id];
+        below[parent] = below[parent].saturating_add(below[id]);
     }
     // Children of each node with samples below it (counting sort by parent).
     let mut child_start = vec![0u32; nodes + 2];
@@ -125,9 +148,9 @@ pub fn function_shares(profile: &Profile) -> Vec<FunctionShare> {
                 on_path.resize(functions.len(), 0);
             }
             let share = &mut functions[f as usize];
-            share.self_samples += at_node[child as usize];
+            share.self_samples = share.self_samples.saturating_add(at_node[child as usize]);
             if on_path[f as usize] == 0 {
-                share.total_samples += below[child as usize];
+                share.total_samples = share.total_samples.saturating_add(below[child as usize]);
             }
             on_path[f as usize] += 1;
             stack.push((child, f, child_start[child as usize]));
@@ -148,14 +171,31 @@ pub fn function_shares(profile: &Profile) -> Vec<FunctionShare> {
     functions
 }
 
-/// Matching samples per unique stack (merged over threads): (status, leaf, count), most frequent first.
-pub fn top_stacks(profile: &Profile) -> Vec<(StackStatus, u32, u64)> {
-    let mut by_stack: FxMap<(u8, u32), u64> = FxMap::default();
+/// Matching samples (or time) per unique stack and off-CPU reason, merged over threads (every
+/// [`StackCount::thread`] is [`ALL_THREADS`]), most frequent first.
+pub fn top_stacks(profile: &Profile) -> Vec<StackCount> {
+    let mut by_stack: FxMap<(u8, u32, u32), u64> = FxMap::default();
     for s in &profile.stacks {
-        *by_stack.entry((s.status.as_u8(), s.leaf)).or_insert(0) += s.count;
+        let n = by_stack.entry((s.status.as_u8(), s.leaf, s.reason)).or_insert(0);
+        *n = n.saturating_add(s.count);
     }
-    let mut out: Vec<_> = by_stack.into_iter().map(|((st, leaf), n)| (StackStatus::from_u8(st), leaf, n)).collect();
-    out.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.as_u8().cmp(&b.0.as_u8())).then(a.1.cmp(&b.1)));
+    let mut out: Vec<StackCount> = by_stack
+        .into_iter()
+        .map(|((st, leaf, reason), count)| StackCount {
+            thread: ALL_THREADS,
+            status: StackStatus::from_u8(st),
+            leaf,
+            reason,
+            count,
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then(a.status.as_u8().cmp(&b.status.as_u8()))
+            .then(a.leaf.cmp(&b.leaf))
+            .then(a.reason.cmp(&b.reason))
+    });
     out
 }
 
@@ -192,6 +232,22 @@ pub fn format_time(unix_ns: u64) -> String {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{millis:03} UTC", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Nanoseconds as milliseconds to the microsecond: `1234.568` (rounded as the folded microseconds).
+pub fn format_ms(ns: u64) -> String {
+    let us = micros(ns);
+    format!("{}.{:03}", us / 1000, us % 1000)
+}
+
+/// A short duration in the unit that shows it whole: `1.000 ms` (whole microseconds from 1 ms on), `500 µs`,
+/// `400 ns`.
+pub fn format_short(ns: u64) -> String {
+    match ns {
+        ns if ns % 1000 != 0 => format!("{ns} ns"),
+        ns if ns < 1_000_000 => format!("{} µs", ns / 1000),
+        ns => format!("{} ms", format_ms(ns)),
+    }
 }
 
 /// `2.500 s`.
@@ -265,8 +321,11 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
         Some(s) => {
             field("lost symbols", s.lost_symbols.to_string());
             field("errors", s.errors.to_string());
-            if !s.counters.is_empty() {
-                let list: Vec<String> = s.counters.iter().map(|(k, v)| format!("{} {v}", e(k))).collect();
+            // The off-CPU counters have their own line.
+            let shown = |k: &str| profile.off_cpu_min_ns().is_none() || !OFF_CPU_COUNTERS.contains(&k);
+            let list: Vec<String> =
+                s.counters.iter().filter(|(k, _)| shown(k)).map(|(k, v)| format!("{} {v}", e(k))).collect();
+            if !list.is_empty() {
                 field("counters", list.join(", "));
             }
         }
@@ -274,6 +333,14 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
             field("lost symbols", "unknown (no trailer)".into());
             field("errors", "unknown (no trailer)".into());
         }
+    }
+    if let Some(min) = profile.off_cpu_min_ns() {
+        let (mut intervals, minimum) = off_cpu_summary(profile, min);
+        if profile.mode == Mode::Cpu {
+            intervals.push_str(" (--mode off-cpu or wall reports them)");
+        }
+        field("off-CPU", intervals);
+        field("off-CPU min", minimum);
     }
 
     // --- Processes: a pid that exec'd or was reused is listed once per process record (instance).
@@ -325,7 +392,19 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
     let filter = profile.filter.describe();
     if !filter.is_empty() {
         let _ = writeln!(o, "\nFilter");
-        let _ = writeln!(o, "  {}: {matched} of {read} samples ({})", filter.join(", "), pct(matched, read).trim());
+        let _ = write!(o, "  {}: {matched} of {read} samples ({})", filter.join(", "), pct(matched, read).trim());
+        if profile.mode.is_time() {
+            let (m, all) = (profile.off_cpu_matched.intervals, profile.off_cpu_all.intervals);
+            let _ = write!(o, ", {m} of {} ({})", plural(all, "off-CPU interval"), pct(m, all).trim());
+        }
+        let _ = writeln!(o);
+    }
+    let mode = profile.mode;
+    // What the shares are of: samples, or the matching time.
+    let whole = if mode.is_time() { profile.total() } else { matched };
+    let amount = |n: u64| if mode.is_time() { format_ms(n) } else { n.to_string() };
+    if mode.is_time() {
+        render_time(profile, top, o);
     }
 
     // --- Functions.
@@ -335,15 +414,19 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
         let _ = writeln!(
             o,
             "  {:>9} {}  {:>9} {}  {}{location}",
-            f.self_samples,
-            pct(f.self_samples, matched),
-            f.total_samples,
-            pct(f.total_samples, matched),
+            amount(f.self_samples),
+            pct(f.self_samples, whole),
+            amount(f.total_samples),
+            pct(f.total_samples, whole),
             e(&f.function)
         );
     };
-    let header = "       SELF      %      TOTAL      %  FUNCTION  (FILE)";
-    let _ = writeln!(o, "\nFunctions by self samples (top {} of {})", top.min(functions.len()), functions.len());
+    let (header, by) = if mode.is_time() {
+        ("    SELF ms      %   TOTAL ms      %  FUNCTION  (FILE)", "time")
+    } else {
+        ("       SELF      %      TOTAL      %  FUNCTION  (FILE)", "samples")
+    };
+    let _ = writeln!(o, "\nFunctions by self {by} (top {} of {})", top.min(functions.len()), functions.len());
     let _ = writeln!(o, "{header}");
     for f in functions.iter().take(top) {
         row(o, f);
@@ -356,7 +439,7 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
             .then_with(|| a.function.cmp(&b.function))
             .then_with(|| a.file.cmp(&b.file))
     });
-    let _ = writeln!(o, "\nFunctions by total samples (top {} of {})", top.min(by_total.len()), by_total.len());
+    let _ = writeln!(o, "\nFunctions by total {by} (top {} of {})", top.min(by_total.len()), by_total.len());
     let _ = writeln!(o, "{header}");
     for f in by_total.iter().take(top) {
         row(o, f);
@@ -364,7 +447,12 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
 
     // --- Top stacks.
     let stacks = top_stacks(profile);
-    let _ = writeln!(o, "\nTop stacks, root first (top {} of {} unique)", top.min(stacks.len()), stacks.len());
+    let which = match mode {
+        Mode::Cpu => "Top stacks",
+        Mode::OffCpu => "Top off-CPU stacks by time",
+        Mode::Wall => "Top stacks by wall-clock time",
+    };
+    let _ = writeln!(o, "\n{which}, root first (top {} of {} unique)", top.min(stacks.len()), stacks.len());
     // Frame texts, escaped once per symbol (and deduplicated, so that equal texts compare as equal ids): a deep
     // recursion shown once costs its depth in steps, not its depth times its name.
     let mut frame_texts: Vec<String> = Vec::new();
@@ -379,10 +467,15 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
     };
     let mut ids: Vec<u32> = Vec::new();
     let mut shown: Vec<u32> = Vec::new();
-    for (i, &(status, leaf, count)) in stacks.iter().take(top).enumerate() {
-        let _ = writeln!(o, "  #{:<3} {} ({})", i + 1, plural(count, "sample"), pct(count, matched).trim());
+    for (i, st) in stacks.iter().take(top).enumerate() {
+        let (status, leaf, count) = (st.status, st.leaf, st.count);
+        if mode.is_time() {
+            let _ = writeln!(o, "  #{:<3} {} ms ({})", i + 1, format_ms(count), pct(count, whole).trim());
+        } else {
+            let _ = writeln!(o, "  #{:<3} {} ({})", i + 1, plural(count, "sample"), pct(count, matched).trim());
+        }
         shown.clear();
-        if let Some(m) = names::marker(status, leaf != 0) {
+        if let Some(m) = names::stack_marker(status, leaf != 0, st.reason != 0) {
             shown.push(intern(m, &mut frame_texts));
         }
         profile.tables.frames_root_first(leaf, &mut ids);
@@ -397,6 +490,10 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
             };
             shown.push(id);
         }
+        if st.reason != 0 {
+            let text = profile.reasons.get(st.reason as usize).cloned().unwrap_or_default();
+            shown.push(intern(text, &mut frame_texts));
+        }
         // A frame repeated in a row (deep recursion) is shown once with its count.
         let mut k = 0;
         while k < shown.len() {
@@ -409,6 +506,11 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
             }
             k += run;
         }
+    }
+
+    if mode.is_time() {
+        // The sample states describe CPU samples: --mode cpu shows them.
+        return;
     }
 
     // --- States.
@@ -448,6 +550,144 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
             e(&profile.process_label_of(t)),
             e(&profile.thread_label(t))
         );
+    }
+}
+
+/// The trailer's off-CPU counters (format 1.3+), shown on their own line of the summary.
+const OFF_CPU_COUNTERS: [&str; 6] = [
+    "off_cpu_intervals",
+    "off_cpu_short",
+    "off_cpu_sampled",
+    "off_cpu_lost",
+    "off_cpu_unreadable",
+    "off_cpu_open_at_end",
+];
+
+/// The summary's `off-CPU` and `off-CPU min` lines: intervals read and the trailer's off-CPU counters, in words.
+fn off_cpu_summary(profile: &Profile, min_ns: u64) -> (String, String) {
+    let read = profile.off_cpu_all.intervals;
+    let stats = profile.tables.stats.as_ref();
+    let counter = |name: &str| stats.and_then(|s| s.counters.iter().find(|(k, _)| k == name)).map(|&(_, v)| v);
+    let mut intervals = match counter("off_cpu_intervals") {
+        Some(written) if written != read => {
+            format!("{read} intervals read ({written} written according to the trailer)")
+        }
+        _ => plural(read, "interval"),
+    };
+    let rest: Vec<String> = [
+        ("off_cpu_lost", "lost"),
+        ("off_cpu_unreadable", "with an unreadable stack"),
+        ("off_cpu_open_at_end", "open at the end"),
+    ]
+    .iter()
+    .filter_map(|&(name, words)| counter(name).map(|n| format!("{n} {words}")))
+    .collect();
+    if !rest.is_empty() {
+        intervals.push_str(&format!(", {}", rest.join(", ")));
+    }
+    if stats.is_none() {
+        intervals.push_str(" (no trailer: lost and other counts unknown)");
+    }
+    let min = format_short(min_ns);
+    let minimum = match (counter("off_cpu_short"), counter("off_cpu_sampled")) {
+        (Some(short), Some(sampled)) => {
+            format!("{min}: shorter intervals sampled, {sampled} kept (weighing {min} each), {short} left out")
+        }
+        _ => format!("{min}: shorter intervals sampled (a kept one weighs {min})"),
+    };
+    (intervals, minimum)
+}
+
+/// Rows of a time breakdown (ms, % of the wall-clock time): wall, running (`running`: CPU samples x period; `None`
+/// when a sample is no fixed time), runnable, blocked (of which disk), GIL wait, and other when there is some.
+fn time_rows<O: fmt::Write>(o: &mut O, indent: &str, samples: u64, running: Option<u64>, off: &OffCpuTime) {
+    let wall = running.unwrap_or(0).saturating_add(off.weight_ns);
+    let row = |o: &mut O, name: &str, ns: Option<u64>, note: String| {
+        let (value, share) = match ns {
+            Some(ns) => (format_ms(ns), pct(ns, wall)),
+            None => ("?".to_string(), "    ?".to_string()),
+        };
+        let note = if note.is_empty() { String::new() } else { format!("  {note}") };
+        let _ = writeln!(o, "{indent}{name:<9}{value:>12} ms  {share}{note}");
+    };
+    let wall_name = if running.is_some() { "wall" } else { "off-CPU" };
+    row(o, wall_name, Some(wall), String::new());
+    let sampled = match running {
+        Some(_) => plural(samples, "sample"),
+        None => format!("{}, each of unknown time", plural(samples, "sample")),
+    };
+    row(o, "running", running, sampled);
+    row(o, "runnable", Some(off.runnable_ns), String::new());
+    let disk = if off.disk_ns > 0 { format!("of which disk {} ms", format_ms(off.disk_ns)) } else { String::new() };
+    row(o, "blocked", Some(off.blocked_ns), disk);
+    row(o, "GIL wait", Some(off.gil_ns), String::new());
+    if off.other_ns > 0 {
+        row(o, "other", Some(off.other_ns), "reason unknown".to_string());
+    }
+}
+
+/// The time sections of [`Mode::OffCpu`] and [`Mode::Wall`]: where all matching threads' time went, then each
+/// thread's.
+fn render_time<O: fmt::Write>(profile: &Profile, top: usize, o: &mut O) {
+    let e = names::escape_text;
+    let period = profile.sampling_period_ns();
+    let running = |samples: u64| period.map(|p| samples.saturating_mul(p));
+    let m = &profile.off_cpu_matched;
+    let what = match profile.mode {
+        Mode::Wall => "Wall-clock time",
+        _ => "Off-CPU time",
+    };
+    let per_sample = match period {
+        Some(p) => format!("a CPU sample weighs {} ms", format_ms(p)),
+        None => format!("a CPU sample of {} is no fixed time", e(&profile.header.event)),
+    };
+    let _ = writeln!(o, "\n{what} (--mode {}): ms, and % of the threads' wall-clock time", profile.mode.key());
+    let _ = writeln!(o, "  all threads ({per_sample}, an off-CPU interval its duration or the minimum)");
+    time_rows(o, "    ", profile.matched.samples, running(profile.matched.samples), m);
+    let mut notes = vec![plural(m.intervals, "off-CPU interval")];
+    if m.sampled > 0 {
+        let min = profile.off_cpu_min_ns().map(format_short).unwrap_or_default();
+        notes.push(format!("{} shorter than {min}, weighing {min} (sampled)", m.sampled));
+    }
+    if m.before_start > 0 {
+        notes.push(format!("{} begun before the recording (counted from its start)", m.before_start));
+    }
+    if m.open_at_end > 0 {
+        notes.push(format!("{} still open at its end (counted to it)", m.open_at_end));
+    }
+    let _ = writeln!(o, "  {}", notes.join("; "));
+
+    // Threads with matching samples or intervals, the busiest first: the most time on CPU, then in all (wall: a
+    // thread's wall-clock time is its life, about the same for every thread that lived through the recording), or
+    // the most time off CPU (off-cpu).
+    let off = |t: usize| profile.thread_off_cpu.get(t).cloned().unwrap_or_default();
+    let mut threads: Vec<(usize, (u64, u64), OffCpuTime)> = profile
+        .threads
+        .iter()
+        .enumerate()
+        .filter(|(t, th)| th.matched > 0 || off(*t).intervals > 0)
+        .map(|(t, th)| {
+            let o = off(t);
+            let key = match profile.mode {
+                Mode::Wall => (th.matched, o.weight_ns),
+                _ => (o.weight_ns, th.matched),
+            };
+            (t, key, o)
+        })
+        .collect();
+    threads.sort_by(|a, b| {
+        let (ta, tb) = (&profile.threads[a.0], &profile.threads[b.0]);
+        b.1.cmp(&a.1).then(ta.pid.cmp(&tb.pid)).then(ta.tid.cmp(&tb.tid))
+    });
+    let by = match profile.mode {
+        Mode::Wall => "CPU time, then wall-clock time",
+        _ => "off-CPU time",
+    };
+    let _ = writeln!(o, "\nThreads by {by} (top {} of {})", top.min(threads.len()), threads.len());
+    for (t, _, off) in threads.iter().take(top) {
+        let th = &profile.threads[*t];
+        let _ = writeln!(o, "  {} {}", e(&profile.process_label_of(th)), e(&profile.thread_label(th)));
+        time_rows(o, "    ", th.matched, running(th.matched), off);
     }
 }
 
@@ -496,5 +736,14 @@ mod tests {
         assert_eq!(format_time(1_714_564_800_123_456_789), "2024-05-01 12:00:00.123 UTC");
         assert_eq!(format_time(951_782_400_000_000_000), "2000-02-29 00:00:00.000 UTC");
         assert_eq!(format_duration(2_500_000_000), "2.500 s");
+        assert_eq!(format_ms(1_234_567_890), "1234.568");
+        assert_eq!(format_ms(499), "0.000");
+        assert_eq!(format_ms(1_500), "0.002");
+        assert_eq!(format_short(1_000_000), "1.000 ms");
+        assert_eq!(format_short(2_500_000), "2.500 ms");
+        assert_eq!(format_short(500_000), "500 µs");
+        assert_eq!(format_short(400), "400 ns");
+        assert_eq!(format_short(1_000_001), "1000001 ns");
+        assert_eq!(format_short(0), "0 µs");
     }
 }

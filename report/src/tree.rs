@@ -40,9 +40,10 @@ pub struct Node {
     pub label: u32,
     /// Parent node; the root is its own parent.
     pub parent: u32,
-    /// Samples whose stack ends here.
+    /// Samples whose stack ends here (ns in [`crate::Mode::OffCpu`] and [`crate::Mode::Wall`]).
     pub self_count: u64,
-    /// Samples whose stack passes through here (self included).
+    /// Samples whose stack passes through here, self included (ns in [`crate::Mode::OffCpu`] and
+    /// [`crate::Mode::Wall`]).
     pub total: u64,
     /// Depth: 0 for the root, 1 for the outermost frames.
     pub depth: u32,
@@ -167,8 +168,10 @@ struct Builder<'p> {
     /// Label of each symbol met, resolved once (a map, not a vector over all symbols: a profile may be built in
     /// many small pieces).
     symbol_labels: FxMap<u32, u32>,
-    /// Marker label (if any) of each (status, has frames) met.
-    marker_labels: FxMap<(u8, bool), Option<u32>>,
+    /// Marker label (if any) of each (status, has frames, off CPU) met.
+    marker_labels: FxMap<(u8, bool, bool), Option<u32>>,
+    /// Label of each off-CPU reason met ([`StackCount::reason`]).
+    reason_labels: FxMap<u32, u32>,
     nodes: Vec<Node>,
     child_of: FxMap<(u32, u32), u32>,
     /// (context node: the node under which a stack's frames hang, file stack node) -> tree node.
@@ -185,6 +188,7 @@ impl<'p> Builder<'p> {
             label_ids: HashMap::new(),
             symbol_labels: FxMap::default(),
             marker_labels: FxMap::default(),
+            reason_labels: FxMap::default(),
             nodes: vec![Node { label: u32::MAX, parent: ROOT, self_count: 0, total: 0, depth: 0 }],
             child_of: FxMap::default(),
             memo: FxMap::default(),
@@ -212,13 +216,24 @@ impl<'p> Builder<'p> {
         l
     }
 
-    fn marker_label(&mut self, status: StackStatus, has_frames: bool) -> Option<u32> {
-        let key = (status.as_u8(), has_frames);
+    fn marker_label(&mut self, status: StackStatus, has_frames: bool, off_cpu: bool) -> Option<u32> {
+        let key = (status.as_u8(), has_frames, off_cpu);
         if let Some(&l) = self.marker_labels.get(&key) {
             return l;
         }
-        let l = names::marker(status, has_frames).map(|text| self.label(&text, None));
+        let l = names::stack_marker(status, has_frames, off_cpu).map(|text| self.label(&text, None));
         self.marker_labels.insert(key, l);
+        l
+    }
+
+    fn reason_label(&mut self, reason: u32) -> u32 {
+        if let Some(&l) = self.reason_labels.get(&reason) {
+            return l;
+        }
+        let profile: &'p Profile = self.profile;
+        let text = profile.reasons.get(reason as usize).map(String::as_str).unwrap_or("[off-CPU]");
+        let l = self.label(text, None);
+        self.reason_labels.insert(reason, l);
         l
     }
 
@@ -232,11 +247,11 @@ impl<'p> Builder<'p> {
         id
     }
 
-    /// Adds the stack `s` below `at` (its root frames, if any): its marker, then its frames.
+    /// Adds the stack `s` below `at` (its root frames, if any): its marker, its frames, then its off-CPU reason.
     fn add(&mut self, at: u32, s: &StackCount) {
         let profile: &'p Profile = self.profile;
         let tables = &profile.tables;
-        let context = match self.marker_label(s.status, s.leaf != 0) {
+        let context = match self.marker_label(s.status, s.leaf != 0, s.reason != 0) {
             Some(m) => self.child(at, m),
             None => at,
         };
@@ -263,7 +278,12 @@ impl<'p> Builder<'p> {
         }
         path.clear();
         self.path = path;
-        self.nodes[at as usize].self_count += s.count;
+        if s.reason != 0 {
+            let label = self.reason_label(s.reason);
+            at = self.child(at, label);
+        }
+        let node = &mut self.nodes[at as usize];
+        node.self_count = node.self_count.saturating_add(s.count);
     }
 
     fn finish(self) -> Tree {
@@ -272,10 +292,10 @@ impl<'p> Builder<'p> {
         drop((child_of, memo));
         // Totals: children always come after their parent, so one backward pass adds each subtree up.
         for i in (0..nodes.len()).rev() {
-            nodes[i].total += nodes[i].self_count;
+            nodes[i].total = nodes[i].total.saturating_add(nodes[i].self_count);
             if i != 0 {
                 let (parent, total) = (nodes[i].parent as usize, nodes[i].total);
-                nodes[parent].total += total;
+                nodes[parent].total = nodes[parent].total.saturating_add(total);
             }
         }
         // Children lists (counting sort by parent), each ordered by label text.

@@ -9,12 +9,14 @@
 
 #[path = "support/rec.rs"]
 mod rec;
+#[path = "support/synth.rs"]
+mod synth;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use pyperf_report::{flamegraph, folded, speedscope, Filter, LoadOptions, Profile};
+use pyperf_report::{flamegraph, folded, speedscope, Filter, LoadOptions, Mode, Profile};
 use serde_json::Value;
 
 fn on_ci() -> bool {
@@ -110,6 +112,13 @@ fn split_profile() -> Profile {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/recordings/split-3.11.pyp");
     // With timelines: speedscope needs them.
     Profile::open(&path, &LoadOptions::new(Filter::default(), true)).expect("split-3.11.pyp")
+}
+
+/// The synthetic off-CPU recording (support/synth.rs) in wall-clock mode, with timelines.
+fn wall_profile() -> Profile {
+    let mut options = LoadOptions::new(Filter::default(), true);
+    options.mode = Mode::Wall;
+    Profile::load(&synth::recording("offcpu")[..], &options).expect("offcpu")
 }
 
 fn write_svg(profile: &Profile, options: &flamegraph::Options, path: &Path) {
@@ -219,6 +228,40 @@ fn flame_graph_in_chromium() {
     assert!(matched.starts_with(&expected), "{matched:?}, expected {expected:?}");
 }
 
+/// A wall-clock flame graph (`--mode wall`) in Chromium: widths are time, the tooltips and details bar say ms, a
+/// click zooms into a blocked function, and searching `off-CPU: ` shows the share of the threads' time spent off
+/// CPU (2,384.002 of 2,984.002 ms in support/synth.rs).
+#[test]
+fn wall_clock_flame_graph_in_chromium() {
+    let Some((python, chromium)) = tools() else { return };
+    let profile = wall_profile();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svg = dir.path().join("wall.svg");
+    write_svg(&profile, &flamegraph::Options::default(), &svg);
+    let shot = screenshots().join("wall.png");
+    let report = cdp(
+        &python,
+        &chromium,
+        &["flamegraph", svg.to_str().expect("utf-8"), shot.to_str().expect("utf-8"), "Worker.wait_job (", "off-CPU: "],
+    );
+    eprintln!("screenshots: {} and -zoomed.png, -search.png next to it", shot.display());
+    assert!(report.get("error").is_none(), "{}", report["error"]);
+    let initial = &report["initial"];
+    assert_eq!(initial["elements"]["root"], "svg");
+    assert_eq!(initial["elements"]["parsererror"], 0);
+    let all = frames(initial).iter().find(|f| text(&f["label"]) == "all").expect("root frame");
+    assert_eq!(text(&all["title"]), "all (2,984.002 ms, 100.00%)");
+
+    let zoomed = &report["zoomed"];
+    let details = text(&element(zoomed, "details")["text"]);
+    assert!(details.starts_with("Worker.wait_job (/srv/worker.py:12) (650.001 ms, 21.78%)"), "{details}");
+    let futex = frames(zoomed).iter().find(|f| text(&f["title"]).starts_with("[off-CPU: futex] (")).expect("futex");
+    assert!(futex["w"].as_f64().expect("w") > 1400.0 * 0.9, "{futex}");
+
+    let matched = text(&element(&report["searched"], "matched")["text"]);
+    assert!(matched.starts_with("Matched: 79.89%"), "{matched:?}");
+}
+
 /// A 3,000-frame recursion opens on a bounded picture in the browser; a click on the top frame of the tower shows
 /// the levels above it.
 #[test]
@@ -294,17 +337,23 @@ fn speedscope_reads_the_file_in_chromium() {
         missing("speedscope (npm package) not found");
         return;
     };
-    let profile = split_profile();
+    // A real recording, and the synthetic off-CPU one as a wall-clock timeline (idle gaps, [off-CPU: ...] frames).
+    for (name, profile) in [("split", split_profile()), ("offcpu-wall", wall_profile())] {
+        speedscope_reads(&python, &chromium, &index, name, &profile);
+    }
+}
+
+fn speedscope_reads(python: &Path, chromium: &Path, index: &Path, name: &str, profile: &Profile) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("split.speedscope.json");
+    let file = dir.path().join(format!("{name}.speedscope.json"));
     let mut out = Vec::new();
-    speedscope::write(&profile, &speedscope::Options::default(), &mut out).expect("speedscope");
+    speedscope::write(profile, &speedscope::Options::default(), &mut out).expect("speedscope");
     std::fs::write(&file, &out).expect("write");
     let doc: Value = serde_json::from_slice(&out).expect("json");
-    let shot = screenshots().join("speedscope.png");
+    let shot = screenshots().join(format!("speedscope-{name}.png"));
     let report = cdp(
-        &python,
-        &chromium,
+        python,
+        chromium,
         &["speedscope", index.to_str().expect("utf-8"), file.to_str().expect("utf-8"), shot.to_str().expect("utf-8")],
     );
     eprintln!("screenshot: {}", shot.display());

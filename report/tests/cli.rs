@@ -551,6 +551,11 @@ fn help_shows_the_defaults() {
     assert!(line("--text").ends_with("[default]"), "{help}");
     assert!(line("-o, --output <FILE>").ends_with("[default: standard output]"), "{help}");
     assert!(line("--top <N>").ends_with("[default: 20]"), "{help}");
+    let mode = line("--mode <MODE>");
+    assert!(mode.ends_with("[default: cpu]"), "{help}");
+    for value in ["cpu: CPU samples", "off-cpu: time off CPU", "wall: both"] {
+        assert!(mode.contains(value), "{help}");
+    }
     assert!(line("--title <TEXT>").ends_with("[default: the recorded command]"), "{help}");
 }
 
@@ -627,4 +632,90 @@ fn closed_standard_output_is_one_line() {
     // And with standard error closed too: no panic, the exit code still tells.
     let o = run_redirected(dir.path(), ">&- 2>&-", &["--folded"]);
     assert_eq!(o.status.code(), Some(1));
+}
+
+/// `--mode off-cpu` and `--mode wall` need off-CPU data, and wall a time per CPU sample: one line each, in every
+/// format, before anything is written.
+#[test]
+fn modes_that_cannot_report_a_recording_are_one_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "prof.pyp", &synth::recording("killed"));
+    let none =
+        "pyperf-report: prof.pyp has no off-CPU data (recorded without --off-cpu): use --mode cpu, or record with \
+                pyperf record --off-cpu";
+    for mode in ["off-cpu", "wall"] {
+        for format in ["--text", "--folded", "--speedscope", "--flamegraph"] {
+            assert_error(&run(dir.path(), &[format, "--mode", mode, "-o", "out"]), none);
+            assert!(!dir.path().join("out").exists());
+        }
+    }
+    let o = Command::new(BIN)
+        .args(["-i", "-", "--mode", "wall", "--folded"])
+        .stdin(File::open(dir.path().join("prof.pyp")).expect("open"))
+        .output()
+        .expect("run");
+    assert_error(&o, &none.replace("prof.pyp", "standard input"));
+
+    // Samples of a cycles counter are no fixed time: no wall-clock time, but off-CPU time is fine.
+    write(dir.path(), "cycles.pyp", &synth::small_offcpu("cycles", pyperf_format::Rate::Period(100_000)));
+    let cycles = "pyperf-report: cycles.pyp was recorded with -e cycles -c 100000: a CPU sample is no fixed time, so \
+                  it cannot be added to off-CPU time for --mode wall; use --mode off-cpu or --mode cpu (or record \
+                  with -F HZ)";
+    assert_error(&run(dir.path(), &["cycles.pyp", "--mode", "wall"]), cycles);
+    let o = Command::new(BIN)
+        .args(["-i", "-", "--mode", "wall"])
+        .stdin(File::open(dir.path().join("cycles.pyp")).expect("open"))
+        .output()
+        .expect("run");
+    assert_error(&o, &cycles.replace("cycles.pyp", "standard input"));
+    let o = run(dir.path(), &["cycles.pyp", "--mode", "off-cpu", "--folded"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "f (/t.py:3);[off-CPU: read] 60000\nf (/t.py:3);[off-CPU: runnable] 38000\n"
+    );
+    let o = run(dir.path(), &["cycles.pyp", "--mode", "off-cpu"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("a CPU sample of cycles is no fixed time"), "{text}");
+    assert!(text.contains("    running             ? ms      ?  2 samples, each of unknown time\n"), "{text}");
+
+    // cpu mode reads any recording, and a clock event reports wall-clock time.
+    write(dir.path(), "clock.pyp", &synth::small_offcpu("cpu-clock", pyperf_format::Rate::Period(1_000_000)));
+    let o = run(dir.path(), &["clock.pyp", "--mode", "wall", "--folded"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "f (/t.py:3) 2000\nf (/t.py:3);[off-CPU: read] 60000\nf (/t.py:3);[off-CPU: runnable] 38000\n"
+    );
+    assert_eq!(run(dir.path(), &["prof.pyp", "--mode", "cpu"]).status.code(), Some(0));
+
+    // Not a mode: clap's usage error, exit code 2, listing the modes.
+    let o = run(dir.path(), &["--mode", "offcpu"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("[possible values: cpu, off-cpu, wall]"), "{}", stderr(&o));
+}
+
+/// Nothing matches: the flame graph and speedscope say so in the mode's words.
+#[test]
+fn nothing_to_draw_in_off_cpu_modes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "prof.pyp", &synth::recording("offcpu"));
+    for format in ["--flamegraph", "--speedscope"] {
+        assert_error(
+            &run(dir.path(), &[format, "--mode", "off-cpu", "--pid", "1"]),
+            "pyperf-report: no off-CPU intervals to draw (none in the recording, or none matches the filters)",
+        );
+        assert_error(
+            &run(dir.path(), &[format, "--mode", "wall", "--tid", "1"]),
+            "pyperf-report: no samples or off-CPU intervals to draw (none in the recording, or none matches the \
+             filters)",
+        );
+    }
+    // A thread-state filter selects samples only: off-CPU intervals have none.
+    let o = run(dir.path(), &["--folded", "--mode", "off-cpu", "--thread-state", "current"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(o.stdout.is_empty());
+    let o = run(dir.path(), &["--folded", "--mode", "wall", "--thread-state", "current", "--tid", "501"]);
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("[off-CPU"));
 }

@@ -4,23 +4,36 @@
 #[path = "support/synth.rs"]
 mod synth;
 
-use pyperf_report::{folded, write_report, Filter, Format, LoadOptions, Profile, ReportArgs};
+use pyperf_report::{folded, write_report, Filter, Format, LoadOptions, Mode, Profile, ReportArgs};
 
 /// Loads `bytes` with everything (threads, states, timelines) and writes it in every output format of the
 /// report crate (`Format::ALL`, the flame graph only when `svg`: it is slower), then as folded stacks without
 /// lines and with process and thread roots. Ok(warnings) or Err(message); an exporter's error is a failure.
 fn report(bytes: &[u8], svg: bool) -> Result<Vec<String>, String> {
     let profile = Profile::load(bytes, &LoadOptions::new(Filter::default(), true)).map_err(|e| e.to_string())?;
+    write_all(&profile, svg);
+    // A recording with off-CPU data also in the off-CPU and wall-clock views.
+    if profile.off_cpu_min_ns().is_some() {
+        for mode in [Mode::OffCpu, Mode::Wall] {
+            let mut options = LoadOptions::new(Filter::default(), true);
+            options.mode = mode;
+            write_all(&Profile::load(bytes, &options).expect("loads as in cpu mode"), svg);
+        }
+    }
+    Ok(profile.warnings)
+}
+
+/// Writes `profile` in every output format, and as folded stacks without lines, with process and thread roots.
+fn write_all(profile: &Profile, svg: bool) {
     let roots =
         ReportArgs { no_lines: true, pid_root: true, tid_root: true, ..ReportArgs::with_format(Format::Folded) };
     for args in Format::ALL.map(ReportArgs::with_format).into_iter().chain([roots]) {
         // The flame graph refuses a profile without samples (nothing to draw).
-        if args.output_format() == Format::Flamegraph && !(svg && profile.matched.samples > 0) {
+        if args.output_format() == Format::Flamegraph && !(svg && profile.total() > 0) {
             continue;
         }
-        write_report(&args, &profile, std::io::sink()).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        write_report(&args, profile, std::io::sink()).unwrap_or_else(|e| panic!("{args:?}: {e}"));
     }
-    Ok(profile.warnings)
 }
 
 fn check_error(what: &str, message: &str) {
@@ -30,7 +43,7 @@ fn check_error(what: &str, message: &str) {
 
 #[test]
 fn every_truncation_point_reports_or_fails_clearly() {
-    for name in ["mixed", "killed", "newer-minor"] {
+    for name in ["mixed", "killed", "newer-minor", "offcpu"] {
         let full = synth::recording(name);
         let mut reported = 0;
         for n in 0..full.len() {
@@ -84,33 +97,35 @@ fn every_flipped_byte_reports_with_warnings_or_fails_clearly() {
 /// write the chunk back with valid checksums.
 #[test]
 fn payload_damage_behind_valid_checksums_never_panics() {
-    let full = synth::recording("mixed");
-    let list = synth::chunks(&full);
     let head = pyperf_format::CHUNK_HEADER_LEN;
     let mut runs = 0;
-    for &(at, len) in &list {
-        let kind = u16::from_le_bytes([full[at], full[at + 1]]);
-        let raw = zstd::bulk::decompress(&full[at + head..at + len], 1 << 24).expect("payload");
-        // Every byte of small chunks, a spread of the large ones.
-        let step = (raw.len() / 300).max(1);
-        for p in (0..raw.len()).step_by(step) {
-            for mask in [0xffu8, 0x01] {
-                let mut payload = raw.clone();
-                payload[p] ^= mask;
-                let mut bytes = full[..at].to_vec();
-                bytes.extend(synth::raw_chunk(kind, &payload));
-                bytes.extend_from_slice(&full[at + len..]);
-                let what = format!("chunk at {at} (kind {kind}), payload byte {p} ^ {mask:#x}");
-                match report(&bytes, runs % 101 == 0) {
-                    Err(message) => check_error(&what, &message),
-                    Ok(_) => {
-                        // The fast path (no threads, dense counts) on the same damage.
-                        let fast = Profile::load(&bytes[..], &LoadOptions::stacks_only(Filter::default()))
-                            .expect("loads like the full path");
-                        folded::write(&fast, &folded::Options::default(), std::io::sink()).expect("folded");
+    for name in ["mixed", "offcpu"] {
+        let full = synth::recording(name);
+        let list = synth::chunks(&full);
+        for &(at, len) in &list {
+            let kind = u16::from_le_bytes([full[at], full[at + 1]]);
+            let raw = zstd::bulk::decompress(&full[at + head..at + len], 1 << 24).expect("payload");
+            // Every byte of small chunks, a spread of the large ones.
+            let step = (raw.len() / 300).max(1);
+            for p in (0..raw.len()).step_by(step) {
+                for mask in [0xffu8, 0x01] {
+                    let mut payload = raw.clone();
+                    payload[p] ^= mask;
+                    let mut bytes = full[..at].to_vec();
+                    bytes.extend(synth::raw_chunk(kind, &payload));
+                    bytes.extend_from_slice(&full[at + len..]);
+                    let what = format!("chunk at {at} (kind {kind}), payload byte {p} ^ {mask:#x}");
+                    match report(&bytes, runs % 101 == 0) {
+                        Err(message) => check_error(&what, &message),
+                        Ok(_) => {
+                            // The fast path (no threads, dense counts) on the same damage.
+                            let fast = Profile::load(&bytes[..], &LoadOptions::stacks_only(Filter::default()))
+                                .expect("loads like the full path");
+                            folded::write(&fast, &folded::Options::default(), std::io::sink()).expect("folded");
+                        }
                     }
+                    runs += 1;
                 }
-                runs += 1;
             }
         }
     }

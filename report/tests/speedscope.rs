@@ -351,8 +351,9 @@ fn testdata() -> PathBuf {
 }
 
 /// What the schema cannot say, in every expected speedscope file (the golden test checks they are what the code
-/// writes): the first profile, the one speedscope opens, has the most CPU time and the others follow; every
-/// profile starts at the recording's start and ends with the others; no raw control or bidirectional character.
+/// writes): the first profile, the one speedscope opens, has the most CPU time (off-CPU time for `--mode off-cpu`)
+/// and the others follow; every profile starts at the recording's start and ends with the others; no raw control or
+/// bidirectional character.
 #[test]
 fn expected_files_open_on_the_busiest_thread() {
     let mut files: Vec<PathBuf> = std::fs::read_dir(testdata().join("expected"))
@@ -369,7 +370,18 @@ fn expected_files_open_on_the_busiest_thread() {
         let what = file.display();
         assert_eq!(doc["activeProfileIndex"], 0, "{what}");
         let profiles = doc["profiles"].as_array().expect("profiles");
-        let busy: Vec<u64> = profiles.iter().map(|p| idle_and_busy(p).1).collect();
+        // In wall-clock files, the samples whose leaf is not an [off-CPU: ...] frame are the CPU time.
+        let frames = doc["shared"]["frames"].as_array().expect("frames");
+        let on_cpu = |stack: &[u64]| {
+            stack.last().is_some_and(|&f| !frames[f as usize]["name"].as_str().expect("name").starts_with("[off-CPU: "))
+        };
+        let busy: Vec<u64> = profiles
+            .iter()
+            .map(|p| match what.to_string().contains(".wall.") {
+                true => samples(p).iter().filter(|(s, _)| on_cpu(s)).map(|(_, w)| w).sum(),
+                false => idle_and_busy(p).1,
+            })
+            .collect();
         assert!(busy.windows(2).all(|w| w[0] >= w[1]), "{what}: profiles not by CPU time: {busy:?}");
         for p in profiles {
             assert_eq!(p["startValue"], 0, "{what}");

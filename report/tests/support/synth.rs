@@ -9,12 +9,12 @@
 #![allow(dead_code)]
 
 use pyperf_format::{
-    symbol_flags, GilState, Header, Process, PthreadIdMatch, Rate, SampleRecord, StackStatus, Stats, Symbol,
-    ThreadStateMatch, Writer,
+    off_cpu_flags, symbol_flags, GilState, Header, OffCpuInterval, OffCpuKind, Process, PthreadIdMatch, Rate,
+    SampleRecord, StackStatus, Stats, Symbol, ThreadName, ThreadStateMatch, Writer,
 };
 
 /// Names of the synthetic recordings, without `.pyp`.
-pub const RECORDINGS: &[&str] = &["mixed", "killed", "cutoff", "newer-minor"];
+pub const RECORDINGS: &[&str] = &["mixed", "killed", "cutoff", "newer-minor", "offcpu"];
 
 /// The bytes of a synthetic recording.
 pub fn recording(name: &str) -> Vec<u8> {
@@ -23,6 +23,7 @@ pub fn recording(name: &str) -> Vec<u8> {
         "killed" => killed(),
         "cutoff" => cutoff(),
         "newer-minor" => newer_minor(),
+        "offcpu" => offcpu(),
         other => panic!("no synthetic recording called {other}"),
     }
 }
@@ -602,4 +603,242 @@ pub fn hostile_names() -> Vec<u8> {
         ..Default::default()
     })
     .expect("finish")
+}
+
+const MS: u64 = 1_000_000;
+
+/// An off-CPU interval of `offcpu`.
+#[allow(clippy::too_many_arguments)]
+fn interval(
+    tid: u32,
+    comm: &str,
+    start_ns: u64,
+    duration_ns: u64,
+    runnable_ns: u64,
+    kind: OffCpuKind,
+    syscall: i32,
+    gil: GilState,
+    (status, stack): (StackStatus, u32),
+    flags: u8,
+) -> OffCpuInterval {
+    OffCpuInterval {
+        pid: 500,
+        tid,
+        start_ns,
+        duration_ns,
+        runnable_ns,
+        weight_ns: duration_ns.max(OFF_CPU_MIN_NS),
+        kind,
+        syscall,
+        gil,
+        status,
+        stack,
+        flags,
+        comm: comm.into(),
+    }
+}
+
+/// `offcpu`'s --off-cpu-min: 1 ms.
+pub const OFF_CPU_MIN_NS: u64 = MS;
+
+/// A recording made with `--off-cpu` (format 1.3), 1 s at 100 Hz (a CPU sample weighs 10 ms), one process (pid 500)
+/// and three threads whose every millisecond is known:
+///
+/// - 500 `MainThread` (comm python3.12): handle() runs 0-100 ms (10 samples); read_request() blocks in read(2)
+///   100-300 ms (200.0004 ms, the last 20 ms of it runnable); compute() runs 300-400 ms (10 samples), is preempted
+///   400-430 ms (runnable), runs 430-500 ms (7 samples); handle() blocks 0.2 ms in futex(2) at 500 ms (shorter than
+///   the 1 ms minimum: sampled, weighs 1 ms), runs 510-600 ms (9 samples); then waits without Python frames in
+///   epoll_wait(2) from 600 ms to the end (still open when the recording ends). Running 36 x 10 = 360 ms, runnable
+///   20 + 30 = 50 ms, blocked 180.0004 + 1 + 400 = 581.0004 ms: wall 991.0004 ms.
+/// - 501 `worker-1` (comm worker): wait_job() blocked in futex(2) since before the recording until 250.0004 ms (5 ms
+///   of it runnable); work() runs 250-350 ms (10 samples), waits for the GIL 350-420.0006 ms (10 ms runnable), runs
+///   420-500 ms (8); save() in fsync(2) uninterruptibly 500-540 ms (disk), runs 540-560 ms (2); a 3 ms disk wait
+///   with no system call and an unreadable stack at 560 ms; save() runs 570-600 ms (3); wait_job() in futex(2)
+///   again 600-990.0004 ms, runs at 990 ms (1 sample). Running 24 x 10 = 240 ms, runnable 5 + 10 = 15 ms,
+///   blocked 245.0004 + 40 + 3 + 390.0004 = 678.0008 ms (disk 43 ms), GIL wait 60.0006 ms: wall 993.0014 ms.
+/// - 502 (comm poller, no Python name): Poller.poll_loop() (called by Thread._bootstrap) blocked in poll(2) the
+///   whole recording (begun before it, open at its end): 1000 ms off CPU, no sample.
+///
+/// The trailer counts 10 intervals, 57 short ones left out, 1 sampled, 0 lost, 1 unreadable stack, 2 open at the end.
+/// All threads: off CPU 2384.0018 ms, wall 2984.0018 ms. Folded microseconds are rounded per line after summing:
+/// wait_job()'s two futex waits are 640001 (250.0004 + 390.0004 ms), not 250000 + 390000.
+fn offcpu() -> Vec<u8> {
+    let mut w = Writer::new(
+        Vec::new(),
+        &header(
+            &["python3.12", "server.py"],
+            &["pyperf", "record", "--off-cpu", "-F", "100", "--", "python3.12", "server.py"],
+            "cpu-clock",
+            Rate::Frequency(100),
+        ),
+    )
+    .expect("header");
+    w.start_off_cpu(OFF_CPU_MIN_NS).expect("off-CPU chunk");
+    w.add_process(&Process {
+        pid: 500,
+        command: args(&["/usr/bin/python3.12", "server.py"]),
+        python_version: "3.12.3".into(),
+        interpreter_path: "/usr/bin/python3.12".into(),
+        build_id: String::new(),
+        first_seen_ns: 0,
+        ns_pid: 0,
+        cgroup: String::new(),
+    })
+    .expect("process");
+    let srv = "/srv/server.py";
+    let thr = "/usr/lib/python3.12/threading.py";
+    let wrk = "/srv/worker.py";
+    let module = w.intern_symbol(&sym("", "<module>", srv, 10));
+    let main = w.intern_symbol(&sym("", "main", srv, 5));
+    let handle = w.intern_symbol(&sym("", "handle", srv, 20));
+    let read_request = w.intern_symbol(&sym("", "read_request", srv, 30));
+    let compute = w.intern_symbol(&sym("", "compute", srv, 40));
+    let bootstrap = w.intern_symbol(&sym("Thread", "_bootstrap", thr, 1010));
+    let run = w.intern_symbol(&sym("Worker", "run", wrk, 8));
+    let wait_job = w.intern_symbol(&sym("Worker", "wait_job", wrk, 12));
+    let work = w.intern_symbol(&sym("Worker", "work", wrk, 15));
+    let save = w.intern_symbol(&sym("Worker", "save", wrk, 20));
+    let poll_loop = w.intern_symbol(&sym("Poller", "poll_loop", wrk, 30));
+    let complete = |stack| (StackStatus::Complete, stack);
+    let a = complete(w.intern_stack(&[module, main, handle]));
+    let b = complete(w.intern_stack(&[module, main, read_request]));
+    let c = complete(w.intern_stack(&[module, main, compute]));
+    let w1 = complete(w.intern_stack(&[bootstrap, run, wait_job]));
+    let w2 = complete(w.intern_stack(&[bootstrap, run, work]));
+    let w3 = complete(w.intern_stack(&[bootstrap, run, save]));
+    let p1 = complete(w.intern_stack(&[bootstrap, poll_loop]));
+    let none = (StackStatus::Complete, 0);
+    let unreadable = (StackStatus::Error, 0);
+    w.add_thread_names(&[
+        ThreadName { pid: 500, tid: 500, time_ns: 0, name: "MainThread".into() },
+        ThreadName { pid: 500, tid: 501, time_ns: 0, name: "worker-1".into() },
+    ])
+    .expect("thread names");
+
+    // (time, tid, stack) of every CPU sample.
+    let mut samples: Vec<(u64, u32, u32)> = Vec::new();
+    let mut run_at = |tid: u32, stack: (StackStatus, u32), from_ms: u64, n: u64| {
+        for k in 0..n {
+            samples.push(((from_ms + 10 * k) * MS, tid, stack.1));
+        }
+    };
+    run_at(500, a, 0, 10);
+    run_at(500, c, 300, 10);
+    run_at(500, c, 430, 7);
+    run_at(500, a, 510, 9);
+    run_at(501, w2, 250, 10);
+    run_at(501, w2, 420, 8);
+    run_at(501, w3, 540, 2);
+    run_at(501, w3, 570, 3);
+    run_at(501, w1, 990, 1);
+    samples.sort();
+
+    use OffCpuKind::{Blocked, Disk, Gil, Runnable};
+    let (none_gil, held, waiting) = (GilState::NotLocked, GilState::ThisThread, GilState::Waiting);
+    let both = off_cpu_flags::BEFORE_START | off_cpu_flags::OPEN_AT_END;
+    let mut intervals = vec![
+        interval(500, "python3.12", 100 * MS, 200 * MS + 400, 20 * MS, Blocked, 0, none_gil, b, 0),
+        interval(500, "python3.12", 400 * MS, 30 * MS, 30 * MS, Runnable, -1, held, c, 0),
+        interval(500, "python3.12", 500 * MS, 200_000, 0, Blocked, 202, none_gil, a, 0),
+        interval(500, "python3.12", 600 * MS, 400 * MS, 0, Blocked, 232, none_gil, none, off_cpu_flags::OPEN_AT_END),
+        interval(501, "worker", 0, 250 * MS + 400, 5 * MS, Blocked, 202, none_gil, w1, off_cpu_flags::BEFORE_START),
+        interval(501, "worker", 350 * MS, 70 * MS + 600, 10 * MS, Gil, 202, waiting, w2, 0),
+        interval(501, "worker", 500 * MS, 40 * MS, 0, Disk, 74, none_gil, w3, 0),
+        interval(501, "worker", 560 * MS, 3 * MS, 0, Disk, -1, none_gil, unreadable, 0),
+        interval(501, "worker", 600 * MS, 390 * MS + 400, 0, Blocked, 202, none_gil, w1, 0),
+        interval(502, "poller", 0, 1000 * MS, 0, Blocked, 7, none_gil, p1, both),
+    ];
+    // The recorder writes an interval when its thread comes back on CPU (or at the end).
+    intervals.sort_by_key(|iv| (iv.start_ns + iv.duration_ns, iv.tid));
+
+    // Samples and intervals in time order (the end of an interval), flushed once half way.
+    let (mut si, mut ii) = (0, 0);
+    let mut flushed = false;
+    while si < samples.len() || ii < intervals.len() {
+        let sample_next = ii == intervals.len()
+            || (si < samples.len() && samples[si].0 < intervals[ii].start_ns + intervals[ii].duration_ns);
+        let now = if sample_next { samples[si].0 } else { intervals[ii].start_ns + intervals[ii].duration_ns };
+        if !flushed && now >= 500 * MS {
+            w.flush().expect("flush");
+            flushed = true;
+        }
+        if sample_next {
+            let (time_ns, tid, stack) = samples[si];
+            w.push_sample(&SampleRecord {
+                time_ns,
+                cpu: tid - 500,
+                pid: 500,
+                tid,
+                comm: if tid == 500 { "python3.12" } else { "worker" },
+                thread_state: ThreadStateMatch::Match,
+                gil: GilState::ThisThread,
+                pthread_id: PthreadIdMatch::Match,
+                status: StackStatus::Complete,
+                stack,
+            })
+            .expect("sample");
+            si += 1;
+        } else {
+            w.push_off_cpu(&intervals[ii]).expect("interval");
+            ii += 1;
+        }
+    }
+    let counters = [
+        ("off_cpu_intervals", intervals.len() as u64),
+        ("off_cpu_short", 57),
+        ("off_cpu_sampled", 1),
+        ("off_cpu_lost", 0),
+        ("off_cpu_unreadable", 1),
+        ("off_cpu_open_at_end", 2),
+    ];
+    w.finish(&Stats {
+        samples: samples.len() as u64,
+        duration_ns: 1000 * MS,
+        counters: counters.iter().map(|&(k, v)| (k.to_string(), v)).collect(),
+        ..Default::default()
+    })
+    .expect("finish")
+}
+
+/// A small recording made with `--off-cpu` on any event and rate: one thread, two samples, a blocked interval in
+/// read(2) between them and a runnable one after, 100 ms long.
+pub fn small_offcpu(event: &str, rate: Rate) -> Vec<u8> {
+    let mut w = Writer::new(
+        Vec::new(),
+        &header(&["python3", "t.py"], &["pyperf", "record", "--off-cpu", "--", "python3", "t.py"], event, rate),
+    )
+    .expect("header");
+    w.start_off_cpu(OFF_CPU_MIN_NS).expect("off-CPU chunk");
+    w.add_process(&process(7, &["python3", "t.py"], 0)).expect("process");
+    let f = w.intern_symbol(&sym("", "f", "/t.py", 3));
+    let stack = w.intern_stack(&[f]);
+    push(&mut w, 0, 7, 7, "python3", stack);
+    let block = interval(
+        7,
+        "python3",
+        MS,
+        60 * MS,
+        0,
+        OffCpuKind::Blocked,
+        0,
+        GilState::NotLocked,
+        (StackStatus::Complete, stack),
+        0,
+    );
+    w.push_off_cpu(&OffCpuInterval { pid: 7, ..block }).expect("interval");
+    push(&mut w, 61, 7, 7, "python3", stack);
+    let preempted = interval(
+        7,
+        "python3",
+        62 * MS,
+        38 * MS,
+        38 * MS,
+        OffCpuKind::Runnable,
+        -1,
+        GilState::ThisThread,
+        (StackStatus::Complete, stack),
+        0,
+    );
+    w.push_off_cpu(&OffCpuInterval { pid: 7, ..preempted }).expect("interval");
+    w.finish(&Stats { samples: 2, duration_ns: 100 * MS, ..Default::default() }).expect("finish")
 }
