@@ -13,13 +13,15 @@ use pyperf_format::{
 };
 
 use crate::abi::{types, ProcConfig};
+use crate::python::code::ProcMem;
 use crate::python::config::bpf_config;
+use crate::python::walk::StackWalker;
 use crate::python::PythonProcess;
 use crate::sampler::{OffCpuPart, Rate, RawSample, SampleEvent, Sampler};
 use crate::signals;
 use crate::sink::{OffCpuSample, Sample, Sink};
 use crate::symbolizer::Symbolizer;
-use crate::targets::procfs::Namespaces;
+use crate::targets::procfs::{parse_nspid, Namespaces};
 use crate::targets::{Event, Stop, Targets};
 
 /// Hand what is buffered to the kernel (write(2)) at least this often, so that a killed recorder (SIGKILL, OOM
@@ -112,7 +114,7 @@ pub struct Session {
 struct OffCpuState {
     /// Each followed process's interpreter and BPF row: the threads still off CPU at the end are walked from user
     /// space with them.
-    processes: std::collections::HashMap<u32, (PythonProcess, ProcConfig)>,
+    processes: std::collections::HashMap<u32, (PythonProcess, ProcConfig, Namespaces)>,
     /// Intervals whose stack walk failed (status error).
     unreadable: u64,
     /// Intervals cut by the end of the recording.
@@ -476,7 +478,7 @@ impl Session {
         self.sampler.add_process(p.pid, &config).with_context(|| format!("cannot profile process {}", p.pid))?;
         self.symbolizer.add_process(p).with_context(|| format!("cannot read the memory of process {}", p.pid))?;
         if let Some(o) = &mut self.off_cpu {
-            o.processes.insert(p.pid, (p.clone(), config));
+            o.processes.insert(p.pid, (p.clone(), config, ns.clone()));
             // Threads already off CPU: their intervals start now (their switch-out was before we looked).
             let now = monotonic_ns();
             for (tid, entry) in off_cpu_now(p.pid, now) {
@@ -503,7 +505,8 @@ impl Session {
             let duration_ns = now.saturating_sub(p.start);
             emit_pending(self.sink.as_mut(), self.start_ns, pid, tid, p, now, duration_ns, off_cpu_flags::OPEN_AT_END);
         }
-        // Those blocked in a system call: walked now, from user space.
+        // Those blocked in a system call: walked now, from user space (one walker per process).
+        let mut walkers: std::collections::HashMap<u32, Option<StackWalker<ProcMem>>> = Default::default();
         for (pid, tid, e) in self.sampler.open_off_cpu(&pids) {
             if e.walked != 0 {
                 continue;
@@ -512,25 +515,45 @@ impl Session {
             if !std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists() {
                 continue;
             }
-            let Some((process, config)) = o.processes.get(&pid) else { continue };
-            let walked = walk_thread(process, config, tid);
-            let (frames, status) = match &walked {
-                Some(w) => (w.frames.as_slice(), w.status),
-                None => (&[][..], types::pyperf_stack_status::STACK_STATUS_ERROR.0 as u8),
+            let Some((process, config, ns)) = o.processes.get(&pid) else { continue };
+            let walker =
+                walkers.entry(pid).or_insert_with(|| StackWalker::open(process, config, ns.ns_pid).ok()).as_mut();
+            // The thread's id in its own PID namespace, which its thread state holds.
+            let ns_tid = if ns.other_pid_ns {
+                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok().and_then(|s| parse_nspid(&s))
+            } else {
+                Some(tid)
             };
+            let walked = walker.zip(ns_tid).and_then(|(w, ns_tid)| w.walk(ns_tid).ok());
+            let error = types::pyperf_stack_status::STACK_STATUS_ERROR.0 as u8;
+            let (frames, status, thread_state, pthread_id) = match &walked {
+                Some(w) => (w.frames.as_slice(), w.status, w.thread_state, w.pthread_id),
+                None => (&[][..], error, 0, 0),
+            };
+            // Blocked in futex(2) on the GIL (as the program decides at a system call's return).
+            let lo = if config.gil_wait_addr != 0 {
+                config.gil_wait_addr
+            } else {
+                walked.as_ref().map_or(0, |w| w.gil_wait_base)
+            };
+            let gil_wait = (e.syscall == types::pyperf_limits::PYPERF_NR_FUTEX.0 as i32
+                && lo != 0
+                && e.uaddr.wrapping_sub(lo) < u64::from(config.gil_wait_len))
+                || walked.as_ref().is_some_and(|w| w.gil == GilState::Waiting.as_u8());
+            let kind = if gil_wait { types::pyperf_off_kind::OFF_KIND_GIL.0 as u8 } else { e.kind };
             let raw = RawSample {
                 pid,
                 tid,
                 cpu: 0,
                 time_ns: now,
                 comm: task_comm(pid, tid),
-                thread_state: 0,
-                gil: if e.kind == types::pyperf_off_kind::OFF_KIND_GIL.0 as u8 {
+                thread_state,
+                gil: if gil_wait {
                     GilState::Waiting.as_u8()
                 } else {
-                    GilState::NoInfo.as_u8()
+                    walked.as_ref().map_or(GilState::NoInfo.as_u8(), |w| w.gil)
                 },
-                pthread_id: 0,
+                pthread_id,
                 status,
                 frames,
                 off_cpu: Some(crate::sampler::OffCpu {
@@ -538,7 +561,7 @@ impl Session {
                     start_ns: e.start,
                     wake_ns: e.wake,
                     weight_ns: now.saturating_sub(e.start),
-                    kind: e.kind,
+                    kind,
                     syscall: e.syscall,
                     flags: e.flags | off_cpu_flags::OPEN_AT_END,
                 }),
@@ -733,17 +756,6 @@ fn task_comm(pid: u32, tid: u32) -> [u8; 16] {
         }
     }
     comm
-}
-
-/// The Python stack of a thread that is off CPU, walked from user space. `None` until the walker lands.
-fn walk_thread(_p: &PythonProcess, _config: &ProcConfig, _tid: u32) -> Option<WalkedStack> {
-    None
-}
-
-/// A stack walked from user space.
-struct WalkedStack {
-    frames: Vec<crate::abi::RawFrame>,
-    status: u8,
 }
 
 /// Writes the interval a [`Pending`] start began, ending at `end` (CLOCK_MONOTONIC ns), weighing `weight_ns`.

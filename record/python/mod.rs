@@ -11,7 +11,8 @@
 //! - [`code`]: reading code objects (names, files, line tables) from a process's memory; [`linetable`]: decoding
 //!   line tables.
 //! - [`objects`]: reading `str`, `int`, `dict` and instance attributes from a process's memory; [`threads`]: the
-//!   names of its Python threads (`threading.Thread.name`).
+//!   names of its Python threads (`threading.Thread.name`); [`walk`]: a thread's Python stack walked from user space,
+//!   as the BPF program walks it (threads that never ran while recorded).
 
 pub mod code;
 pub mod config;
@@ -23,6 +24,7 @@ pub mod objects;
 pub mod probes;
 pub mod threads;
 pub mod versions;
+pub mod walk;
 
 pub use detect::{inspect, InspectError, PythonAddrs, PythonProcess};
 pub use versions::{row_for, supported_versions, Row, ROWS};

@@ -56,12 +56,12 @@ const MAX_THREAD_STATES: usize = 4096;
 /// fails: a hostile process's objects cost at most this to look at.
 pub const READ_BUDGET: Budget = Budget { bytes: 8 << 20, ops: 48 << 10 };
 /// `PID_MAX_LIMIT` of 64-bit Linux: every tid is below it.
-const PID_MAX_LIMIT: u64 = 1 << 22;
+pub(crate) const PID_MAX_LIMIT: u64 = 1 << 22;
 /// Where glibc's `struct pthread` (x86-64) may keep `tid`: after the 704-byte `tcbhead_t` and the 16-byte `list`.
 /// Only a candidate: [`ThreadNameReader`] uses it once the main thread confirmed it.
-const PTHREAD_TID_CANDIDATES: &[u64] = &[0x2d0];
+pub(crate) const PTHREAD_TID_CANDIDATES: &[u64] = &[0x2d0];
 /// `tcbhead_t.self` (glibc x86-64): the control block's own address, at this offset of `struct pthread`.
-const TCB_SELF: u64 = 16;
+pub(crate) const TCB_SELF: u64 = 16;
 /// The type name of what `threading.current_thread()` makes for a thread `threading` did not start.
 const DUMMY_THREAD_TYPE: &str = "_DummyThread";
 
