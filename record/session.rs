@@ -428,6 +428,8 @@ impl Session {
                     self.symbolizer.remove_process(pid);
                     if let Some(o) = &mut self.off_cpu {
                         o.processes.remove(&pid);
+                        o.pending.retain(|&(p, _), _| p != pid);
+                        self.sampler.clear_off_cpu(pid);
                     }
                 }
                 Event::Found { process, namespaces, required } => {
@@ -479,6 +481,9 @@ impl Session {
         self.symbolizer.add_process(p).with_context(|| format!("cannot read the memory of process {}", p.pid))?;
         if let Some(o) = &mut self.off_cpu {
             o.processes.insert(p.pid, (p.clone(), config, ns.clone()));
+            // Entries an earlier process of the same pid left (its end not seen yet) are not this one's.
+            o.pending.retain(|&(pid, _), _| pid != p.pid);
+            self.sampler.clear_off_cpu(p.pid);
             // Threads already off CPU: their intervals start now (their switch-out was before we looked).
             let now = monotonic_ns();
             for (tid, entry) in off_cpu_now(p.pid, now) {

@@ -511,6 +511,20 @@ impl Sampler {
         open
     }
 
+    /// `--off-cpu`: forgets the off-CPU entries of process `pid` (gone: a new process that reuses the pid must not
+    /// end an interval of the old one).
+    pub fn clear_off_cpu(&mut self, pid: u32) {
+        let map = &self.inner.skel.maps.off_cpu;
+        let stale: Vec<Vec<u8>> = map
+            .keys()
+            .filter(|k| <[u8; 8]>::try_from(k.as_slice()).is_ok_and(|k| (u64::from_ne_bytes(k) >> 32) as u32 == pid))
+            .collect();
+        for key in stale {
+            // Gone already (its thread ended the interval meanwhile): nothing to do.
+            let _ = map.delete(&key);
+        }
+    }
+
     /// BPF counters summed over CPUs.
     pub fn counters(&self) -> Counters {
         let mut c = Counters { malformed: self.inner.shared.malformed.get(), ..Counters::default() };
