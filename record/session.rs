@@ -477,13 +477,16 @@ impl Session {
     /// Registers `p` with the sampler and the symbolizer.
     fn set_up(&mut self, p: &PythonProcess, ns: &Namespaces) -> Result<()> {
         let config = bpf_config(p, ns.other_pid_ns).with_context(|| format!("cannot profile process {}", p.pid))?;
+        if let Some(o) = &mut self.off_cpu {
+            // Entries an earlier process of the same pid left (its end not seen) are not this one's.
+            o.pending.retain(|&(pid, _), _| pid != p.pid);
+            self.sampler.clear_off_cpu(p.pid);
+        }
         self.sampler.add_process(p.pid, &config).with_context(|| format!("cannot profile process {}", p.pid))?;
         self.symbolizer.add_process(p).with_context(|| format!("cannot read the memory of process {}", p.pid))?;
         if let Some(o) = &mut self.off_cpu {
             o.processes.insert(p.pid, (p.clone(), config, ns.clone()));
-            // Entries an earlier process of the same pid left (its end not seen yet) are not this one's.
-            o.pending.retain(|&(pid, _), _| pid != p.pid);
-            self.sampler.clear_off_cpu(p.pid);
+
             // Threads already off CPU: their intervals start now (their switch-out was before we looked).
             let now = monotonic_ns();
             for (tid, entry) in off_cpu_now(p.pid, now) {
