@@ -663,7 +663,8 @@ static __always_inline void record_stack(struct py_proc *proc, struct pyperf_scr
 	h->off_kind = 0;
 	h->off_flags = 0;
 	h->off_start = 0;
-	h->off_wake = 0;
+	h->off_duration = 0;
+	h->off_runnable = 0;
 	h->off_weight = 0;
 	h->off_syscall = -1;
 
@@ -692,7 +693,8 @@ static __always_inline void record_stack(struct py_proc *proc, struct pyperf_scr
 		h->off_kind = off->kind;
 		h->off_flags = off->flags;
 		h->off_start = off->start;
-		h->off_wake = off->wake;
+		h->off_duration = off->off_ns;
+		h->off_runnable = off->runnable_ns;
 		h->off_weight = weight;
 		h->off_syscall = off->syscall;
 		/* Blocked in futex(2) on the GIL's condition variable or mutex: waiting for the GIL. */
@@ -869,9 +871,10 @@ static __always_inline void off_cpu_end(__u64 key, const struct off_cpu_entry *e
 	h.off_kind = e->kind;
 	h.off_flags = e->flags;
 	h.off_start = e->start;
-	h.off_wake = e->wake;
+	h.off_duration = e->off_ns;
+	h.off_runnable = e->runnable_ns;
 	h.off_syscall = e->syscall;
-	h.off_weight = off_cpu_weight(s, now > e->start ? now - e->start : 0);
+	h.off_weight = off_cpu_weight(s, e->off_ns);
 	if (bpf_ringbuf_output(&events, &h, sizeof(h), BPF_RB_NO_WAKEUP))
 		s->counters.off_cpu_rb_full++;
 }
@@ -894,15 +897,28 @@ int pyperf_switch(__u64 *ctx)
 	bool blocked;
 	long nr = -1;
 
-	/* Switch-in of a thread whose stack went out when it left: its interval ends. */
+	/* Switch-in of a followed thread that is off CPU: the time off CPU since its last switch-out is added up
+	 * (runnable from its wakeup, or all of it after a preemption). A thread whose stack went out when it left
+	 * ends its interval here; one blocked in a system call ends it when the call returns. */
 	if (bpf_map_lookup_elem(&procs, &tgid)) {
 		key = ((__u64)tgid << 32) | (__u32)next->pid;
 		cur = bpf_map_lookup_elem(&off_cpu, &key);
-		if (cur && cur->walked) {
+		if (cur && cur->out) {
 			now = bpf_ktime_get_ns();
-			e = *cur;
-			bpf_map_delete_elem(&off_cpu, &key);
-			off_cpu_end(key, &e, now);
+			if (now > cur->out) {
+				cur->off_ns += now - cur->out;
+				if (cur->out_runnable)
+					cur->runnable_ns += now - cur->out;
+				else if (cur->wake >= cur->out && now > cur->wake)
+					cur->runnable_ns += now - cur->wake;
+			}
+			cur->out = 0;
+			cur->wake = 0;
+			if (cur->walked) {
+				e = *cur;
+				bpf_map_delete_elem(&off_cpu, &key);
+				off_cpu_end(key, &e, now);
+			}
 		}
 	}
 
@@ -916,21 +932,23 @@ int pyperf_switch(__u64 *ctx)
 	cur = bpf_map_lookup_elem(&off_cpu, &key);
 	/* Still in the system call whose block began its interval (woken, then switched out again before the
 	 * call returned): the interval goes on until sys_exit. */
-	if (cur && !cur->walked && cur->syscall >= 0) {
-		/* Blocked again: runnable only from its last wakeup. */
-		if (!(__u8)ctx[0] && prev_state != PYPERF_TASK_RUNNING)
-			cur->wake = 0;
-		return 0;
-	}
 	if (!now)
 		now = bpf_ktime_get_ns();
 	blocked = !(__u8)ctx[0] && prev_state != PYPERF_TASK_RUNNING;
+	if (cur && !cur->walked && cur->syscall >= 0) {
+		cur->out = now;
+		cur->wake = 0;
+		cur->out_runnable = !blocked;
+		return 0;
+	}
 	regs = (struct pt_regs___pyperf *)bpf_task_pt_regs((struct task_struct *)prev);
 	/* orig_ax: the system call the task is in; -1 (or an interrupt's ~vector) outside one. */
 	if (regs)
 		nr = (long)regs->orig_ax;
 	__builtin_memset(&e, 0, sizeof(e));
 	e.start = now;
+	e.out = now;
+	e.out_runnable = !blocked;
 	e.syscall = -1;
 	e.kind = !blocked ? OFF_KIND_RUNNABLE :
 		 prev_state & PYPERF_TASK_UNINTERRUPTIBLE ? OFF_KIND_DISK : OFF_KIND_BLOCKED;
@@ -971,7 +989,7 @@ int pyperf_wakeup(__u64 *ctx)
 		return 0;
 	key = ((__u64)tgid << 32) | (__u32)p->pid;
 	e = bpf_map_lookup_elem(&off_cpu, &key);
-	if (e && !e->wake)
+	if (e && e->out && !e->wake)
 		e->wake = bpf_ktime_get_ns();
 	return 0;
 }
@@ -997,10 +1015,16 @@ int pyperf_sys_exit(__u64 *ctx)
 	off = *e;
 	bpf_map_delete_elem(&off_cpu, &pid_tgid);
 	now = bpf_ktime_get_ns();
+	/* No switch-in seen (user space marked a thread that was woken meanwhile): off CPU until now at most. */
+	if (off.out && now > off.out) {
+		off.off_ns += now - off.out;
+		if (off.wake >= off.out)
+			off.runnable_ns += now - off.wake;
+	}
 	s = off_cpu_slot(&cpu);
 	if (!s)
 		return 0;
-	weight = off_cpu_weight(s, now > off.start ? now - off.start : 0);
+	weight = off_cpu_weight(s, off.off_ns);
 	if (!weight)
 		return 0;
 	if (s->busy) {

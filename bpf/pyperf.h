@@ -285,11 +285,12 @@ struct pyperf_event_header {
 	__u8 off_kind;           /* enum pyperf_off_kind (off-CPU records) */
 	__u8 off_flags;          /* off_cpu_entry.flags (off-CPU records) */
 	__u8 _pad;
-	/* Off-CPU records only (0 in samples); ktime above is the switch-in. */
-	__u64 off_start;   /* ktime of the switch-out */
-	__u64 off_wake;    /* ktime of the wakeup (runnable from then on), 0 = none seen */
-	__u64 off_weight;  /* ns the interval counts for: its length, or off_cpu_min_ns for a sampled short one */
-	__s32 off_syscall; /* system call it blocked in, -1 none */
+	/* Off-CPU records only (0 in samples): */
+	__u64 off_start;    /* ktime of the switch-out that began it */
+	__u64 off_duration; /* ns off CPU (a wait in a system call that went on CPU in between: its times off CPU) */
+	__u64 off_runnable; /* of which runnable: woken or preempted, waiting for a CPU */
+	__u64 off_weight;   /* ns it counts for: its duration, or off_cpu_min_ns for a sampled short one */
+	__s32 off_syscall;  /* system call it blocked in, -1 none */
 	__u32 _pad2;
 };
 
@@ -326,15 +327,18 @@ struct pyperf_counters {
  * its stack is walked then). Otherwise its stack was walked when it left (walked = 1) and the interval ends
  * when it is switched in. */
 struct off_cpu_entry {
-	__u64 start;    /* ktime of the switch-out */
-	__u64 wake;     /* ktime of the wakeup, 0 = not yet */
+	__u64 start;    /* ktime of the switch-out that began it */
+	__u64 out;      /* ktime of the last switch-out; 0 = on CPU now (switched in, the call not returned yet) */
+	__u64 wake;     /* ktime of the wakeup after that switch-out, 0 = none yet */
 	__u64 uaddr;    /* first system call argument (futex: the address waited on) */
+	__u64 off_ns;   /* time off CPU before the last switch-in (a wait in a system call may be several) */
+	__u64 runnable_ns; /* of which runnable */
 	__s32 syscall;  /* system call number, -1 = not in one */
 	__u8 kind;      /* enum pyperf_off_kind as known at the switch-out (runnable, blocked, disk) */
 	__u8 flags;     /* on-disk OffCpuInterval flags: 1 = put there by user space for a thread already off CPU
 	                 * when it was first followed (start = that moment) */
 	__u8 walked;    /* 1: its stack went out in an OFF_CPU_START record */
-	__u8 _pad;
+	__u8 out_runnable; /* the last switch-out was a preemption (runnable from it on) */
 };
 
 /* Per-CPU scratch (one slot per CPU of the `scratch` array): too big for the

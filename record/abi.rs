@@ -130,7 +130,7 @@ mod tests {
 
     #[test]
     fn shared_struct_sizes() {
-        assert_eq!(std::mem::size_of::<types::pyperf_event_header>(), 80);
+        assert_eq!(std::mem::size_of::<types::pyperf_event_header>(), 88);
         assert_eq!(std::mem::size_of::<RawFrame>(), 32);
         assert_eq!(std::mem::size_of::<ProcConfig>(), 136);
         assert_eq!(MAX_FRAMES, 2048);

@@ -502,20 +502,25 @@ impl Session {
         let Some(o) = &mut self.off_cpu else { return Ok(()) };
         let now = monotonic_ns();
         let pids: Vec<u32> = o.processes.keys().copied().collect();
+        let open = self.sampler.open_off_cpu(&pids);
         // Those whose stack was taken when they left (preempted, or blocked outside a system call).
-        let mut pending: Vec<_> = o.pending.drain().collect();
-        pending.sort_by_key(|&(key, _)| key);
-        for ((pid, tid), p) in pending {
-            if !std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists() {
+        for &(pid, tid, e) in &open {
+            if e.walked == 0 {
+                continue;
+            }
+            let Some(p) = o.pending.remove(&(pid, tid)) else { continue };
+            if p.start != e.start || !std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists() {
                 continue;
             }
             o.open_at_end += 1;
-            let duration_ns = now.saturating_sub(p.start);
-            emit_pending(self.sink.as_mut(), self.start_ns, pid, tid, p, now, duration_ns, off_cpu_flags::OPEN_AT_END);
+            let (duration_ns, runnable_ns) = open_totals(&e, now);
+            let times = (now, duration_ns, runnable_ns, duration_ns);
+            emit_pending(self.sink.as_mut(), self.start_ns, pid, tid, p, times, off_cpu_flags::OPEN_AT_END);
         }
+        o.pending.clear();
         // Those blocked in a system call: walked now, from user space (one walker per process).
         let mut walkers: std::collections::HashMap<u32, Option<StackWalker<ProcMem>>> = Default::default();
-        for (pid, tid, e) in self.sampler.open_off_cpu(&pids) {
+        for (pid, tid, e) in open {
             if e.walked != 0 {
                 continue;
             }
@@ -549,6 +554,7 @@ impl Session {
                 && e.uaddr.wrapping_sub(lo) < u64::from(config.gil_wait_len))
                 || walked.as_ref().is_some_and(|w| w.gil == GilState::Waiting.as_u8());
             let kind = if gil_wait { types::pyperf_off_kind::OFF_KIND_GIL.0 as u8 } else { e.kind };
+            let (duration_ns, runnable_ns) = open_totals(&e, now);
             let raw = RawSample {
                 pid,
                 tid,
@@ -567,8 +573,9 @@ impl Session {
                 off_cpu: Some(crate::sampler::OffCpu {
                     part: OffCpuPart::Whole,
                     start_ns: e.start,
-                    wake_ns: e.wake,
-                    weight_ns: now.saturating_sub(e.start),
+                    duration_ns,
+                    runnable_ns,
+                    weight_ns: duration_ns,
                     kind,
                     syscall: e.syscall,
                     flags: e.flags | off_cpu_flags::OPEN_AT_END,
@@ -656,7 +663,8 @@ fn on_sample(
                     if off.weight_ns == 0 || p.start != off.start_ns {
                         return;
                     }
-                    emit_pending(sink, start_ns, s.pid, s.tid, p, s.time_ns, off.weight_ns, 0);
+                    let times = (s.time_ns, off.duration_ns, off.runnable_ns, off.weight_ns);
+                    emit_pending(sink, start_ns, s.pid, s.tid, p, times, 0);
                     return;
                 }
             }
@@ -681,24 +689,13 @@ fn on_sample(
         sink.sample(&sample);
         return;
     };
-    // The interval ends now (the switch-in, or the end of the recording).
-    let (start, end) = (off.start_ns.min(s.time_ns), s.time_ns);
-    let duration_ns = end - start;
-    let kind = OffCpuKind::from_u8(off.kind);
-    let runnable_ns = if kind == OffCpuKind::Runnable {
-        duration_ns
-    } else if off.wake_ns >= start && off.wake_ns <= end {
-        end - off.wake_ns
-    } else {
-        0
-    };
     sink.off_cpu(&OffCpuSample {
         sample,
-        start_ns: start.saturating_sub(start_ns),
-        duration_ns,
-        runnable_ns,
+        start_ns: off.start_ns.min(s.time_ns).saturating_sub(start_ns),
+        duration_ns: off.duration_ns,
+        runnable_ns: off.runnable_ns.min(off.duration_ns),
         weight_ns: off.weight_ns,
-        kind,
+        kind: OffCpuKind::from_u8(off.kind),
         syscall: off.syscall,
         flags: off.flags,
     });
@@ -741,13 +738,16 @@ fn off_cpu_now(pid: u32, now: u64) -> Vec<(u32, types::off_cpu_entry)> {
             tid,
             types::off_cpu_entry {
                 start: now,
+                out: now,
                 wake: 0,
                 uaddr,
+                off_ns: 0,
+                runnable_ns: 0,
                 syscall,
                 kind: kind.0 as u8,
                 flags: off_cpu_flags::BEFORE_START,
                 walked: 0,
-                _pad: 0,
+                out_runnable: 0,
             },
         ));
     }
@@ -766,21 +766,33 @@ fn task_comm(pid: u32, tid: u32) -> [u8; 16] {
     comm
 }
 
-/// Writes the interval a [`Pending`] start began, ending at `end` (CLOCK_MONOTONIC ns), weighing `weight_ns`.
-#[allow(clippy::too_many_arguments)]
+/// Time off CPU and of it runnable, ns, of an interval still going on at `now` (CLOCK_MONOTONIC ns), from its
+/// BPF map entry.
+fn open_totals(e: &types::off_cpu_entry, now: u64) -> (u64, u64) {
+    let (mut off, mut runnable) = (e.off_ns, e.runnable_ns);
+    if e.out != 0 && now > e.out {
+        off += now - e.out;
+        if e.out_runnable != 0 {
+            runnable += now - e.out;
+        } else if e.wake >= e.out && now > e.wake {
+            runnable += now - e.wake;
+        }
+    }
+    (off, runnable.min(off))
+}
+
+/// Writes the interval a [`Pending`] start began. `times`: its end (CLOCK_MONOTONIC ns), time off CPU, of which
+/// runnable, and weight.
 fn emit_pending(
     sink: &mut dyn Sink,
     start_ns: u64,
     pid: u32,
     tid: u32,
     p: Pending,
-    end: u64,
-    weight_ns: u64,
+    (end, duration_ns, runnable_ns, weight_ns): (u64, u64, u64, u64),
     flags: u8,
 ) {
     let start = p.start.min(end);
-    let duration_ns = end - start;
-    let runnable_ns = if p.kind == OffCpuKind::Runnable { duration_ns } else { 0 };
     sink.off_cpu(&OffCpuSample {
         sample: Sample {
             time_ns: end.saturating_sub(start_ns),
@@ -796,7 +808,7 @@ fn emit_pending(
         },
         start_ns: start.saturating_sub(start_ns),
         duration_ns,
-        runnable_ns,
+        runnable_ns: runnable_ns.min(duration_ns),
         weight_ns,
         kind: p.kind,
         syscall: -1,

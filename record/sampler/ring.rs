@@ -48,10 +48,13 @@ pub enum OffCpuPart {
 pub struct OffCpu {
     /// Which part of the interval the record is.
     pub part: OffCpuPart,
-    /// CLOCK_MONOTONIC ns of the switch-out.
+    /// CLOCK_MONOTONIC ns of the switch-out that began it.
     pub start_ns: u64,
-    /// CLOCK_MONOTONIC ns of the wakeup; 0 if none was seen (preempted, or woken before it left).
-    pub wake_ns: u64,
+    /// Time off CPU, ns (a wait in a system call that was on CPU in between counts only its times off CPU).
+    /// 0 in a [`OffCpuPart::Start`] record.
+    pub duration_ns: u64,
+    /// Of which runnable (woken, or preempted, and waiting for a CPU).
+    pub runnable_ns: u64,
     /// What it counts for, ns: its length, or the minimum for a sampled short one.
     pub weight_ns: u64,
     /// `enum pyperf_off_kind` value, the on-disk `OffCpuKind`.
@@ -100,7 +103,7 @@ impl Shared {
             self.malformed.set(self.malformed.get() + 1);
             return;
         };
-        // Ring buffer records are 8-byte aligned and the header is 80 bytes: no copy needed.
+        // Ring buffer records are 8-byte aligned and the header is 88 bytes: no copy needed.
         let Ok(frames) = plain::slice_from_bytes::<RawFrame>(fbytes) else {
             self.malformed.set(self.malformed.get() + 1);
             return;
@@ -123,7 +126,8 @@ impl Shared {
             off_cpu: off_cpu_part(h.kind).map(|part| OffCpu {
                 part,
                 start_ns: h.off_start,
-                wake_ns: h.off_wake,
+                duration_ns: h.off_duration,
+                runnable_ns: h.off_runnable,
                 weight_ns: h.off_weight,
                 kind: h.off_kind,
                 syscall: h.off_syscall,
