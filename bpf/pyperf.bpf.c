@@ -81,8 +81,14 @@ struct task_struct___pyperf {
 /* The user registers a task saved on kernel entry: which system call it is in and its first argument. */
 struct pt_regs___pyperf {
 	unsigned long di;
+	unsigned long ax;
 	unsigned long orig_ax;
 } __attribute__((preserve_access_index));
+
+/* x86-64 enters a system call with -ENOSYS in pt_regs->ax, which holds the call's return value once it returns:
+ * a task switched out on its way back to user space (preempted after sys_exit) still has orig_ax set, but no
+ * longer this. */
+#define PYPERF_ENOSYS 38
 
 /* Task states (include/linux/sched.h), as sched_switch's prev_state gives them. */
 #define PYPERF_TASK_RUNNING 0x0000
@@ -125,6 +131,24 @@ struct {
 	__type(key, __u32); /* tgid */
 	__type(value, struct py_proc);
 } procs SEC(".maps");
+
+/* The tgids in `procs`, one bit each (word tgid / 64, bit tgid % 64), set and cleared by user space with them
+ * (512 KiB: every pid of 64-bit Linux, below 2^22). The first test of every program: an array lookup is inlined by the verifier,
+ * so a sample, a context switch or a system call of a process nobody follows costs a few loads, not a hash. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65536); /* PID_MAX_LIMIT / 64, set by user space before load */
+	__type(key, __u32);
+	__type(value, __u64);
+} followed SEC(".maps");
+
+static __always_inline bool is_followed(__u32 tgid)
+{
+	__u32 word = tgid >> 6;
+	__u64 *bits = bpf_map_lookup_elem(&followed, &word);
+
+	return bits && (*bits >> (tgid & 63)) & 1;
+}
 
 /* pid_tgid -> PyThreadState address and the start time of the thread it was
  * found for. Keyed by pid_tgid (not tid alone) so a recycled tid in another
@@ -801,6 +825,8 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 	struct py_proc *proc;
 
 	/* Cheapest path first: not a tracked process. */
+	if (!is_followed(pid))
+		return 0;
 	proc = bpf_map_lookup_elem(&procs, &pid);
 	if (!proc)
 		return 0;
@@ -819,11 +845,11 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 /*
  * record --off-cpu. Tracepoints only (no kprobe, no fentry: kernels built without kprobes or locked down have
  * neither), so the stack of an interval is walked where the thread's own memory is current:
- *  - blocked in a system call (sleep, I/O, a lock, the GIL: nearly every wait): when the call returns
- *    (sys_exit), the thread's stack unchanged since it blocked; short ones are sampled first, so an interval that
- *    is dropped costs two map operations;
- *  - off CPU outside a system call (preempted, or a page fault): when it leaves (sched_switch, prev is current),
- *    since it returns to user space without a tracepoint; its end comes at its switch-in.
+ *  - off CPU in a system call (blocked in sleep, I/O, a lock, the GIL: nearly every wait; or preempted in the
+ *    kernel): when the call returns (sys_exit), the thread's stack unchanged since it left; short ones are
+ *    sampled first, so an interval that is dropped costs a few map operations;
+ *  - off CPU outside a system call (preempted in user space, or a page fault): when it leaves (sched_switch,
+ *    prev is current), since it returns to user space without a tracepoint; its end comes at its switch-in.
  * The CPU's off-CPU scratch slot (cpu + nr_cpus) serves both: a perf_event program (an NMI with -e cycles) may
  * interrupt these, and sys_exit programs may be preempted (`busy`).
  */
@@ -900,7 +926,7 @@ int pyperf_switch(__u64 *ctx)
 	/* Switch-in of a followed thread that is off CPU: the time off CPU since its last switch-out is added up
 	 * (runnable from its wakeup, or all of it after a preemption). A thread whose stack went out when it left
 	 * ends its interval here; one blocked in a system call ends it when the call returns. */
-	if (bpf_map_lookup_elem(&procs, &tgid)) {
+	if (is_followed(tgid)) {
 		key = ((__u64)tgid << 32) | (__u32)next->pid;
 		cur = bpf_map_lookup_elem(&off_cpu, &key);
 		if (cur && cur->out) {
@@ -923,28 +949,33 @@ int pyperf_switch(__u64 *ctx)
 	}
 
 	tgid = prev->tgid;
+	if (!is_followed(tgid))
+		return 0;
 	proc = bpf_map_lookup_elem(&procs, &tgid);
 	if (!proc)
 		return 0;
-	if (prev_state & PYPERF_TASK_DEAD)
-		return 0; /* exiting: it does not come back */
 	key = ((__u64)tgid << 32) | (__u32)prev->pid;
+	if (prev_state & PYPERF_TASK_DEAD) {
+		/* Exiting: it does not come back, and a thread that reuses its tid must not inherit its entry. */
+		bpf_map_delete_elem(&off_cpu, &key);
+		return 0;
+	}
 	cur = bpf_map_lookup_elem(&off_cpu, &key);
 	/* Still in the system call whose block began its interval (woken, then switched out again before the
 	 * call returned): the interval goes on until sys_exit. */
 	if (!now)
 		now = bpf_ktime_get_ns();
 	blocked = !(__u8)ctx[0] && prev_state != PYPERF_TASK_RUNNING;
-	if (cur && !cur->walked && cur->syscall >= 0) {
+	/* orig_ax: the system call the task is in; -1 (or an interrupt's ~vector) outside one. */
+	regs = (struct pt_regs___pyperf *)bpf_task_pt_regs((struct task_struct *)prev);
+	if (regs && (long)regs->ax == -PYPERF_ENOSYS)
+		nr = (long)regs->orig_ax;
+	if (cur && !cur->walked && cur->syscall >= 0 && cur->syscall == nr && regs && cur->uaddr == regs->di) {
 		cur->out = now;
 		cur->wake = 0;
 		cur->out_runnable = !blocked;
 		return 0;
 	}
-	regs = (struct pt_regs___pyperf *)bpf_task_pt_regs((struct task_struct *)prev);
-	/* orig_ax: the system call the task is in; -1 (or an interrupt's ~vector) outside one. */
-	if (regs)
-		nr = (long)regs->orig_ax;
 	__builtin_memset(&e, 0, sizeof(e));
 	e.start = now;
 	e.out = now;
@@ -952,14 +983,16 @@ int pyperf_switch(__u64 *ctx)
 	e.syscall = -1;
 	e.kind = !blocked ? OFF_KIND_RUNNABLE :
 		 prev_state & PYPERF_TASK_UNINTERRUPTIBLE ? OFF_KIND_DISK : OFF_KIND_BLOCKED;
-	if (blocked && regs && nr >= 0 && nr < 4096) {
+	/* In a system call (blocked, or preempted in the kernel, e.g. by the thread its write woke): the interval
+	 * ends when the call returns, where its stack is read. */
+	if (nr >= 0 && nr < 4096) {
 		e.syscall = (__s32)nr;
 		e.uaddr = regs->di;
 		bpf_map_update_elem(&off_cpu, &key, &e, BPF_ANY);
 		return 0;
 	}
-	/* Preempted, or blocked outside a system call: it will not pass a tracepoint on its way back to user space,
-	 * so its stack is taken now. */
+	/* Preempted in user space, or blocked outside a system call (a page fault): it will not pass a tracepoint on
+	 * its way back to user space, so its stack is taken now. */
 	s = off_cpu_slot(&cpu);
 	if (!s)
 		return 0;
@@ -985,7 +1018,7 @@ int pyperf_wakeup(__u64 *ctx)
 	__u32 tgid = p->tgid;
 	__u64 key;
 
-	if (!bpf_map_lookup_elem(&procs, &tgid))
+	if (!is_followed(tgid))
 		return 0;
 	key = ((__u64)tgid << 32) | (__u32)p->pid;
 	e = bpf_map_lookup_elem(&off_cpu, &key);
@@ -1006,24 +1039,32 @@ int pyperf_sys_exit(__u64 *ctx)
 	struct pyperf_scratch *s;
 	struct py_proc *proc;
 
-	proc = bpf_map_lookup_elem(&procs, &pid);
-	if (!proc)
+	struct pt_regs___pyperf *regs;
+
+	if (!is_followed(pid))
 		return 0;
 	e = bpf_map_lookup_elem(&off_cpu, &pid_tgid);
 	if (!e || e->walked)
 		return 0;
 	off = *e;
 	bpf_map_delete_elem(&off_cpu, &pid_tgid);
+	/* TP_PROTO(struct pt_regs *regs, long ret): the interval began in this very call (never one from before). */
+	regs = (struct pt_regs___pyperf *)ctx[0];
+	if (!regs || (long)regs->orig_ax != off.syscall)
+		return 0;
+	proc = bpf_map_lookup_elem(&procs, &pid);
+	if (!proc)
+		return 0;
 	now = bpf_ktime_get_ns();
-	/* No switch-in seen (user space marked a thread that was woken meanwhile): off CPU until now at most. */
-	if (off.out && now > off.out) {
-		off.off_ns += now - off.out;
-		if (off.wake >= off.out)
-			off.runnable_ns += now - off.wake;
-	}
 	s = off_cpu_slot(&cpu);
 	if (!s)
 		return 0;
+	/* No switch-in seen: user space marked a thread that had been woken meanwhile; how long it waited is
+	 * unknown (it may have run since). Dropped, counted. */
+	if (off.out) {
+		s->counters.off_cpu_stale++;
+		return 0;
+	}
 	weight = off_cpu_weight(s, off.off_ns);
 	if (!weight)
 		return 0;

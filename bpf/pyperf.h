@@ -320,6 +320,7 @@ struct pyperf_counters {
 	__u64 off_cpu_rb_full;   /* off-CPU records dropped: ring buffer full */
 	__u64 off_cpu_short_ns;  /* total length of the dropped ones */
 	__u64 off_cpu_busy;      /* intervals lost: the CPU's off-CPU scratch slot was in use (a preempted run) */
+	__u64 off_cpu_stale;     /* marks of threads already off CPU when followed that had woken meanwhile: dropped */
 };
 
 /* Value of the off_cpu map (key: pid_tgid): a followed thread that went off CPU and has not ended the interval

@@ -70,15 +70,16 @@ pub struct RecordArgs {
     pub command: Vec<String>,
 }
 
-/// Longest `--off-cpu-min`: 10 s (longer would sample even long waits).
-const MAX_OFF_CPU_MIN_NS: u64 = 10_000_000_000;
+/// Longest `--off-cpu-min`: 4 s (the kernel's draw multiplies a 32-bit random number by it, which must fit 64 bits;
+/// and longer would sample even long waits).
+const MAX_OFF_CPU_MIN_NS: u64 = 4_000_000_000;
 
 /// `--off-cpu-min`: a number with a unit (ns, us, ms, s), or 0, as nanoseconds.
 fn parse_min_duration(text: &str) -> Result<u64> {
     let t = text.trim();
     let bad = || {
         anyhow::anyhow!(
-            "--off-cpu-min {text:?}: give a duration with its unit, e.g. 500us, 1ms or 0.5s (at most 10s), or 0"
+            "--off-cpu-min {text:?}: give a duration with its unit, e.g. 500us, 1ms or 0.5s (at most 4s), or 0"
         )
     };
     if t == "0" {
@@ -195,7 +196,8 @@ mod tests {
         assert_eq!(parse_min_duration("0.5s").unwrap(), 500_000_000);
         assert_eq!(parse_min_duration("250ns").unwrap(), 250);
         assert_eq!(parse_min_duration("0").unwrap(), 0);
-        for bad in ["", "1", "ms", "1h", "-1ms", "11s", "1e3ms", "nan ms"] {
+        assert_eq!(parse_min_duration("4s").unwrap(), 4_000_000_000);
+        for bad in ["", "1", "ms", "1h", "-1ms", "4.1s", "11s", "1e3ms", "nan ms"] {
             let e = parse_min_duration(bad).unwrap_err().to_string();
             assert!(e.contains("give a duration with its unit"), "{bad}: {e}");
         }

@@ -272,6 +272,8 @@ impl Session {
     /// `bpf_stats`), and ends the targets as `stop` asks ([`Stop`]): pyperf's exit code. The command pyperf
     /// started is ended after the file is complete, also when ending the file failed.
     pub fn finish(mut self, bpf_stats: bool, stop: Stop) -> Result<ExitCode> {
+        // The end of intervals still going on: when the program stops seeing the threads.
+        let end_ns = monotonic_ns();
         let followed: Vec<u32> = self.targets.followed().collect();
         for pid in followed {
             self.sampler.remove_process(pid);
@@ -282,7 +284,7 @@ impl Session {
         let elapsed = self.started.elapsed();
         // The last thread names too: a program may name its threads after they started.
         let drained =
-            self.poll(Duration::ZERO).and_then(|()| self.end_off_cpu()).and_then(|()| self.thread_names(true));
+            self.poll(Duration::ZERO).and_then(|()| self.end_off_cpu(end_ns)).and_then(|()| self.thread_names(true));
         let written = drained.and_then(|()| self.write_summary(elapsed, bpf_stats));
         let code = self.targets.finish(stop, self.signals_seen)?;
         written.map(|()| code)
@@ -498,14 +500,14 @@ impl Session {
 
     /// `--off-cpu`, at the end: the followed threads still off CPU get an interval up to now, with their stack
     /// walked from user space (the program walks a thread's stack when it comes back, which these did not).
-    fn end_off_cpu(&mut self) -> Result<()> {
+    fn end_off_cpu(&mut self, now: u64) -> Result<()> {
         let Some(o) = &mut self.off_cpu else { return Ok(()) };
-        let now = monotonic_ns();
         let pids: Vec<u32> = o.processes.keys().copied().collect();
         let open = self.sampler.open_off_cpu(&pids);
         // Those whose stack was taken when they left (preempted, or blocked outside a system call).
         for &(pid, tid, e) in &open {
-            if e.walked == 0 {
+            // Back on CPU (its end came after the program stopped looking): not off CPU at the end.
+            if e.walked == 0 || e.out == 0 {
                 continue;
             }
             let Some(p) = o.pending.remove(&(pid, tid)) else { continue };
@@ -513,6 +515,9 @@ impl Session {
                 continue;
             }
             o.open_at_end += 1;
+            if p.status == StackStatus::Error {
+                o.unreadable += 1;
+            }
             let (duration_ns, runnable_ns) = open_totals(&e, now);
             let times = (now, duration_ns, runnable_ns, duration_ns);
             emit_pending(self.sink.as_mut(), self.start_ns, pid, tid, p, times, off_cpu_flags::OPEN_AT_END);
@@ -521,11 +526,13 @@ impl Session {
         // Those blocked in a system call: walked now, from user space (one walker per process).
         let mut walkers: std::collections::HashMap<u32, Option<StackWalker<ProcMem>>> = Default::default();
         for (pid, tid, e) in open {
-            if e.walked != 0 {
+            if e.walked != 0 || e.out == 0 {
                 continue;
             }
-            // A thread gone since (it exited while blocked, which the program does not see) has no interval.
-            if !std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists() {
+            // Still waiting in the same call (not gone, not woken since the program stopped looking): its stack is
+            // where it waits. Checked again after the walk.
+            let waiting = || in_syscall(pid, tid) == Some((e.syscall, e.uaddr));
+            if !waiting() {
                 continue;
             }
             let Some((process, config, ns)) = o.processes.get(&pid) else { continue };
@@ -537,7 +544,7 @@ impl Session {
             } else {
                 Some(tid)
             };
-            let walked = walker.zip(ns_tid).and_then(|(w, ns_tid)| w.walk(ns_tid).ok());
+            let walked = walker.zip(ns_tid).and_then(|(w, ns_tid)| w.walk(ns_tid).ok()).filter(|_| waiting());
             let error = types::pyperf_stack_status::STACK_STATUS_ERROR.0 as u8;
             let (frames, status, thread_state, pthread_id) = match &walked {
                 Some(w) => (w.frames.as_slice(), w.status, w.thread_state, w.pthread_id),
@@ -631,7 +638,8 @@ fn on_sample(
         // Records of off-CPU intervals come only when the session asked for them.
         (Some(_), None) => return,
         (Some(off), Some(o)) => {
-            if off.part != OffCpuPart::End && status == StackStatus::Error {
+            // Counted when written (a start's interval may still be dropped as short).
+            if off.part == OffCpuPart::Whole && status == StackStatus::Error {
                 o.unreadable += 1;
             }
             match off.part {
@@ -662,6 +670,9 @@ fn on_sample(
                     let Some(p) = o.pending.remove(&(s.pid, s.tid)) else { return };
                     if off.weight_ns == 0 || p.start != off.start_ns {
                         return;
+                    }
+                    if p.status == StackStatus::Error {
+                        o.unreadable += 1;
                     }
                     let times = (s.time_ns, off.duration_ns, off.runnable_ns, off.weight_ns);
                     emit_pending(sink, start_ns, s.pid, s.tid, p, times, 0);
@@ -720,15 +731,7 @@ fn off_cpu_now(pid: u32, now: u64) -> Vec<(u32, types::off_cpu_entry)> {
             "D" => types::pyperf_off_kind::OFF_KIND_DISK,
             _ => continue, // running or runnable (R), or dying
         };
-        let (syscall, uaddr) = std::fs::read_to_string(task.path().join("syscall"))
-            .ok()
-            .and_then(|line| {
-                let mut f = line.split_whitespace();
-                let nr: i32 = f.next()?.parse().ok()?;
-                let arg = u64::from_str_radix(f.next()?.trim_start_matches("0x"), 16).ok()?;
-                (nr >= 0).then_some((nr, arg))
-            })
-            .unwrap_or((-1, 0));
+        let (syscall, uaddr) = in_syscall(pid, tid).unwrap_or((-1, 0));
         // Only a wait in a system call ends where the program can see it (sys_exit); one outside (a page fault)
         // would never end: it is left out.
         if syscall < 0 {
@@ -752,6 +755,16 @@ fn off_cpu_now(pid: u32, now: u64) -> Vec<(u32, types::off_cpu_entry)> {
         ));
     }
     out
+}
+
+/// The system call thread `tid` of `pid` is blocked in and its first argument (/proc/PID/task/TID/syscall), if it
+/// is blocked in one.
+fn in_syscall(pid: u32, tid: u32) -> Option<(i32, u64)> {
+    let line = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    let mut f = line.split_whitespace();
+    let nr: i32 = f.next()?.parse().ok()?;
+    let arg = u64::from_str_radix(f.next()?.trim_start_matches("0x"), 16).ok()?;
+    (nr >= 0).then_some((nr, arg))
 }
 
 /// The comm of a thread, NUL-padded as the kernel gives it to BPF.

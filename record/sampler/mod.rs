@@ -119,8 +119,10 @@ pub struct Counters {
     pub off_cpu_sampled: u64,
     /// Off-CPU records written to the ring buffer.
     pub off_cpu_events: u64,
-    /// Off-CPU records dropped: ring buffer full.
+    /// Off-CPU records dropped: ring buffer full (or the CPU's off-CPU slot busy).
     pub off_cpu_lost: u64,
+    /// Threads marked off CPU when followed that had woken meanwhile: dropped.
+    pub off_cpu_stale: u64,
 }
 
 impl Counters {
@@ -145,6 +147,7 @@ impl Counters {
             ("off_cpu_sampled", self.off_cpu_sampled),
             ("bpf_off_cpu_events", self.off_cpu_events),
             ("off_cpu_lost", self.off_cpu_lost),
+            ("off_cpu_stale_marks", self.off_cpu_stale),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -318,8 +321,16 @@ impl Sampler {
 
         let cpus_possible = libbpf_rs::num_possible_cpus()
             .map_err(|e| BpfError::Io { what: "reading the possible CPUs", source: io::Error::other(e) })?;
-        // One slot per CPU for samples, one per CPU for off-CPU records (see bpf/pyperf.bpf.c).
-        open.maps.scratch.set_max_entries(2 * cpus_possible as u32).map_err(bpf_err("sizing the scratch map"))?;
+        // One slot per CPU for samples, one per CPU for off-CPU records (see bpf/pyperf.bpf.c); the off-CPU map
+        // takes kernel memory (preallocated) only when used.
+        let off_cpu = opts.off_cpu_min_ns.is_some();
+        let slots = if off_cpu { 2 * cpus_possible } else { cpus_possible };
+        open.maps.scratch.set_max_entries(slots as u32).map_err(bpf_err("sizing the scratch map"))?;
+        if !off_cpu {
+            open.maps.off_cpu.set_max_entries(1).map_err(bpf_err("sizing the off-CPU map"))?;
+        }
+        // One bit per possible pid: PID_MAX_LIMIT of 64-bit Linux, whatever pid_max says now (it may be raised).
+        open.maps.followed.set_max_entries(PID_MAX_LIMIT / 64).map_err(bpf_err("sizing the followed map"))?;
         let ring_bytes = ring_size(opts.ringbuf_bytes);
         open.maps.events.set_max_entries(ring_bytes as u32).map_err(bpf_err("sizing the ring buffer"))?;
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
@@ -330,7 +341,6 @@ impl Sampler {
             ro.off_cpu_min_ns = opts.off_cpu_min_ns.unwrap_or(0);
         }
         // The off-CPU programs are verified only when used (start-up time).
-        let off_cpu = opts.off_cpu_min_ns.is_some();
         for prog in [&mut open.progs.pyperf_switch, &mut open.progs.pyperf_wakeup, &mut open.progs.pyperf_sys_exit] {
             prog.set_autoload(off_cpu);
         }
@@ -387,11 +397,27 @@ impl Sampler {
                 BpfError::ProcessMapFull { max: procs.info().map_or(0, |i| i.info.max_entries) }
             }
             _ => BpfError::Bpf { what: "registering the process", source },
-        })
+        })?;
+        self.set_followed(pid, true).map_err(|source| BpfError::Bpf { what: "registering the process", source })
+    }
+
+    /// Sets or clears `pid`'s bit in the program's `followed` bitmap (its first test, before the `procs` map).
+    fn set_followed(&mut self, pid: u32, on: bool) -> Result<(), libbpf_rs::Error> {
+        let map = &self.inner.skel.maps.followed;
+        let word = pid / 64;
+        let old = map
+            .lookup(&word.to_ne_bytes(), MapFlags::ANY)?
+            .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
+            .map_or(0, u64::from_ne_bytes);
+        let bit = 1u64 << (pid % 64);
+        let new = if on { old | bit } else { old & !bit };
+        map.update(&word.to_ne_bytes(), &new.to_ne_bytes(), MapFlags::ANY)
     }
 
     /// Stops sampling `pid` (no error if it was not registered).
     pub fn remove_process(&mut self, pid: u32) {
+        // A pid beyond the bitmap was never added.
+        let _ = self.set_followed(pid, false);
         let _ = self.inner.skel.maps.procs.delete(&pid.to_ne_bytes());
     }
 
@@ -528,8 +554,9 @@ impl Sampler {
     /// BPF counters summed over CPUs.
     pub fn counters(&self) -> Counters {
         let mut c = Counters { malformed: self.inner.shared.malformed.get(), ..Counters::default() };
-        // Two scratch slots per CPU (samples, off-CPU records); the counters are their first bytes.
-        for cpu in 0..2 * self.cpus_possible as u32 {
+        // A scratch slot per CPU, two with --off-cpu (samples, off-CPU records); the counters are their first bytes.
+        let slots = if self.cpus_attached == self.inner.links.len() { 1 } else { 2 };
+        for cpu in 0..(slots * self.cpus_possible) as u32 {
             let Ok(Some(v)) = self.inner.skel.maps.scratch.lookup(&cpu.to_ne_bytes(), MapFlags::ANY) else { continue };
             let Ok(pc) = plain::from_bytes::<types::pyperf_counters>(&v) else { continue };
             c.samples += pc.samples;
@@ -549,6 +576,7 @@ impl Sampler {
             c.off_cpu_sampled += pc.off_cpu_sampled;
             c.off_cpu_events += pc.off_cpu_events;
             c.off_cpu_lost += pc.off_cpu_rb_full + pc.off_cpu_busy;
+            c.off_cpu_stale += pc.off_cpu_stale;
         }
         c
     }
@@ -619,6 +647,9 @@ fn load_error(stage: &'static str, e: libbpf_rs::Error) -> BpfError {
     }
     BpfError::Load(format!("{stage} the BPF object: {e}\n{}", log::libbpf_log_tail(40)))
 }
+
+/// `PID_MAX_LIMIT` of 64-bit Linux: every pid is below it.
+const PID_MAX_LIMIT: u32 = 1 << 22;
 
 /// `(run_time_ns, run_cnt)` of the loaded program `fd` (kernel BPF statistics).
 fn prog_stats(fd: std::os::fd::RawFd) -> Option<(u64, u64)> {
