@@ -18,6 +18,7 @@ if [ "$(id -u)" != 0 ]; then
   echo "bench/run.sh: needs root (BPF, perf events, py-spy attaching to other processes)" >&2
   exit 1
 fi
+if [[ " $* " == *" --only offcpu "* || " $* " == *" --only=offcpu "* ]]; then exec python3 "$root/bench/offcpu.py" "$@"; fi  # issue #14: bench/offcpu.py alone (it builds pyperf itself)
 
 if ! command -v perf >/dev/null 2>&1; then
   echo "== installing linux-perf" >&2
