@@ -970,7 +970,11 @@ int pyperf_switch(__u64 *ctx)
 	regs = (struct pt_regs___pyperf *)bpf_task_pt_regs((struct task_struct *)prev);
 	if (regs && (long)regs->ax == -PYPERF_ENOSYS)
 		nr = (long)regs->orig_ax;
-	if (cur && !cur->walked && cur->syscall >= 0 && cur->syscall == nr && regs && cur->uaddr == regs->di) {
+	/* The same wait goes on: still in the call it began in, or returned from it but switched out before its
+	 * sys_exit (which ends the interval; dropping the entry here would lose what it counted). A mark made by user
+	 * space is continued only while in the call: its thread may have left the call before the mark. */
+	if (cur && !cur->walked && cur->syscall >= 0 && regs && (long)regs->orig_ax == cur->syscall &&
+	    (nr >= 0 ? cur->uaddr == regs->di : !(cur->flags & 1))) {
 		cur->out = now;
 		cur->wake = 0;
 		cur->out_runnable = !blocked;
