@@ -359,15 +359,14 @@ impl Session {
                     c.samples
                 );
             }
-            let off: Vec<String> = self
-                .sampler
-                .off_cpu_bpf_stats()
-                .iter()
-                .map(|(name, ns, n)| format!("{name} {n} runs, {:.0} ns per run", *ns as f64 / (*n).max(1) as f64))
-                .collect();
-            if !off.is_empty() {
+            let stats = self.sampler.off_cpu_bpf_stats();
+            if !stats.is_empty() {
+                let off: Vec<String> = stats
+                    .iter()
+                    .map(|(name, ns, n)| format!("{name} {n} runs, {:.0} ns per run", *ns as f64 / (*n).max(1) as f64))
+                    .collect();
                 // Per off-CPU interval of a followed thread: all three programs' time, over the intervals that ended.
-                let total: u64 = self.sampler.off_cpu_bpf_stats().iter().map(|(_, ns, _)| ns).sum();
+                let total: u64 = stats.iter().map(|(_, ns, _)| ns).sum();
                 crate::say!(
                     "pyperf: BPF off-CPU: {}; {:.0} ns per followed switch ({} switches)",
                     off.join(", "),

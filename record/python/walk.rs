@@ -198,10 +198,7 @@ impl StackWalker<ProcMem> {
 /// A field of a block read from the target; 0 when the offset is absent (< 0) or past the block, as the program's
 /// `get_u64`.
 fn u64_in(b: &[u8], off: i16) -> u64 {
-    usize::try_from(off)
-        .ok()
-        .and_then(|o| b.get(o..o.checked_add(8)?))
-        .map_or(0, |s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])))
+    super::objects::u64_in(b, off).unwrap_or(0)
 }
 
 /// `get_s32`.

@@ -526,10 +526,7 @@ impl Sampler {
     pub fn open_off_cpu(&self, pids: &[u32]) -> Vec<(u32, u32, types::off_cpu_entry)> {
         let map = &self.inner.skel.maps.off_cpu;
         let mut open = Vec::new();
-        for key in map.keys() {
-            let Ok(k) = <[u8; 8]>::try_from(key.as_slice()) else { continue };
-            let k = u64::from_ne_bytes(k);
-            let (pid, tid) = ((k >> 32) as u32, k as u32);
+        for (key, pid, tid) in off_cpu_keys(map) {
             if !pids.contains(&pid) {
                 continue;
             }
@@ -545,10 +542,7 @@ impl Sampler {
     /// end an interval of the old one).
     pub fn clear_off_cpu(&mut self, pid: u32) {
         let map = &self.inner.skel.maps.off_cpu;
-        let stale: Vec<Vec<u8>> = map
-            .keys()
-            .filter(|k| <[u8; 8]>::try_from(k.as_slice()).is_ok_and(|k| (u64::from_ne_bytes(k) >> 32) as u32 == pid))
-            .collect();
+        let stale: Vec<Vec<u8>> = off_cpu_keys(map).filter(|&(_, p, _)| p == pid).map(|(key, _, _)| key).collect();
         for key in stale {
             // Gone already (its thread ended the interval meanwhile): nothing to do.
             let _ = map.delete(&key);
@@ -650,6 +644,14 @@ fn load_error(stage: &'static str, e: libbpf_rs::Error) -> BpfError {
         return BpfError::PermissionDenied("loading the BPF program");
     }
     BpfError::Load(format!("{stage} the BPF object: {e}\n{}", log::libbpf_log_tail(40)))
+}
+
+/// The keys of the `off_cpu` map (pid_tgid), each with its pid and tid.
+fn off_cpu_keys(map: &impl MapCore) -> impl Iterator<Item = (Vec<u8>, u32, u32)> + '_ {
+    map.keys().filter_map(|key| {
+        let k = u64::from_ne_bytes(<[u8; 8]>::try_from(key.as_slice()).ok()?);
+        Some((key, (k >> 32) as u32, k as u32))
+    })
 }
 
 /// `PID_MAX_LIMIT` of 64-bit Linux: every pid is below it.
