@@ -5,7 +5,9 @@
  * For a sample of a registered Python process it finds the thread's
  * PyThreadState, classifies thread state / GIL / pthread id, walks the Python
  * frames leaf -> root and emits one variable-size record to a ring buffer:
- * {header, nframes x {code object address, raw instruction position, checksum}}.
+ * {header, nframes x {code object address, raw instruction position, checksum}}, then with record --kernel the
+ * kernel stack (bpf_get_stack) and with record --native the user registers (in the header) and a copy of the
+ * user stack from sp up, which the recorder unwinds with the binaries' CFI (the perf --call-graph dwarf way).
  * Names, files and lines are resolved later in user space from the code
  * object's address (read once per code object through /proc/PID/mem).
  *
@@ -70,20 +72,42 @@ struct pid___pyperf {
 	struct upid___pyperf numbers[1];
 } __attribute__((preserve_access_index));
 
+/* The initial stack pointer of the process (argc, at exec): the main thread's stack ends above it. */
+struct mm_struct___pyperf {
+	unsigned long start_stack;
+} __attribute__((preserve_access_index));
+
 struct task_struct___pyperf {
 	struct thread_struct___pyperf thread;
 	struct pid___pyperf *thread_pid;
+	struct mm_struct___pyperf *mm;
 	__u64 start_time;
 	int pid;
 	int tgid;
 } __attribute__((preserve_access_index));
 
-/* The user registers a task saved on kernel entry: which system call it is in and its first argument. */
+/* The user registers a task saved on kernel entry: which system call it is in and its first argument, and (record
+ * --native) where it was in user space. */
 struct pt_regs___pyperf {
+	unsigned long bp;
 	unsigned long di;
 	unsigned long ax;
 	unsigned long orig_ax;
+	unsigned long ip;
+	unsigned long sp;
 } __attribute__((preserve_access_index));
+
+/* The user registers a record carries (record --native); sp 0 = unknown. */
+struct user_regs {
+	__u64 ip, sp, bp;
+};
+
+/* Where the kernel addresses of a record come from (record --kernel). */
+enum kstack_source {
+	KSTACK_NONE = 0,
+	KSTACK_HERE = 1,  /* bpf_get_stack() of the program's context: the sample's, or the current task's */
+	KSTACK_BLOCK = 2, /* the off_kstack entry taken when the interval's thread blocked */
+};
 
 /* x86-64 enters a system call with -ENOSYS in pt_regs->ax, which holds the call's return value once it returns:
  * a task switched out on its way back to user space (preempted after sys_exit) still has orig_ax set, but no
@@ -102,6 +126,12 @@ const volatile __u64 wakeup_bytes = 0; /* force a wakeup when this much data is 
 const volatile __u64 off_cpu_min_ns = 1000000;
 /* Possible CPUs: the scratch array holds one slot per CPU for samples, then one per CPU for off-CPU records. */
 const volatile __u32 nr_cpus = 1;
+/* record --native: user registers and ustack_bytes (<= PYPERF_USTACK_MAX) of user stack in each record. */
+const volatile __u8 native = 0;
+const volatile __u32 ustack_bytes = 0;
+/* record --kernel: the kernel stack in each record (of a sample in kernel mode, of an off-CPU interval where it left
+ * the CPU). */
+const volatile __u8 kernel = 0;
 /* Set by user space at run time (`pyperf record --bpf-stats`): account the time spent on each
  * target sample in pyperf_counters.target_ns (one more clock read per target sample). */
 __u8 measure_cost = 0;
@@ -121,7 +151,9 @@ struct pyperf_btf_anchor {
 	enum pyperf_limits limits;
 	enum pyperf_event_kind event_kind;
 	enum pyperf_off_kind off_kind;
+	enum pyperf_user_flags user_flags;
 	struct off_cpu_entry off_cpu_entry;
+	struct off_kstack off_kstack;
 };
 const volatile struct pyperf_btf_anchor pyperf_btf_anchor = {};
 
@@ -202,6 +234,24 @@ struct {
 	__type(key, __u32);
 	__type(value, struct pyperf_scratch);
 } scratch SEC(".maps");
+
+/* record --off-cpu --kernel: the kernel stack of each followed thread that blocked in a system call, where it
+ * blocked, for the record its return writes (struct off_kstack). LRU: a thread that never returns makes room. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384); /* 1 unless --off-cpu --kernel, set by user space before load */
+	__type(key, __u64);
+	__type(value, struct off_kstack);
+} off_kstack SEC(".maps");
+
+/* Where pyperf_switch builds an off_kstack value: 264 bytes do not fit its BPF stack. Its own, not the off-CPU
+ * scratch slot: a sys_exit program preempted while it writes a record there may be switched out right here. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct off_kstack);
+} kstack_buf SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -535,6 +585,19 @@ struct frame_walk {
 	BENCH_WALK_FIELDS
 };
 
+#define PYPERF_INSTR_ENTRY (1U << PYPERF_INSTR_ENTRY_BIT)
+#define PYPERF_INSTR_VALUE (PYPERF_INSTR_ENTRY - 1)
+
+/* 3.12+: the walk skips an interpreter frame (a C-stack shim or entry frame): the Python frame before it, if any,
+ * is the rootmost of its activation of the evaluation loop. Not part of the stack's hash: a flag, not a frame. */
+static __always_inline void mark_entry(struct frame_walk *w)
+{
+	__u32 n = w->n;
+
+	if (n > 0 && n <= PYPERF_MAX_FRAMES)
+		w->s->ev.frames[n - 1].instr |= PYPERF_INSTR_ENTRY;
+}
+
 static long frame_walk_step(__u32 i, void *arg)
 {
 	struct frame_walk *w = arg;
@@ -596,11 +659,16 @@ static long frame_walk_step(__u32 i, void *arg)
 	fb = s->wbuf + o;
 	w->cur = get_u64(fb, proc->off.frame_back, PYPERF_FRAME_BUF);
 	if (proc->off.owner_cstack >= 0 &&
-	    get_u8(fb, proc->off.frame_owner, PYPERF_FRAME_BUF) >= proc->off.owner_cstack)
-		return 0; /* the interpreter's own frame (C-stack shim, entry frame): not Python code */
+	    get_u8(fb, proc->off.frame_owner, PYPERF_FRAME_BUF) >= proc->off.owner_cstack) {
+		/* the interpreter's own frame (C-stack shim, entry frame): not Python code */
+		mark_entry(w);
+		return 0;
+	}
 	code = get_u64(fb, proc->off.frame_code, PYPERF_FRAME_BUF) & proc->code_mask;
-	if (proc->skip_code && code == proc->skip_code)
-		return 0; /* 3.13+: f_executable == Py_None, a C-stack entry frame */
+	if (proc->skip_code && code == proc->skip_code) {
+		mark_entry(w); /* 3.13+: f_executable == Py_None, a C-stack entry frame */
+		return 0;
+	}
 	if (!code) {
 		w->status = STACK_STATUS_ERROR;
 		return 1;
@@ -612,12 +680,17 @@ static long frame_walk_step(__u32 i, void *arg)
 	}
 	f = &s->ev.frames[n];
 	f->code = code;
+	/* 31 bits of position (f_lasti -1 becomes 0x7fffffff, still -1 as a 31-bit number), the top bit for the
+	 * entry flag: a <= 3.10 frame never has it. */
 	if (proc->off.instr_kind == INSTR_PTR_MINUS_CODE)
-		f->instr = (__u32)(get_u64(fb, proc->off.frame_instr, PYPERF_FRAME_BUF) - code);
+		f->instr = (__u32)(get_u64(fb, proc->off.frame_instr, PYPERF_FRAME_BUF) - code) & PYPERF_INSTR_VALUE;
 	else if (proc->off.instr_kind == INSTR_LASTI)
-		f->instr = (__u32)get_s32(fb, proc->off.frame_instr, PYPERF_FRAME_BUF);
+		f->instr = (__u32)get_s32(fb, proc->off.frame_instr, PYPERF_FRAME_BUF) & PYPERF_INSTR_VALUE;
 	else
 		f->instr = 0;
+	/* 3.11: the frame says itself that it is the first of its activation of the evaluation loop. */
+	if (proc->off.frame_is_entry >= 0 && get_u8(fb, proc->off.frame_is_entry, PYPERF_FRAME_BUF) > 0)
+		f->instr |= PYPERF_INSTR_ENTRY;
 	if (code == w->last_code) {
 		f->check = w->last_check;
 	} else {
@@ -661,13 +734,143 @@ static long frame_walk_step(__u32 i, void *arg)
 }
 
 
+/* Where the kernel addresses start at most: after PYPERF_MAX_FRAMES frames. */
+#define PYPERF_KOFF_MAX (sizeof(struct pyperf_event_header) + PYPERF_MAX_FRAMES * sizeof(struct pyperf_frame))
+/* Where the user stack starts at most: after PYPERF_KSTACK_MAX kernel addresses. */
+#define PYPERF_UOFF_MAX (PYPERF_KOFF_MAX + PYPERF_KSTACK_MAX * 8)
+
+/*
+ * record --kernel: the kernel addresses of the record, at byte `at` of the event (right after its frames); returns
+ * where the record ends now. `src`: see enum kstack_source; `key`, `off`: the interval of a KSTACK_BLOCK.
+ */
+static __always_inline __u64 add_kernel_stack(void *ctx, struct pyperf_scratch *s, __u64 at, int src, __u64 key,
+					      const struct off_cpu_entry *off)
+{
+	struct off_kstack *k;
+	__u64 *dst;
+	long len = 0;
+	__u32 i;
+
+	if (at > PYPERF_KOFF_MAX)
+		return at;
+	dst = (__u64 *)((__u8 *)&s->ev + at);
+	if (src == KSTACK_HERE) {
+		len = bpf_get_stack(ctx, dst, PYPERF_KSTACK_MAX * 8, 0);
+	} else if (src == KSTACK_BLOCK && off) {
+		k = bpf_map_lookup_elem(&off_kstack, &key);
+		/* Taken at this interval's block (not an older one's: the thread may have blocked since without it
+		 * being taken, e.g. its capture failed). */
+		if (!k || k->start != off->start) {
+			s->counters.off_kstack_lost++;
+			return at;
+		}
+		/* All of them (a constant copy, no helper), of which n are the stack's. */
+		for (i = 0; i < PYPERF_OFF_KSTACK_MAX; i++)
+			dst[i] = k->ips[i];
+		len = k->n <= PYPERF_OFF_KSTACK_MAX ? k->n * 8 : PYPERF_OFF_KSTACK_MAX * 8;
+	}
+	if (len <= 0)
+		return at;
+	if (len > PYPERF_KSTACK_MAX * 8)
+		len = PYPERF_KSTACK_MAX * 8;
+	len &= ~7L;
+	s->ev.hdr.nkernel = len / 8;
+	s->counters.kernel_stacks++;
+	return at + len;
+}
+
+/* One try of the user stack copy: [sp, top) to dst, all or nothing. */
+static __always_inline bool read_ustack(__u8 *dst, __u64 sp, __u64 top)
+{
+	__u64 len = top - sp;
+
+	if (top <= sp || len > PYPERF_USTACK_MAX)
+		return false;
+	return !bpf_probe_read_user(dst, len, (const void *)sp);
+}
+
+/*
+ * record --native: the user registers `ur`, and the user stack from ur->sp up, at byte `at` of the event (after the
+ * kernel addresses); returns where the record ends now.
+ *
+ * bpf_probe_read_user copies all or nothing, so the copy must end inside the stack's mapping. Where it ends:
+ *  - a glibc thread: its control block (the fs base, pthread_self()) sits at the top of its stack mapping;
+ *  - the main thread: above mm->start_stack (argc, where the stack began at exec) come argv and the environment,
+ *    in the same mapping;
+ *  - else (another thread library, a coroutine's stack, a sigaltstack) not known: ustack_bytes, and on a failed
+ *    read shorter, each try ending a page lower (PYPERF_USTACK_RETRIES), last the page of sp alone.
+ * The copy is at most ustack_bytes long either way.
+ */
+static __always_inline __u64 add_user_stack(struct pyperf_scratch *s, struct task_struct___pyperf *task,
+					    __u64 fsbase, const struct user_regs *ur, __u64 at)
+{
+	struct pyperf_event_header *h = &s->ev.hdr;
+	__u64 sp = ur->sp, top, bound = 0, next;
+	bool ok = false, retried = false;
+	__u8 *dst;
+	__u32 i;
+
+	if (!sp)
+		return at;
+	h->user_flags = PYPERF_USER_REGS;
+	h->user_ip = ur->ip;
+	h->user_sp = sp;
+	h->user_bp = ur->bp;
+	if (!ustack_bytes || at > PYPERF_UOFF_MAX)
+		return at;
+	if (sp < fsbase && fsbase - sp < PYPERF_TCB_STACK_MAX) {
+		bound = fsbase;
+	} else {
+		struct mm_struct___pyperf *mm = task->mm;
+		__u64 start = mm ? mm->start_stack : 0;
+
+		if (sp < start)
+			bound = start;
+	}
+	top = sp + (ustack_bytes <= PYPERF_USTACK_MAX ? ustack_bytes : PYPERF_USTACK_MAX);
+	if (bound && bound < top)
+		top = bound;
+	dst = (__u8 *)&s->ev + at;
+	ok = read_ustack(dst, sp, top);
+	for (i = 0; i < PYPERF_USTACK_RETRIES && !ok; i++) {
+		next = (top - 1) & ~4095ULL;
+		if (next <= sp)
+			break;
+		top = next;
+		retried = true;
+		ok = read_ustack(dst, sp, top);
+	}
+	if (!ok) {
+		/* The page of sp, which is mapped if sp is good. */
+		next = (sp | 4095) + 1;
+		if (next < top) {
+			top = next;
+			retried = true;
+			ok = read_ustack(dst, sp, top);
+		}
+	}
+	if (!ok || top - sp > PYPERF_USTACK_MAX) {
+		s->counters.ustack_failed++;
+		return at;
+	}
+	h->ustack_len = top - sp;
+	s->counters.ustack_copies++;
+	s->counters.ustack_bytes += top - sp;
+	if (retried)
+		s->counters.ustack_short++;
+	return at + (top - sp);
+}
+
 /*
  * Walks the current thread's Python stack and writes one record to the ring buffer: a CPU sample (off == NULL)
  * or the off-CPU interval `off` that the thread ends by coming back on CPU now (its stack cannot have changed
- * while it was off CPU). `s` is the CPU's scratch slot of that kind.
+ * while it was off CPU). `s` is the CPU's scratch slot of that kind. `ctx`: the program's (for bpf_get_stack);
+ * `ur`: the thread's user registers with record --native (NULL: none); `ksrc`: enum kstack_source, with
+ * record --kernel.
  */
-static __always_inline void record_stack(struct py_proc *proc, struct pyperf_scratch *s, __u64 pid_tgid,
-					 __u32 cpu, __u64 now, const struct off_cpu_entry *off, __u64 weight)
+static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct pyperf_scratch *s, __u64 pid_tgid,
+					 __u32 cpu, __u64 now, const struct off_cpu_entry *off, __u64 weight,
+					 const struct user_regs *ur, int ksrc)
 {
 	__u32 pid = pid_tgid >> 32, n, tid;
 	struct pyperf_event_header *h;
@@ -691,6 +894,12 @@ static __always_inline void record_stack(struct py_proc *proc, struct pyperf_scr
 	h->off_runnable = 0;
 	h->off_weight = 0;
 	h->off_syscall = -1;
+	h->nkernel = 0;
+	h->user_flags = 0;
+	h->ustack_len = 0;
+	h->user_ip = 0;
+	h->user_sp = 0;
+	h->user_bp = 0;
 
 	task = (struct task_struct___pyperf *)bpf_get_current_task_btf();
 	/* pthread_self() on glibc x86-64 is the thread pointer = fs base. */
@@ -779,6 +988,12 @@ static __always_inline void record_stack(struct py_proc *proc, struct pyperf_scr
 	h->stack_status = w.status;
 
 	size = sizeof(struct pyperf_event_header) + (__u64)n * sizeof(struct pyperf_frame);
+	/* The rest of the record right after the frames: kernel addresses, then user stack. (Constants: the verifier
+	 * drops this code when they are off.) */
+	if (kernel && ksrc != KSTACK_NONE)
+		size = add_kernel_stack(ctx, s, size, ksrc, pid_tgid, off);
+	if (native && ur)
+		size = add_user_stack(s, task, fsbase, ur, size);
 	/* A stack never seen: wake user space now (PYPERF_WAKEUP_NS), rate-limited per CPU (a suppressed one
 	 * wakes it at the next sample past the limit). */
 	if (n) {
@@ -821,8 +1036,11 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid(), now;
 	__u32 pid = pid_tgid >> 32, cpu;
+	struct user_regs ur = {};
+	struct pt_regs___pyperf *regs;
 	struct pyperf_scratch *s;
 	struct py_proc *proc;
+	bool user_mode;
 
 	/* Cheapest path first: not a tracked process. */
 	if (!is_followed(pid))
@@ -836,7 +1054,24 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 		return 0;
 	s->counters.samples++;
 	now = bpf_ktime_get_ns();
-	record_stack(proc, s, pid_tgid, cpu, now, NULL, 0);
+	/* The sample's registers are the user's if it hit user mode (x86: CPL in the low bits of cs); in the kernel
+	 * (a system call, a fault, an interrupt) the user's are those the task saved on kernel entry. */
+	user_mode = ctx->regs.csx & 3;
+	if (native) {
+		/* Loaded unconditionally: clang would otherwise merge these loads with those from the task's pt_regs
+		 * into loads through a selected pointer, and the verifier refuses a modified context pointer. */
+		ur.ip = ctx->regs.ip;
+		ur.sp = ctx->regs.sp;
+		ur.bp = ctx->regs.bp;
+		if (!user_mode) {
+			regs = (struct pt_regs___pyperf *)bpf_task_pt_regs(bpf_get_current_task_btf());
+			ur.ip = regs ? regs->ip : 0;
+			ur.sp = regs ? regs->sp : 0;
+			ur.bp = regs ? regs->bp : 0;
+		}
+	}
+	record_stack(ctx, proc, s, pid_tgid, cpu, now, NULL, 0, native ? &ur : NULL,
+		     user_mode ? KSTACK_NONE : KSTACK_HERE);
 	if (measure_cost)
 		s->counters.target_ns += bpf_ktime_get_ns() - now;
 	return 0;
@@ -905,6 +1140,31 @@ static __always_inline void off_cpu_end(__u64 key, const struct off_cpu_entry *e
 		s->counters.off_cpu_rb_full++;
 }
 
+/*
+ * record --kernel: the kernel stack of the current task (prev, switched out in a system call: schedule <-
+ * futex_wait <- ... <- entry_SYSCALL_64), kept for the record of the interval that begins at `start`, written when
+ * the call returns (off_kstack), where only the return path is on the stack. Taken now, for every such interval,
+ * though most short ones are dropped at their end: bpf_get_stack costs ~2 us whatever its depth, but later, at a
+ * switch-in, only bpf_get_task_stack could take it, and that leaves out every scheduling function (schedule,
+ * mutex_lock, down_read, io_schedule, do_nanosleep, ...), which are what tells one wait from another.
+ */
+static __always_inline void take_block_kstack(void *ctx, __u64 key, __u64 start)
+{
+	struct off_kstack *k;
+	__u32 zero = 0;
+	long len;
+
+	k = bpf_map_lookup_elem(&kstack_buf, &zero);
+	if (!k)
+		return;
+	len = bpf_get_stack(ctx, k->ips, sizeof(k->ips), 0);
+	if (len <= 0)
+		return; /* counted when the call returns, as off_kstack_lost */
+	k->start = start;
+	k->n = (__u64)len / 8;
+	bpf_map_update_elem(&off_kstack, &key, k, BPF_ANY);
+}
+
 /* A followed thread is switched in (`next`), or leaves the CPU (`prev`, the current task). An unrelated switch
  * costs two task field loads and two hash lookups. */
 SEC("tp_btf/sched_switch")
@@ -916,6 +1176,7 @@ int pyperf_switch(__u64 *ctx)
 	unsigned int prev_state = (unsigned int)ctx[3];
 	struct off_cpu_entry *cur, e = {};
 	struct pt_regs___pyperf *regs;
+	struct user_regs ur = {};
 	struct pyperf_scratch *s;
 	struct py_proc *proc;
 	__u32 tgid = next->tgid, cpu;
@@ -993,6 +1254,8 @@ int pyperf_switch(__u64 *ctx)
 		e.syscall = (__s32)nr;
 		e.uaddr = regs->di;
 		bpf_map_update_elem(&off_cpu, &key, &e, BPF_ANY);
+		if (kernel)
+			take_block_kstack(ctx, key, now);
 		return 0;
 	}
 	/* Preempted in user space, or blocked outside a system call (a page fault): it will not pass a tracepoint on
@@ -1006,7 +1269,13 @@ int pyperf_switch(__u64 *ctx)
 	}
 	s->busy = 1;
 	e.walked = 1;
-	record_stack(proc, s, key, cpu, now, &e, 0);
+	/* prev is the current task: bpf_get_stack() gives its kernel stack, its pt_regs its user registers. */
+	if (native && regs) {
+		ur.ip = regs->ip;
+		ur.sp = regs->sp;
+		ur.bp = regs->bp;
+	}
+	record_stack(ctx, proc, s, key, cpu, now, &e, 0, native ? &ur : NULL, KSTACK_HERE);
 	s->busy = 0;
 	bpf_map_update_elem(&off_cpu, &key, &e, BPF_ANY);
 	return 0;
@@ -1042,7 +1311,7 @@ int pyperf_sys_exit(__u64 *ctx)
 	struct off_cpu_entry *e, off;
 	struct pyperf_scratch *s;
 	struct py_proc *proc;
-
+	struct user_regs ur = {};
 	struct pt_regs___pyperf *regs;
 
 	if (!is_followed(pid))
@@ -1077,7 +1346,14 @@ int pyperf_sys_exit(__u64 *ctx)
 		return 0;
 	}
 	s->busy = 1;
-	record_stack(proc, s, pid_tgid, cpu, now, &off, weight);
+	/* The user stack as it was at the block (the thread has not run user code since); the kernel stack of the
+	 * block, taken then. */
+	if (native) {
+		ur.ip = regs->ip;
+		ur.sp = regs->sp;
+		ur.bp = regs->bp;
+	}
+	record_stack(ctx, proc, s, pid_tgid, cpu, now, &off, weight, native ? &ur : NULL, KSTACK_BLOCK);
 	s->busy = 0;
 	return 0;
 }

@@ -65,6 +65,27 @@ enum pyperf_limits {
 	PYPERF_NR_FUTEX = 202,
 	/* 2.7's GIL is a POSIX semaphore (sem_t, 32 bytes on x86-64) that interpreter_lock points to. */
 	PYPERF_SEM_SIZE = 32,
+	/* record --kernel: kernel return addresses per record (bpf_get_stack), and per off-CPU interval in a system
+	 * call (where it blocked, written when it returns: off_kstack). */
+	PYPERF_KSTACK_MAX = 64,
+	PYPERF_OFF_KSTACK_MAX = 32,
+	/* record --native: most bytes of user stack copied per record (the `ustack_bytes` global, <= this). */
+	PYPERF_USTACK_MAX = 65536,
+	/* A user stack read that fails (bpf_probe_read_user is all or nothing: the copy crossed the end of the
+	 * stack's mapping) is retried this many times, each ending at the next lower page boundary, then once more
+	 * with the page of sp alone. */
+	PYPERF_USTACK_RETRIES = 4,
+	/* x86-64 glibc puts a thread's control block (the fs base) at the top of its stack mapping: a stack pointer
+	 * below the fs base by less than this is taken to be on that thread's stack, which ends there. */
+	PYPERF_TCB_STACK_MAX = 64 << 20,
+	/* Bit of pyperf_frame.instr that says the frame is the rootmost Python frame of one activation of the
+	 * evaluation loop (3.11+; see pyperf_frame). */
+	PYPERF_INSTR_ENTRY_BIT = 31,
+};
+
+/* pyperf_event_header.user_flags */
+enum pyperf_user_flags {
+	PYPERF_USER_REGS = 1, /* user_ip/sp/bp are set, and ustack_len bytes of stack from user_sp follow (maybe 0) */
 };
 
 /* What a ring buffer record is (pyperf_event_header.kind). */
@@ -213,6 +234,10 @@ struct py_offsets {
 	/* 3.15+: PyThreadState.gil_requested (int): the thread waits for the GIL
 	 * (GIL_STATE_WAITING). -1 = none. */
 	__s16 tstate_gil_requested;
+	/* 3.11: _PyInterpreterFrame.is_entry (bool): the frame is the first of its activation of the evaluation
+	 * loop (3.12+ mark that with a C-stack shim frame instead, see owner_cstack). -1 = none. */
+	__s16 frame_is_entry;
+	__s16 _pad[3];
 };
 
 /* Value of the `procs` map (key: tgid), filled by user space. Addresses have
@@ -248,7 +273,12 @@ struct py_proc {
 /* One frame of a sample. */
 struct pyperf_frame {
 	__u64 code;  /* PyCodeObject address */
-	__u32 instr; /* raw instruction position (see enum pyperf_instr_kind) */
+	/* Raw instruction position (see enum pyperf_instr_kind) in the low 31 bits, a signed 31-bit value
+	 * (f_lasti -1 is 0x7fffffff); bit PYPERF_INSTR_ENTRY_BIT, 3.11+ only: this frame is the rootmost Python
+	 * frame of one activation of the evaluation loop (3.11 _PyInterpreterFrame.is_entry; 3.12+ the next frame
+	 * rootward is a C-stack shim or entry frame, which the walk skips). The native unwinder's merge splits the
+	 * Python frames into activations with it. */
+	__u32 instr;
 	__u32 check; /* pyperf_code_check() of the code object, to detect freed-and-reused addresses */
 	/* <= 3.10 only (0 on 3.11+, which has co_qualname): the frame's first local
 	 * variable, read at sample time, for the self/cls class-name heuristic.
@@ -292,11 +322,22 @@ struct pyperf_event_header {
 	__u64 off_weight;   /* ns it counts for: its duration, or off_cpu_min_ns for a sampled short one */
 	__s32 off_syscall;  /* system call it blocked in, -1 none */
 	__u32 _pad2;
+	/* record --kernel / --native. The record is this header, nframes pyperf_frame, nkernel __u64 kernel
+	 * addresses, ustack_len bytes of user stack, in that order, with no gaps. */
+	__u16 nkernel;      /* kernel addresses after the frames (leaf first): 0 without --kernel or in user mode */
+	__u16 user_flags;   /* enum pyperf_user_flags */
+	__u32 ustack_len;   /* bytes of user stack copied from user_sp up */
+	__u64 user_ip;      /* the user registers: where the thread is in user space (in a system call: */
+	__u64 user_sp;      /* where it entered the kernel) */
+	__u64 user_bp;
 };
 
+/* The ring buffer record as built in scratch memory: the frames, then `tail` for the kernel addresses and the user
+ * stack, which start right after the last frame used (so at offsets known only at run time). */
 struct pyperf_event {
 	struct pyperf_event_header hdr;
 	struct pyperf_frame frames[PYPERF_MAX_FRAMES]; /* leaf first */
+	__u8 tail[PYPERF_KSTACK_MAX * 8 + PYPERF_USTACK_MAX];
 };
 
 /* Per-CPU counters; user space sums them over CPUs. */
@@ -321,6 +362,13 @@ struct pyperf_counters {
 	__u64 off_cpu_short_ns;  /* total length of the dropped ones */
 	__u64 off_cpu_busy;      /* intervals lost: the CPU's off-CPU scratch slot was in use (a preempted run) */
 	__u64 off_cpu_stale;     /* marks of threads already off CPU when followed that had woken meanwhile: dropped */
+	/* record --native / --kernel */
+	__u64 ustack_copies;     /* records with a copy of the user stack (ustack_len > 0) */
+	__u64 ustack_bytes;      /* their bytes, total */
+	__u64 ustack_short;      /* copies cut short: the first read failed, a shorter one worked */
+	__u64 ustack_failed;     /* records with user registers but no stack copy (every read failed) */
+	__u64 kernel_stacks;     /* records with kernel addresses (nkernel > 0) */
+	__u64 off_kstack_lost;   /* off-CPU intervals in a system call whose kernel stack was not taken at the block */
 };
 
 /* Value of the off_cpu map (key: pid_tgid): a followed thread that went off CPU and has not ended the interval
@@ -340,6 +388,15 @@ struct off_cpu_entry {
 	                 * when it was first followed (start = that moment) */
 	__u8 walked;    /* 1: its stack went out in an OFF_CPU_START record */
 	__u8 out_runnable; /* the last switch-out was a preemption (runnable from it on) */
+};
+
+/* record --off-cpu --kernel: the kernel stack of a thread that blocked in a system call, taken when it blocked
+ * (sched_switch) and written into the interval's record when the call returns (sys_exit), where only the return
+ * path is on the stack. Value of the off_kstack map (key: pid_tgid). */
+struct off_kstack {
+	__u64 start; /* off_cpu_entry.start of the interval it belongs to (else stale: not used) */
+	__u64 n;     /* addresses in ips, leaf first */
+	__u64 ips[PYPERF_OFF_KSTACK_MAX];
 };
 
 /* Per-CPU scratch (one slot per CPU of the `scratch` array): too big for the

@@ -5,7 +5,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use pyperf_report::{write_report, Filter, Format, LoadOptions, Mode, Profile, ReportArgs};
+use pyperf_report::{write_report, Filter, Format, LoadOptions, Mode, Profile, ReportArgs, ShowFrames};
 
 pub const MIB: usize = 1 << 20;
 
@@ -102,25 +102,40 @@ impl std::io::Write for Capped {
 /// Everything `pyperf report` can do with a file, in every mode: loaded with everything (timelines included) and with the least
 /// (stack counts only), each written in every output format of the report crate (`Format::ALL`, so a new
 /// exporter is fuzzed without a change here) and as folded stacks without lines (and with process and thread
-/// roots when loaded per thread), each output up to [`OUTPUT_CAP`]. An exporter may refuse with an error (a clear
-/// error for the user, e.g. a flame graph of no samples); it must not panic.
+/// roots when loaded per thread), each output up to [`OUTPUT_CAP`]. A file with native or kernel frames (format 1.4)
+/// is also reported with frames left out (`--no-native --no-kernel`) and with glue shown (`--show-glue`). An
+/// exporter may refuse with an error (a clear error for the user, e.g. a flame graph of no samples); it must not
+/// panic.
 pub fn report_all_formats(bytes: &[u8]) {
+    // Frames left out and glue shown only for a file that has such frames (the first load tells).
+    let mut frame_options = vec![ShowFrames::default()];
     // Every mode (CPU samples, off-CPU intervals, wall-clock time): a mode a file cannot give is an error.
     for mode in Mode::ALL {
-        for mut options in [LoadOptions::new(Filter::default(), true), LoadOptions::stacks_only(Filter::default())] {
-            options.mode = mode;
-            let Ok(profile) = Profile::load(bytes, &options) else { break };
-            let roots = ReportArgs {
-                no_lines: true,
-                pid_root: options.per_thread,
-                tid_root: options.per_thread,
-                mode,
-                ..ReportArgs::with_format(Format::Folded)
-            };
-            let all = Format::ALL.map(|f| ReportArgs { mode, ..ReportArgs::with_format(f) });
-            for args in all.into_iter().chain([roots]) {
-                let _ = write_report(&args, &profile, Capped(0));
+        let mut k = 0;
+        'frames: while k < frame_options.len() {
+            for mut options in [LoadOptions::new(Filter::default(), true), LoadOptions::stacks_only(Filter::default())]
+            {
+                options.mode = mode;
+                options.frames = frame_options[k];
+                let Ok(profile) = Profile::load(bytes, &options) else { break 'frames };
+                let has = profile.recorded_frames;
+                if frame_options.len() == 1 && (has.native || has.glue || has.marker || has.kernel) {
+                    frame_options.push(ShowFrames { native: false, kernel: false, glue: true });
+                    frame_options.push(ShowFrames { native: true, kernel: true, glue: true });
+                }
+                let roots = ReportArgs {
+                    no_lines: true,
+                    pid_root: options.per_thread,
+                    tid_root: options.per_thread,
+                    mode,
+                    ..ReportArgs::with_format(Format::Folded)
+                };
+                let all = Format::ALL.map(|f| ReportArgs { mode, ..ReportArgs::with_format(f) });
+                for args in all.into_iter().chain([roots]) {
+                    let _ = write_report(&args, &profile, Capped(0));
+                }
             }
+            k += 1;
         }
     }
 }

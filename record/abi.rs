@@ -44,6 +44,15 @@ pub const FRAME_WINDOW: usize = limit(types::pyperf_limits::PYPERF_FRAME_WINDOW)
 pub const SEM_SIZE: u32 = types::pyperf_limits::PYPERF_SEM_SIZE.0;
 /// How often user space takes the ring while samples flow (`PYPERF_POLL_NS`).
 pub const POLL_NS: u64 = types::pyperf_limits::PYPERF_POLL_NS.0 as u64;
+/// Most kernel addresses in a record (`PYPERF_KSTACK_MAX`, `record --kernel`).
+pub const KSTACK_MAX: usize = limit(types::pyperf_limits::PYPERF_KSTACK_MAX);
+/// Most bytes of user stack in a record (`PYPERF_USTACK_MAX`, `record --native`).
+pub const USTACK_MAX: usize = limit(types::pyperf_limits::PYPERF_USTACK_MAX);
+/// Bit of [`RawFrame::instr`] that marks the rootmost Python frame of an activation of the evaluation loop
+/// (`PYPERF_INSTR_ENTRY_BIT`, 3.11+).
+pub const INSTR_ENTRY: u32 = 1 << types::pyperf_limits::PYPERF_INSTR_ENTRY_BIT.0;
+/// `pyperf_event_header.user_flags`: the record carries user registers and a user stack copy.
+pub const USER_REGS: u16 = types::pyperf_user_flags::PYPERF_USER_REGS.0 as u16;
 
 /// One Python frame of a sample, leaf first (the `struct pyperf_frame` of bpf/pyperf.h):
 /// - `code`: the code object's address; `instr`: raw instruction position; `check`: check word of the code
@@ -55,6 +64,22 @@ pub const POLL_NS: u64 = types::pyperf_limits::PYPERF_POLL_NS.0 as u64;
 ///   space looks: dereference it only once `first_local_type` shows it is a class (`== &PyType_Type`, or a
 ///   metatype), i.e. for `cls`.
 pub type RawFrame = types::pyperf_frame;
+
+impl RawFrame {
+    /// 3.11+: this frame is the rootmost Python frame of one activation of the evaluation loop (3.11
+    /// `_PyInterpreterFrame.is_entry`; 3.12+ the next frame rootward is a C-stack shim or entry frame). Never set by
+    /// the BPF program on <= 3.10, where each frame is an activation of its own.
+    pub fn is_entry(&self) -> bool {
+        self.instr & INSTR_ENTRY != 0
+    }
+
+    /// The raw instruction position without the entry flag: what `instr` held before the flag existed. The BPF
+    /// program keeps 31 bits of it, a signed 31-bit number (`f_lasti` -1 comes as `0x7fff_ffff`), given back
+    /// sign-extended (`u32::MAX` for -1). Every reader of positions (line numbers) must use this, not `instr`.
+    pub fn instr_value(&self) -> u32 {
+        (((self.instr << 1) as i32) >> 1) as u32
+    }
+}
 
 /// The configuration row of one process (the `procs` map value): addresses and offsets, no version.
 pub type ProcConfig = types::py_proc;
@@ -70,7 +95,10 @@ unsafe impl plain::Plain for types::off_cpu_entry {}
 
 const _: () = assert!(
     std::mem::size_of::<types::pyperf_event>()
-        == std::mem::size_of::<types::pyperf_event_header>() + MAX_FRAMES * std::mem::size_of::<RawFrame>()
+        == std::mem::size_of::<types::pyperf_event_header>()
+            + MAX_FRAMES * std::mem::size_of::<RawFrame>()
+            + KSTACK_MAX * 8
+            + USTACK_MAX
 );
 const _: () = {
     // counters + last_wakeup, last_pid_tgid, last_ts, last_start, new_stack, busy + tbuf + gbuf + cbuf + wbuf + event: the scratch
@@ -130,10 +158,23 @@ mod tests {
 
     #[test]
     fn shared_struct_sizes() {
-        assert_eq!(std::mem::size_of::<types::pyperf_event_header>(), 88);
+        assert_eq!(std::mem::size_of::<types::pyperf_event_header>(), 120);
         assert_eq!(std::mem::size_of::<RawFrame>(), 32);
-        assert_eq!(std::mem::size_of::<ProcConfig>(), 136);
+        assert_eq!(std::mem::size_of::<ProcConfig>(), 144);
+        assert_eq!(std::mem::size_of::<types::off_kstack>(), 16 + 32 * 8);
         assert_eq!(MAX_FRAMES, 2048);
         assert_eq!(POLL_NS, 20_000_000);
+        assert_eq!((KSTACK_MAX, USTACK_MAX, INSTR_ENTRY, USER_REGS), (64, 65536, 1 << 31, 1));
+    }
+
+    #[test]
+    fn entry_flag_and_instruction_position() {
+        let f = |instr| RawFrame { code: 1, instr, check: 0, first_local: 0, first_local_type: 0 };
+        assert!(!f(40).is_entry() && f(40).instr_value() == 40);
+        assert!(f(40 | INSTR_ENTRY).is_entry() && f(40 | INSTR_ENTRY).instr_value() == 40);
+        // f_lasti -1 as the program keeps it (31 bits), and as user space's walker reads it (32 bits).
+        assert!(!f(0x7fff_ffff).is_entry());
+        assert_eq!(f(0x7fff_ffff).instr_value(), u32::MAX);
+        assert_eq!(f(u32::MAX).instr_value(), u32::MAX);
     }
 }

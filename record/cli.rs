@@ -60,6 +60,19 @@ pub struct RecordArgs {
     /// at every context switch.
     #[arg(long = "off-cpu-min", value_name = "DURATION", default_value = "1ms", requires = "off_cpu")]
     pub off_cpu_min: String,
+    /// Also record the native frames (C, C++, Rust: the interpreter, C extensions, libc) of each sample, merged
+    /// with its Python frames. Unwound by pyperf from a copy of the thread's stack and the binaries' .eh_frame
+    /// tables: no frame pointers needed, nothing paused.
+    #[arg(long = "native")]
+    pub native: bool,
+    /// Also record the kernel frames of each sample (and, with --off-cpu, where each thread blocked in the
+    /// kernel), named from /proc/kallsyms.
+    #[arg(long = "kernel")]
+    pub kernel: bool,
+    /// With --native: bytes of each sample's stack copied for the unwinding (from the stack pointer up, never
+    /// past the thread's stack). A native stack deeper than this is cut there (its Python frames are kept).
+    #[arg(long = "native-stack-kib", value_name = "KIB", default_value_t = 16, requires = "native")]
+    pub native_stack_kib: u32,
     /// Measure the BPF program's own run time (kernel BPF statistics) and print it in the summary.
     #[arg(long = "bpf-stats")]
     pub bpf_stats: bool,
@@ -117,6 +130,9 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
         (None, Some(p)) => Rate::Period(p),
         (None, None) => Rate::Frequency(DEFAULT_FREQ),
     };
+    if !(1..=64).contains(&args.native_stack_kib) {
+        bail!("--native-stack-kib must be between 1 and 64");
+    }
     if !(MIN_RINGBUF_KIB..=MAX_RINGBUF_KIB).contains(&args.ringbuf_kib) {
         bail!("--ringbuf-kib must be between {MIN_RINGBUF_KIB} and {MAX_RINGBUF_KIB} (1 GiB)");
     }
@@ -134,9 +150,16 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     // needs, which fails before a command is started: a command never runs for a recording that cannot be made.
     output::check(&args.output)?;
     privileges::check_all()?;
-    let mut sampler =
-        Sampler::new(&SamplerOptions { event, rate, ringbuf_bytes: args.ringbuf_kib * 1024, off_cpu_min_ns })
-            .context("cannot start sampling")?;
+    let mut sampler = Sampler::new(&SamplerOptions {
+        event,
+        rate,
+        ringbuf_bytes: args.ringbuf_kib * 1024,
+        off_cpu_min_ns,
+        native: args.native,
+        kernel: args.kernel,
+        ustack_bytes: args.native_stack_kib * 1024,
+    })
+    .context("cannot start sampling")?;
     if args.bpf_stats {
         sampler.enable_bpf_stats().context("cannot measure the BPF program")?;
     }
@@ -163,6 +186,9 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     let mut session = Session::new(sampler, targets, Box::new(sink));
     if let Some(min_ns) = off_cpu_min_ns {
         session = session.with_off_cpu(min_ns)?;
+    }
+    if args.native || args.kernel {
+        session = session.with_native(args.native, args.kernel)?;
     }
     session.start()?;
     created.keep();

@@ -13,6 +13,7 @@ use pyperf_format::{
 };
 
 use crate::abi::{types, ProcConfig};
+use crate::native::stacks::NativeStacks;
 use crate::python::code::ProcMem;
 use crate::python::config::bpf_config;
 use crate::python::walk::StackWalker;
@@ -169,6 +170,18 @@ impl Session {
         Ok(self)
     }
 
+    /// Adds native and/or kernel frames to the stacks (`--native`, `--kernel`; the sampler was loaded with the
+    /// same). Before [`Session::start`]. A kernel whose addresses are hidden is warned about, not refused.
+    pub fn with_native(mut self, native: bool, kernel: bool) -> Result<Session> {
+        let (stacks, warning) = NativeStacks::new(native, kernel);
+        if let Some(text) = warning {
+            crate::say!("pyperf: warning: {text}");
+            self.sink.warning(&RecorderWarning { pid: 0, text })?;
+        }
+        self.symbolizer.set_native(stacks);
+        Ok(self)
+    }
+
     /// The targets (for their counters).
     pub fn targets(&self) -> &Targets {
         &self.targets
@@ -308,6 +321,7 @@ impl Session {
                 .into_iter()
                 .chain(self.targets.counters().iter().map(|&(k, v)| (k.to_string(), v)))
                 .chain(self.symbolizer.thread_name_counters())
+                .chain(self.symbolizer.native_counters())
                 .chain(self.off_cpu.as_ref().map_or(Vec::new(), |o| {
                     vec![
                         ("off_cpu_intervals".to_string(), self.sink.off_cpu_intervals()),
@@ -576,6 +590,10 @@ impl Session {
                 pthread_id,
                 status,
                 frames,
+                // Read from user space at the end: no copy of the thread's stack (its native frames are marked
+                // missing with --native), no kernel stack.
+                kernel: &[],
+                user: None,
                 off_cpu: Some(crate::sampler::OffCpu {
                     part: OffCpuPart::Whole,
                     start_ns: e.start,
@@ -618,6 +636,13 @@ impl Sink for Finished {
     }
 }
 
+/// Hands the sink the native libraries the last stacks named for the first time.
+fn announce_libraries(symbolizer: &mut Symbolizer, sink: &mut dyn Sink) {
+    for (path, build_id) in symbolizer.take_libraries() {
+        sink.library(&path, &build_id);
+    }
+}
+
 /// One raw sample or off-CPU interval: symbolized, counted, handed to the sink.
 fn on_sample(
     symbolizer: &mut Symbolizer,
@@ -645,6 +670,7 @@ fn on_sample(
                 OffCpuPart::Whole => {}
                 OffCpuPart::Start => {
                     let frames = symbolizer.symbolize(s, &mut |id, sym| sink.symbol(id, sym)).to_vec();
+                    announce_libraries(symbolizer, sink);
                     let comm_len = s.comm.iter().position(|&c| c == 0).unwrap_or(s.comm.len());
                     // A start whose end was lost (ring buffer full) is replaced: the thread left again since.
                     o.pending.insert(
@@ -680,7 +706,9 @@ fn on_sample(
             }
         }
     }
-    let frames = symbolizer.symbolize(s, &mut |id, sym| sink.symbol(id, sym));
+    symbolizer.symbolize(s, &mut |id, sym| sink.symbol(id, sym));
+    announce_libraries(symbolizer, sink);
+    let frames = symbolizer.last_stack();
     let comm_len = s.comm.iter().position(|&c| c == 0).unwrap_or(s.comm.len());
     let comm = String::from_utf8_lossy(&s.comm[..comm_len]);
     let sample = Sample {

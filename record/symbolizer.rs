@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use pyperf_format::Symbol;
 
-use crate::abi::RawFrame;
+use crate::abi::{types, RawFrame};
+use crate::native::stacks::NativeStacks;
 use crate::python::code::{unresolved, CodeReader, FirstLocal, ProcMem, Resolution};
 use crate::python::threads::{NamedThread, ThreadNameReader, ThreadNamesError};
 use crate::python::PythonProcess;
@@ -37,6 +38,10 @@ const RECHECK_EVERY_NS: u64 = 1_000_000_000;
 
 /// `frame_ids` value of a frame the interpreter does not show (see [`Resolution::Hidden`]).
 const HIDDEN: u32 = u32::MAX;
+
+/// `enum pyperf_stack_status` values of a sample whose Python stack is whole (or empty).
+const STACK_COMPLETE: u8 = types::pyperf_stack_status::STACK_STATUS_COMPLETE.0 as u8;
+const STACK_IDLE: u8 = types::pyperf_stack_status::STACK_STATUS_IDLE.0 as u8;
 
 /// What BPF read of the frame's first argument, for the <= 3.10 self/cls heuristic (0 on 3.11+).
 fn first_local(f: &RawFrame) -> FirstLocal {
@@ -104,6 +109,13 @@ pub struct Symbolizer {
     symbol_ids: HashMap<Symbol, u32>,
     stack: Vec<u32>,
     lost_symbols: u64,
+    /// Python (major, minor) of each process.
+    versions: HashMap<u32, (u8, u8)>,
+    /// Frames of `stack` per activation of the evaluation loop, root first.
+    activations: Vec<usize>,
+    /// `record --native` / `--kernel`: the whole stack is built here.
+    native: Option<NativeStacks>,
+    merged: Vec<u32>,
 }
 
 impl Symbolizer {
@@ -120,6 +132,10 @@ impl Symbolizer {
         let mem = ProcMem::open(p.pid, probe)?;
         self.frame_ids.retain(|k, _| k.0 != p.pid);
         self.readers.insert(p.pid, CodeReader::new(mem, p.row, p.addrs.code_type));
+        self.versions.insert(p.pid, (p.version.0, p.version.1));
+        if let Some(native) = self.native.as_mut() {
+            native.add_process(p.pid, p.version.0, p.version.1)?;
+        }
         // Thread names: a memory handle of their own (reads of names and of code objects do not interleave), and
         // the process's PID namespace, without which its tids cannot be matched to the samples' (then no names).
         let ns = std::fs::read_to_string(format!("/proc/{}/status", p.pid)).ok().and_then(|s| nspids(&s));
@@ -151,6 +167,10 @@ impl Symbolizer {
         self.readers.remove(&pid);
         self.threads.remove(&pid);
         self.frame_ids.retain(|k, _| k.0 != pid);
+        self.versions.remove(&pid);
+        if let Some(native) = self.native.as_mut() {
+            native.remove_process(pid);
+        }
     }
 
     /// Reads the Python thread names of the processes where they are due and hands each name that is new or changed
@@ -269,6 +289,10 @@ impl Symbolizer {
         }
         // Once per sample, not per frame.
         let mut reader = self.readers.get_mut(&s.pid);
+        // Activations of the evaluation loop, root first, as runs of `stack` (for the merge with native frames):
+        // one per frame before 3.11; from 3.11 on, one per run of frames ending (rootward) at an entry frame.
+        let shared_activations = self.versions.get(&s.pid).is_some_and(|&(major, minor)| (major, minor) >= (3, 11));
+        self.activations.clear();
         // BPF walks leaf to root; sinks want root first.
         for f in s.frames.iter().rev() {
             let first = first_local(f);
@@ -276,12 +300,16 @@ impl Symbolizer {
                 Some(r) if first.type_addr != 0 => r.class_key(f.code, f.check, first),
                 _ => 0,
             };
-            let key = (s.pid, f.code, f.check, f.instr, class);
+            if !shared_activations || f.is_entry() || self.activations.is_empty() {
+                self.activations.push(0);
+            }
+            let instr = f.instr_value();
+            let key = (s.pid, f.code, f.check, instr, class);
             let id = match self.frame_ids.get(&key) {
                 Some(&id) => id,
                 None => {
                     let resolved = match reader.as_deref_mut() {
-                        Some(r) => r.resolve(f.code, f.instr, f.check, first),
+                        Some(r) => r.resolve(f.code, instr, f.check, first),
                         None => Resolution::Lost,
                     };
                     match resolved {
@@ -304,9 +332,49 @@ impl Symbolizer {
             };
             if id != HIDDEN {
                 self.stack.push(id);
+                if let Some(n) = self.activations.last_mut() {
+                    *n += 1;
+                }
             }
         }
+        if let Some(native) = self.native.as_mut() {
+            let complete = s.status == STACK_COMPLETE || s.status == STACK_IDLE;
+            let ids = &mut self.symbol_ids;
+            native.stack(
+                s,
+                &self.stack,
+                &self.activations,
+                complete,
+                &mut |sym| intern(ids, sym, new_symbol),
+                &mut self.merged,
+            );
+            return &self.merged;
+        }
         &self.stack
+    }
+
+    /// The stack [`Symbolizer::symbolize`] returned last.
+    pub fn last_stack(&self) -> &[u32] {
+        if self.native.is_some() {
+            &self.merged
+        } else {
+            &self.stack
+        }
+    }
+
+    /// Adds native and/or kernel frames to every sample from now on (`record --native`, `--kernel`).
+    pub fn set_native(&mut self, native: NativeStacks) {
+        self.native = Some(native);
+    }
+
+    /// Native libraries first named since the last call: (path, build id).
+    pub fn take_libraries(&mut self) -> Vec<(String, String)> {
+        self.native.as_mut().map(NativeStacks::take_libraries).unwrap_or_default()
+    }
+
+    /// Counters of the native and kernel frames (none without them).
+    pub fn native_counters(&self) -> Vec<(String, u64)> {
+        self.native.as_ref().map(NativeStacks::counters).unwrap_or_default()
     }
 }
 
@@ -439,6 +507,8 @@ mod tests {
             pthread_id: 0,
             status: 0,
             frames: &frames,
+            kernel: &[],
+            user: None,
             off_cpu: None,
         };
         let mut sym = Symbolizer::new();

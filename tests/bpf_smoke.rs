@@ -133,7 +133,7 @@ fn sample(procs: &[&PythonProcess], rate: Rate, secs: f64) -> Sampled {
         event: SampleEvent::CpuClock,
         rate,
         ringbuf_bytes: 4 << 20,
-        off_cpu_min_ns: None,
+        ..SamplerOptions::default()
     })
     .unwrap_or_else(|e| panic!("Sampler::new: {e}"));
     sampler.enable_bpf_stats().expect("enable bpf stats");
@@ -338,4 +338,239 @@ fn thread_without_thread_state_is_idle() {
     assert!(s.iter().all(|s| s.thread_state == ThreadStateMatch::BothNull.as_u8()));
     assert!(s.iter().all(|s| s.gil == GilState::Error.as_u8()));
     assert_eq!(counters.idle, s.len() as u64);
+}
+
+/// One line of /proc/PID/maps.
+#[derive(Debug, Clone)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    exec: bool,
+    name: String,
+}
+
+fn maps(pid: u32) -> Vec<Mapping> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("read maps");
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (range, perms) = (f.next()?, f.next()?);
+            let (a, b) = range.split_once('-')?;
+            let name = f.nth(3).unwrap_or("").to_string();
+            Some(Mapping {
+                start: u64::from_str_radix(a, 16).ok()?,
+                end: u64::from_str_radix(b, 16).ok()?,
+                exec: perms.contains('x'),
+                name,
+            })
+        })
+        .collect()
+}
+
+fn mapping_of(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
+    maps.iter().find(|m| m.start <= addr && addr < m.end)
+}
+
+/// /proc/PID/stat's startstack (field 28): where the main thread's stack began at exec.
+fn start_stack(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read stat");
+    // Fields after the command name (which may hold spaces) start at state, field 3.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    rest.split_whitespace().nth(28 - 3).and_then(|s| s.parse().ok()).expect("startstack")
+}
+
+/// What the native/kernel test keeps of a record.
+#[derive(Debug, Clone)]
+struct NativeRecord {
+    pid: u32,
+    tid: u32,
+    off_cpu: Option<sampler::OffCpu>,
+    kernel: Vec<u64>,
+    /// ip, sp, bp, stack copy
+    user: Option<(u64, u64, u64, Vec<u8>)>,
+}
+
+#[test]
+fn native_and_kernel_stacks() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test loads BPF: run it as root");
+
+    let py = interpreter("3.11.7");
+    // A busy main thread and a busy second thread (a glibc pthread: its stack ends at its control block); a
+    // reader of /dev/urandom (in the kernel most of the time); a sleeper (off CPU in a system call).
+    let busy = spawn(
+        &py,
+        &[
+            "-c",
+            "import threading\ndef spin():\n    while True: sum(i*i for i in range(1000))\n\
+               threading.Thread(target=spin, daemon=True).start()\nspin()",
+        ],
+    );
+    let reader = spawn(&py, &["-c", "f = open('/dev/urandom', 'rb', buffering=0)\nwhile True: f.read(1 << 20)"]);
+    let sleeper = spawn(&py, &["-c", "import time\nwhile True: time.sleep(0.02)"]);
+    let procs: Vec<PythonProcess> = [&busy, &reader, &sleeper].iter().map(|k| inspect_when_ready(k.0.id())).collect();
+    std::thread::sleep(Duration::from_millis(300));
+
+    const USTACK: u32 = 32768;
+    let mut sampler = Sampler::new(&SamplerOptions {
+        rate: Rate::Frequency(499),
+        ringbuf_bytes: 4 << 20,
+        off_cpu_min_ns: Some(1_000_000),
+        native: true,
+        kernel: true,
+        ustack_bytes: USTACK,
+        ..SamplerOptions::default()
+    })
+    .unwrap_or_else(|e| panic!("Sampler::new: {e}"));
+    for p in &procs {
+        sampler.add_process(p.pid, &bpf_config(p, false).unwrap()).unwrap_or_else(|e| panic!("add_process: {e}"));
+    }
+    let mut records = Vec::new();
+    let mut on = |s: &sampler::RawSample<'_>| {
+        records.push(NativeRecord {
+            pid: s.pid,
+            tid: s.tid,
+            off_cpu: s.off_cpu,
+            kernel: s.kernel.to_vec(),
+            user: s.user.map(|u| (u.ip, u.sp, u.bp, u.stack.to_vec())),
+        });
+    };
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(1000) {
+        sampler.poll(Duration::from_millis(100), &mut on).expect("poll");
+    }
+    for p in &procs {
+        sampler.remove_process(p.pid);
+    }
+    sampler.poll(Duration::ZERO, &mut on).expect("poll");
+    let counters = sampler.counters();
+    eprintln!("counters: {counters:?}");
+    assert_eq!((counters.lost, counters.malformed), (0, 0), "records lost");
+    assert!(counters.ustack_copies > 0 && counters.kernel_stacks > 0);
+
+    let kernel_addr = |a: u64| a >= 0xffff_8000_0000_0000;
+    // CPU samples of the busy process: the user stack of either thread, inside that thread's stack mapping.
+    let busy_maps = maps(procs[0].pid);
+    let top = start_stack(procs[0].pid);
+    let samples: Vec<&NativeRecord> = records.iter().filter(|r| r.pid == procs[0].pid && r.off_cpu.is_none()).collect();
+    assert!(samples.len() >= 100, "busy: {} samples", samples.len());
+    let (mut main_full, mut thread_full, mut stable_top) = (0, 0, 0);
+    let mem = File::open(format!("/proc/{}/mem", procs[0].pid)).expect("open mem");
+    for r in &samples {
+        let (ip, sp, _, stack) = r.user.as_ref().expect("user registers in every sample");
+        assert!(!stack.is_empty() && stack.len() <= USTACK as usize, "{r:?}");
+        let m = mapping_of(&busy_maps, *sp).unwrap_or_else(|| panic!("sp {sp:#x} in no mapping"));
+        assert!(sp + stack.len() as u64 <= m.end, "the copy stays inside the stack's mapping {m:?}");
+        assert!(mapping_of(&busy_maps, *ip).is_some_and(|m| m.exec), "ip {ip:#x} in no executable mapping");
+        if r.tid == r.pid {
+            assert_eq!(m.name, "[stack]", "main thread's sp");
+            // The main thread's copy ends where its stack began (argc), unless it is longer than USTACK.
+            if sp + stack.len() as u64 == top {
+                main_full += 1;
+                // The top of the stack (below argc: _start's and __libc_start_main's frames) no longer changes.
+                let mut now = [0u8; 64];
+                mem.read_exact_at(&mut now, top - 64).expect("read the stack top");
+                stable_top += usize::from(now[..] == stack[stack.len() - 64..]);
+            }
+        } else {
+            assert_ne!(m.name, "[stack]", "a thread's stack is a mapping of its own");
+            // A glibc thread's copy ends at its control block, near the top of its mapping.
+            if m.end - (sp + stack.len() as u64) < 16384 {
+                thread_full += 1;
+            }
+        }
+    }
+    eprintln!(
+        "busy: {} samples, main thread's copy to its stack top {main_full} (top bytes as in memory {stable_top}), \
+         other thread's to its control block {thread_full}; typical copy {} bytes",
+        samples.len(),
+        samples.iter().filter_map(|r| r.user.as_ref()).map(|u| u.3.len()).sum::<usize>() / samples.len()
+    );
+    assert!(main_full > 0 && thread_full > 0, "copies reach the top of the thread's stack");
+    assert_eq!(stable_top, main_full);
+    // User mode: no kernel stack.
+    assert!(samples.iter().filter(|r| r.kernel.is_empty()).count() * 2 > samples.len());
+
+    // Kernel addresses by name (kptr_restrict 0: this test runs as root).
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").expect("kallsyms");
+    let mut syms: Vec<(u64, &str)> = kallsyms
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some((u64::from_str_radix(f.next()?, 16).ok()?, f.nth(1)?))
+        })
+        .collect();
+    syms.sort_unstable();
+    let name = |a: u64| syms.partition_point(|s| s.0 <= a).checked_sub(1).map_or("?", |i| syms[i].1);
+    // The reader is in the kernel most of the time: kernel stacks, and the user registers of its system call.
+    let reader_maps = maps(procs[1].pid);
+    let in_kernel: Vec<&NativeRecord> =
+        records.iter().filter(|r| r.pid == procs[1].pid && r.off_cpu.is_none() && !r.kernel.is_empty()).collect();
+    eprintln!(
+        "reader: {} samples with a kernel stack, e.g. {:?}",
+        in_kernel.len(),
+        in_kernel.first().map(|r| r.kernel.iter().map(|&a| name(a)).collect::<Vec<_>>())
+    );
+    assert!(in_kernel.len() >= 20, "reader: {} kernel stacks", in_kernel.len());
+    for r in &in_kernel {
+        assert!(r.kernel.iter().all(|&a| kernel_addr(a)), "{:x?}", r.kernel);
+        let (ip, sp, _, stack) = r.user.as_ref().expect("user registers");
+        assert!(mapping_of(&reader_maps, *ip).is_some_and(|m| m.exec), "syscall ip {ip:#x}");
+        assert_eq!(mapping_of(&reader_maps, *sp).map(|m| m.name.as_str()), Some("[stack]"));
+        assert!(!stack.is_empty());
+    }
+
+    // The sleeper: off-CPU intervals in a system call, with the kernel stack of the block and the user stack.
+    let blocked: Vec<&NativeRecord> =
+        records.iter().filter(|r| r.pid == procs[2].pid && r.off_cpu.is_some_and(|o| o.syscall >= 0)).collect();
+    assert!(blocked.len() >= 10, "sleeper: {} off-CPU intervals", blocked.len());
+    let with_kstack = blocked.iter().filter(|r| !r.kernel.is_empty()).count();
+    let first = blocked.iter().find(|r| !r.kernel.is_empty()).expect("a kernel stack at a block");
+    let names: Vec<&str> = first.kernel.iter().map(|&a| name(a)).collect();
+    eprintln!("sleeper: {} intervals, {with_kstack} with a kernel stack, e.g. {names:?}", blocked.len());
+    assert!(with_kstack * 10 >= blocked.len() * 9);
+    assert!(names.iter().any(|n| n.contains("schedule")), "the block's stack: {names:?}");
+    assert!(names.iter().any(|n| n.contains("nanosleep")), "in the system call: {names:?}");
+    assert!(blocked.iter().all(|r| r.user.as_ref().is_some_and(|u| !u.3.is_empty())), "user stacks");
+}
+
+/// 3.11+: the rootmost Python frame of each activation of the evaluation loop carries the entry flag
+/// (`abi::INSTR_ENTRY`): 3.11 from `_PyInterpreterFrame.is_entry`, 3.12+ from the shim or entry frame below it.
+/// A function called from C (`map`) starts an activation; Python-to-Python calls do not. Never on <= 3.10.
+#[test]
+fn entry_frames_flagged() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test loads BPF: run it as root");
+
+    let script = "def leaf(x):\n    s = 0\n    for i in range(3000): s += i\n    return s\n\
+                  def via_c():\n    return sum(map(leaf, range(50)))\n\
+                  def main():\n    while True: via_c()\n\
+                  main()";
+    let names = ["3.10.13", "3.11.7", "3.12.1", "3.13.0", "sid-3.14", "sid-3.15"];
+    let kids: Vec<Kid> = names.iter().map(|n| spawn(&interpreter(n), &["-c", script])).collect();
+    let procs: Vec<PythonProcess> = kids.iter().map(|k| inspect_when_ready(k.0.id())).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let (by_pid, _, _) = sample(&procs.iter().collect::<Vec<_>>(), Rate::Frequency(499), 1.5);
+    for (name, p) in names.iter().zip(&procs) {
+        let samples = by_pid.get(&p.pid).cloned().unwrap_or_default();
+        let mut code_names = Names::new(p);
+        let mut checked = 0;
+        for s in samples.iter().filter(|s| s.status == StackStatus::Complete.as_u8()) {
+            let chain: Vec<String> =
+                s.frames.iter().rev().map(|f| code_names.name(f.code).unwrap_or_default()).collect();
+            if chain != ["<module>", "main", "via_c", "leaf"] {
+                continue;
+            }
+            let flags: Vec<bool> = s.frames.iter().rev().map(|f| f.is_entry()).collect();
+            let want = if p.version >= (3, 11, 0) { [true, false, false, true] } else { [false; 4] };
+            assert_eq!(flags, want, "{name}: entry flags of {chain:?}");
+            // The flag is not part of the position.
+            assert!(s.frames.iter().all(|f| f.instr_value() & abi::INSTR_ENTRY == 0 || f.instr_value() == u32::MAX));
+            checked += 1;
+        }
+        eprintln!("{name}: {} samples, {checked} with the whole chain checked", samples.len());
+        assert!(checked >= 10, "{name}: only {checked} samples of the chain");
+    }
 }

@@ -54,6 +54,8 @@ const BUDGET_FILES: &[(&str, &[u8])] = &[
     ("comms", include_bytes!("../fuzz/budget/comms-1k.pyp")),
     ("stats", include_bytes!("../fuzz/budget/stats-1k.pyp")),
     ("threadnames", include_bytes!("../fuzz/budget/threadnames-1k.pyp")),
+    ("offcpu", include_bytes!("../fuzz/budget/offcpu-1k.pyp")),
+    ("libraries", include_bytes!("../fuzz/budget/libraries-1k.pyp")),
 ];
 
 #[test]

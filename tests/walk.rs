@@ -93,7 +93,7 @@ fn symbolize(reader: &mut CodeReader<ProcMem>, stack: &WalkedStack) -> Vec<Frame
     let mut out = Vec::new();
     for f in stack.frames.iter().rev() {
         let first = FirstLocal { object: f.first_local, type_addr: f.first_local_type };
-        match reader.resolve(f.code, f.instr, f.check, first) {
+        match reader.resolve(f.code, f.instr_value(), f.check, first) {
             Resolution::Frame(s) => out.push((s.qualified_name(), s.file.clone(), s.line)),
             Resolution::Hidden => {}
             Resolution::Lost => out.push((format!("[lost {:#x}]", f.code), String::new(), 0)),

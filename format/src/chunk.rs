@@ -10,7 +10,7 @@ pub const MAGIC: [u8; 8] = *b"\x89PYP\r\n\x1a\n";
 /// Major version: a reader refuses files with a higher one.
 pub const MAJOR: u16 = 1;
 /// Minor version: a reader accepts higher ones, ignoring what it does not know.
-pub const MINOR: u16 = 3;
+pub const MINOR: u16 = 4;
 
 /// Bytes before the first chunk: magic, major, minor, four reserved bytes.
 pub const PREAMBLE_LEN: usize = 16;
@@ -66,6 +66,8 @@ pub enum Kind {
     /// [`crate::OffCpuChunk`]: off-CPU intervals (1.3+); an empty one right after the header says off-CPU time was
     /// recorded.
     OffCpu = 10,
+    /// [`crate::LibraryChunk`]: native libraries new since the previous one (1.4+).
+    Libraries = 11,
 }
 
 impl Kind {
@@ -82,6 +84,7 @@ impl Kind {
             8 => Kind::Warning,
             9 => Kind::ThreadNames,
             10 => Kind::OffCpu,
+            11 => Kind::Libraries,
             _ => return None,
         })
     }

@@ -317,27 +317,104 @@ impl OffCpuChunk {
     }
 }
 
-/// `Symbol::flags` bits.
+/// A native library (or executable) the recording has frames of (format 1.4+): the file as it was mapped, and its
+/// GNU build id, which identifies its exact build (to find its debug information later).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Library {
+    /// Path as mapped in the process (`/usr/lib/x86_64-linux-gnu/libz.so.1.3`): the `file` of its native frames.
+    pub path: String,
+    /// GNU build id, lower-case hex; empty when the file has none or could not be read.
+    pub build_id: String,
+}
+
+/// The on-disk form of a chunk of native libraries (kind 11, format 1.4+): one column per field, both of the same
+/// length (library `i` is `(path[i], build_id[i])`). Columns so that a later minor version can append one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LibraryChunk {
+    /// [`Library::path`] of each library.
+    pub path: Vec<String>,
+    /// [`Library::build_id`] of each library.
+    pub build_id: Vec<String>,
+}
+
+impl LibraryChunk {
+    /// The chunk holding `libraries`, in order.
+    pub fn from_libraries(libraries: &[Library]) -> LibraryChunk {
+        LibraryChunk {
+            path: libraries.iter().map(|l| l.path.clone()).collect(),
+            build_id: libraries.iter().map(|l| l.build_id.clone()).collect(),
+        }
+    }
+
+    /// Its libraries, in order, taking the columns; `None` if the columns differ in length.
+    pub fn into_libraries(self) -> Option<Vec<Library>> {
+        if self.path.len() != self.build_id.len() {
+            return None;
+        }
+        Some(self.path.into_iter().zip(self.build_id).map(|(path, build_id)| Library { path, build_id }).collect())
+    }
+}
+
+/// `Symbol::flags` bits. A symbol with neither [`symbol_flags::NATIVE`] nor [`symbol_flags::KERNEL`] is a Python
+/// frame; [`Symbol::kind`] tells the kinds apart.
 pub mod symbol_flags {
     /// The function name was cut (too long or unreadable past some point).
     pub const NAME_CUT: u32 = 1;
     /// The file name was cut.
     pub const FILE_CUT: u32 = 2;
-    /// The code object could not be read: name and file are placeholders.
+    /// The code object could not be read: name and file are placeholders. With [`NATIVE`] (1.4+): no symbol of the
+    /// library covers the address, and the name is `library+0xoffset` (the library's file name and the offset from
+    /// its lowest load address), or `[unknown]` outside every mapping.
     pub const UNRESOLVED: u32 = 4;
+    /// A native frame (1.4+, `record --native`): machine code of the process, unwound from its C stack. `name` is
+    /// the function (demangled), `file` the library or executable as mapped (`/usr/lib/x86_64-linux-gnu/libz.so.1`),
+    /// `scope` empty, `line` 0.
+    pub const NATIVE: u32 = 8;
+    /// A kernel frame (1.4+, `record --kernel`): `name` is the kernel function, `file` `[kernel.kallsyms]`, or
+    /// `[module]` for a module's function, `scope` empty, `line` 0.
+    pub const KERNEL: u32 = 16;
+    /// With [`NATIVE`] (1.4+): a function of the interpreter itself among the Python frames: between two of them
+    /// (calls, attribute lookups), rootward of the first (the program's, the interpreter's and the thread's start-up)
+    /// or leafward of the last. Reports hide these by default, so that a stack reads as its Python frames and the
+    /// native code they call.
+    pub const GLUE: u32 = 32;
+    /// With [`NATIVE`] (1.4+): a pseudo-frame the recorder adds, not a function: `[native: unmerged]` (the native
+    /// walk could not be merged with the Python one: the sample keeps its Python frames), `[native: truncated]`
+    /// (the native frames rootward of it are missing), `[native: no stack copy]`. `file` is empty.
+    pub const MARKER: u32 = 64;
 }
 
-/// A Python frame as shown to the user: one function at one line.
-/// The same function at the same line in the same file is one symbol, whatever process it came from.
+/// What a frame is, from its symbol's flags ([`Symbol::kind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FrameKind {
+    /// A Python function (neither [`symbol_flags::NATIVE`] nor [`symbol_flags::KERNEL`]).
+    Python,
+    /// A native function ([`symbol_flags::NATIVE`]).
+    Native,
+    /// A native function of the interpreter between Python frames ([`symbol_flags::NATIVE`] and
+    /// [`symbol_flags::GLUE`]).
+    Glue,
+    /// A recorder's pseudo-frame ([`symbol_flags::NATIVE`] and [`symbol_flags::MARKER`]).
+    Marker,
+    /// A kernel function ([`symbol_flags::KERNEL`]).
+    Kernel,
+}
+
+/// A frame as shown to the user: one Python function at one line, or (1.4+) a native or kernel function
+/// ([`Symbol::kind`]). The same function at the same line in the same file is one symbol, whatever process it came
+/// from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Symbol {
-    /// Class or enclosing qualified name (`Class`, `outer.<locals>`); empty at module level.
+    /// Class or enclosing qualified name (`Class`, `outer.<locals>`); empty at module level and for native and
+    /// kernel frames.
     pub scope: String,
-    /// Function name as the interpreter names it (`run`, `<module>`, `<lambda>`, `<listcomp>`).
+    /// Function name as the interpreter names it (`run`, `<module>`, `<lambda>`, `<listcomp>`); a native or kernel
+    /// function's name (see [`symbol_flags`]).
     pub name: String,
-    /// Source file (`co_filename`), as the interpreter has it.
+    /// Source file (`co_filename`), as the interpreter has it; a native frame's library, a kernel frame's
+    /// `[kernel.kallsyms]` or `[module]`.
     pub file: String,
-    /// Line being executed; 0 when unknown.
+    /// Line being executed; 0 when unknown (and for native and kernel frames).
     pub line: u32,
     /// See [`symbol_flags`].
     pub flags: u32,
@@ -350,6 +427,24 @@ impl Symbol {
             self.name.clone()
         } else {
             format!("{}.{}", self.scope, self.name)
+        }
+    }
+
+    /// What kind of frame it is: [`symbol_flags::KERNEL`] first, then [`symbol_flags::NATIVE`] with
+    /// [`symbol_flags::MARKER`] or [`symbol_flags::GLUE`] (in that order), else Python. GLUE and MARKER without
+    /// NATIVE mean nothing.
+    pub fn kind(&self) -> FrameKind {
+        use symbol_flags::*;
+        if self.flags & KERNEL != 0 {
+            FrameKind::Kernel
+        } else if self.flags & NATIVE == 0 {
+            FrameKind::Python
+        } else if self.flags & MARKER != 0 {
+            FrameKind::Marker
+        } else if self.flags & GLUE != 0 {
+            FrameKind::Glue
+        } else {
+            FrameKind::Native
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Reading a recording as a stream of records, and the symbol and stack tables they build.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::sync::OnceLock;
 
@@ -37,6 +37,8 @@ pub enum Record {
         /// The intervals.
         intervals: Vec<OffCpuInterval>,
     },
+    /// Native libraries new since the previous such chunk (1.4+), in file order.
+    Libraries(Vec<Library>),
     /// A chunk kind from a newer minor version; skipped.
     Unknown {
         /// Its on-disk kind value.
@@ -146,6 +148,14 @@ impl<R: Read> Reader<R> {
                     what: "off-CPU chunk columns differ in length".into(),
                 })?;
                 Record::OffCpu { min_ns, intervals }
+            }
+            Some(Kind::Libraries) => {
+                let c: LibraryChunk = decode(&raw.payload, at)?;
+                let libraries = c.into_libraries().ok_or_else(|| Error::Corrupt {
+                    offset: at,
+                    what: "library chunk columns differ in length".into(),
+                })?;
+                Record::Libraries(libraries)
             }
             None => Record::Unknown { kind: raw.kind },
         };
@@ -258,6 +268,8 @@ pub struct Tables {
     name_index: OnceLock<NameIndex>,
     /// The recording's off-CPU minimum, from the first off-CPU chunk (1.3+).
     off_cpu_min_ns: Option<u64>,
+    /// Native libraries (1.4+): path -> build id.
+    libraries: BTreeMap<String, String>,
 }
 
 /// Thread names by thread, for [`Tables::thread_name`].
@@ -364,6 +376,11 @@ impl Tables {
                 }
                 self.off_cpu_min_ns.get_or_insert(*min_ns);
             }
+            Record::Libraries(libraries) => {
+                for l in libraries {
+                    self.libraries.insert(l.path.clone(), l.build_id.clone());
+                }
+            }
             Record::Unknown { .. } => {}
         }
         Ok(())
@@ -408,6 +425,13 @@ impl Tables {
     /// of a file has the same).
     pub fn off_cpu_min_ns(&self) -> Option<u64> {
         self.off_cpu_min_ns
+    }
+
+    /// The native libraries the recording has frames of (1.4+, `record --native`): path as mapped -> GNU build id
+    /// (lower-case hex, empty when unknown), in path order. A path written again with another build id (the file
+    /// was replaced while the recording ran) has the latest. Empty for recordings without native frames.
+    pub fn libraries(&self) -> &BTreeMap<String, String> {
+        &self.libraries
     }
 
     /// The symbol with this id. Panics on an id no record defined (ids from checked records are defined).

@@ -17,6 +17,8 @@ pub const SYMBOLS_PER_CHUNK: usize = 4096;
 pub const THREAD_NAMES_PER_CHUNK: usize = 4096;
 /// Off-CPU intervals per chunk (format 1.3+): as samples, a few hundred KiB before compression.
 pub const OFF_CPU_PER_CHUNK: usize = 16 * 1024;
+/// Native libraries per chunk (format 1.4+): at most a few hundred KiB of paths.
+pub const LIBRARIES_PER_CHUNK: usize = 1024;
 
 /// One sample as the recorder hands it over.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +96,10 @@ pub struct Writer<W: Write> {
     off_cpu_min_ns: Option<u64>,
     off_cpu_batch: OffCpuChunk,
     off_cpu: u64,
+    /// Libraries pushed: path -> build id, to write each once.
+    libraries: HashMap<String, String>,
+    /// Libraries pushed but not yet on disk.
+    pending_libraries: Vec<Library>,
 }
 
 impl<W: Write> Writer<W> {
@@ -119,6 +125,8 @@ impl<W: Write> Writer<W> {
             off_cpu_min_ns: None,
             off_cpu_batch: OffCpuChunk::default(),
             off_cpu: 0,
+            libraries: HashMap::new(),
+            pending_libraries: Vec::new(),
         };
         w.write_record(Kind::Header, header)?;
         Ok(w)
@@ -165,6 +173,38 @@ impl<W: Write> Writer<W> {
     pub fn add_thread_names(&mut self, names: &[ThreadName]) -> Result<(), Error> {
         for part in names.chunks(THREAD_NAMES_PER_CHUNK) {
             self.write_record(Kind::ThreadNames, &ThreadNameChunk::from_names(part))?;
+        }
+        Ok(())
+    }
+
+    /// Adds a native library the recording has frames of (format 1.4+): `path` as mapped (the `file` of its native
+    /// frames), `build_id` its GNU build id in lower-case hex ("" if none). Each library is written once: a path
+    /// pushed again with the same build id is ignored, with another one (the file was replaced) written again.
+    /// Batched: written with the next symbols (at the next [`Writer::flush`], full sample batch or
+    /// [`Writer::finish`]), or when [`LIBRARIES_PER_CHUNK`] are waiting.
+    pub fn push_library(&mut self, path: &str, build_id: &str) -> Result<(), Error> {
+        if self.libraries.get(path).is_some_and(|known| known == build_id) {
+            return Ok(());
+        }
+        self.libraries.insert(path.to_string(), build_id.to_string());
+        self.pending_libraries.push(Library { path: path.to_string(), build_id: build_id.to_string() });
+        if self.pending_libraries.len() >= LIBRARIES_PER_CHUNK {
+            self.write_libraries()?;
+        }
+        Ok(())
+    }
+
+    /// Distinct libraries pushed so far (format 1.4+).
+    pub fn library_count(&self) -> usize {
+        self.libraries.len()
+    }
+
+    /// Writes the libraries not yet on disk, if any.
+    fn write_libraries(&mut self) -> Result<(), Error> {
+        if !self.pending_libraries.is_empty() {
+            let chunk = LibraryChunk::from_libraries(&self.pending_libraries);
+            self.pending_libraries.clear();
+            self.write_record(Kind::Libraries, &chunk)?;
         }
         Ok(())
     }
@@ -306,8 +346,9 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
-    /// Writes the symbols and stack nodes not yet on disk.
+    /// Writes the libraries, symbols and stack nodes not yet on disk (the libraries first: native symbols name them).
     fn write_definitions(&mut self) -> Result<(), Error> {
+        self.write_libraries()?;
         while self.symbols_flushed < self.symbols.len() {
             let end = self.symbols.len().min(self.symbols_flushed + SYMBOLS_PER_CHUNK);
             let chunk = SymbolChunk {

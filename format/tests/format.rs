@@ -518,17 +518,18 @@ fn recording(name: &str) -> Vec<u8> {
 }
 
 /// The recordings kept from earlier format versions (1.0: as 0.1.0 wrote them, a real one and the synthetic ones;
-/// 1.1 and 1.2: the synthetic ones as 0.2.0 and 0.3.0 wrote them) read with this reader: every chunk, no thread
-/// names, no off-CPU data, and each synthetic recording gives the same samples, stacks and processes in every version
-/// (a 1.0 process record reads with the 1.1 fields unknown).
+/// 1.1, 1.2 and 1.3: the synthetic ones as 0.2.0, 0.3.0 and 0.4.0 wrote them) read with this reader: every chunk,
+/// no thread names, no off-CPU data, no native libraries or frames, and each synthetic recording gives the same
+/// samples, stacks and processes in every version (a 1.0 process record reads with the 1.1 fields unknown). The
+/// off-CPU recording of 1.3 reads with its intervals.
 #[test]
-fn recordings_of_format_1_0_1_1_and_1_2_still_read() {
+fn recordings_of_format_1_0_to_1_3_still_read() {
     let (_, t, got, notes) = read(&recording("split-3.11.pyp")).unwrap();
     assert!(!got.is_empty() && t.stats.is_some() && t.thread_names.is_empty(), "{:?}", notes.warnings);
     assert_eq!(t.off_cpu_min_ns(), None);
     for name in ["mixed", "killed", "cutoff"] {
         let mut read_as = Vec::new();
-        for minor in 0..=2u8 {
+        for minor in 0..=3u8 {
             let v = format!("1.{minor}");
             let bytes = recording(&format!("{name}-{v}.pyp"));
             assert_eq!(&bytes[8..12], &[1, 0, minor, 0], "{name}-{v}: format {v}");
@@ -538,6 +539,8 @@ fn recordings_of_format_1_0_1_1_and_1_2_still_read() {
             assert!(!got.is_empty(), "{name}-{v}: no samples");
             assert!(t.thread_names.is_empty(), "{name}-{v}");
             assert_eq!(t.off_cpu_min_ns(), None, "{name}-{v}: recorded without off-CPU");
+            assert!(t.libraries().is_empty(), "{name}-{v}: no native libraries");
+            assert!(t.symbols.iter().all(|s| s.kind() == FrameKind::Python), "{name}-{v}: Python frames only");
             // Only what the file itself says is wrong with it: the killed and cut-off ones lack their trailer.
             assert_eq!(notes.warnings.is_empty(), name == "mixed", "{name}-{v}: {:?}", notes.warnings);
             let processes: Vec<(u32, Vec<String>, String)> =
@@ -546,7 +549,14 @@ fn recordings_of_format_1_0_1_1_and_1_2_still_read() {
         }
         assert!(read_as[0] == read_as[1], "{name}: 1.0 and 1.1 read differently");
         assert!(read_as[1] == read_as[2], "{name}: 1.1 and 1.2 read differently");
+        assert!(read_as[2] == read_as[3], "{name}: 1.2 and 1.3 read differently");
     }
+    let bytes = recording("offcpu-1.3.pyp");
+    assert_eq!(&bytes[8..12], &[1, 0, 3, 0], "offcpu-1.3: format 1.3");
+    let (t, mins, intervals, notes) = read_off_cpu(&bytes).unwrap();
+    assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
+    assert_eq!((t.off_cpu_min_ns(), mins.len(), intervals.len()), (Some(1_000_000), 3, 10));
+    assert!(t.libraries().is_empty());
 }
 
 /// An empty name (the recorder's "unknown from here": the tid was reused, or the thread is gone) ends the name
@@ -726,7 +736,7 @@ fn read_off_cpu(bytes: &[u8]) -> Result<OffCpuRead, Error> {
 fn off_cpu_intervals_round_trip_every_field() {
     let n = OFF_CPU_PER_CHUNK as u64 * 2 + 5;
     let (bytes, expected) = write_off_cpu(n, 0, Some(OFF_CPU_MIN_NS));
-    assert_eq!(&bytes[8..12], &[1, 0, 3, 0], "format 1.3");
+    assert_eq!(&bytes[8..12], &[1, 0, MINOR as u8, 0], "format 1.{MINOR}");
     let (t, mins, got, notes) = read_off_cpu(&bytes).unwrap();
     assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
     assert_eq!(t.off_cpu_min_ns(), Some(OFF_CPU_MIN_NS));
@@ -900,4 +910,269 @@ fn off_cpu_chunks_are_skipped_as_unknown_by_older_readers() {
         notes.warnings,
         vec![format!("skipped {relabelled} chunks of a kind this pyperf does not know (newer minor version)")]
     );
+}
+
+// ---- native and kernel frames, libraries (1.4) ---------------------------------------------------------------------
+
+fn native(name: &str, library: &str, flags: u32) -> Symbol {
+    Symbol {
+        scope: String::new(),
+        name: name.into(),
+        file: library.into(),
+        line: 0,
+        flags: symbol_flags::NATIVE | flags,
+    }
+}
+
+fn kernel(name: &str) -> Symbol {
+    Symbol {
+        scope: String::new(),
+        name: name.into(),
+        file: "[kernel.kallsyms]".into(),
+        line: 0,
+        flags: symbol_flags::KERNEL,
+    }
+}
+
+fn library(path: &str, build_id: &str) -> Library {
+    Library { path: path.into(), build_id: build_id.into() }
+}
+
+const LIBZ: &str = "/usr/lib/x86_64-linux-gnu/libz.so.1.3";
+const LIBPYTHON: &str = "/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0";
+
+/// A recording with native and kernel frames as `record --native --kernel` writes them: every kind of frame in its
+/// stacks, libraries pushed as the recorder meets them (again, and once replaced by another build). Returns the file
+/// and the samples' stacks as symbols, root first.
+fn write_native() -> (Vec<u8>, Vec<Vec<Symbol>>) {
+    let mut w = Writer::new(Vec::new(), &header()).unwrap();
+    w.add_process(&process(100)).unwrap();
+    let stacks: Vec<Vec<Symbol>> = vec![
+        vec![
+            sym("", "<module>", 1),
+            sym("", "compress", 10),
+            native("zlib_Compress_compress", "/usr/lib/python3.12/lib-dynload/zlib.so", 0),
+            native("deflate", LIBZ, 0),
+            kernel("asm_exc_page_fault"),
+            kernel("nf_hook_slow"),
+        ],
+        vec![
+            sym("", "<module>", 1),
+            native("PyObject_Vectorcall", LIBPYTHON, symbol_flags::GLUE),
+            sym("", "callback", 20),
+        ],
+        vec![sym("", "<module>", 1), native("[native: unmerged]", "", symbol_flags::MARKER)],
+        vec![sym("", "<module>", 1), native("libfoo.so+0x1a2b", "/opt/libfoo.so", symbol_flags::UNRESOLVED)],
+    ];
+    let leaves: Vec<u32> = stacks
+        .iter()
+        .map(|s| {
+            let ids: Vec<u32> = s.iter().map(|f| w.intern_symbol(f)).collect();
+            w.intern_stack(&ids)
+        })
+        .collect();
+    w.push_library(LIBZ, "aa11").unwrap();
+    w.push_library("/usr/lib/python3.12/lib-dynload/zlib.so", "").unwrap();
+    w.push_library(LIBZ, "aa11").unwrap(); // known: not written again
+    let mut expected = Vec::new();
+    for i in 0..40u64 {
+        let k = i as usize % stacks.len();
+        if i == 20 {
+            w.push_library(LIBPYTHON, "bb22").unwrap();
+            w.push_library("/opt/libfoo.so", "").unwrap();
+            w.push_library(LIBZ, "cc33").unwrap(); // replaced while recording: written again
+        }
+        w.push_sample(&SampleRecord {
+            time_ns: i * 1_000_000,
+            cpu: 0,
+            pid: 100,
+            tid: 100,
+            comm: "python3",
+            thread_state: ThreadStateMatch::Match,
+            gil: GilState::ThisThread,
+            pthread_id: PthreadIdMatch::Match,
+            status: StackStatus::Complete,
+            stack: leaves[k],
+        })
+        .unwrap();
+        expected.push(stacks[k].clone());
+        if i == 9 || i == 29 {
+            w.flush().unwrap();
+        }
+    }
+    assert_eq!(w.library_count(), 4);
+    (w.finish(&stats(40)).unwrap(), expected)
+}
+
+/// Chunk kinds of a file, in order.
+fn kinds(bytes: &[u8]) -> Vec<u16> {
+    chunk_ends(bytes)[..chunk_ends(bytes).len() - 1]
+        .iter()
+        .map(|&at| u16::from_le_bytes([bytes[at], bytes[at + 1]]))
+        .collect()
+}
+
+/// Native and kernel symbols (every flag) and libraries survive write -> read: the flags as written, each symbol's
+/// kind, the libraries in chunks of what was new at each flush (a library pushed again is not written again, one
+/// replaced by another build is), written before the symbols of the same flush; the tables map each path to its
+/// latest build id.
+#[test]
+fn native_frames_and_libraries_round_trip() {
+    let (bytes, expected) = write_native();
+    assert_eq!(&bytes[8..12], &[1, 0, 4, 0], "format 1.4");
+    let (_, t, got, notes) = read(&bytes).unwrap();
+    assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
+    let stacks: Vec<Vec<Symbol>> = got.into_iter().map(|s| s.6).collect();
+    assert_eq!(stacks, expected);
+    let kinds_of: Vec<FrameKind> = expected.iter().flatten().map(Symbol::kind).collect();
+    use FrameKind::*;
+    assert_eq!(
+        kinds_of[..12],
+        [Python, Python, Native, Native, Kernel, Kernel, Python, Glue, Python, Python, Marker, Python]
+    );
+    assert_eq!(expected[3][1].kind(), Native, "unresolved is native");
+    let want: std::collections::BTreeMap<String, String> =
+        [(LIBZ, "cc33"), ("/usr/lib/python3.12/lib-dynload/zlib.so", ""), (LIBPYTHON, "bb22"), ("/opt/libfoo.so", "")]
+            .iter()
+            .map(|&(p, b)| (p.to_string(), b.to_string()))
+            .collect();
+    assert_eq!(t.libraries(), &want);
+
+    let mut r = Reader::new(&bytes[..]).unwrap();
+    let mut chunks = Vec::new();
+    while let Some(rec) = r.next_record().unwrap() {
+        if let Record::Libraries(l) = rec {
+            chunks.push(l);
+        }
+    }
+    assert_eq!(
+        chunks,
+        vec![
+            vec![library(LIBZ, "aa11"), library("/usr/lib/python3.12/lib-dynload/zlib.so", "")],
+            vec![library(LIBPYTHON, "bb22"), library("/opt/libfoo.so", ""), library(LIBZ, "cc33")],
+        ]
+    );
+    // Header, process, libraries, symbols, stacks, samples; then libraries, samples; samples; symbol table, trailer.
+    let k = kinds(&bytes);
+    assert_eq!(&k[..6], &[1, 2, 11, 3, 4, 5], "{k:?}");
+    assert_eq!(&k[6..8], &[11, 5], "{k:?}");
+}
+
+/// Symbol::kind reads the flags as FORMAT.md says: kernel first, then native with marker, glue; glue and marker mean
+/// nothing without native; the other bits do not matter.
+#[test]
+fn frame_kinds_from_flags() {
+    use symbol_flags::*;
+    let kind = |flags| Symbol { flags, ..sym("", "f", 1) }.kind();
+    assert_eq!(kind(0), FrameKind::Python);
+    assert_eq!(kind(NAME_CUT | FILE_CUT | UNRESOLVED), FrameKind::Python);
+    assert_eq!(kind(GLUE | MARKER), FrameKind::Python);
+    assert_eq!(kind(NATIVE), FrameKind::Native);
+    assert_eq!(kind(NATIVE | UNRESOLVED | NAME_CUT), FrameKind::Native);
+    assert_eq!(kind(NATIVE | GLUE), FrameKind::Glue);
+    assert_eq!(kind(NATIVE | MARKER), FrameKind::Marker);
+    assert_eq!(kind(NATIVE | MARKER | GLUE), FrameKind::Marker);
+    assert_eq!(kind(KERNEL), FrameKind::Kernel);
+    assert_eq!(kind(KERNEL | NATIVE | GLUE), FrameKind::Kernel);
+    assert_eq!(kind(1 << 31), FrameKind::Python, "a bit of a newer minor");
+    assert_eq!([NATIVE, KERNEL, GLUE, MARKER], [8, 16, 32, 64], "FORMAT.md's values");
+}
+
+/// Libraries come in pieces of at most LIBRARIES_PER_CHUNK, all read back, in order.
+#[test]
+fn many_libraries_are_split_into_chunks() {
+    let n = LIBRARIES_PER_CHUNK * 2 + 5;
+    let mut w = Writer::new(Vec::new(), &header()).unwrap();
+    let libs: Vec<Library> = (0..n).map(|i| library(&format!("/lib/l{i}.so"), &format!("{i:x}"))).collect();
+    for l in &libs {
+        w.push_library(&l.path, &l.build_id).unwrap();
+    }
+    let bytes = w.finish(&stats(0)).unwrap();
+    assert_eq!(kinds(&bytes), vec![1, 11, 11, 11, 7], "header, three library chunks (two full), trailer");
+    let mut r = Reader::new(&bytes[..]).unwrap();
+    let mut got = Vec::new();
+    while let Some(rec) = r.next_record().unwrap() {
+        if let Record::Libraries(l) = rec {
+            got.extend(l);
+        }
+    }
+    assert_eq!(got, libs);
+    let (_, t, _, _) = read(&bytes).unwrap();
+    assert_eq!(t.libraries().len(), n);
+}
+
+/// A damaged library chunk is reported like any other: a flipped byte is a checksum error naming its offset; a
+/// payload that does not decode, or whose columns differ in length, is corrupt at its offset; a file cut inside it
+/// reads its complete chunks with a warning. One with a column appended by a newer minor reads with it ignored.
+#[test]
+fn damaged_library_chunks_are_reported_like_other_damage() {
+    let w = write(3, 0);
+    let ends = chunk_ends(&w.bytes);
+    let at = ends[1];
+    let with = |payload: &[u8]| {
+        let mut bytes = w.bytes[..at].to_vec();
+        bytes.extend_from_slice(&raw_chunk(Kind::Libraries as u16, payload));
+        bytes.extend_from_slice(&w.bytes[at..]);
+        bytes
+    };
+    let good = LibraryChunk::from_libraries(&[library(LIBZ, "aa11"), library("/opt/libfoo.so", "")]);
+    let encoded = postcard::to_stdvec(&good).unwrap();
+
+    let mut newer = encoded.clone();
+    newer.extend(postcard::to_stdvec(&vec![7u64, 8]).unwrap()); // a column from the future
+    let (_, t, got, notes) = read(&with(&newer)).unwrap();
+    assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
+    assert_eq!((got.len(), t.libraries().len()), (3, 2));
+    assert_eq!(t.libraries()[LIBZ], "aa11");
+
+    for (bad, what) in [
+        (LibraryChunk { build_id: vec!["x".into()], ..good.clone() }, "shorter"),
+        (LibraryChunk { path: vec!["a".into(), "b".into(), "c".into()], ..good.clone() }, "longer"),
+    ] {
+        let msg = read(&with(&postcard::to_stdvec(&bad).unwrap())).expect_err(what).to_string();
+        assert_eq!(msg, format!("recording corrupt at byte {at}: library chunk columns differ in length"), "{what}");
+    }
+    // Cut short inside the record, or not a string where one belongs.
+    for payload in [&encoded[..encoded.len() - 3], &[2, 2, 0xff, 0xfe][..]] {
+        let msg = read(&with(payload)).expect_err("undecodable").to_string();
+        assert!(msg.starts_with(&format!("recording corrupt at byte {at}: undecodable record")), "{msg}");
+    }
+    let bytes = with(&encoded);
+    let chunk_len = chunk_ends(&bytes)[2] - at;
+    for pos in at..at + chunk_len {
+        let mut bad = bytes.clone();
+        bad[pos] ^= 0x10;
+        let msg = read(&bad).expect_err("flipped").to_string();
+        assert_eq!(msg, format!("recording corrupt: checksum mismatch in the chunk at byte {at}"), "byte {pos}");
+    }
+    for cut in at + 1..at + chunk_len {
+        let (_, t, got, notes) = read(&bytes[..cut]).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        assert!(got.is_empty() && t.libraries().is_empty(), "cut at {cut}");
+        assert!(notes.warnings[0].contains(&format!("cut off at byte {cut} after 1 complete chunks")), "{:?}", notes);
+    }
+}
+
+/// What a 1.3 reader does with a 1.4 file: kind 11 is a kind it does not know, skipped with a warning; the native
+/// and kernel frames are symbols like any other, read as the frames they are named (the flag bits it does not know
+/// are kept, unused). Here the library chunks are relabelled with a kind this reader does not know either, which
+/// takes the same path.
+#[test]
+fn library_chunks_are_skipped_as_unknown_by_older_readers() {
+    let (bytes, expected) = write_native();
+    let mut old = bytes.clone();
+    let mut relabelled = 0;
+    for w in chunk_ends(&bytes).windows(2) {
+        let at = w[0];
+        if u16::from_le_bytes([old[at], old[at + 1]]) == Kind::Libraries as u16 {
+            old[at..at + 2].copy_from_slice(&999u16.to_le_bytes());
+            let crc = crc32fast::hash(&old[at..at + 16]);
+            old[at + 16..at + 20].copy_from_slice(&crc.to_le_bytes());
+            relabelled += 1;
+        }
+    }
+    assert_eq!(relabelled, 2);
+    let (_, t, got, notes) = read(&old).unwrap();
+    assert_eq!(got.into_iter().map(|s| s.6).collect::<Vec<_>>(), expected);
+    assert!(t.libraries().is_empty());
+    assert_eq!(notes.warnings, vec!["skipped 2 chunks of a kind this pyperf does not know (newer minor version)"]);
 }

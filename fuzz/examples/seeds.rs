@@ -8,8 +8,12 @@
 //! - `small.pyp`, `small-raw.pyp`, `killed-small.pyp`: tiny recordings from the format crate's Writer;
 //! - `threadnames.pyp`, `threadnames-raw.pyp`: thread names (chunk kind 9, 1.2+): renames, an empty name that ends
 //!   one, names out of time order, a reused pid;
-//! - `offcpu.pyp`, `offcpu-raw.pyp`: off-CPU intervals (chunk kind 10, 1.3+): the empty first chunk, every kind (an
-//!   unknown one too), syscalls and none, both flags, a GIL wait, stacks and no stack, in two chunks;
+//! - `offcpu-small.pyp`, `offcpu-small-raw.pyp` (named apart from testdata's `offcpu`): off-CPU intervals (chunk
+//!   kind 10, 1.3+): the empty first chunk, every kind (an unknown one too), syscalls and none, both flags, a GIL
+//!   wait, stacks and no stack, in two chunks;
+//! - `native-small.pyp`, `native-small-raw.pyp`: native and kernel frames (symbol flags, 1.4+) of every kind (glue,
+//!   markers, unresolved) among Python frames, and libraries (chunk kind 11) in two chunks, one library written again
+//!   with another build id;
 //! - `crafted-*.pyp`: the hostile shapes of report/tests/support/crafted.rs (deep chains sampled at every depth,
 //!   wide files, many threads on one chain), scaled down so that one run stays fast: their output is the sum of
 //!   the stacks' depths (report/tests/hostile.rs runs them at full size);
@@ -49,8 +53,11 @@ fn main() {
     write(&out, "threadnames.pyp", &names);
     write(&out, "threadnames-raw.pyp", &uncompressed(&names));
     let off_cpu = with_off_cpu();
-    write(&out, "offcpu.pyp", &off_cpu);
-    write(&out, "offcpu-raw.pyp", &uncompressed(&off_cpu));
+    write(&out, "offcpu-small.pyp", &off_cpu);
+    write(&out, "offcpu-small-raw.pyp", &uncompressed(&off_cpu));
+    let native = with_native();
+    write(&out, "native-small.pyp", &native);
+    write(&out, "native-small-raw.pyp", &uncompressed(&native));
     for (name, bytes) in [
         ("crafted-chain-2k-one-function", crafted::chain(2_000, 1)),
         ("crafted-chain-2k-distinct", crafted::chain(2_000, 2_000)),
@@ -229,6 +236,57 @@ fn with_off_cpu() -> Vec<u8> {
         ..Stats::default()
     })
     .unwrap()
+}
+
+/// The small recording with native and kernel frames: stacks of Python frames with native ones (glue between them, a
+/// marker, an unresolved address) and kernel leaves, and the libraries, in two chunks (libz written again with
+/// another build id).
+fn with_native() -> Vec<u8> {
+    let mut w = writer_with_samples();
+    let frame = |name: &str, file: &str, flags: u32| Symbol {
+        scope: String::new(),
+        name: name.into(),
+        file: file.into(),
+        line: 0,
+        flags,
+    };
+    let py = Symbol { scope: "C".into(), name: "run".into(), file: "a.py".into(), line: 5, flags: 0 };
+    let (native, kernel) = (symbol_flags::NATIVE, symbol_flags::KERNEL);
+    let stacks: [Vec<Symbol>; 4] = [
+        vec![
+            py.clone(),
+            frame("deflate", "/lib/libz.so.1", native),
+            frame("do_syscall_64", "[kernel.kallsyms]", kernel),
+        ],
+        vec![py.clone(), frame("PyObject_Call", "/usr/bin/python3", native | symbol_flags::GLUE), py.clone()],
+        vec![py.clone(), frame("[native: unmerged]", "", native | symbol_flags::MARKER)],
+        vec![frame("libx.so+0x10", "/lib/libx.so", native | symbol_flags::UNRESOLVED), frame("f", "[mod]", kernel)],
+    ];
+    w.push_library("/lib/libz.so.1", "ab").unwrap();
+    w.push_library("/usr/bin/python3", "").unwrap();
+    for (i, stack) in stacks.iter().enumerate() {
+        let ids: Vec<u32> = stack.iter().map(|s| w.intern_symbol(s)).collect();
+        let leaf = w.intern_stack(&ids);
+        w.push_sample(&SampleRecord {
+            time_ns: 10_000 + i as u64,
+            cpu: 0,
+            pid: 7,
+            tid: 7,
+            comm: "python",
+            thread_state: ThreadStateMatch::from_u8(1),
+            gil: GilState::from_u8(4),
+            pthread_id: PthreadIdMatch::from_u8(1),
+            status: StackStatus::from_u8(if i == 3 { 3 } else { 0 }),
+            stack: leaf,
+        })
+        .unwrap();
+        if i == 1 {
+            w.flush().unwrap();
+            w.push_library("/lib/libx.so", "").unwrap();
+            w.push_library("/lib/libz.so.1", "cd").unwrap();
+        }
+    }
+    w.finish(&Stats { samples: 10, counters: vec![("native_unmerged".into(), 1)], ..Stats::default() }).unwrap()
 }
 
 /// What a killed recorder leaves: no symbol table, no trailer.
@@ -455,6 +513,21 @@ fn budget_files() -> Vec<(&'static str, Vec<u8>)> {
                 }
                 let mut out = head(0);
                 out.extend(packed(Kind::OffCpu, &raw));
+                out
+            }),
+        ),
+        // LibraryChunk of n libraries, both columns empty strings (one byte each): decoded into columns, then into
+        // libraries.
+        (
+            "libraries-1k",
+            largest_accepted(|n| {
+                let mut raw = Vec::new();
+                for _ in 0..2 {
+                    varint(n, &mut raw);
+                    raw.resize(raw.len() + n as usize, 0);
+                }
+                let mut out = head(0);
+                out.extend(packed(Kind::Libraries, &raw));
                 out
             }),
         ),

@@ -168,6 +168,7 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool) -> Result<ProcConfig, C
         (l.frame_code, 8),
         (frame_instr, if instr_kind == 1 { 4 } else { 8 }),
         (l.frame_owner, 1),
+        (l.frame_is_entry, 1),
         (frame_localsplus, 8),
     ]);
     let gil_size = if gil_locked >= 0 {
@@ -248,6 +249,8 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool) -> Result<ProcConfig, C
             global_from_gil,
             tstate_base_frame: s16(l.tstate_base_frame)?,
             tstate_gil_requested: s16(l.tstate_gil_requested)?,
+            frame_is_entry: s16(l.frame_is_entry)?,
+            _pad: [0; 3],
         },
     })
 }
@@ -310,6 +313,8 @@ mod tests {
             assert!(o.gil_size as i32 <= GIL_BUF && o.code_span_len as i32 <= CODE_BUF, "{v:?}");
             // Entry frames: owner == C stack (3.12+), f_executable == None (3.13+).
             assert_eq!(o.owner_cstack >= 0, v >= (3, 12), "{v:?}");
+            // 3.11 marks the first frame of an activation of the evaluation loop itself; 3.12+ with a shim frame.
+            assert_eq!(o.frame_is_entry >= 0, v == (3, 11), "{v:?}");
             // Frames read by windows where they live on the data stack (3.11+).
             assert_eq!(c.frame_window == 1, v >= (3, 11), "{v:?}");
             assert_eq!(c.skip_code != 0, v >= (3, 13), "{v:?}");

@@ -39,7 +39,7 @@ use super::objects::{at, Budget, Metered};
 use super::threads::{PID_MAX_LIMIT, PTHREAD_TID_CANDIDATES, TCB_SELF};
 use super::versions::Row;
 use super::PythonProcess;
-use crate::abi::{types, ProcConfig, RawFrame, CODE_BUF, FRAME_BUF, GIL_BUF, MAX_FRAMES, TSTATE_BUF};
+use crate::abi::{types, ProcConfig, RawFrame, CODE_BUF, FRAME_BUF, GIL_BUF, INSTR_ENTRY, MAX_FRAMES, TSTATE_BUF};
 
 /// Most interpreters (main and subinterpreters) whose thread lists are walked.
 pub const MAX_INTERPRETERS: usize = 16;
@@ -507,10 +507,12 @@ impl Proc {
             };
             cur = u64_in(&fb, o.frame_back);
             if o.owner_cstack >= 0 && u8_in(&fb, o.frame_owner) >= i32::from(o.owner_cstack) {
+                mark_entry(&mut ch.frames);
                 continue; // the interpreter's own frame (C-stack shim, entry frame)
             }
             let code = u64_in(&fb, o.frame_code) & c.code_mask;
             if c.skip_code != 0 && code == c.skip_code {
+                mark_entry(&mut ch.frames);
                 continue; // 3.13+: f_executable == Py_None, a C-stack entry frame
             }
             if code == 0 {
@@ -521,13 +523,18 @@ impl Proc {
                 ch.status = TRUNCATED;
                 break;
             }
-            let instr = match u32::from(o.instr_kind) {
+            // 31 bits of position, the top bit for the entry flag (as the program keeps them).
+            let mut instr = match u32::from(o.instr_kind) {
                 k if k == types::pyperf_instr_kind::INSTR_PTR_MINUS_CODE.0 => {
                     u64_in(&fb, o.frame_instr).wrapping_sub(code) as u32
                 }
                 k if k == types::pyperf_instr_kind::INSTR_LASTI.0 => s32_in(&fb, o.frame_instr) as u32,
                 _ => 0,
-            };
+            } & !INSTR_ENTRY;
+            // 3.11: the first frame of an activation of the evaluation loop says so itself.
+            if o.frame_is_entry >= 0 && u8_in(&fb, o.frame_is_entry) > 0 {
+                instr |= INSTR_ENTRY;
+            }
             let check = if code == last_code {
                 last_check
             } else {
@@ -677,6 +684,14 @@ fn thread_state_match(this_ts: u64, global_ts: u64) -> u8 {
         _ => t::THREAD_STATE_MISMATCH,
     }
     .0 as u8
+}
+
+/// 3.12+: the walk skipped an interpreter frame (a C-stack shim or entry frame): the Python frame before it, if any, is
+/// the rootmost of its activation of the evaluation loop (the program's `mark_entry`).
+fn mark_entry(frames: &mut [(u64, u32, u32, u64, u64)]) {
+    if let Some(f) = frames.last_mut() {
+        f.1 |= INSTR_ENTRY;
+    }
 }
 
 #[cfg(test)]
@@ -1045,10 +1060,12 @@ mod tests {
             let mut w = s.walker(500);
             let got = w.walk(501).unwrap_or_else(|e| panic!("{v:?}: {e}"));
             let first = if v <= (3, 10) { (obj, obj_type) } else { (0, 0) };
+            // The rootmost frame of an activation (a skipped interpreter frame below it) carries the entry flag.
+            let entry = |on: bool| if on { INSTR_ENTRY } else { 0 };
             let want = vec![
                 (gc.addr, s.instr(9), gc.check, 0, 0),
-                (gc.addr, s.instr(7), gc.check, 0, 0),
-                (f.addr, s.instr(5), f.check, first.0, first.1),
+                (gc.addr, s.instr(7) | entry(row.none_is_entry), gc.check, 0, 0),
+                (f.addr, s.instr(5) | entry(row.hidden_owners_from.is_some()), f.check, first.0, first.1),
                 (module.addr, s.instr(3), module.check, 0, 0),
             ];
             assert_eq!(tuples(&got), want, "{v:?}");

@@ -29,13 +29,18 @@ use crate::abi::skel::{PyperfSkel, PyperfSkelBuilder};
 use crate::abi::{self, types, ProcConfig};
 use ring::{Callback, CallbackGuard, Shared};
 
-pub use ring::{OffCpu, OffCpuPart, RawSample};
+pub use ring::{OffCpu, OffCpuPart, RawSample, UserStack};
 
 /// How often [`Sampler::poll`] takes the ring while samples flow (`PYPERF_POLL_NS`). Samples that may hold a
 /// code object not read yet (a new stack) wake it sooner, within `PYPERF_WAKEUP_NS` (2 ms).
 const POLL_INTERVAL: Duration = Duration::from_nanos(abi::POLL_NS);
 /// Empty polls in a row after which [`Sampler::poll`] sleeps until the program wakes it (60 ms).
 const IDLE_ROUNDS: u32 = 3;
+/// With [`SamplerOptions::native`] the ring is this many times [`SamplerOptions::ringbuf_bytes`]: each record
+/// carries up to `ustack_bytes` of user stack (16 KiB by default), and 1-2 kHz on a few CPUs is tens of MiB/s.
+pub const NATIVE_RING_FACTOR: usize = 4;
+/// Default [`SamplerOptions::ustack_bytes`].
+pub const DEFAULT_USTACK_BYTES: u32 = 16384;
 
 /// Which perf event drives sampling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +72,16 @@ pub struct SamplerOptions {
     /// `record --off-cpu`: also record the intervals followed threads spend off CPU, sampling those shorter than
     /// this many nanoseconds (see `off_cpu_min_ns` in bpf/pyperf.bpf.c). `None`: CPU samples only.
     pub off_cpu_min_ns: Option<u64>,
+    /// `record --native`: each record carries the thread's user registers and a copy of its user stack
+    /// ([`RawSample::user`]), for the native unwinder. The ring is [`NATIVE_RING_FACTOR`] times larger.
+    pub native: bool,
+    /// `record --kernel`: each record of a thread in the kernel carries its kernel stack ([`RawSample::kernel`]); an
+    /// off-CPU interval in a system call, where it blocked.
+    pub kernel: bool,
+    /// With `native`: most bytes of user stack copied per record, rounded up to 8, at most [`abi::USTACK_MAX`]. The
+    /// copy ends earlier at the top of the thread's stack when the program can tell where that is (glibc threads,
+    /// the main thread).
+    pub ustack_bytes: u32,
 }
 
 impl Default for SamplerOptions {
@@ -76,6 +91,9 @@ impl Default for SamplerOptions {
             rate: Rate::Frequency(99),
             ringbuf_bytes: 8 << 20,
             off_cpu_min_ns: None,
+            native: false,
+            kernel: false,
+            ustack_bytes: DEFAULT_USTACK_BYTES,
         }
     }
 }
@@ -123,6 +141,19 @@ pub struct Counters {
     pub off_cpu_lost: u64,
     /// Threads marked off CPU when followed that had woken meanwhile: dropped.
     pub off_cpu_stale: u64,
+    /// `--native`: records with a copy of the user stack.
+    pub ustack_copies: u64,
+    /// Their bytes, total.
+    pub ustack_bytes: u64,
+    /// Copies cut short: the first read failed (it crossed the end of the stack's mapping), a shorter one worked.
+    pub ustack_short: u64,
+    /// Records with user registers but no stack copy (every read failed).
+    pub ustack_failed: u64,
+    /// `--kernel`: records with kernel addresses.
+    pub kernel_stacks: u64,
+    /// `--kernel --off-cpu`: intervals in a system call written without the kernel stack of their block (not
+    /// taken, or evicted; or the thread blocked before it was followed).
+    pub off_kstack_lost: u64,
 }
 
 impl Counters {
@@ -148,6 +179,12 @@ impl Counters {
             ("bpf_off_cpu_events", self.off_cpu_events),
             ("off_cpu_lost", self.off_cpu_lost),
             ("off_cpu_stale_marks", self.off_cpu_stale),
+            ("bpf_ustack_copies", self.ustack_copies),
+            ("bpf_ustack_bytes", self.ustack_bytes),
+            ("bpf_ustack_short", self.ustack_short),
+            ("bpf_ustack_failed", self.ustack_failed),
+            ("bpf_kernel_stacks", self.kernel_stacks),
+            ("bpf_off_cpu_kstack_lost", self.off_kstack_lost),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -329,9 +366,16 @@ impl Sampler {
         if !off_cpu {
             open.maps.off_cpu.set_max_entries(1).map_err(bpf_err("sizing the off-CPU map"))?;
         }
+        if !(off_cpu && opts.kernel) {
+            open.maps.off_kstack.set_max_entries(1).map_err(bpf_err("sizing the off-CPU kernel stack map"))?;
+        }
         // One bit per possible pid: PID_MAX_LIMIT of 64-bit Linux, whatever pid_max says now (it may be raised).
         open.maps.followed.set_max_entries(PID_MAX_LIMIT / 64).map_err(bpf_err("sizing the followed map"))?;
-        let ring_bytes = ring_size(opts.ringbuf_bytes);
+        let ring_bytes = ring_size(if opts.native {
+            opts.ringbuf_bytes.saturating_mul(NATIVE_RING_FACTOR)
+        } else {
+            opts.ringbuf_bytes
+        });
         open.maps.events.set_max_entries(ring_bytes as u32).map_err(bpf_err("sizing the ring buffer"))?;
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             // Wake the reader early only when a quarter of the ring is pending; otherwise
@@ -339,6 +383,9 @@ impl Sampler {
             ro.wakeup_bytes = (ring_bytes / 4) as u64;
             ro.nr_cpus = cpus_possible as u32;
             ro.off_cpu_min_ns = opts.off_cpu_min_ns.unwrap_or(0);
+            ro.native = u8::from(opts.native);
+            ro.kernel = u8::from(opts.kernel);
+            ro.ustack_bytes = ustack_size(opts.ustack_bytes);
         }
         // The off-CPU programs are verified only when used (start-up time).
         for prog in [&mut open.progs.pyperf_switch, &mut open.progs.pyperf_wakeup, &mut open.progs.pyperf_sys_exit] {
@@ -575,6 +622,12 @@ impl Sampler {
             c.off_cpu_events += pc.off_cpu_events;
             c.off_cpu_lost += pc.off_cpu_rb_full + pc.off_cpu_busy;
             c.off_cpu_stale += pc.off_cpu_stale;
+            c.ustack_copies += pc.ustack_copies;
+            c.ustack_bytes += pc.ustack_bytes;
+            c.ustack_short += pc.ustack_short;
+            c.ustack_failed += pc.ustack_failed;
+            c.kernel_stacks += pc.kernel_stacks;
+            c.off_kstack_lost += pc.off_kstack_lost;
         }
         c
     }
@@ -671,6 +724,11 @@ fn ring_size(bytes: usize) -> usize {
     bytes.max(4096).checked_next_power_of_two().unwrap_or(1 << 30).min(1 << 30)
 }
 
+/// [`SamplerOptions::ustack_bytes`] as the program takes it: a multiple of 8, at most [`abi::USTACK_MAX`].
+fn ustack_size(bytes: u32) -> u32 {
+    (bytes.min(abi::USTACK_MAX as u32) + 7) & !7
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -680,5 +738,13 @@ mod tests {
         assert_eq!(ring_size(0), 4096);
         assert_eq!(ring_size(5000), 8192);
         assert_eq!(ring_size(1 << 20), 1 << 20);
+    }
+
+    #[test]
+    fn ustack_sizes() {
+        assert_eq!(ustack_size(0), 0);
+        assert_eq!(ustack_size(1), 8);
+        assert_eq!(ustack_size(16384), 16384);
+        assert_eq!(ustack_size(u32::MAX), 65536);
     }
 }

@@ -3,7 +3,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use crate::abi::{types, RawFrame};
+use crate::abi::{self, types, RawFrame};
 
 /// One sample as the BPF program wrote it, borrowing the ring buffer record.
 #[derive(Debug, Clone, Copy)]
@@ -30,6 +30,27 @@ pub struct RawSample<'a> {
     pub frames: &'a [RawFrame],
     /// `Some` for the record of an off-CPU interval (`--off-cpu`) that ended at `time_ns`; `None` for a CPU sample.
     pub off_cpu: Option<OffCpu>,
+    /// `--kernel`: kernel addresses, leaf first (the first is where the kernel was, the others return addresses).
+    /// Empty without `--kernel`, for a sample in user mode, or when the stack could not be taken. For an off-CPU
+    /// interval in a system call: where it blocked.
+    pub kernel: &'a [u64],
+    /// `--native`: the user registers and the copy of the user stack from `sp` up. `None` without `--native` (or
+    /// when the registers could not be read).
+    pub user: Option<UserStack<'a>>,
+}
+
+/// The user-space state of a thread at a sample (`--native`): where it was and the bytes of its stack, for the
+/// native unwinder. In a system call (or off CPU in one): where it entered the kernel.
+#[derive(Debug, Clone, Copy)]
+pub struct UserStack<'a> {
+    /// Instruction pointer.
+    pub ip: u64,
+    /// Stack pointer: `stack[0]` is the byte at this address.
+    pub sp: u64,
+    /// Frame pointer register.
+    pub bp: u64,
+    /// The stack from `sp` up, at most the sampler's `ustack_bytes`; may be empty (the copy failed).
+    pub stack: &'a [u8],
 }
 
 /// Which part of an off-CPU interval a record is (bpf/pyperf.h, `enum pyperf_event_kind`).
@@ -97,14 +118,7 @@ impl Shared {
             self.malformed.set(self.malformed.get() + 1);
             return;
         };
-        let n = h.nframes as usize;
-        let fsize = std::mem::size_of::<RawFrame>();
-        let Some(fbytes) = data.get(hsize..hsize + n * fsize) else {
-            self.malformed.set(self.malformed.get() + 1);
-            return;
-        };
-        // Ring buffer records are 8-byte aligned and the header is 88 bytes: no copy needed.
-        let Ok(frames) = plain::slice_from_bytes::<RawFrame>(fbytes) else {
+        let Some((frames, kernel, user)) = parts(h, data, hsize) else {
             self.malformed.set(self.malformed.get() + 1);
             return;
         };
@@ -133,6 +147,8 @@ impl Shared {
                 syscall: h.off_syscall,
                 flags: h.off_flags,
             }),
+            kernel,
+            user,
         };
         if let Some(callback) = self.callback.get() {
             // SAFETY: set by `poll` from a live `&mut dyn FnMut` and cleared before it returns;
@@ -142,10 +158,106 @@ impl Shared {
     }
 }
 
+/// The parts of a record after its header `h` (`hsize` bytes): frames, kernel addresses, user stack, each where the
+/// counts before it say (bpf/pyperf.h); `None` when the record is shorter than they say or misaligned.
+fn parts<'a>(
+    h: &types::pyperf_event_header,
+    data: &'a [u8],
+    hsize: usize,
+) -> Option<(&'a [RawFrame], &'a [u64], Option<UserStack<'a>>)> {
+    let fend = hsize.checked_add((h.nframes as usize).checked_mul(std::mem::size_of::<RawFrame>())?)?;
+    // Ring buffer records are 8-byte aligned and the header is 120 bytes: no copy needed.
+    let frames = plain::slice_from_bytes::<RawFrame>(data.get(hsize..fend)?).ok()?;
+    let kend = fend.checked_add(usize::from(h.nkernel) * 8)?;
+    let kernel = plain::slice_from_bytes::<u64>(data.get(fend..kend)?).ok()?;
+    let user = if h.user_flags & abi::USER_REGS != 0 {
+        let uend = kend.checked_add(h.ustack_len as usize)?;
+        Some(UserStack { ip: h.user_ip, sp: h.user_sp, bp: h.user_bp, stack: data.get(kend..uend)? })
+    } else {
+        None
+    };
+    Some((frames, kernel, user))
+}
+
 /// Clears the callback when `poll` returns or unwinds.
 pub(super) struct CallbackGuard(pub(super) Rc<Shared>);
 impl Drop for CallbackGuard {
     fn drop(&mut self) {
         self.0.callback.set(None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bytes of a record as the program writes it: header (with `nframes` etc. as given), frames, kernel
+    /// addresses, user stack.
+    fn record(nframes: u32, nkernel: u16, ustack_len: u32, user: bool) -> Vec<u8> {
+        // SAFETY: all-zero is a valid header (integers).
+        let mut h: types::pyperf_event_header = unsafe { std::mem::zeroed() };
+        h.nframes = nframes;
+        h.nkernel = nkernel;
+        h.user_flags = if user { abi::USER_REGS } else { 0 };
+        h.ustack_len = ustack_len;
+        h.user_sp = 0x7ffd_0000;
+        // SAFETY: the header is plain integers without padding.
+        let mut bytes = unsafe { plain::as_bytes(&h) }.to_vec();
+        for i in 0..nframes.min(16) {
+            let f = RawFrame { code: 0x1000 + u64::from(i), instr: 2, check: 3, first_local: 0, first_local_type: 0 };
+            // SAFETY: as above.
+            bytes.extend_from_slice(unsafe { plain::as_bytes(&f) });
+        }
+        for i in 0..nkernel.min(16) {
+            bytes.extend_from_slice(&(0xffff_ffff_8100_0000u64 + u64::from(i)).to_ne_bytes());
+        }
+        bytes.extend(std::iter::repeat_n(7u8, ustack_len.min(4096) as usize));
+        bytes
+    }
+
+    /// Frames, kernel addresses, (user sp, stack bytes) of a parsed record.
+    type Parsed = (usize, Vec<u64>, Option<(u64, usize)>);
+
+    /// `parts` of the first `len` bytes of `bytes`, copied to 8-byte aligned memory like a ring buffer record.
+    fn parse(bytes: &[u8], len: usize) -> Option<Parsed> {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        // SAFETY: u64s viewed as bytes: no padding, any bit pattern is valid both ways.
+        let buf = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, words.len() * 8) };
+        buf[..bytes.len()].copy_from_slice(bytes);
+        let data = &buf[..len];
+        let h = plain::from_bytes::<types::pyperf_event_header>(data).ok()?;
+        let (f, k, u) = parts(h, data, std::mem::size_of::<types::pyperf_event_header>())?;
+        Some((f.len(), k.to_vec(), u.map(|u| (u.sp, u.stack.len()))))
+    }
+
+    #[test]
+    fn records_with_kernel_and_user_stacks() {
+        let r = record(3, 2, 21, true);
+        let (n, k, u) = parse(&r, r.len()).expect("well formed");
+        assert_eq!((n, k.len(), k[1]), (3, 2, 0xffff_ffff_8100_0001));
+        assert_eq!(u, Some((0x7ffd_0000, 21)));
+        // Registers without a stack copy (the read failed), and a record with neither.
+        let r = record(1, 0, 0, true);
+        assert_eq!(parse(&r, r.len()).map(|p| p.2), Some(Some((0x7ffd_0000, 0))));
+        let r = record(0, 0, 0, false);
+        assert_eq!(parse(&r, r.len()), Some((0, vec![], None)));
+    }
+
+    #[test]
+    fn short_records_are_dropped() {
+        for (nframes, nkernel, ustack) in [(3u32, 2u16, 21u32), (0, 5, 0), (2, 0, 100)] {
+            let r = record(nframes, nkernel, ustack, true);
+            for cut in [1, 8, 9] {
+                assert!(
+                    parse(&r, r.len() - cut).is_none(),
+                    "{nframes} frames, {nkernel} kernel, {ustack} bytes, cut {cut}"
+                );
+            }
+        }
+        // Counts far beyond any record: no overflow, no panic.
+        for (nframes, nkernel, ustack) in [(u32::MAX, 0, 0), (0, u16::MAX, 0), (0, 0, u32::MAX)] {
+            let r = record(nframes, nkernel, ustack, true);
+            assert!(parse(&r, r.len()).is_none());
+        }
     }
 }

@@ -83,6 +83,14 @@ impl Sink for FileSink {
         self.writer.add_thread_names(names).map_err(|e| self.failed(e))
     }
 
+    fn library(&mut self, path: &str, build_id: &str) {
+        if let Err(e) = self.writer.push_library(path, build_id) {
+            if self.error.is_none() {
+                self.error = Some(e);
+            }
+        }
+    }
+
     fn symbol(&mut self, id: u32, symbol: &Symbol) {
         // The writer interns like the symbolizer (by value, in first-seen order), so its ids are the symbolizer's
         // and samples pass their frames as they are. Checked here, once per symbol rather than per frame: were

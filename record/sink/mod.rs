@@ -72,6 +72,9 @@ pub trait Sink {
     }
     /// Symbol `id` is `symbol`; ids are dense and come in order, each once, before any sample uses it.
     fn symbol(&mut self, id: u32, symbol: &Symbol);
+    /// A native library (`record --native`) named by the symbols from now on (their `file`), with its GNU build
+    /// id (lower-case hex, empty when it has none); each once. A sink with no use for them drops them.
+    fn library(&mut self, _path: &str, _build_id: &str) {}
     /// A sample. Cannot fail here (it is called from inside the ring buffer's callback): a sink keeps its first
     /// error and returns it from the next [`Sink::flush`].
     fn sample(&mut self, s: &Sample<'_>);

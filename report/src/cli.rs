@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use crate::error::ReportError;
 use crate::filter::Filter;
 use crate::output::{self, Replacement};
-use crate::profile::{LoadOptions, Mode, Profile};
+use crate::profile::{LoadOptions, Mode, Profile, ShowFrames};
 use crate::{flamegraph, folded, names, program, speedscope, text};
 
 /// Output format; at most one.
@@ -153,6 +153,17 @@ pub struct ReportArgs {
     /// Merge the lines of a function: `f (a.py)` instead of `f (a.py:12)` (folded, flame graph, speedscope)
     #[arg(long)]
     pub no_lines: bool,
+    /// Leave native frames out of the stacks (a recording made with --native; their markers too): a frame left out
+    /// joins its caller and callee, a leaf's time goes to its caller
+    #[arg(long)]
+    pub no_native: bool,
+    /// Leave kernel frames out of the stacks (a recording made with --kernel)
+    #[arg(long)]
+    pub no_kernel: bool,
+    /// Show the interpreter's own native frames between Python frames (calls, attribute lookups, start-up), left
+    /// out by default (a recording made with --native)
+    #[arg(long)]
+    pub show_glue: bool,
     /// Put the process (`python3.11 [pid 123]`) at the root of every stack (folded, flame graph)
     #[arg(long)]
     pub pid_root: bool,
@@ -189,6 +200,9 @@ impl Default for ReportArgs {
             pthread_id: Vec::new(),
             status: Vec::new(),
             no_lines: false,
+            no_native: false,
+            no_kernel: false,
+            show_glue: false,
             pid_root: false,
             tid_root: false,
             top: 20,
@@ -248,6 +262,7 @@ impl ReportArgs {
         o.threads = roots || matches!(format, Format::Text | Format::Speedscope);
         o.states = format == Format::Text;
         o.mode = self.mode;
+        o.frames = ShowFrames { native: !self.no_native, kernel: !self.no_kernel, glue: self.show_glue };
         Ok(o)
     }
 

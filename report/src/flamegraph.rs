@@ -13,8 +13,11 @@
 //! the share.
 //!
 //! Python palette: application code red to orange, the standard library yellow, site-packages aqua, pyperf's
-//! pseudo-frames (`[idle]`, `[truncated]`, ...) and process / thread roots grey. The shade comes from a hash of
-//! the function name: the same function always gets the same colour, no randomness, so output is deterministic.
+//! pseudo-frames (`[idle]`, `[truncated]`, `[native: unmerged]`, ...) and process / thread roots grey. Native frames
+//! (a recording made with `--native`: `deflate (libz.so.1.3)`) are brown, kernel frames (`--kernel`:
+//! `do_syscall_64_[k]`) orange, flamegraph.pl's kernel colour; their tooltips give the library's path (the kernel's
+//! module). The shade comes from a hash of the function name: the same function always gets the same colour, no
+//! randomness, so output is deterministic.
 //!
 //! A small embedded script (`flamegraph/flamegraph.js`) makes it interactive: click a frame to zoom into it,
 //! `Reset Zoom` or Escape to go back, `Search` or Ctrl-F for a regular expression (or plain text) over the full
@@ -32,6 +35,8 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
+
+use pyperf_format::FrameKind;
 
 use crate::folded;
 use crate::hash::FxMap;
@@ -319,7 +324,8 @@ impl<'a, 'p, F: FnMut(u64, u64, u32, &FrameText)> Layout<'a, 'p, F> {
 fn ambiguous_bases(profile: &Profile) -> FxMap<&str, bool> {
     let tables = &profile.tables;
     let mut node_seen = vec![false; tables.nodes.len() + 1];
-    let mut symbol_seen = vec![false; tables.symbols.len()];
+    // Python frames only: native ones show their library's file name whatever other libraries are called.
+    let mut symbol_seen: Vec<bool> = tables.symbols.iter().map(|s| s.kind() != FrameKind::Python).collect();
     let mut seen: FxMap<&str, &str> = FxMap::default();
     let mut ambiguous: FxMap<&str, bool> = FxMap::default();
     for s in &profile.stacks {
@@ -390,6 +396,10 @@ enum Kind {
     Pseudo,
     /// Off-CPU pseudo-frames (`[off-CPU: read]`): blue.
     OffCpu,
+    /// Native frames (machine code of the process: C extensions, libraries, the interpreter): brown.
+    Native,
+    /// Kernel frames: orange, as flamegraph.pl's (and inferno's) `_[k]` frames.
+    Kernel,
 }
 
 /// Application, standard library or installed package, from the frame's file, as inferno's Python palette does:
@@ -438,6 +448,9 @@ fn color(kind: Kind, function: &str) -> (u8, u8, u8) {
             (g, g, g)
         }
         Kind::OffCpu => (c(70.0, 40.0, v1), c(120.0, 50.0, v1), c(200.0, 50.0, v2)),
+        Kind::Native => (c(150.0, 45.0, v1), c(95.0, 40.0, v1), c(40.0, 30.0, v2)),
+        // flamegraph.pl's `orange`: one value for red and green, no blue.
+        Kind::Kernel => (c(190.0, 65.0, v1), c(90.0, 65.0, v1), 0),
     }
 }
 
@@ -472,9 +485,21 @@ fn frame_texts(profile: &Profile, tree: &Tree, lines: bool, ambiguous: &FxMap<&s
         .iter()
         .map(|label| {
             let full = visible(&label.text).into_owned();
-            match label.symbol.map(|s| tables.symbol(s)) {
+            let symbol = label.symbol.map(|s| tables.symbol(s));
+            match symbol.map(|sym| (sym, sym.kind())) {
+                // The label is `function (libz.so.1.3)` or `function_[k]`; the tooltip names the library's path or the
+                // kernel's module.
+                Some((sym, kind @ (FrameKind::Native | FrameKind::Glue | FrameKind::Kernel))) => {
+                    let function = names::function_name(sym);
+                    let (full, kind) = match kind {
+                        FrameKind::Kernel => (format!("{} ({})", label.text, names::file_name(sym)), Kind::Kernel),
+                        _ => (format!("{function} ({})", names::file_name(sym)), Kind::Native),
+                    };
+                    let short = visible(&label.text).into_owned();
+                    FrameText { short, full: visible(&full).into_owned(), color: color(kind, &function) }
+                }
                 // `[unknown code 0x...]` and other bracketed names are pyperf's, not the program's.
-                Some(sym) if !label.text.starts_with('[') => {
+                Some((sym, FrameKind::Python)) if !label.text.starts_with('[') => {
                     let function = names::function_name(sym);
                     let file = names::file_name(sym);
                     let file = short_file(&file, ambiguous);
@@ -651,7 +676,7 @@ fn render<W: Write>(profile: &Profile, plan: &Plan, title: &str, options: &Optio
     s.push_str("</text>\n");
     let _ = writeln!(s, "<text id=\"unzoom\" class=\"button h\" x=\"{PAD_PCT}%\" y=\"24\">Reset Zoom</text>");
     let _ = writeln!(s, "<text id=\"search\" class=\"button\" x=\"{}%\" y=\"24\">Search</text>", 100.0 - PAD_PCT);
-    let legend_end = legend(&mut s, mode);
+    let legend_end = legend(&mut s, profile);
     let _ = write!(s, "<text id=\"subtitle\" x=\"{}\" y=\"44\">", legend_end + 16);
     match mode {
         Mode::Cpu => {
@@ -767,14 +792,19 @@ fn render<W: Write>(profile: &Profile, plan: &Plan, title: &str, options: &Optio
 }
 
 /// The colour legend, left of the subtitle; returns where it ends.
-fn legend(s: &mut String, mode: Mode) -> usize {
-    let mut entries = vec![
-        (Kind::App, "application"),
-        (Kind::Stdlib, "standard library"),
-        (Kind::Package, "site-packages"),
-        (Kind::Pseudo, "pyperf"),
-    ];
-    if mode.is_time() {
+fn legend(s: &mut String, profile: &Profile) -> usize {
+    let mut entries =
+        vec![(Kind::App, "application"), (Kind::Stdlib, "standard library"), (Kind::Package, "site-packages")];
+    // Only the kinds the stacks show: the legend of a Python-only recording stays as it was.
+    let (has, show) = (profile.recorded_frames, profile.frames);
+    if (has.native || has.glue) && show.native {
+        entries.push((Kind::Native, "native"));
+    }
+    if has.kernel && show.kernel {
+        entries.push((Kind::Kernel, "kernel"));
+    }
+    entries.push((Kind::Pseudo, "pyperf"));
+    if profile.mode.is_time() {
         entries.push((Kind::OffCpu, "off-CPU"));
     }
     let mut x = 10;
@@ -850,6 +880,14 @@ mod tests {
         assert_eq!(color(Kind::App, "main"), (216, 149, 57));
         let (r, g, b) = color(Kind::Pseudo, "[idle]");
         assert!(r == g && g == b);
+        // Kernel frames as flamegraph.pl's: orange, red 100 above green, no blue.
+        for name in ["do_syscall_64", "ksys_read", "x"] {
+            let (r, g, b) = color(Kind::Kernel, name);
+            assert!((190..=255).contains(&r) && r - g == 100 && b == 0, "{name}: {r},{g},{b}");
+            // Native frames brown: darker than any application frame's red.
+            let (r, g, b) = color(Kind::Native, name);
+            assert!(r < 215 && g < r && b < g, "{name}: {r},{g},{b}");
+        }
     }
 
     #[test]

@@ -25,6 +25,11 @@
 //! the default), or, for a recording made with `pyperf record --off-cpu`, nanoseconds of off-CPU intervals
 //! ([`Mode::OffCpu`]) or of both ([`Mode::Wall`]: a sample weighs one sampling period). An off-CPU interval's stack
 //! ends with a pseudo-frame saying why the thread was off CPU ([`names::off_cpu_frame`]: `[off-CPU: read]`).
+//!
+//! A recording made with `pyperf record --native` / `--kernel` (format 1.4) has native and kernel frames in its stacks,
+//! named as [`names::frame_name`] says (`deflate (libz.so.1.3)`, `do_syscall_64_[k]`). Which of them the stacks keep
+//! is [`LoadOptions::frames`] ([`ShowFrames`]: `--no-native`, `--no-kernel`, `--show-glue`): the others are taken
+//! out of the stack table once, after reading, so that every exporter sees the stacks without them.
 
 mod cli;
 mod error;
@@ -45,8 +50,8 @@ pub use cli::{exit_for_clap_error, run, write_report, Format, FormatFlags, Repor
 pub use error::{ReportError, Result};
 pub use filter::Filter;
 pub use profile::{
-    split_weight, LoadOptions, Mode, OffCpuTime, ProcessInstance, Profile, StackCount, StateCounts, Thread, Timeline,
-    ALL_THREADS,
+    split_weight, FrameKinds, LoadOptions, Mode, OffCpuTime, ProcessInstance, Profile, ShowFrames, StackCount,
+    StateCounts, Thread, Timeline, ALL_THREADS,
 };
 
 /// Name used in messages: `pyperf-report: warning: ...`.

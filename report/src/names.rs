@@ -1,11 +1,20 @@
 //! How frames are shown, and how names are made safe for line-based output.
 //!
-//! A frame is `function (file:line)`: the symbol's qualified name (`Class.method`, `outer.<locals>.inner`),
+//! A Python frame is `function (file:line)`: the symbol's qualified name (`Class.method`, `outer.<locals>.inner`),
 //! then its file and line; without line numbers `function (file)`. A name or file the recorder had to cut
 //! ends in `...`. Unresolved frames show whatever name the recorder gave them.
 //!
+//! Native and kernel frames (format 1.4, `record --native` / `--kernel`; [`frame_name`]):
+//! - a native function is `function (library)`, the library's file name: `deflate (libz.so.1.3)`; one no symbol
+//!   covers is named by its address in the library, `libfoo.so+0x1a2b (libfoo.so)`; glue frames (the interpreter's
+//!   own functions between Python frames, shown with `--show-glue`) are spelled the same;
+//! - a kernel function is `function_[k]` (`do_syscall_64_[k]`): the suffix perf, flamegraph.pl and inferno use,
+//!   which their palettes colour as kernel code;
+//! - the recorder's pseudo-frames are shown as they are named: `[native: unmerged]`, `[native: truncated]`.
+//!
 //! Pseudo-frames:
-//! - `[idle]`: the sample has no Python frames (the thread was not running Python code); it is the only frame.
+//! - `[idle]`: the sample has no Python frames (the thread was not running Python code), nor native or kernel frames
+//!   shown; it is the only frame.
 //! - `[truncated]`: root of a stack deeper than the recorder's limit (the leaf-side frames are kept).
 //! - `[stack error]`: root of a stack whose walk failed part way (the frames read before it are kept).
 //! - `[incomplete]`: root of a stack whose walk ended before the thread's base frame (3.15+; the frames read are
@@ -14,7 +23,7 @@
 //! - `[off-CPU: REASON]` (`--mode off-cpu` and `wall`): leaf of an off-CPU interval's stack, saying why the thread
 //!   was off CPU ([`off_cpu_frame`]); an interval without Python frames has it as its only frame.
 
-use pyperf_format::{symbol_flags, OffCpuKind, StackStatus, Symbol};
+use pyperf_format::{symbol_flags, FrameKind, OffCpuKind, StackStatus, Symbol};
 
 use crate::syscalls;
 
@@ -87,15 +96,53 @@ pub fn file_name(sym: &Symbol) -> String {
     file
 }
 
-/// `function (file:line)`, or `function (file)` without lines or when the line is unknown (0).
-/// The location is always there, so a frame never ends in a bare number (which folded-stack readers would
-/// take for a sample count).
+/// The suffix of a kernel frame's name (`do_syscall_64_[k]`), as perf writes it and flamegraph.pl and inferno
+/// colour it.
+pub const KERNEL_SUFFIX: &str = "_[k]";
+
+/// A native frame's library as frames show it: its file name (`libz.so.1.3`), `?` when unknown, with `...` when the
+/// recorder cut the path.
+pub fn library_name(sym: &Symbol) -> String {
+    let file = sym.file.rsplit('/').next().unwrap_or("");
+    let mut name = if file.is_empty() { "?".to_string() } else { file.to_string() };
+    if sym.flags & symbol_flags::FILE_CUT != 0 {
+        name.push_str("...");
+    }
+    name
+}
+
+/// A frame as every report names it:
+/// - Python: `function (file:line)`, or `function (file)` without lines or when the line is unknown (0);
+/// - native (glue too): `function (library)`, the library's file name ([`library_name`]);
+/// - kernel: `function_[k]` ([`KERNEL_SUFFIX`]);
+/// - a recorder's marker: its name, `[native: unmerged]` (bracketed if a crafted file's is not).
+///
+/// A frame never ends in a bare number (which folded-stack readers would take for a sample count): a location in
+/// parentheses or a bracket ends it.
 pub fn frame_name(sym: &Symbol, lines: bool) -> String {
-    let (function, file) = (function_name(sym), file_name(sym));
-    if lines && sym.line != 0 {
-        format!("{function} ({file}:{})", sym.line)
+    match sym.kind() {
+        FrameKind::Python => {
+            let (function, file) = (function_name(sym), file_name(sym));
+            if lines && sym.line != 0 {
+                format!("{function} ({file}:{})", sym.line)
+            } else {
+                format!("{function} ({file})")
+            }
+        }
+        FrameKind::Native | FrameKind::Glue => format!("{} ({})", function_name(sym), library_name(sym)),
+        FrameKind::Kernel => format!("{}{KERNEL_SUFFIX}", function_name(sym)),
+        FrameKind::Marker => marker_name(sym),
+    }
+}
+
+/// A recorder's marker frame ([`FrameKind::Marker`]) as shown: its name, `[native: unmerged]`; in brackets if it has
+/// none (a crafted file), so that it reads as a pseudo-frame and never ends in a number.
+pub fn marker_name(sym: &Symbol) -> String {
+    let name = function_name(sym);
+    if name.starts_with('[') && name.ends_with(']') {
+        name
     } else {
-        format!("{function} ({file})")
+        format!("[{name}]")
     }
 }
 
@@ -175,6 +222,33 @@ mod tests {
             frame_name(&sym("", "very_lo", "/very/lo", 3, symbol_flags::NAME_CUT | symbol_flags::FILE_CUT), true),
             "very_lo... (/very/lo...:3)"
         );
+    }
+
+    #[test]
+    fn native_and_kernel_frame_names() {
+        use symbol_flags::{GLUE, KERNEL, MARKER, NATIVE, UNRESOLVED};
+        let libz = "/usr/lib/x86_64-linux-gnu/libz.so.1.3";
+        assert_eq!(frame_name(&sym("", "deflate", libz, 0, NATIVE), true), "deflate (libz.so.1.3)");
+        assert_eq!(frame_name(&sym("", "deflate", libz, 7, NATIVE), false), "deflate (libz.so.1.3)", "no line");
+        assert_eq!(
+            frame_name(&sym("", "libfoo.so+0x1a2b", "/opt/libfoo.so", 0, NATIVE | UNRESOLVED), true),
+            "libfoo.so+0x1a2b (libfoo.so)"
+        );
+        assert_eq!(frame_name(&sym("", "[unknown]", "", 0, NATIVE | UNRESOLVED), true), "[unknown] (?)");
+        assert_eq!(
+            frame_name(&sym("", "PyObject_Call", "python3.12", 0, NATIVE | GLUE), true),
+            "PyObject_Call (python3.12)"
+        );
+        assert_eq!(
+            frame_name(&sym("", "x", "/very/lo", 0, NATIVE | symbol_flags::NAME_CUT | symbol_flags::FILE_CUT), true),
+            "x... (lo...)"
+        );
+        assert_eq!(frame_name(&sym("", "do_syscall_64", "[kernel.kallsyms]", 0, KERNEL), true), "do_syscall_64_[k]");
+        assert_eq!(frame_name(&sym("", "nft_do_chain", "[nf_tables]", 0, KERNEL | NATIVE), true), "nft_do_chain_[k]");
+        assert_eq!(frame_name(&sym("", "[native: unmerged]", "", 0, NATIVE | MARKER), true), "[native: unmerged]");
+        assert_eq!(frame_name(&sym("", "odd 12", "", 0, NATIVE | MARKER), true), "[odd 12]");
+        // GLUE and MARKER mean nothing on a Python frame.
+        assert_eq!(frame_name(&sym("", "f", "a.py", 3, GLUE | MARKER), true), "f (a.py:3)");
     }
 
     #[test]

@@ -7,8 +7,8 @@ use std::ops::Bound;
 use std::path::Path;
 
 use pyperf_format::{
-    off_cpu_flags, Columns, GilState, Header, OffCpuInterval, OffCpuKind, PthreadIdMatch, Rate, Reader, Record,
-    SampleChunk, StackStatus, Tables, ThreadStateMatch,
+    off_cpu_flags, Columns, FrameKind, GilState, Header, OffCpuInterval, OffCpuKind, PthreadIdMatch, Rate, Reader,
+    Record, SampleChunk, StackStatus, Tables, ThreadStateMatch,
 };
 
 use crate::error::{io_reason, ReportError};
@@ -58,6 +58,40 @@ impl Mode {
     }
 }
 
+/// Which native and kernel frames (format 1.4: `pyperf record --native` / `--kernel`) the stacks keep: `--no-native`,
+/// `--no-kernel`, `--show-glue`. A frame left out joins its caller and its callee: the stack reads as if it were not
+/// there. Python frames are always kept; for a recording without native or kernel frames every setting is the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShowFrames {
+    /// Native frames, the recorder's `[native: ...]` markers and the glue frames included (`--no-native` leaves them
+    /// out).
+    pub native: bool,
+    /// Kernel frames (`--no-kernel` leaves them out).
+    pub kernel: bool,
+    /// The interpreter's own native frames between Python frames ([`FrameKind::Glue`]): calls, attribute lookups,
+    /// start-up. Left out by default, so that a stack reads as its Python frames and the native code they call
+    /// (`--show-glue` keeps them, with native frames).
+    pub glue: bool,
+}
+
+impl Default for ShowFrames {
+    fn default() -> Self {
+        ShowFrames { native: true, kernel: true, glue: false }
+    }
+}
+
+impl ShowFrames {
+    /// Whether a frame of this kind is kept.
+    pub fn shows(self, kind: FrameKind) -> bool {
+        match kind {
+            FrameKind::Python => true,
+            FrameKind::Native | FrameKind::Marker => self.native,
+            FrameKind::Glue => self.native && self.glue,
+            FrameKind::Kernel => self.kernel,
+        }
+    }
+}
+
 /// What to collect while reading.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -79,6 +113,9 @@ pub struct LoadOptions {
     /// ([`Mode::OffCpu`]) or of both ([`Mode::Wall`]). In [`Mode::Cpu`] off-CPU intervals are only counted
     /// ([`Profile::off_cpu_all`]).
     pub mode: Mode,
+    /// Which native and kernel frames the stacks keep (format 1.4); the others are taken out of the stack table
+    /// once, after reading ([`Profile::tables`]).
+    pub frames: ShowFrames,
 }
 
 impl Default for LoadOptions {
@@ -90,12 +127,28 @@ impl Default for LoadOptions {
 impl LoadOptions {
     /// Threads and per-thread stack counts; `timeline` for speedscope.
     pub fn new(filter: Filter, timeline: bool) -> Self {
-        LoadOptions { filter, timeline, per_thread: true, threads: true, states: true, mode: Mode::Cpu }
+        LoadOptions {
+            filter,
+            timeline,
+            per_thread: true,
+            threads: true,
+            states: true,
+            mode: Mode::Cpu,
+            frames: ShowFrames::default(),
+        }
     }
 
     /// Only what folded stacks without process / thread roots need: stack counts over all threads.
     pub fn stacks_only(filter: Filter) -> Self {
-        LoadOptions { filter, timeline: false, per_thread: false, threads: false, states: false, mode: Mode::Cpu }
+        LoadOptions {
+            filter,
+            timeline: false,
+            per_thread: false,
+            threads: false,
+            states: false,
+            mode: Mode::Cpu,
+            frames: ShowFrames::default(),
+        }
     }
 }
 
@@ -305,7 +358,9 @@ pub struct Profile {
     pub header: Header,
     /// (major, minor) of the file.
     pub version: (u16, u16),
-    /// Symbols, stack nodes, processes and trailer, as read: resolve [`StackCount::leaf`] with them.
+    /// Symbols, stack nodes, processes and trailer, as read: resolve [`StackCount::leaf`] with them. When frames
+    /// were left out ([`LoadOptions::frames`], [`Profile::frames`]), `tables.nodes` is the stack table without them
+    /// (each stack its frames that are kept, in order), and every leaf in the profile is one of its nodes.
     pub tables: Tables,
     /// What the reader noticed (cut-off file, missing trailer, unknown chunks), one line each.
     pub warnings: Vec<String>,
@@ -340,6 +395,116 @@ pub struct Profile {
     /// The matching off-CPU intervals of each thread (same index as `threads`), in [`Mode::OffCpu`] and
     /// [`Mode::Wall`] when loaded with threads; empty otherwise.
     pub thread_off_cpu: Vec<OffCpuTime>,
+    /// Which native and kernel frames the stacks keep ([`LoadOptions::frames`]).
+    pub frames: ShowFrames,
+    /// The kinds of frames the recording's stacks hold, as read (whatever [`Profile::frames`] keeps).
+    pub recorded_frames: FrameKinds,
+}
+
+/// Which kinds of frames besides Python ones a recording's stacks hold (format 1.4).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FrameKinds {
+    /// Native frames ([`FrameKind::Native`]).
+    pub native: bool,
+    /// The interpreter's glue frames ([`FrameKind::Glue`]).
+    pub glue: bool,
+    /// The recorder's `[native: ...]` markers ([`FrameKind::Marker`]).
+    pub marker: bool,
+    /// Kernel frames ([`FrameKind::Kernel`]).
+    pub kernel: bool,
+}
+
+impl FrameKinds {
+    /// The kinds of the frames of the stack table of `tables` (of the nodes, not of every symbol).
+    pub fn of(tables: &Tables) -> FrameKinds {
+        let mut k = FrameKinds::default();
+        // Most recordings have Python frames only: one look at the symbols says so.
+        if tables.symbols.iter().all(|s| s.kind() == FrameKind::Python) {
+            return k;
+        }
+        for &(_, sym) in &tables.nodes {
+            match tables.symbol(sym).kind() {
+                FrameKind::Python => {}
+                FrameKind::Native => k.native = true,
+                FrameKind::Glue => k.glue = true,
+                FrameKind::Marker => k.marker = true,
+                FrameKind::Kernel => k.kernel = true,
+            }
+        }
+        k
+    }
+
+    /// Whether it holds frames of `kind` (always for [`FrameKind::Python`]).
+    pub fn has(self, kind: FrameKind) -> bool {
+        match kind {
+            FrameKind::Python => true,
+            FrameKind::Native => self.native,
+            FrameKind::Glue => self.glue,
+            FrameKind::Marker => self.marker,
+            FrameKind::Kernel => self.kernel,
+        }
+    }
+}
+
+/// Takes the frames `show` leaves out of the stack table of `tables`: each node becomes the node of its stack's kept
+/// frames, in order (a frame left out joins its caller and callee; a stack of left-out frames only becomes node 0, no
+/// frames). Returns, per node of the table as it was (0 included), the node it became; `None` when no symbol is
+/// left out (the table is untouched). One step per node: every stack of the profile is then one lookup away.
+fn remove_hidden_frames(tables: &mut Tables, show: ShowFrames) -> Option<Vec<u32>> {
+    let hidden: Vec<bool> = tables.symbols.iter().map(|s| !show.shows(s.kind())).collect();
+    if !hidden.contains(&true) {
+        return None;
+    }
+    let mut map = vec![0u32; tables.nodes.len() + 1];
+    let mut nodes: Vec<(u32, u32)> = Vec::new();
+    let mut ids: FxMap<(u32, u32), u32> = FxMap::default();
+    for (i, &(parent, sym)) in tables.nodes.iter().enumerate() {
+        // Parents come before their children (Tables::apply checked it): the parent's new node is known.
+        let at = map[parent as usize];
+        map[i + 1] = if hidden[sym as usize] {
+            at
+        } else {
+            let next = nodes.len() as u32 + 1;
+            *ids.entry((at, sym)).or_insert_with(|| {
+                nodes.push((at, sym));
+                next
+            })
+        };
+    }
+    tables.nodes = nodes;
+    Some(map)
+}
+
+/// The timelines' stacks with their leaves mapped through `map` ([`remove_hidden_frames`]); stacks that became the
+/// same are merged, and the timelines' entries renumbered then (only then: one step per entry).
+fn remap_timelines(
+    map: &[u32],
+    timelines: &mut [Timeline],
+    stacks: &mut Vec<(StackStatus, u32)>,
+    reasons: &mut Vec<u32>,
+) {
+    let mut ids: FxMap<(u8, u32, u32), u32> = FxMap::default();
+    let mut renumber: Vec<u32> = Vec::with_capacity(stacks.len());
+    let (mut kept_stacks, mut kept_reasons) = (Vec::new(), Vec::new());
+    for (i, &(status, leaf)) in stacks.iter().enumerate() {
+        let (leaf, reason) = (map[leaf as usize], reasons.get(i).copied().unwrap_or(0));
+        let next = kept_stacks.len() as u32;
+        let id = *ids.entry((status.as_u8(), leaf, reason)).or_insert_with(|| {
+            kept_stacks.push((status, leaf));
+            kept_reasons.push(reason);
+            next
+        });
+        renumber.push(id);
+    }
+    if kept_stacks.len() < stacks.len() {
+        for t in timelines {
+            for s in &mut t.stacks {
+                *s = renumber[*s as usize];
+            }
+        }
+    }
+    *stacks = kept_stacks;
+    *reasons = kept_reasons;
 }
 
 /// Stack counts are keyed by thread slot, status and leaf packed into a u64 (one multiply to hash); slots past
@@ -913,7 +1078,26 @@ impl Profile {
             count,
         });
         let mut stacks: Vec<StackCount> = samples.chain(intervals).collect();
-        stacks.sort_unstable_by_key(|s| (s.thread, s.status.as_u8(), s.leaf, s.reason));
+        let recorded_frames = FrameKinds::of(&tables);
+        let (mut timelines, mut timeline_stacks, mut timeline_reasons) =
+            (agg.timelines, agg.timeline_stacks, agg.timeline_reasons);
+        if let Some(map) = remove_hidden_frames(&mut tables, options.frames) {
+            // Counted by leaf node, so what was counted needs nothing more than each leaf's new node.
+            for s in &mut stacks {
+                s.leaf = map[s.leaf as usize];
+            }
+            remap_timelines(&map, &mut timelines, &mut timeline_stacks, &mut timeline_reasons);
+        }
+        let key = |s: &StackCount| (s.thread, s.status.as_u8(), s.leaf, s.reason);
+        stacks.sort_unstable_by_key(key);
+        // Stacks that differed only in frames left out are one now (without, every key is unique already).
+        stacks.dedup_by(|s, kept| {
+            let same = key(s) == key(kept);
+            if same {
+                kept.count = kept.count.saturating_add(s.count);
+            }
+            same
+        });
         let mut threads = agg.threads;
         for t in &mut threads {
             t.python_name = tables.thread_name(t.pid, t.tid, t.first_ns).map(str::to_string);
@@ -930,14 +1114,16 @@ impl Profile {
             stacks,
             all: agg.all,
             matched: agg.matched,
-            timelines: agg.timelines,
-            timeline_stacks: agg.timeline_stacks,
-            timeline_reasons: agg.timeline_reasons,
+            timelines,
+            timeline_stacks,
+            timeline_reasons,
             mode: options.mode,
             reasons: agg.reasons,
             off_cpu_all: agg.off_all,
             off_cpu_matched: agg.off_matched,
             thread_off_cpu: agg.thread_off,
+            frames: options.frames,
+            recorded_frames,
         })
     }
 
@@ -1236,6 +1422,44 @@ mod tests {
         };
         assert_eq!(t, want);
         assert_eq!(t.weight_ns, t.runnable_ns + t.blocked_ns + t.gil_ns + t.other_ns);
+    }
+
+    /// Frames left out join their caller and callee: each node becomes the node of its kept frames; stacks that
+    /// differ only in left-out frames become one node; a stack of left-out frames only becomes 0.
+    #[test]
+    fn hidden_frames_join_caller_and_callee() {
+        use pyperf_format::{symbol_flags, Symbol};
+        let sym =
+            |name: &str, flags| Symbol { scope: String::new(), name: name.into(), file: String::new(), line: 0, flags };
+        let mut t = Tables::default();
+        // 0 py, 1 native, 2 glue, 3 kernel, 4 py
+        t.symbols = vec![
+            sym("a", 0),
+            sym("n", symbol_flags::NATIVE),
+            sym("g", symbol_flags::NATIVE | symbol_flags::GLUE),
+            sym("k", symbol_flags::KERNEL),
+            sym("b", 0),
+        ];
+        // 1 a; 2 a;n; 3 a;n;k; 4 a;g; 5 a;g;b; 6 a;b; 7 n (root); 8 n;k
+        t.nodes = vec![(0, 0), (1, 1), (2, 3), (1, 2), (4, 4), (1, 4), (0, 1), (7, 3)];
+        let before = t.clone();
+        assert_eq!(remove_hidden_frames(&mut t, ShowFrames { native: true, kernel: true, glue: true }), None);
+        assert_eq!(t.nodes, before.nodes, "nothing left out: untouched");
+
+        let map = remove_hidden_frames(&mut t, ShowFrames::default()).expect("glue left out");
+        // 1 a; 2 a;n; 3 a;n;k; 4 a;b; 5 n; 6 n;k
+        assert_eq!(t.nodes, vec![(0, 0), (1, 1), (2, 3), (1, 4), (0, 1), (5, 3)]);
+        assert_eq!(map, vec![0, 1, 2, 3, 1, 4, 4, 5, 6], "a;g is a, a;g;b and a;b are one");
+
+        let mut t = before.clone();
+        let map = remove_hidden_frames(&mut t, ShowFrames { native: false, kernel: false, glue: true }).unwrap();
+        assert_eq!(t.nodes, vec![(0, 0), (1, 4)]);
+        assert_eq!(map, vec![0, 1, 1, 1, 1, 2, 2, 0, 0], "native and kernel only: no frames");
+
+        let mut t = before;
+        let map = remove_hidden_frames(&mut t, ShowFrames { native: false, kernel: true, glue: false }).unwrap();
+        assert_eq!(t.nodes, vec![(0, 0), (1, 3), (1, 4), (0, 3)]);
+        assert_eq!(map, vec![0, 1, 1, 2, 1, 3, 3, 0, 4]);
     }
 
     #[test]

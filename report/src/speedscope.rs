@@ -4,7 +4,8 @@
 //! One "sampled" profile per thread, named `python3.11 [pid 123] thread 124 (comm)` (through
 //! [`Profile::thread_label`]), the busiest thread (most samples; ties: lowest pid, then tid) first and opened
 //! first (`activeProfileIndex`), the others by samples, descending. Frames are shared between profiles and carry
-//! name, file and line.
+//! name, file and line: a native frame's file is its library (`/usr/lib/x86_64-linux-gnu/libz.so.1.3`), a kernel
+//! frame's `[kernel.kallsyms]`; pyperf's pseudo-frames (`[idle]`, `[native: unmerged]`) have none.
 //!
 //! **What a weight means: CPU time.** A sample says the thread was on a CPU when it was taken; it stands for one
 //! sampling period P of CPU time, so every sample weighs exactly P nanoseconds, whatever the time to the thread's
@@ -55,6 +56,8 @@
 use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::io::{self, Write};
+
+use pyperf_format::FrameKind;
 
 use crate::hash::FxMap;
 use crate::names;
@@ -301,7 +304,12 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
             if symbol_frames.get(sym as usize).copied().flatten().is_none() {
                 let s = tables.symbol(sym);
                 let line = if options.lines { s.line } else { 0 };
-                let id = frame(names::function_name(s), Some(names::file_name(s)), line, &mut frames);
+                let id = match s.kind() {
+                    // A recorder's pseudo-frame, as pyperf's own: no file.
+                    FrameKind::Marker => frame(names::marker_name(s), None, 0, &mut frames),
+                    // A native frame's file is its library, a kernel frame's `[kernel.kallsyms]`.
+                    _ => frame(names::function_name(s), Some(names::file_name(s)), line, &mut frames),
+                };
                 if let Some(slot) = symbol_frames.get_mut(sym as usize) {
                     *slot = Some(id);
                 }

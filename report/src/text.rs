@@ -6,12 +6,18 @@
 //! intervals, each split between runnable and its kind in proportion `runnable_ns / duration_ns`), then functions
 //! by self and total time and the top stacks, each off-CPU one ending in its `[off-CPU: ...]` frame; the sample
 //! state breakdowns are left out (they describe CPU samples: `--mode cpu`).
+//!
+//! Native and kernel frames (a recording made with `--native` / `--kernel`) are functions like Python ones: a native
+//! function's file is its library, a kernel function's `[kernel.kallsyms]`; the summary says which kinds of frames
+//! the stacks hold and which are left out, and a table gives each native library's self share (and build id). With
+//! `--no-native --no-kernel` the tables hold Python functions only: time in native and kernel code is self time of
+//! the Python function that called it.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, Write};
 
-use pyperf_format::{Rate, StackStatus};
+use pyperf_format::{FrameKind, Rate, StackStatus, Symbol};
 
 use crate::folded::micros;
 use crate::hash::FxMap;
@@ -138,8 +144,8 @@ pub fn function_shares(profile: &Profile) -> Vec<FunctionShare> {
             let f = match function_of_symbol.get(&sym) {
                 Some(&f) => f,
                 None => {
-                    let symbol = tables.symbol(sym);
-                    let f = function_id(names::function_name(symbol), names::file_name(symbol), &mut functions);
+                    let (name, file) = function_of(tables.symbol(sym));
+                    let f = function_id(name, file, &mut functions);
                     function_of_symbol.insert(sym, f);
                     f
                 }
@@ -169,6 +175,112 @@ pub fn function_shares(profile: &Profile) -> Vec<FunctionShare> {
             .then_with(|| a.file.cmp(&b.file))
     });
     functions
+}
+
+/// A function table's (function, file) of a symbol: `Class.method` and its file; a native function and its library; a
+/// kernel function and `[kernel.kallsyms]`; a recorder's marker (`[native: unmerged]`) and no file.
+fn function_of(symbol: &Symbol) -> (String, String) {
+    match symbol.kind() {
+        FrameKind::Marker => (names::marker_name(symbol), String::new()),
+        _ => (names::function_name(symbol), names::file_name(symbol)),
+    }
+}
+
+/// One native library (or executable) and its self samples (in [`Mode::OffCpu`] and [`Mode::Wall`]: ns).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LibraryShare {
+    /// Path as mapped.
+    pub path: String,
+    /// GNU build id, lower-case hex; empty when unknown.
+    pub build_id: String,
+    /// Matching CPU samples whose leaf frame is one of its functions.
+    pub self_samples: u64,
+}
+
+/// The native libraries of a recording with native frames (format 1.4): those the recording lists and those its
+/// kept native frames name, with their self samples, most first (then by path). Empty when native frames are left
+/// out.
+pub fn library_shares(profile: &Profile) -> Vec<LibraryShare> {
+    if !profile.frames.native {
+        return Vec::new();
+    }
+    let tables = &profile.tables;
+    let mut by_path: HashMap<&str, u64> = tables.libraries().keys().map(|p| (p.as_str(), 0)).collect();
+    let is_native = |s: &Symbol| matches!(s.kind(), FrameKind::Native | FrameKind::Glue);
+    // Frames outside every mapping have no library: `?`.
+    fn library(s: &Symbol) -> &str {
+        if s.file.is_empty() {
+            "?"
+        } else {
+            s.file.as_str()
+        }
+    }
+    if profile.recorded_frames.native || profile.recorded_frames.glue {
+        for &(_, sym) in &tables.nodes {
+            let symbol = tables.symbol(sym);
+            if is_native(symbol) {
+                by_path.entry(library(symbol)).or_insert(0);
+            }
+        }
+    }
+    for s in &profile.stacks {
+        // An off-CPU interval's leaf is its reason, and a stack without frames has none.
+        if s.reason != 0 || s.leaf == 0 {
+            continue;
+        }
+        // Tables::apply checked every leaf against the node table.
+        let symbol = tables.symbol(tables.nodes[s.leaf as usize - 1].1);
+        if is_native(symbol) {
+            let n = by_path.entry(library(symbol)).or_insert(0);
+            *n = n.saturating_add(s.count);
+        }
+    }
+    let mut out: Vec<LibraryShare> = by_path
+        .into_iter()
+        .map(|(path, self_samples)| LibraryShare {
+            path: path.to_string(),
+            build_id: tables.libraries().get(path).cloned().unwrap_or_default(),
+            self_samples,
+        })
+        .collect();
+    out.sort_by(|a, b| b.self_samples.cmp(&a.self_samples).then_with(|| a.path.cmp(&b.path)));
+    out
+}
+
+/// The summary's `frames` line for a recording with native or kernel frames: the kinds the stacks hold, then those
+/// left out and how to show them; `None` for a recording of Python frames only.
+fn frames_summary(profile: &Profile) -> Option<String> {
+    let (has, show) = (profile.recorded_frames, profile.frames);
+    let native = has.native || has.glue || has.marker;
+    if !native && !has.kernel {
+        return None;
+    }
+    let mut kept = vec!["Python".to_string()];
+    let mut left_out = Vec::new();
+    if native && show.native {
+        kept.push(match profile.tables.libraries().len() {
+            0 => "native".to_string(),
+            1 => "native (1 library)".to_string(),
+            n => format!("native ({n} libraries)"),
+        });
+        if has.glue && show.glue {
+            kept.push("interpreter glue".to_string());
+        } else if has.glue {
+            left_out.push("interpreter glue (--show-glue shows it)");
+        }
+    } else if native {
+        left_out.push("native (--no-native)");
+    }
+    if has.kernel && show.kernel {
+        kept.push("kernel".to_string());
+    } else if has.kernel {
+        left_out.push("kernel (--no-kernel)");
+    }
+    let mut line = kept.join(", ");
+    if !left_out.is_empty() {
+        line.push_str(&format!("; left out: {}", left_out.join(", ")));
+    }
+    Some(line)
 }
 
 /// Matching samples (or time) per unique stack and off-CPU reason, merged over threads (every
@@ -334,6 +446,9 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
             field("errors", "unknown (no trailer)".into());
         }
     }
+    if let Some(frames) = frames_summary(profile) {
+        field("frames", frames);
+    }
     if let Some(min) = profile.off_cpu_min_ns() {
         let (mut intervals, minimum) = off_cpu_summary(profile, min);
         if profile.mode == Mode::Cpu {
@@ -443,6 +558,19 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
     let _ = writeln!(o, "{header}");
     for f in by_total.iter().take(top) {
         row(o, f);
+    }
+
+    // --- Native libraries.
+    let libraries = library_shares(profile);
+    if !libraries.is_empty() {
+        let _ =
+            writeln!(o, "\nNative libraries by self {by} (top {} of {})", top.min(libraries.len()), libraries.len());
+        let head = if mode.is_time() { "    SELF ms      %" } else { "       SELF      %" };
+        let _ = writeln!(o, "{head}  LIBRARY  (BUILD ID)");
+        for l in libraries.iter().take(top) {
+            let id = if l.build_id.is_empty() { String::new() } else { format!("  ({})", e(&l.build_id)) };
+            let _ = writeln!(o, "  {:>9} {}  {}{id}", amount(l.self_samples), pct(l.self_samples, whole), e(&l.path));
+        }
     }
 
     // --- Top stacks.

@@ -507,6 +507,32 @@ fn unwritable_directory_is_one_clear_error() {
     assert_eq!(entries(&ro), ["out.folded"]);
 }
 
+/// `--no-native`, `--no-kernel` and `--show-glue` on a recording without native or kernel frames: accepted without a
+/// word, the same report. On one with them, they change the stacks (the golden tests have what into what).
+#[test]
+fn native_frame_options_are_accepted_silently() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "prof.pyp", &synth::recording("mixed"));
+    write(dir.path(), "native.pyp", &synth::recording("native"));
+    let plain = run(dir.path(), &["--folded"]);
+    assert!(plain.status.success() && plain.stderr.is_empty(), "{}", stderr(&plain));
+    for options in
+        [&["--no-native"][..], &["--no-kernel"], &["--show-glue"], &["--no-native", "--no-kernel", "--show-glue"]]
+    {
+        let args: Vec<&str> = ["--folded"].iter().chain(options).copied().collect();
+        let o = run(dir.path(), &args);
+        assert!(o.status.success() && o.stderr.is_empty(), "{args:?}: {}", stderr(&o));
+        assert_eq!(o.stdout, plain.stdout, "{args:?}");
+        let args: Vec<&str> = args.into_iter().chain(["native.pyp"]).collect();
+        let o = run(dir.path(), &args);
+        assert!(o.status.success() && o.stderr.is_empty(), "{args:?}: {}", stderr(&o));
+    }
+    let help = String::from_utf8(run(dir.path(), &["--help"]).stdout).expect("utf-8");
+    for flag in ["--no-native", "--no-kernel", "--show-glue"] {
+        assert!(help.contains(flag), "--help lacks {flag}");
+    }
+}
+
 /// `pyperf report prof.pyp` is `pyperf report -i prof.pyp`; both at once is a usage error.
 #[test]
 fn positional_recording() {

@@ -62,6 +62,16 @@ const EXTRA: &[(&str, &str, &[&str])] = &[
     ("offcpu", "off-cpu.gil-waiting.folded", &["--folded", "--mode", "off-cpu", "--gil", "waiting"]),
     ("offcpu", "wall.tid501.text", &["--mode", "wall", "--tid", "501"]),
     ("offcpu", "wall.nolines-pid-root.svg", &["--flamegraph", "--mode", "wall", "--no-lines", "--pid-root"]),
+    ("native", "no-native.folded", &["--folded", "--no-native"]),
+    ("native", "no-kernel.folded", &["--folded", "--no-kernel"]),
+    ("native", "show-glue.folded", &["--folded", "--show-glue"]),
+    ("native", "python-only.text", &["--no-native", "--no-kernel"]),
+    ("native", "show-glue.text", &["--show-glue", "--top", "8"]),
+    ("native", "no-native.speedscope.json", &["--speedscope", "--no-native"]),
+    ("native", "show-glue.svg", &["--flamegraph", "--show-glue"]),
+    ("native", "off-cpu.folded", &["--folded", "--mode", "off-cpu"]),
+    ("native", "off-cpu.no-native.folded", &["--folded", "--mode", "off-cpu", "--no-native"]),
+    ("native", "wall.no-kernel.speedscope.json", &["--speedscope", "--mode", "wall", "--no-kernel"]),
 ];
 
 /// Recordings with off-CPU intervals (`pyperf record --off-cpu`), also reported in every output format and variant
@@ -398,23 +408,32 @@ fn flame_graphs_have_the_command_as_title() {
     assert!(svg.contains(">pyperf record -a -e cycles -c 100000</text>"), "title");
 }
 
-/// The synthetic recordings as formats 1.0, 1.1 and 1.2 wrote them (testdata/recordings/NAME-1.0.pyp, NAME-1.1.pyp
-/// and NAME-1.2.pyp, kept, never regenerated) report exactly what their current regenerations do, in every format
-/// whose output does not name the format version or byte offsets: this reader loses nothing of an older file (1.0
-/// process records lack the 1.1 fields, which read as unknown; 1.0 and 1.1 have no 1.2 thread names; none has 1.3's
-/// off-CPU intervals).
+/// The synthetic recordings as formats 1.0 to 1.3 wrote them (testdata/recordings/NAME-1.0.pyp to NAME-1.3.pyp, kept,
+/// never regenerated) report exactly what their current regenerations do, in every format whose output does not
+/// name the format version or byte offsets: this reader loses nothing of an older file (1.0 process records lack the
+/// 1.1 fields, which read as unknown; 1.0 and 1.1 have no 1.2 thread names; none before 1.3 has off-CPU intervals,
+/// none before 1.4 native frames). The off-CPU recording as 1.3 wrote it reports as today's in every mode.
 #[test]
 fn older_format_recordings_report_as_before() {
     let _files = lock();
-    for (minor, name) in [0u8, 1, 2].into_iter().flat_map(|m| ["mixed", "killed", "cutoff"].map(move |n| (m, n))) {
+    let old = [0u8, 1, 2, 3].into_iter().flat_map(|m| ["mixed", "killed", "cutoff"].map(move |n| (m, n)));
+    for (minor, name) in old.chain([(3, "offcpu")]) {
         let old = testdata().join("recordings").join(format!("{name}-1.{minor}.pyp"));
         let bytes = std::fs::read(&old).unwrap_or_else(|e| panic!("{}: {e}", old.display()));
         assert_eq!(&bytes[8..12], &[1, 0, minor, 0], "{name}: a format 1.{minor} file");
-        for (suffix, args) in [
+        let mut cases = vec![
             ("folded", vec!["--folded"]),
             ("folded-pid-tid-root", vec!["--folded", "--pid-root", "--tid-root"]),
             ("speedscope.json", vec!["--speedscope"]),
-        ] {
+        ];
+        if name == "offcpu" {
+            cases.extend([
+                ("off-cpu.folded", vec!["--folded", "--mode", "off-cpu"]),
+                ("wall.speedscope.json", vec!["--speedscope", "--mode", "wall"]),
+                ("wall.svg", vec!["--flamegraph", "--mode", "wall"]),
+            ]);
+        }
+        for (suffix, args) in cases {
             let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
             let expected = std::fs::read(testdata().join("expected").join(format!("{name}.{suffix}"))).unwrap();
             let actual = render(&old, &args);
@@ -476,4 +495,89 @@ fn modes_agree_across_formats() {
         assert_eq!(drawn, exact, "{mode}: speedscope weights");
         assert_eq!((drawn + 500) / 1000, micros);
     }
+}
+
+/// `--no-native`, `--no-kernel` and `--show-glue` change nothing, in any format, for a recording without native or
+/// kernel frames (every recording but `native`): accepted silently, the same bytes.
+#[test]
+fn native_frame_options_change_nothing_without_native_frames() {
+    let _files = lock();
+    for rec in synth::RECORDINGS.iter().chain(REAL).filter(|&&r| r != "native") {
+        let recording = recording_path(rec);
+        for format in Format::ALL {
+            let flag = format.flag().to_string();
+            let plain = render(&recording, std::slice::from_ref(&flag));
+            for options in [&["--no-native"][..], &["--no-kernel"], &["--show-glue"], &["--no-native", "--show-glue"]] {
+                let args: Vec<String> = [flag.as_str()].iter().chain(options).map(|s| s.to_string()).collect();
+                assert!(plain == render(&recording, &args), "{rec} {args:?}: differs from {flag} alone");
+            }
+        }
+    }
+}
+
+/// The hand-checked numbers of `native` (support/synth.rs): what each option leaves of its 100 samples, folded; a
+/// frame left out joins its caller and callee, and stacks that become the same add up.
+#[test]
+fn native_and_kernel_frames_are_left_out_as_asked() {
+    let _files = lock();
+    let recording = recording_path("native");
+    let folded = |options: &[&str]| -> Vec<(String, u64)> {
+        let args: Vec<String> = ["--folded"].iter().chain(options).map(|s| s.to_string()).collect();
+        let text = String::from_utf8(render(&recording, &args)).expect("utf-8");
+        assert_eq!(folded_total(&text), 100, "{options:?}: every sample");
+        text.lines()
+            .map(|l| {
+                let (stack, n) = l.rsplit_once(' ').expect("count");
+                (stack.to_string(), n.parse().expect("count"))
+            })
+            .collect()
+    };
+    let count = |lines: &[(String, u64)], stack: &str| lines.iter().find(|l| l.0 == stack).map_or(0, |l| l.1);
+    let (module, compress) = ("<module> (/srv/app.py:30)", "compress_all (/srv/app.py:12)");
+    let deflate = format!(
+        "{module};{compress};zlib_Compress_compress (zlib.cpython-312-x86_64-linux-gnu.so);deflate (libz.so.1.3)"
+    );
+    let fault = "asm_exc_page_fault_[k];exc_page_fault_[k]";
+    let worker = "Thread._bootstrap (/usr/lib/python3.12/threading.py:1030);Worker.work (/srv/app.py:40)";
+    let syscall = "entry_SYSCALL_64_[k];do_syscall_64_[k];ksys_read_[k]";
+
+    let all = folded(&[]);
+    assert_eq!(all.len(), 7);
+    assert_eq!(count(&all, &format!("{deflate};longest_match (libz.so.1.3)")), 40);
+    assert_eq!(count(&all, &format!("{deflate};{fault}")), 10, "a Python frame calling libz, a kernel leaf");
+    assert_eq!(count(&all, &format!("{module};on_item (/srv/app.py:20)")), 20, "glue left out by default");
+    assert_eq!(count(&all, &format!("{module};{compress};[native: unmerged]")), 5);
+    assert_eq!(count(&all, &format!("{worker};read (libc.so.6);{syscall}")), 15);
+    assert_eq!(count(&all, "start_thread (libc.so.6);worker_main (libfoo.so);libfoo.so+0x1a2b (libfoo.so)"), 8);
+    assert_eq!(count(&all, "[idle]"), 2);
+
+    let no_native = folded(&["--no-native"]);
+    assert_eq!(no_native.len(), 5);
+    assert_eq!(count(&no_native, &format!("{module};{compress}")), 45, "T0 and T3 (its marker gone) join");
+    assert_eq!(count(&no_native, &format!("{module};{compress};{fault}")), 10);
+    assert_eq!(count(&no_native, &format!("{worker};{syscall}")), 15);
+    assert_eq!(count(&no_native, "[idle]"), 10, "the C thread has no Python frames");
+
+    let no_kernel = folded(&["--no-kernel"]);
+    assert_eq!(count(&no_kernel, &deflate), 10);
+    assert_eq!(count(&no_kernel, &format!("{worker};read (libc.so.6)")), 15);
+    assert!(no_kernel.iter().all(|l| !l.0.contains("_[k]")));
+
+    let glue = folded(&["--show-glue"]);
+    let start = "_start (python3.12);__libc_start_call_main (libc.so.6);Py_BytesMain (python3.12)";
+    let call = "PyObject_Vectorcall (python3.12);_PyFunction_Vectorcall (python3.12)";
+    assert_eq!(count(&glue, &format!("{start};{module};{call};on_item (/srv/app.py:20)")), 20);
+    assert_eq!(
+        count(&glue, &format!("start_thread (libc.so.6);thread_run (python3.12);{worker};read (libc.so.6);{syscall}")),
+        15
+    );
+    assert_eq!(count(&glue, &format!("{module};{compress};[native: unmerged]")), 5, "no glue in an unmerged stack");
+
+    // Glue is native: --no-native leaves it out whatever --show-glue says.
+    assert_eq!(folded(&["--no-native", "--show-glue"]), no_native);
+    // The off-CPU intervals' stacks too.
+    let off =
+        String::from_utf8(render(&recording, &["--folded", "--mode", "off-cpu", "--no-native"].map(String::from)))
+            .unwrap();
+    assert!(off.contains(&format!("\n{worker};{syscall};[off-CPU: read] 300000\n")), "{off}");
 }

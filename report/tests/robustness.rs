@@ -4,7 +4,7 @@
 #[path = "support/synth.rs"]
 mod synth;
 
-use pyperf_report::{folded, write_report, Filter, Format, LoadOptions, Mode, Profile, ReportArgs};
+use pyperf_report::{folded, write_report, Filter, Format, LoadOptions, Mode, Profile, ReportArgs, ShowFrames};
 
 /// Loads `bytes` with everything (threads, states, timelines) and writes it in every output format of the
 /// report crate (`Format::ALL`, the flame graph only when `svg`: it is slower), then as folded stacks without
@@ -18,6 +18,18 @@ fn report(bytes: &[u8], svg: bool) -> Result<Vec<String>, String> {
             let mut options = LoadOptions::new(Filter::default(), true);
             options.mode = mode;
             write_all(&Profile::load(bytes, &options).expect("loads as in cpu mode"), svg);
+        }
+    }
+    // A recording with native or kernel frames also with them left out (every one, and kernel only) and with glue.
+    let has = profile.recorded_frames;
+    if has.native || has.glue || has.marker || has.kernel {
+        for frames in [
+            ShowFrames { native: false, kernel: false, glue: true },
+            ShowFrames { native: true, kernel: false, glue: true },
+        ] {
+            let mut options = LoadOptions::new(Filter::default(), true);
+            options.frames = frames;
+            write_all(&Profile::load(bytes, &options).expect("loads as with every frame"), svg);
         }
     }
     Ok(profile.warnings)
@@ -43,7 +55,7 @@ fn check_error(what: &str, message: &str) {
 
 #[test]
 fn every_truncation_point_reports_or_fails_clearly() {
-    for name in ["mixed", "killed", "newer-minor", "offcpu"] {
+    for name in ["mixed", "killed", "newer-minor", "offcpu", "native"] {
         let full = synth::recording(name);
         let mut reported = 0;
         for n in 0..full.len() {
@@ -99,7 +111,7 @@ fn every_flipped_byte_reports_with_warnings_or_fails_clearly() {
 fn payload_damage_behind_valid_checksums_never_panics() {
     let head = pyperf_format::CHUNK_HEADER_LEN;
     let mut runs = 0;
-    for name in ["mixed", "offcpu"] {
+    for name in ["mixed", "offcpu", "native"] {
         let full = synth::recording(name);
         let list = synth::chunks(&full);
         for &(at, len) in &list {

@@ -14,7 +14,7 @@ use pyperf_format::{
 };
 
 /// Names of the synthetic recordings, without `.pyp`.
-pub const RECORDINGS: &[&str] = &["mixed", "killed", "cutoff", "newer-minor", "offcpu"];
+pub const RECORDINGS: &[&str] = &["mixed", "killed", "cutoff", "newer-minor", "offcpu", "native"];
 
 /// The bytes of a synthetic recording.
 pub fn recording(name: &str) -> Vec<u8> {
@@ -24,6 +24,7 @@ pub fn recording(name: &str) -> Vec<u8> {
         "cutoff" => cutoff(),
         "newer-minor" => newer_minor(),
         "offcpu" => offcpu(),
+        "native" => native(),
         other => panic!("no synthetic recording called {other}"),
     }
 }
@@ -841,4 +842,229 @@ pub fn small_offcpu(event: &str, rate: Rate) -> Vec<u8> {
     );
     w.push_off_cpu(&OffCpuInterval { pid: 7, ..preempted }).expect("interval");
     w.finish(&Stats { samples: 2, duration_ns: 100 * MS, ..Default::default() }).expect("finish")
+}
+
+/// A native frame (format 1.4) of `library`, with further flags (glue, marker, unresolved).
+pub fn native_sym(name: &str, library: &str, flags: u32) -> Symbol {
+    Symbol {
+        scope: String::new(),
+        name: name.into(),
+        file: library.into(),
+        line: 0,
+        flags: symbol_flags::NATIVE | flags,
+    }
+}
+
+/// A kernel frame (format 1.4).
+pub fn kernel_sym(name: &str) -> Symbol {
+    Symbol {
+        scope: String::new(),
+        name: name.into(),
+        file: "[kernel.kallsyms]".into(),
+        line: 0,
+        flags: symbol_flags::KERNEL,
+    }
+}
+
+/// The libraries of `native`: (path, build id).
+pub const NATIVE_LIBRARIES: [(&str, &str); 5] = [
+    ("/usr/bin/python3.12", "6c2e1f0a9b8d7c6e5f4a3b2c1d0e9f8a7b6c5d4e"),
+    ("/usr/lib/x86_64-linux-gnu/libc.so.6", "c289da5071a3399de893d2af81d6a30c62646e1e"),
+    (
+        "/usr/lib/python3.12/lib-dynload/zlib.cpython-312-x86_64-linux-gnu.so",
+        "9a1bd3e0c4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9",
+    ),
+    ("/usr/lib/x86_64-linux-gnu/libz.so.1.3", "3f0c6d1e2a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d"),
+    ("/opt/app/libfoo.so", ""),
+];
+
+/// A recording made with `--native --kernel --off-cpu` (format 1.4), 100 Hz (a sample weighs 10 ms), one process
+/// (pid 600, Python 3.12, the interpreter linked into /usr/bin/python3.12) and three threads. Stacks as the recorder
+/// merges them, root first (g: glue, hidden by default; k: kernel):
+///
+/// - T0, 40 samples of 600: _start g, __libc_start_call_main g, Py_BytesMain g, `<module>`, compress_all,
+///   zlib_Compress_compress (zlib module), deflate (libz), longest_match (libz);
+/// - T1, 10 samples of 600: the same to deflate, then asm_exc_page_fault k, exc_page_fault k (a Python frame calling
+///   libz, with a kernel leaf);
+/// - T2, 20 samples of 600: the three start-up glue frames, `<module>`, PyObject_Vectorcall g,
+///   _PyFunction_Vectorcall g, on_item (glue between two Python frames);
+/// - T3, 5 samples of 600: `<module>`, compress_all, `[native: unmerged]` (marker: the Python frames only);
+/// - T4, 15 samples of 601: start_thread g (libc), thread_run g, Thread._bootstrap, Worker.work, read (libc),
+///   entry_SYSCALL_64 k, do_syscall_64 k, ksys_read k;
+/// - T5, 8 samples of 602 (a C thread, no Python frames: status idle): start_thread (libc, not glue here),
+///   worker_main (libfoo), libfoo.so+0x1a2b (unresolved);
+/// - T6, 2 samples of 601 without frames (idle).
+///
+/// Off CPU: 601 blocked in read(2) 150-450 ms (300 ms) with stack T4; 600 runnable 750-800 ms (50 ms) with stack
+/// T2. 100 samples. Hand-checked shares (samples): `<module>` 75 (T0-T3), compress_all 55 (T0, T1, T3), deflate 50
+/// (T0, T1), libz.so.1.3 self 40 (longest_match: the T1 samples end in the kernel), kernel self 25 (T1 10, T4 15),
+/// `[idle]` 2. Without native frames T3 joins T0 (`<module>;compress_all` 45) and T5 becomes `[idle]` (10 with
+/// T6); without kernel frames T1's leaf is deflate (deflate self 10) and T4's read (15).
+fn native() -> Vec<u8> {
+    let mut w = Writer::new(
+        Vec::new(),
+        &header(
+            &["python3.12", "app.py"],
+            &["pyperf", "record", "--native", "--kernel", "--off-cpu", "-F", "100", "--", "python3.12", "app.py"],
+            "cpu-clock",
+            Rate::Frequency(100),
+        ),
+    )
+    .expect("header");
+    w.start_off_cpu(OFF_CPU_MIN_NS).expect("off-CPU chunk");
+    w.add_process(&Process {
+        pid: 600,
+        command: args(&["/usr/bin/python3.12", "app.py"]),
+        python_version: "3.12.3".into(),
+        interpreter_path: "/usr/bin/python3.12".into(),
+        build_id: NATIVE_LIBRARIES[0].1.into(),
+        first_seen_ns: 0,
+        ns_pid: 0,
+        cgroup: String::new(),
+    })
+    .expect("process");
+    let [python, libc, zlib, libz, libfoo] = NATIVE_LIBRARIES.map(|l| l.0);
+    let (app, threading) = ("/srv/app.py", "/usr/lib/python3.12/threading.py");
+    let (glue, marker, unresolved) = (symbol_flags::GLUE, symbol_flags::MARKER, symbol_flags::UNRESOLVED);
+    let start = [
+        native_sym("_start", python, glue),
+        native_sym("__libc_start_call_main", libc, glue),
+        native_sym("Py_BytesMain", python, glue),
+    ];
+    let module = sym("", "<module>", app, 30);
+    let compress = sym("", "compress_all", app, 12);
+    let to_deflate = [
+        module.clone(),
+        compress.clone(),
+        native_sym("zlib_Compress_compress", zlib, 0),
+        native_sym("deflate", libz, 0),
+    ];
+    let cat = |parts: &[&[Symbol]]| -> Vec<Symbol> { parts.concat() };
+    let t0 = cat(&[&start, &to_deflate, &[native_sym("longest_match", libz, 0)]]);
+    let t1 = cat(&[&start, &to_deflate, &[kernel_sym("asm_exc_page_fault"), kernel_sym("exc_page_fault")]]);
+    let t2 = cat(&[
+        &start,
+        &[
+            module.clone(),
+            native_sym("PyObject_Vectorcall", python, glue),
+            native_sym("_PyFunction_Vectorcall", python, glue),
+            sym("", "on_item", app, 20),
+        ],
+    ]);
+    let t3 = vec![module.clone(), compress.clone(), native_sym("[native: unmerged]", "", marker)];
+    let t4 = vec![
+        native_sym("start_thread", libc, glue),
+        native_sym("thread_run", python, glue),
+        sym("Thread", "_bootstrap", threading, 1030),
+        sym("Worker", "work", app, 40),
+        native_sym("read", libc, 0),
+        kernel_sym("entry_SYSCALL_64"),
+        kernel_sym("do_syscall_64"),
+        kernel_sym("ksys_read"),
+    ];
+    let t5 = vec![
+        native_sym("start_thread", libc, 0),
+        native_sym("worker_main", libfoo, 0),
+        native_sym("libfoo.so+0x1a2b", libfoo, unresolved),
+    ];
+    let mut leaf = |frames: &[Symbol]| {
+        let ids: Vec<u32> = frames.iter().map(|f| w.intern_symbol(f)).collect();
+        w.intern_stack(&ids)
+    };
+    let leaves = [leaf(&t0), leaf(&t1), leaf(&t2), leaf(&t3), leaf(&t4), leaf(&t5), 0];
+    // The recorder names a library when it first meets it: libfoo only with thread 602's first sample.
+    for (path, build_id) in &NATIVE_LIBRARIES[..4] {
+        w.push_library(path, build_id).expect("library");
+    }
+
+    // (time, tid, template) of every sample.
+    let mut samples: Vec<(u64, u32, usize)> = Vec::new();
+    for k in 0..75u64 {
+        let template = match k % 15 {
+            0..=7 => 0,
+            8 | 9 => 1,
+            10..=13 => 2,
+            _ => 3,
+        };
+        samples.push((k * 10 * MS, 600, template));
+    }
+    for k in 0..15u64 {
+        samples.push((5 * MS + k * 10 * MS, 601, 4));
+    }
+    samples.push((460 * MS, 601, 6));
+    samples.push((470 * MS, 601, 6));
+    for k in 0..8u64 {
+        samples.push((302 * MS + k * 10 * MS, 602, 5));
+    }
+    samples.sort();
+    let blocked = interval(
+        601,
+        "worker",
+        150 * MS,
+        300 * MS,
+        0,
+        OffCpuKind::Blocked,
+        0,
+        GilState::NotLocked,
+        (StackStatus::Complete, leaves[4]),
+        0,
+    );
+    let runnable = interval(
+        600,
+        "python3.12",
+        750 * MS,
+        50 * MS,
+        50 * MS,
+        OffCpuKind::Runnable,
+        -1,
+        GilState::ThisThread,
+        (StackStatus::Complete, leaves[2]),
+        0,
+    );
+    // The recorder writes an interval when its thread is back on CPU (or at the end).
+    let mut intervals = vec![OffCpuInterval { pid: 600, ..blocked }, OffCpuInterval { pid: 600, ..runnable }];
+    let mut libfoo_pushed = false;
+    for &(time_ns, tid, template) in &samples {
+        while intervals.first().is_some_and(|iv| iv.start_ns + iv.duration_ns <= time_ns) {
+            w.push_off_cpu(&intervals.remove(0)).expect("interval");
+        }
+        if tid == 602 && !libfoo_pushed {
+            // What came before is on disk (a periodic flush): libfoo comes in a library chunk of its own.
+            w.flush().expect("flush");
+            w.push_library(NATIVE_LIBRARIES[4].0, NATIVE_LIBRARIES[4].1).expect("library");
+            libfoo_pushed = true;
+        }
+        let idle = template >= 5;
+        w.push_sample(&SampleRecord {
+            time_ns,
+            cpu: tid - 600,
+            pid: 600,
+            tid,
+            comm: ["python3.12", "worker", "zpool"][(tid - 600) as usize],
+            thread_state: if idle { ThreadStateMatch::ThisThreadNull } else { ThreadStateMatch::Match },
+            gil: if idle { GilState::NotLocked } else { GilState::ThisThread },
+            pthread_id: if idle { PthreadIdMatch::ThreadStateNull } else { PthreadIdMatch::Match },
+            status: if idle { StackStatus::Idle } else { StackStatus::Complete },
+            stack: leaves[template],
+        })
+        .expect("sample");
+    }
+    for iv in intervals {
+        w.push_off_cpu(&iv).expect("interval");
+    }
+    let counters = [
+        ("native_merged", 93),
+        ("native_unmerged", 5),
+        ("native_no_stack", 0),
+        ("kernel_stacks", 25),
+        ("kernel_frames", 65),
+        ("off_cpu_intervals", 2),
+    ];
+    w.finish(&Stats {
+        samples: samples.len() as u64,
+        duration_ns: 800 * MS,
+        counters: counters.iter().map(|&(k, v)| (k.to_string(), v)).collect(),
+        ..Default::default()
+    })
+    .expect("finish")
 }

@@ -1,0 +1,1146 @@
+//! Native stacks from a copy of the user stack, as `perf --call-graph dwarf` takes them: the BPF program copies the
+//! registers ip, sp and bp and the bytes at `[sp, sp + len)`; here the frames are unwound with the DWARF call frame
+//! information of the files the process maps (`.eh_frame`, via `framehop`) and named with their symbols.
+//!
+//! Processes are known by their `/proc/PID/maps`: the executable file mappings, each file opened through
+//! `/proc/PID/root/<path>` (so a process in a chroot or a container has its own files) or, failing that,
+//! `/proc/PID/map_files/<start>-<end>`. A file is parsed once for all processes that map it, keyed by (device,
+//! inode). An address in no known mapping (an extension `dlopen`ed since) re-reads the maps, at most every
+//! [`REREAD_INTERVAL`] per process.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _};
+
+use super::elf::{self, ElfInfo};
+
+/// Frames beyond this many end the unwind ([`UnwindEnd::TooDeep`]).
+pub const MAX_FRAMES: usize = 1024;
+/// A process's maps are re-read at most this often (an address in no known mapping asks for it).
+pub const REREAD_INTERVAL: Duration = Duration::from_millis(100);
+/// The name of an address in no mapping of a file.
+pub const UNKNOWN: &str = "[unknown]";
+/// The address-to-symbol cache is emptied when it grows past this many entries (bounds memory on long
+/// recordings of code with many distinct leaf addresses).
+const ADDR_CACHE_MAX: usize = 1 << 20;
+
+/// The user registers an unwind starts from (x86-64: rip, rsp, rbp).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserRegs {
+    /// Instruction pointer.
+    pub ip: u64,
+    /// Stack pointer: the address of the first byte of the stack copy.
+    pub sp: u64,
+    /// Frame pointer (used only where a function has no call frame information).
+    pub bp: u64,
+}
+
+/// Why an unwind stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnwindEnd {
+    /// The outermost frame was reached: its call frame information says there is no caller (`_start`,
+    /// `clone3`), or the return address is 0.
+    Complete,
+    /// The next frame's return address lies beyond the copy of the stack.
+    StackCopyEnd,
+    /// The frame is in a file without call frame information (`.eh_frame` / `.debug_frame`).
+    NoUnwindInfo,
+    /// The address is in no mapping of a file (JIT code, a bad unwind), or the unwind rules gave nonsense.
+    BadAddress,
+    /// More than [`MAX_FRAMES`] frames.
+    TooDeep,
+}
+
+impl UnwindEnd {
+    /// Name used in the counters.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnwindEnd::Complete => "complete",
+            UnwindEnd::StackCopyEnd => "stack_copy_end",
+            UnwindEnd::NoUnwindInfo => "no_unwind_info",
+            UnwindEnd::BadAddress => "bad_address",
+            UnwindEnd::TooDeep => "too_deep",
+        }
+    }
+
+    const ALL: [UnwindEnd; 5] = [
+        UnwindEnd::Complete,
+        UnwindEnd::StackCopyEnd,
+        UnwindEnd::NoUnwindInfo,
+        UnwindEnd::BadAddress,
+        UnwindEnd::TooDeep,
+    ];
+}
+
+/// The name of a native frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NativeSymbol {
+    /// Demangled function name; `libz.so.1+0x1a2b` when no symbol covers the address: the offset (from the
+    /// file's lowest load address) of the start of the code range the call frame information puts it in, else of
+    /// the address itself; [`UNKNOWN`] when no file holds it.
+    pub name: String,
+    /// The file's path as the process maps it ("" when no file).
+    pub library: Arc<str>,
+    /// The file's GNU build id, lower-case hex ("" without one).
+    pub build_id: Arc<str>,
+    /// Whether a symbol covers the address.
+    pub resolved: bool,
+}
+
+/// One line of `/proc/PID/maps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapsEntry {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Whether the mapping is executable.
+    pub exec: bool,
+    /// File offset of `start`.
+    pub offset: u64,
+    /// Device of the file (`major << 32 | minor`).
+    pub dev: u64,
+    /// Inode of the file (0 for anonymous and special mappings).
+    pub inode: u64,
+    /// Path (may hold spaces; ends with " (deleted)" for a file deleted since), `[vdso]`, or "".
+    pub path: String,
+}
+
+/// Parses the text of a `/proc/PID/maps`; malformed lines are skipped.
+pub fn parse_maps(text: &str) -> Vec<MapsEntry> {
+    text.lines().filter_map(parse_maps_line).collect()
+}
+
+fn parse_maps_line(line: &str) -> Option<MapsEntry> {
+    // Five fields then the path, which may contain spaces: split by hand.
+    let mut rest = line;
+    let mut field = || {
+        rest = rest.trim_start_matches(' ');
+        let end = rest.find(' ').unwrap_or(rest.len());
+        let (f, r) = rest.split_at(end);
+        rest = r;
+        f
+    };
+    let range = field();
+    let perms = field();
+    let offset = field();
+    let dev = field();
+    let inode = field();
+    let path = rest.trim_start_matches(' ');
+    let (start, end) = range.split_once('-')?;
+    let (major, minor) = dev.split_once(':')?;
+    Some(MapsEntry {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        exec: perms.as_bytes().get(2) == Some(&b'x'),
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        dev: u64::from_str_radix(major, 16).ok()? << 32 | u64::from_str_radix(minor, 16).ok()?,
+        inode: inode.parse().ok()?,
+        path: path.to_string(),
+    })
+}
+
+type Bytes = Arc<[u8]>;
+
+/// What identifies a file across processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum FileKey {
+    Inode {
+        dev: u64,
+        inode: u64,
+    },
+    /// The kernel's vDSO: the same image in every process (of one ABI).
+    Vdso,
+}
+
+/// A file mapped by some process, parsed once.
+struct FileEntry {
+    /// `None`: it could not be read or parsed (its frames are named by offset and end unwinds).
+    info: Option<Arc<ElfInfo>>,
+    build_id: Arc<str>,
+}
+
+/// One executable mapping of a file in a process.
+#[derive(Clone)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    offset: u64,
+    key: FileKey,
+    file: usize,
+    /// Run-time address minus file address.
+    bias: u64,
+    /// The path as mapped (" (deleted)" removed).
+    path: Arc<str>,
+    /// The file's name, for "lib+0xoffset" names.
+    basename: Arc<str>,
+    /// `None` when the file has no call frame information.
+    module: Option<Module<Bytes>>,
+}
+
+/// A followed process.
+struct Process {
+    root: PathBuf,
+    mappings: Vec<Mapping>,
+    unwinder: UnwinderX86_64<Bytes>,
+    cache: Box<CacheX86_64>,
+    last_read: Instant,
+}
+
+impl Process {
+    fn find(&self, addr: u64) -> Option<usize> {
+        let i = self.mappings.partition_point(|m| m.start <= addr).checked_sub(1)?;
+        (addr < self.mappings[i].end).then_some(i)
+    }
+}
+
+#[derive(Default)]
+struct Counts {
+    unwinds: u64,
+    ends: [u64; 5],
+    frames: u64,
+    maps_reads: u64,
+    maps_rereads: u64,
+    files_parsed: u64,
+    files_unusable: u64,
+    debug_files: u64,
+    cold_parts: u64,
+    cache_hits: u64,
+    cache_misses: u64,
+}
+
+/// Unwinds and names the native frames of the followed processes.
+pub struct NativeUnwinder {
+    processes: HashMap<u32, Process>,
+    files: Vec<FileEntry>,
+    file_ids: HashMap<FileKey, usize>,
+    /// (file, file address) -> index of the symbol covering it.
+    addr_cache: HashMap<(usize, u64), Option<u32>>,
+    /// (file, symbol index) -> demangled name.
+    names: HashMap<(usize, u32), Arc<str>>,
+    empty: Arc<str>,
+    counts: Counts,
+}
+
+impl Default for NativeUnwinder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl NativeUnwinder {
+    /// An unwinder following no process yet.
+    pub fn new() -> Self {
+        NativeUnwinder {
+            processes: HashMap::new(),
+            files: Vec::new(),
+            file_ids: HashMap::new(),
+            addr_cache: HashMap::new(),
+            names: HashMap::new(),
+            empty: Arc::from(""),
+            counts: Counts::default(),
+        }
+    }
+
+    /// Follows process `pid`: reads its `/proc/PID/maps` and parses the files it maps (those not seen yet).
+    pub fn add_process(&mut self, pid: u32) -> std::io::Result<()> {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+        self.counts.maps_reads += 1;
+        let root = PathBuf::from(format!("/proc/{pid}/root"));
+        let mappings = self.mappings(pid, &root, &maps, &[]);
+        let mut process = Process {
+            root,
+            mappings: Vec::new(),
+            unwinder: UnwinderX86_64::new(),
+            cache: Box::new(CacheX86_64::new()),
+            last_read: Instant::now(),
+        };
+        set_mappings(&mut process, mappings);
+        self.processes.insert(pid, process);
+        Ok(())
+    }
+
+    /// Stops following `pid` (its files stay parsed for other processes).
+    pub fn remove_process(&mut self, pid: u32) {
+        self.processes.remove(&pid);
+    }
+
+    /// The executable file mappings of `maps`, reusing those of `old` that did not change.
+    fn mappings(&mut self, pid: u32, root: &Path, maps: &str, old: &[Mapping]) -> Vec<Mapping> {
+        let mut out = Vec::new();
+        for e in parse_maps(maps) {
+            if !e.exec || e.start >= e.end {
+                continue;
+            }
+            let key = if e.path == "[vdso]" {
+                FileKey::Vdso
+            } else if e.inode != 0 && e.path.starts_with('/') {
+                FileKey::Inode { dev: e.dev, inode: e.inode }
+            } else {
+                // Anonymous (JIT) and other special mappings: no file to read.
+                continue;
+            };
+            if let Some(m) =
+                old.iter().find(|m| m.start == e.start && m.end == e.end && m.offset == e.offset && m.key == key)
+            {
+                out.push(m.clone());
+                continue;
+            }
+            let file = self.file(pid, root, &e, key);
+            let path: Arc<str> = e.path.strip_suffix(" (deleted)").unwrap_or(&e.path).into();
+            let basename: Arc<str> = path.rsplit('/').next().unwrap_or(&path).into();
+            let info = self.files[file].info.clone();
+            let bias = info.as_ref().map_or(e.start.wrapping_sub(e.offset), |i| i.bias(e.start, e.offset));
+            let module = info.as_ref().and_then(|i| module(i, &path, e.start..e.end, bias));
+            out.push(Mapping { start: e.start, end: e.end, offset: e.offset, key, file, bias, path, basename, module });
+        }
+        out.sort_by_key(|m| m.start);
+        // Overlapping entries cannot come from one maps file; drop any so lookups stay well defined.
+        out.dedup_by(|later, first| later.start < first.end);
+        out
+    }
+
+    /// The index of the file of maps entry `e` of process `pid`, parsing it if it is new.
+    fn file(&mut self, pid: u32, root: &Path, e: &MapsEntry, key: FileKey) -> usize {
+        if let Some(&i) = self.file_ids.get(&key) {
+            return i;
+        }
+        let info = match key {
+            FileKey::Vdso => own_vdso(),
+            FileKey::Inode { inode, .. } => self.parse_file(pid, root, e, inode),
+        };
+        self.counts.files_parsed += 1;
+        if info.is_none() {
+            self.counts.files_unusable += 1;
+        }
+        let build_id = info.as_ref().map_or_else(|| Arc::from(""), |i| i.build_id.clone());
+        self.files.push(FileEntry { info: info.map(Arc::new), build_id });
+        let i = self.files.len() - 1;
+        self.file_ids.insert(key, i);
+        i
+    }
+
+    /// Opens and parses a mapped file: through the process's root when the file there is the one mapped (same
+    /// inode), else through `map_files` (the mapping itself, even of a deleted or replaced file).
+    fn parse_file(&mut self, pid: u32, root: &Path, e: &MapsEntry, inode: u64) -> Option<ElfInfo> {
+        let deleted = e.path.ends_with(" (deleted)");
+        let path = e.path.strip_suffix(" (deleted)").unwrap_or(&e.path);
+        let in_root = root.join(path.trim_start_matches('/'));
+        let by_root = if deleted { None } else { File::open(&in_root).ok() };
+        let same = by_root.as_ref().and_then(|f| f.metadata().ok()).is_some_and(|m| m.ino() == inode);
+        let file = if same {
+            by_root
+        } else {
+            let mapped = format!("/proc/{pid}/map_files/{:x}-{:x}", e.start, e.end);
+            File::open(mapped).ok().or(by_root)
+        }?;
+        let info = ElfInfo::parse_file_with(file, &mut |info| find_debug_file(root, path, info)).ok()?;
+        if info.has_debug_file {
+            self.counts.debug_files += 1;
+        }
+        self.counts.cold_parts += info.cold_parts as u64;
+        Some(info)
+    }
+
+    /// Re-reads the maps of `pid` unless read less than [`REREAD_INTERVAL`] ago. Whether it did.
+    fn reread(&mut self, pid: u32) -> bool {
+        let Some(p) = self.processes.get(&pid) else { return false };
+        if p.last_read.elapsed() < REREAD_INTERVAL {
+            return false;
+        }
+        let root = p.root.clone();
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            // Gone (or going): do not try again before the interval.
+            if let Some(p) = self.processes.get_mut(&pid) {
+                p.last_read = Instant::now();
+            }
+            return false;
+        };
+        self.counts.maps_rereads += 1;
+        let old = self.processes.get_mut(&pid).map(|p| std::mem::take(&mut p.mappings)).unwrap_or_default();
+        let mappings = self.mappings(pid, &root, &maps, &old);
+        let Some(p) = self.processes.get_mut(&pid) else { return false };
+        let same = |a: &Mapping, b: &Mapping| (a.start, a.end, a.offset, a.key) == (b.start, b.end, b.offset, b.key);
+        if mappings.len() == old.len() && mappings.iter().zip(&old).all(|(a, b)| same(a, b)) {
+            // Nothing new (JIT code, or a bad address): keep the unwinder and its warm rule cache.
+            p.mappings = mappings;
+        } else {
+            set_mappings(p, mappings);
+        }
+        p.last_read = Instant::now();
+        true
+    }
+
+    /// The mapping of `addr` in `pid` (following the process if it is new, re-reading its maps once if no
+    /// mapping holds the address).
+    fn mapping(&mut self, pid: u32, addr: u64) -> Option<&Mapping> {
+        if !self.processes.contains_key(&pid) && self.add_process(pid).is_err() {
+            return None;
+        }
+        let found = self.processes.get(&pid).and_then(|p| p.find(addr));
+        let i = match found {
+            Some(i) => i,
+            None => {
+                if !self.reread(pid) {
+                    return None;
+                }
+                self.processes.get(&pid)?.find(addr)?
+            }
+        };
+        self.processes.get(&pid)?.mappings.get(i)
+    }
+
+    /// Unwinds the stack of a thread of `pid` from `regs` and the copy `stack` of its bytes at `[regs.sp,
+    /// regs.sp + stack.len())`. `out` gets the frames' addresses, leaf first: `regs.ip`, then the return
+    /// addresses found (its previous contents are dropped). Tells why it stopped.
+    pub fn unwind(&mut self, pid: u32, regs: UserRegs, stack: &[u8], out: &mut Vec<u64>) -> UnwindEnd {
+        out.clear();
+        let end = self.unwind_frames(pid, regs, stack, out);
+        self.counts.unwinds += 1;
+        self.counts.frames += out.len() as u64;
+        if let Some(i) = UnwindEnd::ALL.iter().position(|&e| e == end) {
+            self.counts.ends[i] += 1;
+        }
+        end
+    }
+
+    fn unwind_frames(&mut self, pid: u32, regs: UserRegs, stack: &[u8], out: &mut Vec<u64>) -> UnwindEnd {
+        let sp = regs.sp;
+        let stack_end = sp.saturating_add(stack.len() as u64);
+        let mut read_stack = |addr: u64| -> Result<u64, ()> {
+            let off = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
+            let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
+            Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
+        };
+        if !self.processes.contains_key(&pid) && self.add_process(pid).is_err() {
+            return UnwindEnd::BadAddress;
+        }
+        let mut fregs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
+        let mut address = FrameAddress::from_instruction_pointer(regs.ip);
+        out.push(regs.ip);
+        loop {
+            let Some(p) = self.processes.get_mut(&pid) else { return UnwindEnd::BadAddress };
+            match p.find(address.address_for_lookup()) {
+                Some(i) if p.mappings[i].module.is_none() => return UnwindEnd::NoUnwindInfo,
+                Some(_) => {}
+                // Maybe a library loaded since: look again with new maps (once; re-reading is rate limited).
+                None if self.reread(pid) => continue,
+                None => return UnwindEnd::BadAddress,
+            }
+            if out.len() >= MAX_FRAMES {
+                return UnwindEnd::TooDeep;
+            }
+            match p.unwinder.unwind_frame(address, &mut fregs, &mut p.cache, &mut read_stack) {
+                Ok(Some(ra)) => match FrameAddress::from_return_address(ra) {
+                    Some(next) => {
+                        out.push(ra);
+                        address = next;
+                    }
+                    None => return UnwindEnd::Complete,
+                },
+                Ok(None) => return UnwindEnd::Complete,
+                Err(framehop::Error::CouldNotReadStack(at)) if at >= sp && at.saturating_add(8) > stack_end => {
+                    return UnwindEnd::StackCopyEnd
+                }
+                Err(_) => return UnwindEnd::BadAddress,
+            }
+        }
+    }
+
+    /// The name of the frame at `addr` in `pid`; `is_return`: `addr` is a return address (the call is at
+    /// `addr - 1`, which may be in another function when the call was a function's last instruction).
+    pub fn symbol(&mut self, pid: u32, addr: u64, is_return: bool) -> NativeSymbol {
+        let lookup = if is_return { addr.saturating_sub(1) } else { addr };
+        let Some(m) = self.mapping(pid, lookup) else {
+            return NativeSymbol {
+                name: UNKNOWN.to_string(),
+                library: self.empty.clone(),
+                build_id: self.empty.clone(),
+                resolved: false,
+            };
+        };
+        let (file, bias, library, basename) = (m.file, m.bias, m.path.clone(), m.basename.clone());
+        let Some(entry) = self.files.get(file) else {
+            return NativeSymbol { name: UNKNOWN.to_string(), library, build_id: self.empty.clone(), resolved: false };
+        };
+        let build_id = entry.build_id.clone();
+        let svma = lookup.wrapping_sub(bias);
+        let Some(info) = entry.info.clone() else {
+            // Unreadable file: the offset in the file stands in (file address = file offset is as good a guess
+            // as any, and is stable).
+            let name = format!("{basename}+0x{svma:x}");
+            return NativeSymbol { name, library, build_id, resolved: false };
+        };
+        let index = match self.addr_cache.get(&(file, svma)) {
+            Some(&found) => {
+                self.counts.cache_hits += 1;
+                found
+            }
+            None => {
+                self.counts.cache_misses += 1;
+                if self.addr_cache.len() >= ADDR_CACHE_MAX {
+                    self.addr_cache.clear();
+                }
+                let found = info.symbols.lookup(svma);
+                self.addr_cache.insert((file, svma), found);
+                found
+            }
+        };
+        match index {
+            Some(i) => {
+                let name = self
+                    .names
+                    .entry((file, i))
+                    .or_insert_with(|| Arc::from(elf::demangle(info.symbols.name(i))))
+                    .to_string();
+                NativeSymbol { name, library, build_id, resolved: true }
+            }
+            None => {
+                // Within code the call frame information knows (a static function of a stripped file), the
+                // range's start names it: its samples stay one frame.
+                let at = info.unnamed_start(svma).unwrap_or(svma);
+                let name = format!("{basename}+0x{:x}", at.wrapping_sub(info.base_vaddr));
+                NativeSymbol { name, library, build_id, resolved: false }
+            }
+        }
+    }
+
+    /// Counters for the recording's trailer: unwinds and how they ended, frames, maps reads, files parsed, symbol
+    /// cache use.
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        let c = &self.counts;
+        let mut v = vec![("native_unwinds".to_string(), c.unwinds)];
+        for (end, n) in UnwindEnd::ALL.iter().zip(c.ends) {
+            v.push((format!("native_unwind_{}", end.as_str()), n));
+        }
+        v.extend([
+            ("native_unwind_frames".to_string(), c.frames),
+            ("native_maps_reads".to_string(), c.maps_reads),
+            ("native_maps_rereads".to_string(), c.maps_rereads),
+            ("native_files_parsed".to_string(), c.files_parsed),
+            ("native_files_unusable".to_string(), c.files_unusable),
+            ("native_debug_files".to_string(), c.debug_files),
+            ("native_cold_parts_named".to_string(), c.cold_parts),
+            ("native_symbol_cache_hits".to_string(), c.cache_hits),
+            ("native_symbol_cache_misses".to_string(), c.cache_misses),
+        ]);
+        v
+    }
+}
+
+/// Installs `mappings` in `p`, with a new framehop unwinder holding their modules (the old rule cache entries
+/// are invalidated by the unwinder's new generation).
+fn set_mappings(p: &mut Process, mappings: Vec<Mapping>) {
+    let mut unwinder = UnwinderX86_64::new();
+    for m in &mappings {
+        if let Some(module) = &m.module {
+            unwinder.add_module(module.clone());
+        }
+    }
+    p.unwinder = unwinder;
+    p.mappings = mappings;
+}
+
+/// The framehop module of a mapping of `info` at `avma` with load bias `bias`; `None` without call frame
+/// information.
+fn module(info: &ElfInfo, name: &str, avma: std::ops::Range<u64>, bias: u64) -> Option<Module<Bytes>> {
+    let u = &info.unwind;
+    if u.is_empty() {
+        return None;
+    }
+    let base_svma = info.base_vaddr;
+    let svma = |s: &Option<elf::SectionData>| s.as_ref().map(|s| s.svma.clone());
+    let data = |s: &Option<elf::SectionData>| s.as_ref().map(|s| s.data.clone());
+    let section_info = ExplicitModuleSectionInfo {
+        base_svma,
+        text_svma: u.text_svma.clone(),
+        got_svma: u.got_svma.clone(),
+        eh_frame_svma: svma(&u.eh_frame),
+        eh_frame: data(&u.eh_frame),
+        eh_frame_hdr_svma: svma(&u.eh_frame_hdr),
+        eh_frame_hdr: data(&u.eh_frame_hdr),
+        // Used only without .eh_frame (framehop prefers .eh_frame).
+        debug_frame: data(&u.debug_frame),
+        ..Default::default()
+    };
+    Some(Module::new(name.to_string(), avma, base_svma.wrapping_add(bias), section_info))
+}
+
+/// The separate debug file of a stripped file (`path` as mapped, `info` its parsed self): the first candidate
+/// (see [`elf::debug_file_candidates`]) with symbols and the same build id, in the process's `root`, then in this
+/// system's.
+fn find_debug_file(root: &Path, path: &str, info: &ElfInfo) -> Option<ElfInfo> {
+    for r in [root, Path::new("/")] {
+        for candidate in elf::debug_file_candidates(r, path, &info.build_id, info.debuglink.as_deref()) {
+            let Ok(debug) = ElfInfo::open(&candidate) else { continue };
+            let matches = info.build_id.is_empty() || debug.build_id == info.build_id;
+            if matches && !debug.symbols.is_empty() {
+                return Some(debug);
+            }
+        }
+    }
+    None
+}
+
+/// The recorder's own vDSO, parsed: the kernel maps the same image into every process.
+fn own_vdso() -> Option<ElfInfo> {
+    // SAFETY: getauxval only reads this process's auxiliary vector.
+    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
+    if base == 0 {
+        return None;
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let e = parse_maps(&maps).into_iter().find(|e| e.start == base && e.path == "[vdso]")?;
+    let len = usize::try_from(e.end - e.start).ok()?;
+    // SAFETY: /proc/self/maps says [start, end) is the vDSO mapping, which the kernel maps readable for the life
+    // of the process and nothing writes or unmaps; the bytes are only read, and copied before parsing.
+    let bytes = unsafe { std::slice::from_raw_parts(base as *const u8, len) }.to_vec();
+    ElfInfo::parse_bytes(&bytes).ok()
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+    use std::hint::black_box;
+    use std::process::Command;
+    use std::sync::Mutex;
+
+    /// Registers and a copy of the stack, as the BPF program takes them at a sample.
+    struct Capture {
+        regs: UserRegs,
+        stack: Vec<u8>,
+    }
+
+    /// The end of this process's mapping holding `addr` (a thread's stack).
+    fn mapping_end(addr: u64) -> u64 {
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        parse_maps(&maps).iter().find(|e| e.start <= addr && addr < e.end).map(|e| e.end).expect("stack mapping")
+    }
+
+    /// Captures this thread's registers and a copy of up to `len` bytes of its stack (all of it when `len` is
+    /// `usize::MAX`).
+    #[inline(never)]
+    fn capture_here(len: usize) -> Capture {
+        let (ip, sp, bp): (u64, u64, u64);
+        // SAFETY: only reads three registers into outputs.
+        unsafe {
+            core::arch::asm!(
+                "lea {ip}, [rip]",
+                "mov {sp}, rsp",
+                "mov {bp}, rbp",
+                ip = out(reg) ip,
+                sp = out(reg) sp,
+                bp = out(reg) bp,
+                options(nomem, nostack, preserves_flags),
+            );
+        }
+        let n = len.min(usize::try_from(mapping_end(sp) - sp).expect("size"));
+        let mut stack = vec![0u8; n];
+        // SAFETY: [sp, sp + n) lies in this thread's stack mapping (from /proc/self/maps), which is readable; the
+        // frames there are this function's and its suspended callers', and their bytes are only copied.
+        unsafe { std::ptr::copy_nonoverlapping(sp as *const u8, stack.as_mut_ptr(), n) };
+        Capture { regs: UserRegs { ip, sp, bp }, stack }
+    }
+
+    #[inline(never)]
+    fn pyperf_test_inner(len: usize) -> Capture {
+        black_box(capture_here(black_box(len)))
+    }
+
+    #[inline(never)]
+    fn pyperf_test_middle(len: usize) -> Capture {
+        black_box(pyperf_test_inner(black_box(len)))
+    }
+
+    #[inline(never)]
+    fn pyperf_test_outer(len: usize) -> Capture {
+        black_box(pyperf_test_middle(black_box(len)))
+    }
+
+    #[inline(never)]
+    fn pyperf_test_recurse(depth: usize, len: usize) -> Capture {
+        if depth == 0 {
+            return black_box(pyperf_test_outer(len));
+        }
+        black_box(pyperf_test_recurse(black_box(depth - 1), len))
+    }
+
+    fn names(u: &mut NativeUnwinder, pid: u32, frames: &[u64]) -> Vec<String> {
+        frames.iter().enumerate().map(|(i, &a)| u.symbol(pid, a, i > 0).name).collect()
+    }
+
+    const PREFIX: &str = "pyperf::native::unwind::tests::";
+
+    #[test]
+    fn own_stack_unwinds_in_order_with_rust_names() {
+        let pid = std::process::id();
+        let mut u = NativeUnwinder::new();
+        u.add_process(pid).expect("own maps");
+        let mut frames = Vec::new();
+        for len in [16384, usize::MAX] {
+            let c = pyperf_test_outer(len);
+            let end = u.unwind(pid, c.regs, &c.stack, &mut frames);
+            let names = names(&mut u, pid, &frames);
+            let expected: Vec<String> =
+                ["capture_here", "pyperf_test_inner", "pyperf_test_middle", "pyperf_test_outer"]
+                    .iter()
+                    .map(|n| format!("{PREFIX}{n}"))
+                    .collect();
+            assert_eq!(names[..4], expected[..], "{end:?} {names:#?}");
+            assert!(names[4].starts_with(PREFIX), "{names:#?}");
+            if len == usize::MAX {
+                // The whole stack: down to the thread's start (the call frame information of clone3, or of _start
+                // on the main thread, ends it).
+                assert_eq!(end, UnwindEnd::Complete, "{names:#?}");
+                assert!(names.iter().any(|n| n.contains("start_thread") || n == "_start"), "{names:#?}");
+            } else {
+                assert!(matches!(end, UnwindEnd::Complete | UnwindEnd::StackCopyEnd), "{end:?} {names:#?}");
+            }
+            let s = u.symbol(pid, frames[1], true);
+            assert!(s.resolved && s.library.contains("pyperf") && !s.build_id.is_empty(), "{s:?}");
+        }
+        // The vDSO (no file: the recorder's own image stands in) has call frame information and symbols.
+        let vdso = u.processes[&pid].mappings.iter().find(|m| m.key == FileKey::Vdso).expect("vdso").clone();
+        assert!(vdso.module.is_some());
+        let info = u.files[vdso.file].info.clone().expect("vdso parsed");
+        let i = (0..info.symbols.len() as u32).find(|&i| info.symbols.name(i).contains("clock_gettime")).expect("sym");
+        let s = u.symbol(pid, info.symbols.start(i).wrapping_add(vdso.bias) + 1, false);
+        assert!(s.resolved && s.name.contains("clock_gettime") && &*s.library == "[vdso]", "{s:?}");
+        // A copy cut inside the second frame ends there, as a copy end.
+        let c = pyperf_test_outer(16384);
+        let end = u.unwind(pid, c.regs, &c.stack[..24], &mut frames);
+        assert_eq!(end, UnwindEnd::StackCopyEnd, "{frames:x?}");
+        // An ip in no mapping.
+        assert_eq!(u.unwind(pid, UserRegs { ip: 8, ..c.regs }, &c.stack, &mut frames), UnwindEnd::BadAddress);
+        assert_eq!(frames, [8]);
+        assert_eq!(u.symbol(pid, 8, false).name, UNKNOWN);
+        let counters: HashMap<String, u64> = u.counters().into_iter().collect();
+        assert_eq!(counters["native_unwinds"], 4);
+        assert_eq!(counters["native_unwind_bad_address"], 1);
+        assert!(counters["native_symbol_cache_hits"] > 0, "{counters:?}");
+    }
+
+    #[test]
+    fn the_unwinder_can_move_to_another_thread() {
+        fn send<T: Send>() {}
+        send::<NativeUnwinder>();
+        send::<super::super::kernel::KernelSymbols>();
+    }
+
+    #[test]
+    fn too_deep_stops_at_the_cap() {
+        let pid = std::process::id();
+        let mut u = NativeUnwinder::new();
+        u.add_process(pid).expect("own maps");
+        let handle = std::thread::Builder::new()
+            .stack_size(16 << 20)
+            .spawn(|| pyperf_test_recurse(MAX_FRAMES + 10, usize::MAX))
+            .expect("thread");
+        let c = handle.join().expect("joined");
+        let mut frames = Vec::new();
+        assert_eq!(u.unwind(pid, c.regs, &c.stack, &mut frames), UnwindEnd::TooDeep);
+        assert_eq!(frames.len(), MAX_FRAMES);
+    }
+
+    /// Median cost of an unwind of ~30 frames, and of a symbol lookup.
+    #[test]
+    fn unwind_cost() {
+        let pid = std::process::id();
+        let mut u = NativeUnwinder::new();
+        u.add_process(pid).expect("own maps");
+        let c = pyperf_test_recurse(24, 65536);
+        let mut frames = Vec::new();
+        let end = u.unwind(pid, c.regs, &c.stack, &mut frames);
+        let n = frames.len();
+        let t = Instant::now();
+        let names = names(&mut u, pid, &frames);
+        let first = t.elapsed().as_nanos() / n as u128;
+        assert!(n >= 30, "{end:?} {names:#?}");
+        assert_eq!(names.iter().filter(|n| n.ends_with("pyperf_test_recurse")).count(), 25, "{names:#?}");
+        let mut times = Vec::new();
+        for _ in 0..2000 {
+            let t = Instant::now();
+            black_box(u.unwind(pid, c.regs, &c.stack, &mut frames));
+            times.push(t.elapsed().as_nanos());
+        }
+        times.sort_unstable();
+        let unwind = times[times.len() / 2];
+        let t = Instant::now();
+        let rounds = 200;
+        for _ in 0..rounds {
+            for (i, &a) in frames.iter().enumerate() {
+                black_box(u.symbol(pid, a, i > 0));
+            }
+        }
+        let symbol = t.elapsed().as_nanos() / (rounds * frames.len()) as u128;
+        eprintln!(
+            "unwind of {n} frames ({end:?}): median {unwind} ns; symbol lookup: {first} ns first, {symbol} ns cached"
+        );
+        // Generous bounds: a debug build or a loaded machine is slower; this catches an unwinder gone quadratic.
+        assert!(unwind < 200_000, "median unwind {unwind} ns");
+    }
+
+    #[test]
+    fn maps_lines_with_spaces_and_deleted_files() {
+        let text = "\
+55d0c0a00000-55d0c0a22000 r-xp 00001000 fd:01 1234   /usr/bin/my prog (deleted)
+7ffd1e9f0000-7ffd1e9f2000 r-xp 00000000 00:00 0                          [vdso]
+7f00-7f10 rw-p 00000000 00:00 0
+garbage line
+";
+        let e = parse_maps(text);
+        assert_eq!(e.len(), 3);
+        assert_eq!(e[0].path, "/usr/bin/my prog (deleted)");
+        assert_eq!(
+            (e[0].start, e[0].end, e[0].offset, e[0].dev, e[0].inode),
+            (0x55d0c0a00000, 0x55d0c0a22000, 0x1000, 0xfd << 32 | 1, 1234)
+        );
+        assert!(e[0].exec && e[1].exec && !e[2].exec);
+        assert_eq!(e[1].path, "[vdso]");
+        assert_eq!(e[2].path, "");
+    }
+
+    /// A small C library built with gcc -O2 -fomit-frame-pointer: frames need call frame information. Returns
+    /// (directory, unstripped path, stripped path).
+    fn c_library() -> Option<(tempfile::TempDir, PathBuf, PathBuf)> {
+        const SRC: &str = r#"
+            typedef void (*cb_t)(void);
+            static volatile int pyperf_sink;
+            __attribute__((noinline)) static void pyperf_c_hidden(cb_t cb) {
+                volatile char buf[72];
+                buf[0] = 1;
+                cb();
+                pyperf_sink += buf[0];
+            }
+            __attribute__((noinline)) void pyperf_c_inner(cb_t cb) {
+                void (*volatile f)(cb_t) = pyperf_c_hidden;
+                volatile char buf[40];
+                buf[0] = 2;
+                f(cb);
+                pyperf_sink += buf[0];
+            }
+            __attribute__((cold, noinline)) void pyperf_c_cold_path(int x) { pyperf_sink += x; }
+            __attribute__((noinline)) int pyperf_c_split(int x) {
+                volatile char buf[48];
+                buf[0] = x;
+                if (__builtin_expect(x == 12345, 0)) {
+                    pyperf_c_cold_path(x);
+                    buf[1] = 3;
+                    pyperf_sink += buf[1] * 7;
+                }
+                return buf[0];
+            }
+            __attribute__((noinline)) void pyperf_c_outer(cb_t cb) {
+                void (*volatile f)(cb_t) = pyperf_c_inner;
+                f(cb);
+                pyperf_sink++;
+            }
+        "#;
+        let dir = tempfile::tempdir().ok()?;
+        let src = dir.path().join("t.c");
+        std::fs::write(&src, SRC).ok()?;
+        let lib = dir.path().join("libpyperf_t.so");
+        let ok = Command::new("gcc")
+            .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-Wl,--build-id", "-o"])
+            .arg(&lib)
+            .arg(&src)
+            .status()
+            .ok()?
+            .success();
+        if !ok {
+            return None;
+        }
+        let stripped = dir.path().join("libpyperf_s.so");
+        let ok = Command::new("strip").arg("--strip-all").arg("-o").arg(&stripped).arg(&lib).status().ok()?.success();
+        ok.then_some((dir, lib, stripped))
+    }
+
+    static CAPTURED: Mutex<Option<Capture>> = Mutex::new(None);
+
+    #[inline(never)]
+    extern "C" fn pyperf_test_callback() {
+        let c = capture_here(65536);
+        *CAPTURED.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+    }
+
+    /// The file address of function `name` in `info`'s symbols.
+    fn address_of(info: &ElfInfo, name: &str) -> Option<u64> {
+        (0..info.symbols.len() as u32).find(|&i| info.symbols.name(i) == name).map(|i| info.symbols.start(i))
+    }
+
+    /// What a test needs is missing: skipped on a developer's machine, a failure in CI (`CI` set), where
+    /// scripts/setup installs it.
+    fn absent(what: &str) {
+        assert!(std::env::var_os("CI").is_none(), "this test needs {what}, which is missing");
+        eprintln!("no {what}: skipped");
+    }
+
+    #[test]
+    fn unwinds_and_names_through_a_stripped_dlopened_c_library() {
+        let Some((dir, lib, stripped)) = c_library() else {
+            absent("gcc, strip and objcopy");
+            return;
+        };
+        let pid = std::process::id();
+        let mut u = NativeUnwinder::new();
+        // Before the dlopen: the library's frames make it re-read the maps.
+        u.add_process(pid).expect("own maps");
+        let cpath = std::ffi::CString::new(stripped.to_str().expect("utf-8")).expect("path");
+        // SAFETY: dlopen of a library this test built; it has no constructors.
+        let handle = unsafe { libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(!handle.is_null(), "dlopen failed");
+        // SAFETY: the handle is valid and the name a C string.
+        let outer = unsafe { libc::dlsym(handle, c"pyperf_c_outer".as_ptr()) };
+        assert!(!outer.is_null());
+        // SAFETY: pyperf_c_outer has this signature (see the source above).
+        let outer: extern "C" fn(extern "C" fn()) = unsafe { std::mem::transmute(outer) };
+        outer(pyperf_test_callback);
+        let c = CAPTURED.lock().unwrap_or_else(|e| e.into_inner()).take().expect("captured");
+        std::thread::sleep(REREAD_INTERVAL);
+        let mut frames = Vec::new();
+        let end = u.unwind(pid, c.regs, &c.stack, &mut frames);
+        let names = names(&mut u, pid, &frames);
+        let full = ElfInfo::open(&lib).expect("parse");
+        let hidden = address_of(&full, "pyperf_c_hidden").expect("hidden symbol");
+        let hidden_name = format!("libpyperf_s.so+0x{:x}", hidden - full.base_vaddr);
+        assert_eq!(
+            names[..2],
+            [format!("{PREFIX}capture_here"), format!("{PREFIX}pyperf_test_callback")],
+            "{names:#?}"
+        );
+        // The static function has no symbol once stripped: named by the offset of its start, not by a neighbour.
+        assert_eq!(names[2], hidden_name, "{names:#?}");
+        assert_eq!(names[3..5], ["pyperf_c_inner", "pyperf_c_outer"], "{names:#?}");
+        assert!(names[5].starts_with(PREFIX), "{names:#?}");
+        assert!(matches!(end, UnwindEnd::Complete | UnwindEnd::StackCopyEnd), "{end:?}");
+        let counters: HashMap<String, u64> = u.counters().into_iter().collect();
+        assert_eq!(counters["native_maps_rereads"], 1, "{counters:?}");
+        // Exact names: the start of the hidden function, one past the end of the inner one (whatever follows is
+        // not it), the symbol's build id.
+        let base = {
+            let p = &u.processes[&pid];
+            let m = p.mappings.iter().find(|m| m.path.ends_with("libpyperf_s.so")).expect("mapped");
+            m.bias
+        };
+        let s = u.symbol(pid, hidden + base + 5, false);
+        assert_eq!((s.name.as_str(), s.resolved), (hidden_name.as_str(), false));
+        assert_eq!(s.build_id, full.build_id);
+        assert!(s.library.ends_with("/libpyperf_s.so"));
+        let inner = address_of(&full, "pyperf_c_inner").expect("inner");
+        assert_eq!(u.symbol(pid, inner + base, false).name, "pyperf_c_inner");
+        let i = full.symbols.lookup(inner).expect("covered");
+        let inner_end = (inner..inner + 4096).find(|&a| full.symbols.lookup(a) != Some(i)).expect("end");
+        assert_ne!(u.symbol(pid, inner_end + base, false).name, "pyperf_c_inner");
+        // The separate debug file (found by build id under the process's root) names the hidden function.
+        let debug_dir = dir.path().join(format!("usr/lib/debug/.build-id/{}", &full.build_id[..2]));
+        std::fs::create_dir_all(&debug_dir).expect("mkdir");
+        let debug = debug_dir.join(format!("{}.debug", &full.build_id[2..]));
+        let ok =
+            Command::new("objcopy").arg("--only-keep-debug").arg(&lib).arg(&debug).status().is_ok_and(|s| s.success());
+        assert!(ok, "objcopy");
+        let info = ElfInfo::open(&stripped).expect("stripped");
+        assert!(!info.has_symtab && info.symbols.lookup(hidden).is_none());
+        let file = File::open(&stripped).expect("open");
+        let info = ElfInfo::parse_file_with(file, &mut |i| find_debug_file(dir.path(), "/nowhere/libpyperf_s.so", i))
+            .expect("parse");
+        assert!(info.has_debug_file);
+        let i = info.symbols.lookup(hidden + 1).expect("debug symbols");
+        assert_eq!(info.symbols.name(i), "pyperf_c_hidden");
+        // GCC's cold partition of a function (a local symbol, gone once stripped) gets its name back.
+        let cold = address_of(&full, "pyperf_c_split.cold").expect("gcc made a .cold part");
+        let info = ElfInfo::open(&stripped).expect("stripped");
+        let i = info.symbols.lookup(cold + 2).expect("cold part named");
+        assert_eq!((info.symbols.name(i), info.cold_parts), ("pyperf_c_split.cold", 1));
+    }
+
+    #[test]
+    fn hostile_elf_files_never_panic() {
+        let Some((_dir, lib, _)) = c_library() else {
+            absent("gcc");
+            return;
+        };
+        let bytes = std::fs::read(&lib).expect("read");
+        let mut parsed = 0;
+        let mut check = |data: &[u8]| {
+            if let Ok(info) = ElfInfo::parse_bytes(data) {
+                parsed += 1;
+                for a in (0..0x3000).step_by(7) {
+                    if let Some(i) = info.symbols.lookup(a) {
+                        black_box(info.symbols.name(i));
+                    }
+                }
+                let _ = info.bias(0x7f00_0000_0000, 0x1000);
+                // Unwind a stack of garbage through whatever call frame information survived.
+                if let Some(module) = module(&info, "x", 0x7f00_0000_0000..0x7f00_0001_0000, 0x7f00_0000_0000) {
+                    let mut unwinder = UnwinderX86_64::new();
+                    unwinder.add_module(module);
+                    let mut cache = CacheX86_64::new();
+                    let stack: Vec<u64> =
+                        (0..512u64).map(|i| 0x7f00_0000_0000 + i.wrapping_mul(0x9e37_79b9) % 0x4000).collect();
+                    let mut read = |a: u64| stack.get(((a.wrapping_sub(0x1000)) / 8) as usize).copied().ok_or(());
+                    for ip in (0x7f00_0000_0000u64..0x7f00_0000_4000).step_by(61) {
+                        let mut it =
+                            unwinder.iter_frames(ip, UnwindRegsX86_64::new(ip, 0x1000, 0x1100), &mut cache, &mut read);
+                        for _ in 0..64 {
+                            if !matches!(it.next(), Ok(Some(_))) {
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        for len in (0..bytes.len()).step_by(97) {
+            check(&bytes[..len]);
+        }
+        // Through a file too (the recorder reads files in pieces, not whole).
+        let dir = tempfile::tempdir().expect("tmp");
+        for len in [0, 3, 64, 200, 1000, bytes.len() / 2, bytes.len() - 1] {
+            let path = dir.path().join(format!("cut{len}.so"));
+            std::fs::write(&path, &bytes[..len]).expect("write");
+            let _ = ElfInfo::open(&path);
+        }
+        // Corrupt bytes, deterministically (xorshift).
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..300 {
+            let mut copy = bytes.clone();
+            for _ in 0..16 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let i = (x % copy.len() as u64) as usize;
+                copy[i] = (x >> 32) as u8;
+            }
+            check(&copy);
+        }
+        assert!(parsed > 0);
+    }
+
+    /// Registers and stack of a process blocked in a system call, as the BPF program reads them: the registers
+    /// through ptrace (stopped), the stack from `/proc/PID/mem`. `None` unless it is in system call `nr`.
+    fn blocked_in_syscall(pid: u32, nr: &[u64]) -> Option<Capture> {
+        use std::os::unix::fs::FileExt as _;
+        let text = std::fs::read_to_string(format!("/proc/{pid}/syscall")).ok()?;
+        if !nr.contains(&text.split_whitespace().next()?.parse::<u64>().ok()?) {
+            return None;
+        }
+        let pid = libc::pid_t::try_from(pid).ok()?;
+        // SAFETY: attaches to our own child; a null address and data are what PTRACE_ATTACH takes.
+        if unsafe { libc::ptrace(libc::PTRACE_ATTACH, pid, 0usize, 0usize) } != 0 {
+            return None;
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child's stop; `status` is a valid out pointer.
+        unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+        // SAFETY: user_regs_struct is plain data; all zeroes is a valid value.
+        let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        // SAFETY: the child is stopped under ptrace; `regs` is a valid out buffer of the type GETREGS writes.
+        let got = unsafe { libc::ptrace(libc::PTRACE_GETREGS, pid, 0usize, &mut regs as *mut libc::user_regs_struct) };
+        let capture = (got == 0).then(|| {
+            let sp = regs.rsp;
+            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+            let end = parse_maps(&maps).iter().find(|e| e.start <= sp && sp < e.end)?.end;
+            let mut stack = vec![0u8; usize::try_from((end - sp).min(65536)).ok()?];
+            File::open(format!("/proc/{pid}/mem")).ok()?.read_exact_at(&mut stack, sp).ok()?;
+            Some(Capture { regs: UserRegs { ip: regs.rip, sp, bp: regs.rbp }, stack })
+        });
+        // SAFETY: detaches from the child stopped above.
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0usize, 0usize) };
+        capture.flatten()
+    }
+
+    /// The interpreters people run: Debian's, stripped, built with PGO (most of the evaluation loop in its cold
+    /// part), no frame pointers. Each level of the recursion goes through C (`map`), so each is an activation of
+    /// the evaluation loop.
+    #[test]
+    fn unwinds_a_sleeping_debian_python_through_its_activations() {
+        let root = Path::new("/srv/pyperf-sid");
+        let script = "import time\ndef f(n):\n    if n == 0:\n        time.sleep(30)\n    return list(map(f, [n - 1] if n else []))\nf(5)\n";
+        let mut ran = 0;
+        for v in ["3.13", "3.14", "3.15"] {
+            if !root.join(format!("usr/bin/python{v}")).exists() {
+                continue;
+            }
+            let Ok(mut child) =
+                Command::new("chroot").arg(root).args([format!("/usr/bin/python{v}").as_str(), "-c", script]).spawn()
+            else {
+                continue;
+            };
+            let pid = child.id();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut capture = None;
+            while Instant::now() < deadline && capture.is_none() {
+                std::thread::sleep(Duration::from_millis(20));
+                // clock_nanosleep (230) or select (23, older interpreters).
+                capture = blocked_in_syscall(pid, &[230, 23, 35]);
+            }
+            let mut u = NativeUnwinder::new();
+            let mut frames = Vec::new();
+            let result = capture.map(|c| {
+                let end = u.unwind(pid, c.regs, &c.stack, &mut frames);
+                let names = names(&mut u, pid, &frames);
+                let t = Instant::now();
+                for _ in 0..1000 {
+                    black_box(u.unwind(pid, c.regs, &c.stack, &mut frames));
+                }
+                eprintln!("python{v}: {} frames, {} ns per unwind", frames.len(), t.elapsed().as_nanos() / 1000);
+                (end, names)
+            });
+            let _ = child.kill();
+            let _ = child.wait();
+            let (end, names) = result.expect("python blocked in its sleep");
+            let evals = names.iter().filter(|n| n.starts_with("_PyEval_EvalFrameDefault")).count();
+            assert_eq!(end, UnwindEnd::Complete, "python{v}: {names:#?}");
+            // The module's (running f(5) too: Python-to-Python calls stay in one activation), then f(4)..f(0),
+            // each called from C. One frame each: a call leaves from either the hot or the cold part of the loop.
+            assert_eq!(evals, 6, "python{v}: {names:#?}");
+            assert!(names.iter().any(|n| n == "Py_RunMain" || n == "Py_BytesMain"), "python{v}: {names:#?}");
+            ran += 1;
+        }
+        if ran == 0 {
+            absent("the Debian interpreters under /srv/pyperf-sid (scripts/setup)");
+        }
+    }
+
+    #[test]
+    fn processes_in_a_chroot_use_their_own_files() {
+        let root = Path::new("/srv/pyperf-sid");
+        if !root.join("bin/sleep").exists() {
+            absent("the chroot at /srv/pyperf-sid (scripts/setup)");
+            return;
+        }
+        let Ok(mut child) = Command::new("chroot").arg(root).args(["/bin/sleep", "5"]).spawn() else { return };
+        let pid = child.id();
+        // Wait for chroot to exec sleep.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+            if exe.ends_with("sleep") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut u = NativeUnwinder::new();
+        let added = u.add_process(pid);
+        let _ = child.kill();
+        let _ = child.wait();
+        added.expect("maps");
+        let p = &u.processes[&pid];
+        assert!(
+            p.mappings.iter().any(|m| m.path.contains("libc.so")),
+            "{:?}",
+            p.mappings.iter().map(|m| &m.path).collect::<Vec<_>>()
+        );
+        for m in &p.mappings {
+            let f = &u.files[m.file];
+            assert!(f.info.is_some(), "{} unusable", m.path);
+            assert!(m.module.is_some(), "{} has no unwind info", m.path);
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! Native and kernel frames (issue #15), end to end: `pyperf record --native --kernel` on real interpreters without
+//! frame pointers (pyenv's 3.11 and 3.12 with a shared libpython, Debian's static 3.11, sid's 3.14; sid's 3.15 has
+//! them but is unwound the same way) and on older ones for the merge of one activation per frame (2.7, 3.6, 3.10).
+//!
+//! The workload (testdata/workloads/native/mixed.py) takes turns of ~50 ms in four places, and the test checks,
+//! on the main thread's samples (frames the recording marks as interpreter glue left out, as reports do):
+//! - the C extension the test builds (testdata/native/pyperf_native_test.c, -O2 -fomit-frame-pointer): every sample
+//!   in its leaf function has exactly the stack `<module> main cext_phase through pyperf_call_through pyperf_outer
+//!   pyperf_inner callback pyperf_spin pyperf_leaf_spin` (and kernel frames of an interrupt, if one hit it): Python,
+//!   C, Python, C, interleaved in order; at least 20 such samples;
+//! - zlib: at least half of `compress_work`'s samples have a frame of libz below it;
+//! - the kernel: at least half of `read_random`'s samples end in kernel frames, all of them below every other
+//!   frame, one of them the urandom read path (`urandom_read_iter`, `get_random_bytes_user`, `chacha*`);
+//! - pure Python: every sample through `py_spin` has exactly the Python frames `<module> main py_phase py_spin x N`
+//!   (N from 1 to 6: recursing) and at least 80% of them no native frame at all (the interpreter's own frames are
+//!   glue; a few call libc);
+//! - at most 10% of the samples are marked `[native: unmerged]` or `[native: truncated]`, and the trailer counts
+//!   native_merged.
+//!
+//! Needs root (loads the real BPF program) and gcc; a missing interpreter fails.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{interpreter, pyperf, read_each, repo, run, scratch, serial, sid_root, workload};
+use pyperf_format::symbol_flags;
+
+/// One frame as the test sees it.
+#[derive(Debug, Clone)]
+struct F {
+    name: String,
+    file: String,
+    flags: u32,
+}
+
+impl F {
+    fn native(&self) -> bool {
+        self.flags & symbol_flags::NATIVE != 0
+    }
+    fn kernel(&self) -> bool {
+        self.flags & symbol_flags::KERNEL != 0
+    }
+    fn marker(&self) -> bool {
+        self.flags & symbol_flags::MARKER != 0
+    }
+}
+
+struct Sample {
+    tid: u32,
+    pid: u32,
+    /// Root first, glue left out.
+    frames: Vec<F>,
+}
+
+impl Sample {
+    fn names(&self) -> Vec<&str> {
+        self.frames.iter().map(|f| f.name.as_str()).collect()
+    }
+    fn has(&self, name: &str) -> bool {
+        self.frames.iter().any(|f| f.name == name)
+    }
+    fn python(&self) -> Vec<&str> {
+        self.frames.iter().filter(|f| !f.native() && !f.kernel()).map(|f| f.name.as_str()).collect()
+    }
+}
+
+/// Builds the test's C extension for `python` into `dir`; returns `dir`.
+fn build_extension(python: &Path, sid: bool, dir: &Path) -> PathBuf {
+    let o = Command::new(python)
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['include']); print(sysconfig.get_config_var('EXT_SUFFIX'))",
+        ])
+        .output()
+        .expect("run the interpreter");
+    assert!(o.status.success(), "{}: {}", python.display(), String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let mut lines = out.lines();
+    let include = lines.next().expect("include dir");
+    let suffix = lines.next().expect("extension suffix");
+    let include = if sid { sid_root().join(include.trim_start_matches('/')) } else { PathBuf::from(include) };
+    assert!(
+        include.join("Python.h").exists(),
+        "no Python.h in {} (scripts/setup installs the -dev packages)",
+        include.display()
+    );
+    let so = dir.join(format!("pyperf_native_test{suffix}"));
+    let o = Command::new("gcc")
+        .args(["-O2", "-fomit-frame-pointer", "-fno-optimize-sibling-calls", "-fPIC", "-shared", "-o"])
+        .arg(&so)
+        .arg("-I")
+        .arg(&include)
+        // Debian's pyconfig.h includes <x86_64-linux-gnu/python3.X/pyconfig.h>: the sid root's, after the host's
+        // own headers (glibc's stay the host's).
+        .args(if sid { vec!["-idirafter".into(), sid_root().join("usr/include")] } else { vec![] })
+        .arg(repo().join("testdata/native/pyperf_native_test.c"))
+        .output()
+        .expect("run gcc");
+    assert!(o.status.success(), "gcc: {}", String::from_utf8_lossy(&o.stderr));
+    dir.to_path_buf()
+}
+
+fn record(python: &Path, ext: Option<&Path>, out: &Path) {
+    let ext = ext.map_or("-".to_string(), |d| d.display().to_string());
+    let o = run(pyperf()
+        .args(["record", "--native", "--kernel", "-F", "499", "-o"])
+        .arg(out)
+        .arg("--")
+        .arg(python)
+        .arg(workload("native/mixed.py"))
+        .args(["4", &ext]));
+    assert!(o.status.success(), "pyperf record failed: {:?}", o.status);
+}
+
+fn samples(path: &Path) -> (Vec<Sample>, pyperf_format::Tables) {
+    let (_, tables, samples, _) = read_each(path, |t, s, ids| Sample {
+        tid: s.tid,
+        pid: s.pid,
+        frames: ids
+            .iter()
+            .map(|&id| t.symbol(id))
+            .filter(|sym| sym.flags & symbol_flags::GLUE == 0)
+            .map(|sym| F { name: sym.qualified_name(), file: sym.file.clone(), flags: sym.flags })
+            .collect(),
+    });
+    (samples, tables)
+}
+
+fn check(name: &str, cext: bool) {
+    let _guard = serial();
+    let python = interpreter(name);
+    let sid = name.starts_with("sid-");
+    let (dir, out) = scratch("native.pyp");
+    let ext = cext.then(|| build_extension(&python, sid, dir.path()));
+    record(&python, ext.as_deref(), &out);
+    let (all, tables) = samples(&out);
+    let keep = repo().join("target/tmp/native");
+    let _ = std::fs::create_dir_all(&keep);
+    let _ = std::fs::copy(&out, keep.join(format!("{name}.pyp")));
+    // The main thread: the pid's own tid.
+    let main: Vec<&Sample> = all.iter().filter(|s| s.tid == s.pid).collect();
+    assert!(main.len() > 500, "{name}: only {} samples of the main thread", main.len());
+    let mut failures = Vec::new();
+
+    if cext {
+        let expected = [
+            "<module>",
+            "main",
+            "cext_phase",
+            "through",
+            "pyperf_call_through",
+            "pyperf_outer",
+            "pyperf_inner",
+            "callback",
+            "pyperf_spin",
+            "pyperf_leaf_spin",
+        ];
+        let leaf: Vec<&&Sample> = main.iter().filter(|s| s.has("pyperf_leaf_spin")).collect();
+        if leaf.len() < 20 {
+            failures.push(format!("only {} samples in pyperf_leaf_spin", leaf.len()));
+        }
+        for s in &leaf {
+            // Kernel frames below it are interrupts that hit the spin: not the extension's stack.
+            let user: Vec<&str> = s.frames.iter().filter(|f| !f.kernel()).map(|f| f.name.as_str()).collect();
+            if user != expected {
+                failures.push(format!("C extension stack {:?}", s.names()));
+                break;
+            }
+        }
+        let ext_file = leaf.iter().flat_map(|s| s.frames.iter()).find(|f| f.name == "pyperf_outer");
+        if !ext_file.is_some_and(|f| f.file.contains("pyperf_native_test") && f.native()) {
+            failures.push(format!("pyperf_outer's frame: {ext_file:?}"));
+        }
+    }
+
+    let compress: Vec<&&Sample> = main.iter().filter(|s| s.has("compress_work")).collect();
+    let in_libz = compress
+        .iter()
+        .filter(|s| {
+            s.frames.iter().any(|f| f.native() && f.file.rsplit('/').next().is_some_and(|b| b.starts_with("libz.so")))
+        })
+        .count();
+    if compress.len() < 50 || in_libz * 2 < compress.len() {
+        let example = compress.first().map(|s| s.names());
+        failures.push(format!("{in_libz} of {} compress_work samples in libz; e.g. {example:?}", compress.len()));
+    }
+
+    let random: Vec<&&Sample> = main.iter().filter(|s| s.has("read_random")).collect();
+    let mut in_kernel = 0;
+    let mut urandom = 0;
+    for s in &random {
+        let Some(first) = s.frames.iter().position(F::kernel) else { continue };
+        in_kernel += 1;
+        if !s.frames[first..].iter().all(F::kernel) {
+            failures.push(format!("kernel frames above others: {:?}", s.names()));
+            break;
+        }
+        if s.frames[first..].iter().any(|f| {
+            f.name.contains("urandom_read") || f.name.contains("get_random_bytes_user") || f.name.contains("chacha")
+        }) {
+            urandom += 1;
+        }
+    }
+    if random.len() < 50 || in_kernel * 2 < random.len() || urandom == 0 {
+        let example = random.iter().find(|s| s.frames.iter().any(F::kernel)).map(|s| s.names());
+        failures.push(format!(
+            "{in_kernel} of {} read_random samples in the kernel, {urandom} in the urandom read path; e.g. {example:?}",
+            random.len()
+        ));
+    }
+
+    let spin: Vec<&&Sample> = main.iter().filter(|s| s.has("py_spin")).collect();
+    // Recursing down or coming back up, 1 to 6 deep.
+    let python_stack =
+        ["<module>", "main", "py_phase", "py_spin", "py_spin", "py_spin", "py_spin", "py_spin", "py_spin"];
+    let exact = spin
+        .iter()
+        .filter(|s| {
+            let p = s.python();
+            p.len() >= 4 && python_stack.starts_with(&p)
+        })
+        .count();
+    let bare = spin.iter().filter(|s| s.frames.iter().all(|f| !f.native() && !f.kernel())).count();
+    if spin.len() < 50 || exact != spin.len() || bare * 10 < spin.len() * 8 {
+        let odd = spin.iter().find(|s| s.python() != python_stack).map(|s| s.names());
+        let native = spin.iter().find(|s| s.frames.iter().any(F::native)).map(|s| s.names());
+        failures.push(format!(
+            "py_spin: {} samples, {exact} with exactly its Python stack (odd one: {odd:?}), {bare} without native \
+             frames (e.g. {native:?})",
+            spin.len()
+        ));
+    }
+
+    let marked = main.iter().filter(|s| s.frames.iter().any(F::marker)).count();
+    if marked * 10 > main.len() {
+        let example = main.iter().find(|s| s.frames.iter().any(F::marker)).map(|s| s.names());
+        failures.push(format!("{marked} of {} samples marked unmerged or truncated, e.g. {example:?}", main.len()));
+    }
+    let merged = tables.stats.as_ref().and_then(|s| s.counters.iter().find(|c| c.0 == "native_merged")).map(|c| c.1);
+    if merged.is_none_or(|m| m == 0) {
+        failures.push(format!("trailer native_merged: {merged:?}"));
+    }
+    assert!(
+        failures.is_empty(),
+        "{name} (recording kept in target/tmp/native/{name}.pyp):\n  {}",
+        failures.join("\n  ")
+    );
+}
+
+#[test]
+fn python_2_7_18() {
+    check("2.7.18", false);
+}
+
+#[test]
+fn python_3_6_15() {
+    check("3.6.15", true);
+}
+
+#[test]
+fn python_3_10_13() {
+    check("3.10.13", true);
+}
+
+#[test]
+fn python_3_11_7() {
+    check("3.11.7", true);
+}
+
+#[test]
+fn python_3_12_1() {
+    check("3.12.1", true);
+}
+
+#[test]
+fn python_debian_3_11() {
+    check("debian-3.11", true);
+}
+
+#[test]
+fn python_sid_3_14() {
+    check("sid-3.14", true);
+}
+
+#[test]
+fn python_sid_3_15() {
+    check("sid-3.15", true);
+}
