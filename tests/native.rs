@@ -17,6 +17,9 @@
 //! - at most 10% of the samples are marked `[native: unmerged]` or `[native: truncated]`, and the trailer counts
 //!   native_merged.
 //!
+//! With `--off-cpu` too (3.11, sid's 3.15): the time in `time.sleep` has, below its Python frames, the C library's
+//! call, the kernel stack where the thread blocked (no frame of the BPF program itself) and the off-CPU pseudo-frame.
+//!
 //! Needs root (loads the real BPF program) and gcc; a missing interpreter fails.
 
 mod common;
@@ -287,4 +290,58 @@ fn python_sid_3_14() {
 #[test]
 fn python_sid_3_15() {
     check("sid-3.15", true);
+}
+
+/// With --off-cpu: a sleep's interval has the native frames down to the C library's call and the kernel stack
+/// where the thread blocked (taken as it left the CPU, the BPF program's own frames left out), then the off-CPU
+/// pseudo-frame: `nap;...clock_nanosleep-or-select (libc);...;do_nanosleep-or-schedule_[k];...;[off-CPU: ...]`
+/// (all but a first wait that began before pyperf followed the thread: its block was not seen).
+fn check_off_cpu(name: &str) {
+    let _guard = serial();
+    let python = interpreter(name);
+    let (_dir, out) = scratch("native-offcpu.pyp");
+    let script = "import time\ndef nap():\n    time.sleep(0.2)\nfor i in range(5):\n    nap()\n";
+    let o = run(pyperf()
+        .args(["record", "--off-cpu", "--native", "--kernel", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&python)
+        .args(["-c", script]));
+    assert!(o.status.success(), "pyperf record failed: {:?}", o.status);
+    let r = pyperf().arg("report").arg("-i").arg(&out).args(["--mode", "off-cpu", "--folded", "--no-lines"]).output();
+    let r = r.expect("run pyperf report");
+    assert!(r.status.success(), "report: {}", String::from_utf8_lossy(&r.stderr));
+    let text = String::from_utf8(r.stdout).expect("UTF-8");
+    let mut naps = 0u64;
+    let mut whole = 0u64;
+    for line in text.lines() {
+        let (stack, n) = line.rsplit_once(' ').expect("folded line");
+        let n: u64 = n.parse().expect("count");
+        let frames: Vec<&str> = stack.split(';').collect();
+        let Some(at) = frames.iter().position(|f| f.starts_with("nap ")) else { continue };
+        naps += n;
+        let below = &frames[at + 1..];
+        let libc = below.iter().position(|f| f.contains("(libc.so"));
+        let kernel = below.iter().position(|f| f.ends_with("_[k]"));
+        let sched = below.iter().any(|f| *f == "schedule_[k]" || *f == "__schedule_[k]");
+        let bpf = below.iter().any(|f| f.contains("bpf_"));
+        let leaf = below.last().is_some_and(|f| f.starts_with("[off-CPU: "));
+        if libc.is_some() && kernel.is_some_and(|k| Some(k) > libc) && sched && !bpf && leaf {
+            whole += n;
+        }
+    }
+    // 5 naps of 0.2 s = 1,000,000 us. The first may have begun before pyperf followed the thread: its kernel stack
+    // was never taken (counted as bpf_off_cpu_kstack_lost); the other four have one.
+    assert!(naps >= 900_000, "{name}: {naps} us under nap:\n{text}");
+    assert!(whole >= 780_000, "{name}: {whole} of {naps} us with libc, kernel and the pseudo-frame in order:\n{text}");
+}
+
+#[test]
+fn off_cpu_3_11_7() {
+    check_off_cpu("3.11.7");
+}
+
+#[test]
+fn off_cpu_sid_3_15() {
+    check_off_cpu("sid-3.15");
 }
