@@ -90,6 +90,16 @@ def mapped(pid, needle):
     return None
 
 
+def cpu_ticks(pid):
+    """utime + stime of a process (and its waited-for children: none here), in clock ticks."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            v = f.read().rsplit(")", 1)[1].split()
+        return int(v[11]) + int(v[12])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def run_one(a, ext_dir, config):
     """One repetition of one configuration: a fresh target, the recorder attached for a.secs."""
     target = subprocess.Popen(pin(TARGET_CPU, [a.python, WORKLOAD, ext_dir, str(a.secs + 2.5)]),
@@ -110,6 +120,13 @@ def run_one(a, ext_dir, config):
             cmd = [a.pyperf, "record", "-F", "1000", "-d", str(a.secs), "-p", str(target.pid), "-o", out,
                    "--bpf-stats"] + config.split()[1:]
         p = subprocess.Popen(pin(TOOL_CPU, cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # Steady state: the recorder's CPU time between 2 s in and 1 s before the end (start-up left out).
+        time.sleep(2.0)
+        t0 = cpu_ticks(p.pid)
+        time.sleep(a.secs - 3.0)
+        t1 = cpu_ticks(p.pid)
+        r["steady_s"] = (t1 - t0) / os.sysconf("SC_CLK_TCK") if t0 is not None and t1 is not None else None
+        r["steady_window"] = a.secs - 3.0
         text = p.stdout.read()
         _, status, usage = os.wait4(p.pid, 0)
         rc = os.waitstatus_to_exitcode(status)
@@ -196,17 +213,19 @@ def render(a, res, tables):
         datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), a.reps, a.secs, NCPU,
         " ".join(open("/proc/loadavg").read().split()[:3]), a.python))
     lines.append("")
-    lines.append("| recorder | samples | BPF ns / sample | recorder CPU us / sample | peak RSS MiB | bytes / sample "
-                 "| bytes added | target slowdown |")
-    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append("| recorder | samples | BPF ns / sample | recorder CPU us / sample, steady | recorder CPU us / sample, "
+                 "whole run | peak RSS MiB | bytes / sample | bytes added | target slowdown |")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     for c in CONFIGS[1:]:
         rs = res[c]
         if not rs:
-            lines.append("| `%s` | failed | | | | | | |" % c)
+            lines.append("| `%s` | failed | | | | | | | |" % c)
             continue
         samples = median([r.get("samples") for r in rs])
         bpf = median([r.get("bpf_ns") for r in rs])
         cpu_us = median([r["cpu_s"] * 1e6 / r["samples"] for r in rs if r.get("samples")])
+        steady = median([r["steady_s"] * 1e6 / (r["samples"] * r["steady_window"] / a.secs) for r in rs
+                         if r.get("samples") and r.get("steady_s") is not None])
         rss = median([r["rss_kib"] / 1024 for r in rs])
         bps = median([r["size"] / r["samples"] for r in rs if r.get("samples") and r.get("size")])
         added = (bps - base_size) if (bps is not None and base_size is not None and c.startswith("pyperf")) else None
@@ -215,9 +234,13 @@ def render(a, res, tables):
 
         def f(v, fmt):
             return fmt % v if v is not None else "-"
-        lines.append("| `%s` | %s | %s | %s | %s | %s | %s | %s |" % (
-            c, f(samples, "%.0f"), f(bpf, "%.0f"), f(cpu_us, "%.1f"), f(rss, "%.1f"), f(bps, "%.2f"),
-            f(added, "%+.2f"), f(slow, "%.1f%%")))
+        lines.append("| `%s` | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            c, f(samples, "%.0f"), f(bpf, "%.0f"), f(steady, "%.1f"), f(cpu_us, "%.1f"), f(rss, "%.1f"),
+            f(bps, "%.2f"), f(added, "%+.2f"), f(slow, "%.1f%%")))
+    lines.append("")
+    lines.append("Recorder CPU, steady: its user + system time between 2 s in and 1 s before the end (clock ticks of "
+                 "10 ms: +-1.3 us per sample at these counts); whole run: start-up included (BPF loading and "
+                 "verification, ELF parsing).")
     lines.append("")
     lines.append("Unwind tables pyperf keeps in memory (.eh_frame + .eh_frame_hdr): " + ", ".join(
         "%s %.0f KiB" % (os.path.basename(l), (n or 0) / 1024) for l, n in tables) + ".")

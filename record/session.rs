@@ -355,6 +355,25 @@ impl Session {
                 c.off_cpu_lost
             );
         }
+        let native = self.symbolizer.native_counters();
+        let count = |name: &str| native.iter().find(|c| c.0 == name).map(|c| c.1);
+        if let (Some(merged), Some(partial), Some(unmerged), Some(cut), Some(none)) = (
+            count("native_merged"),
+            count("native_merged_partial_unwind"),
+            count("native_unmerged"),
+            count("native_unmerged_python_incomplete"),
+            count("native_no_stack"),
+        ) {
+            let _ = write!(
+                summary,
+                "\npyperf: native stacks: {} merged ({} of them unwound part way), {} not merged (marked), {} without a \
+                 stack copy",
+                merged + partial,
+                partial,
+                unmerged + cut,
+                none
+            );
+        }
         let sink = std::mem::replace(&mut self.sink, Box::new(Finished));
         if let Some(what) = sink.finish(&stats)? {
             summary.push('\n');
