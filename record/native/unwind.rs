@@ -557,19 +557,50 @@ fn module(info: &ElfInfo, name: &str, avma: std::ops::Range<u64>, bias: u64) -> 
     let base_svma = info.base_vaddr;
     let svma = |s: &Option<elf::SectionData>| s.as_ref().map(|s| s.svma.clone());
     let data = |s: &Option<elf::SectionData>| s.as_ref().map(|s| s.data.clone());
+    // An index that does not describe this .eh_frame is left out (framehop then searches .eh_frame itself):
+    // gimli subtracts its pointers unchecked, which a damaged file would make overflow.
+    let hdr = match (&u.eh_frame_hdr, &u.eh_frame) {
+        (Some(hdr), Some(eh)) if eh_frame_hdr_is_sound(hdr, eh) => u.eh_frame_hdr.clone(),
+        _ => None,
+    };
     let section_info = ExplicitModuleSectionInfo {
         base_svma,
         text_svma: u.text_svma.clone(),
         got_svma: u.got_svma.clone(),
         eh_frame_svma: svma(&u.eh_frame),
         eh_frame: data(&u.eh_frame),
-        eh_frame_hdr_svma: svma(&u.eh_frame_hdr),
-        eh_frame_hdr: data(&u.eh_frame_hdr),
+        eh_frame_hdr_svma: svma(&hdr),
+        eh_frame_hdr: data(&hdr),
         // Used only without .eh_frame (framehop prefers .eh_frame).
         debug_frame: data(&u.debug_frame),
         ..Default::default()
     };
     Some(Module::new(name.to_string(), avma, base_svma.wrapping_add(bias), section_info))
+}
+
+/// Whether `.eh_frame_hdr` is the index of `.eh_frame` as linkers write it (version 1, `eh_frame_ptr` pc-relative
+/// sdata4, the count udata4, the table datarel sdata4): it points at `eh` and every entry's FDE lies inside `eh`.
+fn eh_frame_hdr_is_sound(hdr: &elf::SectionData, eh: &elf::SectionData) -> bool {
+    let d = &hdr.data;
+    let i32_at = |at: usize| d.get(at..at + 4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    if d.len() < 12 || d[0] != 1 || d[1] != 0x1b || d[2] != 0x03 || d[3] != 0x3b {
+        return false;
+    }
+    let base = hdr.svma.start;
+    let Some(ptr) = i32_at(4).map(|o| (base + 4).wrapping_add_signed(i64::from(o))) else { return false };
+    if ptr != eh.svma.start {
+        return false;
+    }
+    let Some(count) = i32_at(8).map(|c| c as u32 as usize) else { return false };
+    let Some(table_end) = count.checked_mul(8).and_then(|n| n.checked_add(12)) else { return false };
+    if table_end > d.len() {
+        return false;
+    }
+    let eh_end = eh.svma.start.saturating_add(eh.data.len() as u64);
+    (0..count).all(|i| {
+        let fde = i32_at(12 + i * 8 + 4).map(|o| base.wrapping_add_signed(i64::from(o)));
+        fde.is_some_and(|f| f >= eh.svma.start && f < eh_end)
+    })
 }
 
 /// The separate debug file of a stripped file (`path` as mapped, `info` its parsed self): the first candidate
@@ -957,6 +988,21 @@ garbage line
         let info = ElfInfo::open(&stripped).expect("stripped");
         let i = info.symbols.lookup(cold + 2).expect("cold part named");
         assert_eq!((info.symbols.name(i), info.cold_parts), ("pyperf_c_split.cold", 1));
+    }
+
+    /// Real files' indexes pass the check that keeps damaged ones from framehop (else every unwinding would
+    /// search .eh_frame instead of its index).
+    #[test]
+    fn real_eh_frame_indexes_are_sound() {
+        for path in
+            [std::env::current_exe().expect("test binary"), PathBuf::from("/usr/lib/x86_64-linux-gnu/libc.so.6")]
+        {
+            let info = ElfInfo::open(&path).expect("parse");
+            let (Some(hdr), Some(eh)) = (&info.unwind.eh_frame_hdr, &info.unwind.eh_frame) else {
+                panic!("{}: no .eh_frame_hdr", path.display())
+            };
+            assert!(eh_frame_hdr_is_sound(hdr, eh), "{}", path.display());
+        }
     }
 
     #[test]
