@@ -300,7 +300,9 @@ fn check_off_cpu(name: &str) {
     let _guard = serial();
     let python = interpreter(name);
     let (_dir, out) = scratch("native-offcpu.pyp");
-    let script = "import time\ndef nap():\n    time.sleep(0.2)\nfor i in range(5):\n    nap()\n";
+    // Settling first: pyperf follows the process once it has found its interpreter and read its files (slower in a
+    // debug build), and waits before that are not seen.
+    let script = "import time\ndef settle():\n    time.sleep(1.5)\ndef nap():\n    time.sleep(0.2)\nsettle()\nfor i in range(5):\n    nap()\n";
     let o = run(pyperf()
         .args(["record", "--off-cpu", "--native", "--kernel", "-o"])
         .arg(&out)
