@@ -121,6 +121,11 @@ fn wall_profile() -> Profile {
     Profile::load(&synth::recording("offcpu")[..], &options).expect("offcpu")
 }
 
+/// The synthetic recording with native, kernel, glue and marker frames (support/synth.rs), with timelines.
+fn native_profile() -> Profile {
+    Profile::load(&synth::recording("native")[..], &LoadOptions::new(Filter::default(), true)).expect("native")
+}
+
 fn write_svg(profile: &Profile, options: &flamegraph::Options, path: &Path) {
     let mut out = Vec::new();
     flamegraph::write(profile, options, &mut out).expect("svg");
@@ -262,6 +267,33 @@ fn wall_clock_flame_graph_in_chromium() {
     assert!(matched.starts_with("Matched: 79.89%"), "{matched:?}");
 }
 
+/// Native and kernel frames in the flame graph: the SVG parses, the frames are drawn with their library in the
+/// tooltip, and a search for the library matches their share (40 + 10 of the 100 samples go through `deflate`).
+#[test]
+fn native_flame_graph_in_chromium() {
+    let Some((python, chromium)) = tools() else { return };
+    let profile = native_profile();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svg = dir.path().join("native.svg");
+    write_svg(&profile, &flamegraph::Options::default(), &svg);
+    let shot = screenshots().join("native.png");
+    let report = cdp(
+        &python,
+        &chromium,
+        &["flamegraph", svg.to_str().expect("utf-8"), shot.to_str().expect("utf-8"), "deflate (", "libz"],
+    );
+    eprintln!("screenshots: {} and -zoomed.png, -search.png next to it", shot.display());
+    assert!(report.get("error").is_none(), "{}", report["error"]);
+    let initial = &report["initial"];
+    assert_eq!(initial["elements"]["parsererror"], 0);
+    let titles: Vec<&str> = frames(initial).iter().map(|f| text(&f["title"])).collect();
+    assert!(titles.iter().any(|t| t.starts_with("deflate (") && t.contains("libz.so.1.3")), "{titles:?}");
+    assert!(titles.iter().any(|t| t.starts_with("do_syscall_64")), "no kernel frame: {titles:?}");
+    assert!(!titles.iter().any(|t| t.contains("_PyEval_EvalFrameDefault")), "glue shown by default: {titles:?}");
+    let matched = text(&element(&report["searched"], "matched")["text"]);
+    assert!(matched.starts_with("Matched: 50.00%"), "{matched:?}");
+}
+
 /// A 3,000-frame recursion opens on a bounded picture in the browser; a click on the top frame of the tower shows
 /// the levels above it.
 #[test]
@@ -337,8 +369,9 @@ fn speedscope_reads_the_file_in_chromium() {
         missing("speedscope (npm package) not found");
         return;
     };
-    // A real recording, and the synthetic off-CPU one as a wall-clock timeline (idle gaps, [off-CPU: ...] frames).
-    for (name, profile) in [("split", split_profile()), ("offcpu-wall", wall_profile())] {
+    // A real recording, the synthetic off-CPU one as a wall-clock timeline (idle gaps, [off-CPU: ...] frames).
+    // And the synthetic one with native and kernel frames (their library as the frame's file).
+    for (name, profile) in [("split", split_profile()), ("offcpu-wall", wall_profile()), ("native", native_profile())] {
         speedscope_reads(&python, &chromium, &index, name, &profile);
     }
 }
