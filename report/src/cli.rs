@@ -8,7 +8,7 @@ use crate::error::ReportError;
 use crate::filter::Filter;
 use crate::output::{self, Replacement};
 use crate::profile::{LoadOptions, Mode, Profile, ShowFrames};
-use crate::{flamegraph, folded, names, program, speedscope, text};
+use crate::{flamegraph, folded, gecko, names, pprof, program, speedscope, text};
 
 /// Output format; at most one.
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
@@ -28,6 +28,12 @@ pub struct FormatFlags {
     /// Interactive SVG flame graph (open it in a web browser)
     #[arg(long)]
     pub flamegraph: bool,
+    /// gzip'd pprof profile (profile.proto): `go tool pprof`, Pyroscope, Parca, Grafana
+    #[arg(long)]
+    pub pprof: bool,
+    /// Firefox Profiler JSON (processed format), one track per thread (https://profiler.firefox.com)
+    #[arg(long)]
+    pub gecko: bool,
 }
 
 /// An output format: one exporter, selected by one flag of [`FormatFlags`].
@@ -41,13 +47,18 @@ pub enum Format {
     Speedscope,
     /// `--flamegraph`: [`flamegraph`].
     Flamegraph,
+    /// `--pprof`: [`pprof`].
+    Pprof,
+    /// `--gecko`: [`gecko`].
+    Gecko,
 }
 
 impl Format {
     /// Every output format, in the order of `--help`. The golden, robustness and fuzz tests run every entry, so
     /// an exporter added here (a variant, its flag in [`FormatFlags`], its arm in [`write_report`]) is tested
     /// by all of them without touching their lists; a unit test checks this list against the flags.
-    pub const ALL: [Format; 4] = [Format::Text, Format::Folded, Format::Speedscope, Format::Flamegraph];
+    pub const ALL: [Format; 6] =
+        [Format::Text, Format::Folded, Format::Speedscope, Format::Flamegraph, Format::Pprof, Format::Gecko];
 
     /// The command-line flag that selects it.
     pub fn flag(self) -> &'static str {
@@ -56,6 +67,8 @@ impl Format {
             Format::Folded => "--folded",
             Format::Speedscope => "--speedscope",
             Format::Flamegraph => "--flamegraph",
+            Format::Pprof => "--pprof",
+            Format::Gecko => "--gecko",
         }
     }
 
@@ -67,6 +80,8 @@ impl Format {
             Format::Folded => "folded",
             Format::Speedscope => "speedscope.json",
             Format::Flamegraph => "svg",
+            Format::Pprof => "pb.gz",
+            Format::Gecko => "gecko.json",
         }
     }
 
@@ -77,6 +92,8 @@ impl Format {
             Format::Text | Format::Folded => None,
             Format::Speedscope => Some(("speedscope JSON", "prof.speedscope.json")),
             Format::Flamegraph => Some(("an SVG flame graph", "flame.svg")),
+            Format::Pprof => Some(("a gzip'd pprof profile", "prof.pb.gz")),
+            Format::Gecko => Some(("Firefox Profiler JSON", "prof.gecko.json")),
         }
     }
 }
@@ -89,6 +106,8 @@ impl From<Format> for FormatFlags {
             folded: format == Format::Folded,
             speedscope: format == Format::Speedscope,
             flamegraph: format == Format::Flamegraph,
+            pprof: format == Format::Pprof,
+            gecko: format == Format::Gecko,
         }
     }
 }
@@ -233,6 +252,10 @@ impl ReportArgs {
             Format::Speedscope
         } else if f.flamegraph {
             Format::Flamegraph
+        } else if f.pprof {
+            Format::Pprof
+        } else if f.gecko {
+            Format::Gecko
         } else {
             Format::Text
         }
@@ -318,6 +341,8 @@ pub fn write_report<W: Write>(args: &ReportArgs, profile: &Profile, out: W) -> i
             };
             flamegraph::write(profile, &o, out)
         }
+        Format::Pprof => pprof::write(profile, &pprof::Options { lines: !args.no_lines }, out),
+        Format::Gecko => gecko::write(profile, &gecko::Options { name: args.title.clone() }, out),
     }
 }
 

@@ -42,6 +42,8 @@ pub mod syscalls;
 
 pub mod flamegraph;
 pub mod folded;
+pub mod gecko;
+pub mod pprof;
 pub mod speedscope;
 pub mod text;
 pub mod tree;
