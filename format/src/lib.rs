@@ -5,12 +5,14 @@
 
 mod chunk;
 mod columns;
+mod merge;
 mod model;
 mod reader;
 mod states;
 mod writer;
 
 pub use chunk::{chunk_header, Kind, CHUNK_HEADER_LEN, FLAG_ZSTD, MAGIC, MAJOR, MAX_CHUNK_BYTES, MINOR, PREAMBLE_LEN};
+pub use merge::{Merger, Remap};
 pub use model::*;
 pub use reader::{samples, Frames, Reader, Record, Sample, Tables};
 pub use states::{GilState, OffCpuKind, PthreadIdMatch, StackStatus, ThreadStateMatch};

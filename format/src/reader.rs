@@ -265,16 +265,16 @@ pub struct Tables {
     pub thread_names: Vec<ThreadName>,
     /// Built from `thread_names` and `processes` at the first lookup after a change (names arrive in any time
     /// order: one sort then, rather than a sorted insert per name).
-    name_index: OnceLock<NameIndex>,
+    pub(crate) name_index: OnceLock<NameIndex>,
     /// The recording's off-CPU minimum, from the first off-CPU chunk (1.3+).
-    off_cpu_min_ns: Option<u64>,
+    pub(crate) off_cpu_min_ns: Option<u64>,
     /// Native libraries (1.4+): path -> build id.
-    libraries: BTreeMap<String, String>,
+    pub(crate) libraries: BTreeMap<String, String>,
 }
 
 /// Thread names by thread, for [`Tables::thread_name`].
 #[derive(Debug, Default, Clone)]
-struct NameIndex {
+pub(crate) struct NameIndex {
     /// pid -> `first_seen_ns` of its process records, ascending.
     starts: HashMap<u32, Vec<u64>>,
     /// (pid, tid) -> its names, sorted: by process epoch (the `first_seen_ns` of the process record that applies,

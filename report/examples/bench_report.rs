@@ -187,7 +187,7 @@ fn decompress_only(path: &Path) -> anyhow::Result<(u64, u64)> {
 /// What `pyperf report --folded -i PATH -o /dev/null` does, minus starting a process.
 fn folded_export(path: &Path) -> anyhow::Result<u64> {
     let args = ReportArgs {
-        input: path.to_path_buf(),
+        input: vec![path.to_path_buf()],
         format: FormatFlags { folded: true, ..Default::default() },
         ..Default::default()
     };

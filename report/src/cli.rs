@@ -119,13 +119,14 @@ impl From<Format> for FormatFlags {
 /// (positional or `-i`): [`ReportArgs::input_path`] is the one given.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct ReportArgs {
-    /// Recording to read: the same as -i FILE (`-` for standard input) [default: prof.pyp]
+    /// Recordings to read: the same as -i FILE ... [default: prof.pyp]
     #[arg(value_name = "RECORDING", conflicts_with = "input")]
-    pub recording: Option<PathBuf>,
+    pub recording: Vec<PathBuf>,
 
-    /// Recording to read (`-` for standard input); the same as RECORDING
-    #[arg(short, long, value_name = "FILE", default_value = "prof.pyp")]
-    pub input: PathBuf,
+    /// Recording to read (`-` for standard input); repeat to report several recordings as one (workers of a job,
+    /// hosts of a fleet, repeated runs: each process kept apart, times on one clock) [default: prof.pyp]
+    #[arg(short, long, value_name = "FILE")]
+    pub input: Vec<PathBuf>,
 
     /// Output format (at most one flag; none: text).
     #[command(flatten)]
@@ -206,8 +207,8 @@ pub struct ReportArgs {
 impl Default for ReportArgs {
     fn default() -> Self {
         ReportArgs {
-            recording: None,
-            input: PathBuf::from("prof.pyp"),
+            recording: Vec::new(),
+            input: Vec::new(),
             format: FormatFlags::default(),
             mode: Mode::Cpu,
             output: None,
@@ -238,9 +239,20 @@ impl ReportArgs {
         ReportArgs { format: format.into(), ..ReportArgs::default() }
     }
 
-    /// The recording to read: the positional RECORDING if given, else `-i` (`-`: standard input).
+    /// The recordings to read: the positional RECORDINGs if given, else the `-i` ones (`-`: standard input), else
+    /// `prof.pyp`.
+    pub fn inputs(&self) -> Vec<&Path> {
+        let given = if self.recording.is_empty() { &self.input } else { &self.recording };
+        if given.is_empty() {
+            vec![Path::new("prof.pyp")]
+        } else {
+            given.iter().map(PathBuf::as_path).collect()
+        }
+    }
+
+    /// The first recording to read ([`ReportArgs::inputs`]).
     pub fn input_path(&self) -> &Path {
-        self.recording.as_deref().unwrap_or(&self.input)
+        self.inputs()[0]
     }
 
     /// The format the flags select ([`Format::Text`] when none is given).
@@ -289,14 +301,37 @@ impl ReportArgs {
         Ok(o)
     }
 
-    /// Reads the input as these arguments ask.
+    /// Reads the inputs as these arguments ask: one recording, or several as one profile (see [`Profile::merge`]).
     pub fn load(&self) -> Result<Profile, ReportError> {
-        let input = self.input_path();
+        let inputs = self.inputs();
+        if inputs.iter().filter(|i| **i == Path::new("-")).count() > 1 {
+            return Err(ReportError::Combine(
+                "standard input (-) can be read once; give the other recordings by name".to_string(),
+            ));
+        }
+        let options = self.load_options()?;
+        let mut parts = Vec::with_capacity(inputs.len());
+        for input in &inputs {
+            parts.push((shown(input), self.load_one(input, &options)?));
+        }
+        if parts.len() == 1 {
+            return Ok(parts.remove(0).1);
+        }
+        let warnings = {
+            let refs: Vec<(String, &Profile)> = parts.iter().map(|(n, p)| (n.clone(), p)).collect();
+            Profile::check_combinable(&refs)?
+        };
+        let mut profile = Profile::merge(parts);
+        profile.warnings.extend(warnings);
+        Ok(profile)
+    }
+
+    /// Reads one recording.
+    fn load_one(&self, input: &Path, options: &LoadOptions) -> Result<Profile, ReportError> {
         if input == Path::new("-") && io::stdin().is_terminal() {
             let reason = "it is a terminal; pipe a recording in (< prof.pyp) or name one".to_string();
             return Err(ReportError::Open { path: "standard input".into(), reason });
         }
-        let options = self.load_options()?;
         // What the header tells is refused before reading the whole recording: a wall-clock report of samples that
         // are no fixed time, an off-CPU one of a format older than off-CPU data (1.3).
         if self.mode != Mode::Cpu && input != Path::new("-") {
@@ -305,7 +340,7 @@ impl ReportArgs {
                 check_mode(self.mode, &shown(input), &header, older.then_some(false))?;
             }
         }
-        let profile = Profile::open(input, &options).map_err(|e| match e {
+        let profile = Profile::open(input, options).map_err(|e| match e {
             // The usual first mistake: no recording here (yet). Say how to get or name one.
             ReportError::Open { path, reason } if is_missing(input) => ReportError::Open {
                 reason: format!("{reason}; record one with `pyperf record`, or give an existing recording's path"),
@@ -444,10 +479,10 @@ fn is_missing(path: &Path) -> bool {
 
 fn run_report(args: &ReportArgs) -> Result<(), ReportError> {
     let format = args.output_format();
-    let input = args.input_path();
+    let inputs = args.inputs();
     // What can be refused without reading the input is refused first: a long recording is not read for nothing.
     match &args.output {
-        Some(path) => output::check_target(path, input, args.force)?,
+        Some(path) => output::check_target(path, &inputs, args.force)?,
         None => {
             if output::stdout_closed_at_start() {
                 return Err(ReportError::write(STDOUT, stdout_closed()));
@@ -486,7 +521,7 @@ fn run_report(args: &ReportArgs) -> Result<(), ReportError> {
                 .and_then(|()| out.flush())
                 .map_err(|e| ReportError::write(&target, e))?;
             drop(out);
-            file.commit(input, args.force)
+            file.commit(&inputs, args.force)
         }
         None => {
             let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());

@@ -35,6 +35,7 @@ mod cli;
 mod error;
 mod filter;
 mod hash;
+mod merge;
 pub mod names;
 mod output;
 mod profile;

@@ -21,9 +21,9 @@ use crate::error::{io_reason, ReportError};
 /// A file's identity: (device, inode).
 type FileId = (u64, u64);
 
-/// Checks that the report may replace `target` (see the module doc), reading `input` (a path or `-`). Changes
-/// nothing: run before the input is read, so a refusal comes at once, and again just before the rename.
-pub(crate) fn check_target(target: &Path, input: &Path, force: bool) -> Result<(), ReportError> {
+/// Checks that the report may replace `target` (see the module doc), reading `inputs` (paths or `-`). Changes
+/// nothing: run before the inputs are read, so a refusal comes at once, and again just before the rename.
+pub(crate) fn check_target(target: &Path, inputs: &[&Path], force: bool) -> Result<(), ReportError> {
     let shown = target.display().to_string();
     let refuse = |reason: &str| Err(ReportError::Output { target: shown.clone(), reason: reason.to_string() });
     let meta = match std::fs::symlink_metadata(target) {
@@ -41,7 +41,7 @@ pub(crate) fn check_target(target: &Path, input: &Path, force: bool) -> Result<(
     if !kind.is_file() {
         return refuse("it is not a regular file; -o writes regular files only (redirect standard output instead)");
     }
-    if is_input(target, &meta, input) {
+    if inputs.iter().any(|input| is_input(target, &meta, input)) {
         return refuse("it is the input recording; not overwriting it");
     }
     if force {
@@ -172,10 +172,10 @@ impl Replacement {
 
     /// Flushes the written report to disk, checks the target again ([`check_target`]: something may have appeared
     /// there meanwhile) and renames the temporary file over it.
-    pub(crate) fn commit(mut self, input: &Path, force: bool) -> Result<(), ReportError> {
+    pub(crate) fn commit(mut self, inputs: &[&Path], force: bool) -> Result<(), ReportError> {
         let shown = self.target.display().to_string();
         self.file.sync_all().map_err(|e| ReportError::write(&shown, e))?;
-        check_target(&self.target, input, force)?;
+        check_target(&self.target, inputs, force)?;
         std::fs::rename(&self.temp, &self.target).map_err(|e| ReportError::write(&shown, e))?;
         self.committed = true;
         // The rename itself on disk too; best effort: the report is in place either way.
@@ -280,7 +280,7 @@ mod tests {
         let r = Replacement::create(&target).expect("create");
         use std::io::Write;
         r.file().write_all(b"new\n").expect("write");
-        r.commit(Path::new("/nonexistent/in.pyp"), false).expect("commit");
+        r.commit(&[Path::new("/nonexistent/in.pyp")], false).expect("commit");
         assert_eq!(entries(dir.path()), ["out.folded"]);
         assert_eq!(std::fs::read(&target).expect("read"), b"new\n");
         assert_eq!(mode(&target), 0o600);
@@ -292,14 +292,14 @@ mod tests {
         let target = dir.path().join("x");
         let input = Path::new("-");
         std::fs::write(&target, pyperf_format::MAGIC).expect("write");
-        let err = check_target(&target, input, false).expect_err("a recording").to_string();
+        let err = check_target(&target, &[input], false).expect_err("a recording").to_string();
         assert!(err.ends_with("it is a pyperf recording; not replacing it (--force replaces it)"), "{err}");
-        check_target(&target, input, true).expect("--force");
+        check_target(&target, &[input], true).expect("--force");
         // Short or different: not a recording.
         std::fs::write(&target, &pyperf_format::MAGIC[..7]).expect("write");
-        check_target(&target, input, false).expect("7 bytes");
+        check_target(&target, &[input], false).expect("7 bytes");
         std::fs::write(&target, b"").expect("write");
-        check_target(&target, input, false).expect("empty");
-        check_target(&dir.path().join("absent"), input, false).expect("absent");
+        check_target(&target, &[input], false).expect("empty");
+        check_target(&dir.path().join("absent"), &[input], false).expect("absent");
     }
 }

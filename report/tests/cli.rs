@@ -557,7 +557,7 @@ fn positional_recording() {
     assert_eq!(o.status.code(), Some(2));
     assert!(o.stdout.is_empty());
     assert!(
-        stderr(&o).starts_with("error: the argument '--input <FILE>' cannot be used with '[RECORDING]'\n"),
+        stderr(&o).starts_with("error: the argument '--input <FILE>' cannot be used with '[RECORDING]...'\n"),
         "{}",
         stderr(&o)
     );

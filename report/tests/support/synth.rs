@@ -804,11 +804,14 @@ fn offcpu() -> Vec<u8> {
 /// A small recording made with `--off-cpu` on any event and rate: one thread, two samples, a blocked interval in
 /// read(2) between them and a runnable one after, 100 ms long.
 pub fn small_offcpu(event: &str, rate: Rate) -> Vec<u8> {
-    let mut w = Writer::new(
-        Vec::new(),
-        &header(&["python3", "t.py"], &["pyperf", "record", "--off-cpu", "--", "python3", "t.py"], event, rate),
-    )
-    .expect("header");
+    small_offcpu_from(event, rate, 0)
+}
+
+/// [`small_offcpu`], started `later_ns` after the other synthetic recordings (by the wall clock).
+pub fn small_offcpu_from(event: &str, rate: Rate, later_ns: u64) -> Vec<u8> {
+    let mut h = header(&["python3", "t.py"], &["pyperf", "record", "--off-cpu", "--", "python3", "t.py"], event, rate);
+    h.start_time_unix_ns += later_ns;
+    let mut w = Writer::new(Vec::new(), &h).expect("header");
     w.start_off_cpu(OFF_CPU_MIN_NS).expect("off-CPU chunk");
     w.add_process(&process(7, &["python3", "t.py"], 0)).expect("process");
     let f = w.intern_symbol(&sym("", "f", "/t.py", 3));
