@@ -1176,3 +1176,34 @@ fn library_chunks_are_skipped_as_unknown_by_older_readers() {
     assert!(t.libraries().is_empty());
     assert_eq!(notes.warnings, vec!["skipped 2 chunks of a kind this pyperf does not know (newer minor version)"]);
 }
+
+/// Two recordings' tables as one: equal symbols and stacks become one, every stack keeps its frames, process
+/// records stay apart with their times shifted, trailer counters add up.
+#[test]
+fn appended_tables_keep_every_stack() {
+    let a = write(3_000, 0);
+    let b = write(5_000, 700);
+    let (_, ta, sa, _) = read(&a.bytes).unwrap();
+    let (_, tb, sb, _) = read(&b.bytes).unwrap();
+    let mut merged = Tables::default();
+    let mut merger = Merger::default();
+    let ra = merged.append(&mut merger, &ta, 0);
+    let rb = merged.append(&mut merger, &tb, 1_000);
+    // The same writer made both: the same symbols, each once.
+    assert_eq!(merged.symbols.len(), ta.symbols.len());
+    for (t, r) in [(&ta, &ra), (&tb, &rb)] {
+        for node in 0..=t.nodes.len() as u32 {
+            let old: Vec<&Symbol> = t.frames(node).map(|id| t.symbol(id)).collect();
+            let new: Vec<&Symbol> = merged.frames(r.nodes[node as usize]).map(|id| merged.symbol(id)).collect();
+            assert_eq!(old, new, "node {node}");
+        }
+    }
+    assert!(merged.nodes.len() <= ta.nodes.len() + tb.nodes.len());
+    assert_eq!(merged.processes.len(), 4);
+    assert_eq!((ra.first_process, rb.first_process), (0, 2));
+    assert_eq!(merged.processes[2].first_seen_ns, tb.processes[0].first_seen_ns + 1_000);
+    let stats = merged.stats.as_ref().unwrap();
+    assert_eq!(stats.samples, (sa.len() + sb.len()) as u64);
+    assert_eq!(stats.duration_ns, tb.stats.as_ref().unwrap().duration_ns + 1_000);
+    assert!(merged.complete_symbol_table);
+}

@@ -154,6 +154,7 @@ impl Profile {
             mode: out.mode,
             frames: out.frames,
             recorded_frames: out.recorded_frames,
+            sources: Vec::new(),
         };
         let first_part = Profile {
             tables: Tables::default(),
@@ -176,6 +177,7 @@ impl Profile {
             mode: merged.mode,
             frames: merged.frames,
             recorded_frames: merged.recorded_frames,
+            sources: Vec::new(),
         };
         let mut reason_ids: HashMap<String, u32> = HashMap::from([(String::new(), 0)]);
         // (pid, start, part, index in its part) of every process instance, to sort them as the report expects.
@@ -183,6 +185,7 @@ impl Profile {
         let mut thread_process = Vec::new();
         let parts_iter = std::iter::once((all[0].0.clone(), first_part)).chain(rest);
         for (i, (name, mut p)) in parts_iter.enumerate() {
+            merged.sources.push(name.clone());
             let shift = base_profiles[i];
             let remap = &remaps[i];
             if i > 0 {

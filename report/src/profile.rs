@@ -399,6 +399,8 @@ pub struct Profile {
     pub frames: ShowFrames,
     /// The kinds of frames the recording's stacks hold, as read (whatever [`Profile::frames`] keeps).
     pub recorded_frames: FrameKinds,
+    /// The recordings merged into this profile (`-i A -i B`: their names as given); empty for one recording.
+    pub sources: Vec<String>,
 }
 
 /// Which kinds of frames besides Python ones a recording's stacks hold (format 1.4).
@@ -1124,6 +1126,7 @@ impl Profile {
             thread_off_cpu: agg.thread_off,
             frames: options.frames,
             recorded_frames,
+            sources: Vec::new(),
         })
     }
 

@@ -394,6 +394,10 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
     let mut field = |name: &str, value: String| {
         let _ = writeln!(o, "  {name:<13} {value}");
     };
+    if !profile.sources.is_empty() {
+        let list: Vec<String> = profile.sources.iter().map(|s| e(s)).collect();
+        field("recordings", format!("{} as one: {}", list.len(), list.join(", ")));
+    }
     field("command", e(&profile.recorded_command()));
     field(
         "recorded by",

@@ -81,6 +81,7 @@ fn the_same_pid_in_two_recordings_is_two_processes() {
     assert_eq!(two.values().sum::<u64>(), 2 * one.values().sum::<u64>());
     let text = ok(dir.path(), &["-i", "a.pyp", "-i", "b.pyp"]);
     assert!(text.contains("python3.11 [pid 1000, a.pyp]") && text.contains("python3.11 [pid 1000, b.pyp]"), "{text}");
+    assert!(text.contains("\n  recordings    2 as one: a.pyp, b.pyp\n"), "{text}");
 }
 
 #[test]
