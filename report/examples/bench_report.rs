@@ -1,17 +1,20 @@
-//! Report speed: folded export of a 10-million-sample recording vs plain zstd decompression of its chunks.
+//! Report speed: every export of a 10-million-sample recording vs plain zstd decompression of its chunks.
 //!
 //! ```text
 //! cargo run --release -p pyperf-report --example bench_report -- [--samples N] [--reps N] [--file PATH] [--regen]
+//!     [--only FLAG]...
 //! ```
 //!
 //! Generates (once; `--regen` to redo) a realistic recording with the format's Writer: a few hundred unique
 //! stacks of 10-40 frames, 2 CPUs, 8 threads in 2 processes. Then, each repeated (median reported), from the
 //! page cache:
 //! - decompress: read every chunk and zstd-decompress its payload, nothing else (the floor for any reader);
-//! - folded: `Profile::load` (format::scan: checksums, decompression, decoding, tables) + aggregation +
-//!   `folded::write` to /dev/null, as `pyperf report --folded -o /dev/null` does.
+//! - each export (every output format, the differential flame graph of the file against itself, and the file given
+//!   twice as two recordings): `ReportArgs::load` (format::scan: checksums, decompression, decoding, tables) +
+//!   aggregation + `write_report` to /dev/null, as `pyperf report FLAGS -o /dev/null` does.
 //!
-//! Target: folded at most 2x the decompression time. See bench/report/README.md and bench/RESULTS.md.
+//! Target: every export at most 2x the decompression time (of each file read). See bench/report/README.md and
+//! bench/RESULTS.md.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read};
@@ -20,13 +23,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use pyperf_format::*;
-use pyperf_report::{write_report, FormatFlags, ReportArgs};
+use pyperf_report::{write_report, Format, FormatFlags, ReportArgs};
 
 struct Args {
     samples: u64,
     reps: usize,
     file: PathBuf,
     regen: bool,
+    only: Vec<String>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -38,6 +42,7 @@ fn parse_args() -> anyhow::Result<Args> {
             .unwrap_or(Path::new(".."))
             .join("bench/out/report-bench.pyp"),
         regen: false,
+        only: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -46,6 +51,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--reps" => a.reps = it.next().context("--reps N")?.parse()?,
             "--file" => a.file = PathBuf::from(it.next().context("--file PATH")?),
             "--regen" => a.regen = true,
+            "--only" => a.only.push(it.next().context("--only FLAG (e.g. --pprof)")?),
             other => bail!("unknown argument {other}"),
         }
     }
@@ -184,16 +190,32 @@ fn decompress_only(path: &Path) -> anyhow::Result<(u64, u64)> {
     Ok((chunks, bytes))
 }
 
-/// What `pyperf report --folded -i PATH -o /dev/null` does, minus starting a process.
-fn folded_export(path: &Path) -> anyhow::Result<u64> {
-    let args = ReportArgs {
-        input: vec![path.to_path_buf()],
-        format: FormatFlags { folded: true, ..Default::default() },
-        ..Default::default()
-    };
+/// The exports measured: (name, the files it reads, arguments). Every output format, then the folded differential
+/// of the file against itself, then the file given twice (two recordings as one).
+fn exports(path: &Path) -> Vec<(String, usize, ReportArgs)> {
+    let mut v: Vec<(String, usize, ReportArgs)> = Format::ALL
+        .iter()
+        .map(|&f| {
+            (f.flag().to_string(), 1, ReportArgs { input: vec![path.to_path_buf()], ..ReportArgs::with_format(f) })
+        })
+        .collect();
+    v.push((
+        "--folded -i F -i F".to_string(),
+        2,
+        ReportArgs {
+            input: vec![path.to_path_buf(), path.to_path_buf()],
+            format: FormatFlags { folded: true, ..Default::default() },
+            ..Default::default()
+        },
+    ));
+    v
+}
+
+/// What `pyperf report FLAGS -o /dev/null` does, minus starting a process.
+fn export(args: &ReportArgs) -> anyhow::Result<u64> {
     let profile = args.load()?;
     let out = BufWriter::with_capacity(1 << 16, File::create("/dev/null")?);
-    write_report(&args, &profile, out)?;
+    write_report(args, &profile, out)?;
     Ok(profile.all.samples)
 }
 
@@ -213,29 +235,54 @@ fn main() -> anyhow::Result<()> {
     let size = std::fs::metadata(&a.file)?.len();
     // Warm the page cache and check the file.
     let (chunks, raw_bytes) = decompress_only(&a.file)?;
-    let samples = folded_export(&a.file)?;
+    let folded = ReportArgs { input: vec![a.file.clone()], ..ReportArgs::with_format(Format::Folded) };
+    let samples = export(&folded)?;
     println!(
         "recording: {} ({:.1} MB, {chunks} chunks, {:.1} MB decompressed, {samples} samples)",
         a.file.display(),
         size as f64 / 1e6,
         raw_bytes as f64 / 1e6
     );
+    let exports: Vec<_> =
+        exports(&a.file).into_iter().filter(|(name, _, _)| a.only.is_empty() || a.only.contains(name)).collect();
     let mut dec = Vec::new();
-    let mut fol = Vec::new();
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); exports.len()];
+    let mut failed: Vec<Option<String>> = vec![None; exports.len()];
+    // Interleaved, so that a slow phase of the machine hits every export alike.
     for _ in 0..a.reps {
         let t = Instant::now();
         decompress_only(&a.file)?;
         dec.push(t.elapsed());
-        let t = Instant::now();
-        folded_export(&a.file)?;
-        fol.push(t.elapsed());
+        for (i, (_, _, args)) in exports.iter().enumerate() {
+            if failed[i].is_some() {
+                continue;
+            }
+            let t = Instant::now();
+            match export(args) {
+                Ok(_) => times[i].push(t.elapsed()),
+                Err(e) => failed[i] = Some(format!("{e:#}")),
+            }
+        }
     }
-    let (d, f) = (median(dec.clone()), median(fol.clone()));
+    let d = median(dec.clone());
     let rate = |t: Duration| samples as f64 / t.as_secs_f64() / 1e6;
-    println!("decompress only: median {:.3} s of {} ({:.1} M samples/s)", d.as_secs_f64(), a.reps, rate(d));
-    println!("folded export:   median {:.3} s of {} ({:.1} M samples/s)", f.as_secs_f64(), a.reps, rate(f));
-    println!("ratio folded / decompress: {:.2} (target <= 2.00)", f.as_secs_f64() / d.as_secs_f64());
     let all = |v: &[Duration]| v.iter().map(|t| format!("{:.3}", t.as_secs_f64())).collect::<Vec<_>>().join(" ");
-    println!("runs: decompress [{}], folded [{}]", all(&dec), all(&fol));
+    println!("medians of {} runs; ratio = export / (decompression of every file it reads), target <= 2.00", a.reps);
+    println!("| export | median | M samples/s per file | ratio |");
+    println!("|---|---|---|---|");
+    println!("| decompress only | {:.3} s | {:.1} | 1.00 |", d.as_secs_f64(), rate(d));
+    for (i, (name, files, _)) in exports.iter().enumerate() {
+        if let Some(e) = &failed[i] {
+            println!("| `{name}` | failed: {e} | | |");
+            continue;
+        }
+        let t = median(times[i].clone());
+        let ratio = t.as_secs_f64() / (d.as_secs_f64() * *files as f64);
+        println!("| `{name}` | {:.3} s | {:.1} | {ratio:.2} |", t.as_secs_f64(), rate(t) * *files as f64);
+    }
+    println!("runs: decompress [{}]", all(&dec));
+    for (i, (name, _, _)) in exports.iter().enumerate() {
+        println!("runs: {name} [{}]", all(&times[i]));
+    }
     Ok(())
 }
