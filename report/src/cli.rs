@@ -298,6 +298,13 @@ impl ReportArgs {
         o.states = format == Format::Text;
         o.mode = self.mode;
         o.frames = ShowFrames { native: !self.no_native, kernel: !self.no_kernel, glue: self.show_glue };
+        if format == Format::Pprof {
+            // Labels: pid, tid, thread and process need per-thread counts, gil the GIL column.
+            o.per_thread = true;
+            o.threads = true;
+            o.states = true;
+            o.gil = true;
+        }
         Ok(o)
     }
 

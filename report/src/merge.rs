@@ -139,6 +139,7 @@ impl Profile {
             processes: Vec::new(),
             threads: Vec::new(),
             stacks: Vec::new(),
+            gil_stacks: Vec::new(),
             all: StateCounts::default(),
             matched: StateCounts::default(),
             timelines: Vec::new(),
@@ -162,6 +163,7 @@ impl Profile {
             processes: out.processes,
             threads: out.threads,
             stacks: out.stacks,
+            gil_stacks: out.gil_stacks,
             all: out.all,
             matched: out.matched,
             timelines: out.timelines,
@@ -227,12 +229,14 @@ impl Profile {
                 thread_process.push(process_base + t.process);
                 merged.threads.push(t);
             }
-            merged.stacks.extend(p.stacks.into_iter().map(|s| StackCount {
+            let moved = |s: StackCount| StackCount {
                 thread: if s.thread == ALL_THREADS { ALL_THREADS } else { s.thread + thread_base },
                 leaf: node(s.leaf),
                 reason: reasons.get(s.reason as usize).copied().unwrap_or(0),
                 ..s
-            }));
+            };
+            merged.stacks.extend(p.stacks.into_iter().map(moved));
+            merged.gil_stacks.extend(p.gil_stacks.into_iter().map(|(s, g)| (moved(s), g)));
             add_states(&mut merged.all, &p.all, shift);
             add_states(&mut merged.matched, &p.matched, shift);
             add_off_cpu(&mut merged.off_cpu_all, &p.off_cpu_all);
@@ -275,6 +279,7 @@ impl Profile {
             }
             same
         });
+        crate::profile::sort_gil_stacks(&mut merged.gil_stacks);
         merged.header.start_time_unix_ns = start;
         merged.header.hostname = hostnames.into_iter().collect::<Vec<_>>().join(", ");
         if !same_workload {

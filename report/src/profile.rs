@@ -116,6 +116,9 @@ pub struct LoadOptions {
     /// Which native and kernel frames the stacks keep (format 1.4); the others are taken out of the stack table
     /// once, after reading ([`Profile::tables`]).
     pub frames: ShowFrames,
+    /// Also count stacks per GIL state ([`Profile::gil_stacks`]: the pprof export labels samples with it). Needs
+    /// `states` (the GIL column is read only then).
+    pub gil: bool,
 }
 
 impl Default for LoadOptions {
@@ -135,6 +138,7 @@ impl LoadOptions {
             states: true,
             mode: Mode::Cpu,
             frames: ShowFrames::default(),
+            gil: false,
         }
     }
 
@@ -148,6 +152,7 @@ impl LoadOptions {
             states: false,
             mode: Mode::Cpu,
             frames: ShowFrames::default(),
+            gil: false,
         }
     }
 }
@@ -399,6 +404,9 @@ pub struct Profile {
     pub frames: ShowFrames,
     /// The kinds of frames the recording's stacks hold, as read (whatever [`Profile::frames`] keeps).
     pub recorded_frames: FrameKinds,
+    /// [`Profile::stacks`] split by GIL state (a sample's, or an off-CPU interval's at its switch-in), sorted;
+    /// filled only when loaded with [`LoadOptions::gil`].
+    pub gil_stacks: Vec<(StackCount, GilState)>,
     /// The recordings merged into this profile (`-i A -i B`: their names as given); empty for one recording.
     pub sources: Vec<String>,
 }
@@ -583,6 +591,9 @@ struct Aggregator {
     reasons: Vec<String>,
     /// Matching interval weights per (thread slot or [`ALL_THREADS`], status, leaf, reason).
     off_counts: FxMap<(u32, u8, u32, u32), u64>,
+    /// With [`LoadOptions::gil`]: (thread or ALL_THREADS, status, leaf, reason, GIL state) -> samples / ns.
+    by_gil: bool,
+    gil_counts: FxMap<(u32, u8, u32, u32, u8), u64>,
     off_all: OffCpuTime,
     off_matched: OffCpuTime,
     thread_off: Vec<OffCpuTime>,
@@ -668,6 +679,8 @@ impl Aggregator {
             reason_ids: HashMap::new(),
             reasons: vec![String::new()],
             off_counts: FxMap::default(),
+            by_gil: options.gil && options.states,
+            gil_counts: FxMap::default(),
             off_all: OffCpuTime::default(),
             off_matched: OffCpuTime::default(),
             thread_off: Vec::new(),
@@ -878,6 +891,10 @@ impl Aggregator {
                 matched.samples += 1;
             }
             self.count(slot, st, leaf, nodes);
+            if STATES && self.by_gil {
+                let thread = if self.per_thread { slot } else { ALL_THREADS };
+                *self.gil_counts.entry((thread, st, leaf, 0, gil)).or_insert(0) += 1;
+            }
             if THREADS && self.sample_timeline {
                 let id = self.timeline_stack(st, leaf, 0);
                 let t = &mut self.timelines[s];
@@ -976,6 +993,10 @@ impl Aggregator {
             let key = (if self.per_thread { slot } else { ALL_THREADS }, status, leaf, reason);
             let count = self.off_counts.entry(key).or_insert(0);
             *count = count.saturating_add(iv.weight_ns);
+            if self.by_gil {
+                let count = self.gil_counts.entry((key.0, status, leaf, reason, iv.gil.as_u8())).or_insert(0);
+                *count = count.saturating_add(iv.weight_ns);
+            }
             if self.track_threads && self.timeline {
                 let id = self.timeline_stack(status, leaf, reason);
                 let t = &mut self.timelines[s];
@@ -985,6 +1006,20 @@ impl Aggregator {
             }
         }
     }
+}
+
+/// Sorts GIL-keyed stack counts and adds up equal ones (stacks that became equal when frames were left out, or in
+/// several recordings).
+pub(crate) fn sort_gil_stacks(v: &mut Vec<(StackCount, GilState)>) {
+    let key = |(s, g): &(StackCount, GilState)| (s.thread, s.status.as_u8(), s.leaf, s.reason, g.as_u8());
+    v.sort_unstable_by_key(key);
+    v.dedup_by(|a, kept| {
+        let same = key(a) == key(kept);
+        if same {
+            kept.0.count = kept.0.count.saturating_add(a.0.count);
+        }
+        same
+    });
 }
 
 /// The time one sample stands for, when the event is a clock ([`Profile::sampling_period_ns`]).
@@ -1080,12 +1115,25 @@ impl Profile {
             count,
         });
         let mut stacks: Vec<StackCount> = samples.chain(intervals).collect();
+        let mut gil_stacks: Vec<(StackCount, GilState)> = agg
+            .gil_counts
+            .into_iter()
+            .filter_map(|((thread, status, leaf, reason, gil), count)| {
+                // CPU samples weigh as in `stacks`; intervals their ns.
+                let count = if reason == 0 { count.saturating_mul(sample_weight?) } else { count };
+                let status = StackStatus::from_u8(status);
+                Some((StackCount { thread, status, leaf, reason, count }, GilState::from_u8(gil)))
+            })
+            .collect();
         let recorded_frames = FrameKinds::of(&tables);
         let (mut timelines, mut timeline_stacks, mut timeline_reasons) =
             (agg.timelines, agg.timeline_stacks, agg.timeline_reasons);
         if let Some(map) = remove_hidden_frames(&mut tables, options.frames) {
             // Counted by leaf node, so what was counted needs nothing more than each leaf's new node.
             for s in &mut stacks {
+                s.leaf = map[s.leaf as usize];
+            }
+            for (s, _) in &mut gil_stacks {
                 s.leaf = map[s.leaf as usize];
             }
             remap_timelines(&map, &mut timelines, &mut timeline_stacks, &mut timeline_reasons);
@@ -1100,6 +1148,7 @@ impl Profile {
             }
             same
         });
+        sort_gil_stacks(&mut gil_stacks);
         let mut threads = agg.threads;
         for t in &mut threads {
             t.python_name = tables.thread_name(t.pid, t.tid, t.first_ns).map(str::to_string);
@@ -1126,6 +1175,7 @@ impl Profile {
             thread_off_cpu: agg.thread_off,
             frames: options.frames,
             recorded_frames,
+            gil_stacks,
             sources: Vec::new(),
         })
     }
