@@ -14,6 +14,9 @@ use crate::session::{self, Session};
 use crate::signals;
 use crate::sink::file::FileSink;
 use crate::sink::output::{self, Output};
+use crate::sink::push::{check_app, parse_label, Endpoint, PushOptions, PushSink};
+use crate::sink::tee::Tee;
+use crate::sink::Sink;
 use crate::targets::{Targets, Workload};
 
 /// `pyperf record`'s arguments.
@@ -73,6 +76,21 @@ pub struct RecordArgs {
     /// past the thread's stack). A native stack deeper than this is cut there (its Python frames are kept).
     #[arg(long = "native-stack-kib", value_name = "KIB", default_value_t = 16, requires = "native")]
     pub native_stack_kib: u32,
+    /// Continuous profiling: every --push-every seconds, also send the profile of that window (gzip'd pprof) to a
+    /// Pyroscope server's ingest API at URL (plain http, e.g. http://localhost:4040; user:password@ for Basic
+    /// authentication). The .pyp file keeps everything; a server that is down or slow never blocks the recording
+    /// (windows retried from a bounded queue; what is dropped is counted in the summary and the trailer).
+    #[arg(long = "push", value_name = "URL")]
+    pub push: Option<String>,
+    /// With --push: window length in seconds (1-3600).
+    #[arg(long = "push-every", value_name = "SECONDS", default_value_t = 10, requires = "push")]
+    pub push_every: u64,
+    /// With --push: the application name on the server [default: the command's program name, else "python"]
+    #[arg(long = "app", value_name = "NAME", requires = "push")]
+    pub app: Option<String>,
+    /// With --push: a label of every pushed profile (repeat: --label env=prod --label region=eu).
+    #[arg(long = "label", value_name = "KEY=VALUE", requires = "push")]
+    pub label: Vec<String>,
     /// Measure the BPF program's own run time (kernel BPF statistics) and print it in the summary.
     #[arg(long = "bpf-stats")]
     pub bpf_stats: bool,
@@ -115,6 +133,30 @@ fn parse_min_duration(text: &str) -> Result<u64> {
     Ok(ns.round() as u64)
 }
 
+/// (endpoint, application name, labels) of `--push`.
+type PushTarget = (Endpoint, String, Vec<(String, String)>);
+
+/// `--push`, `--app`, `--label`, `--push-every`, checked: (endpoint, application name, labels).
+fn push_settings(args: &RecordArgs) -> Result<Option<PushTarget>> {
+    let Some(url) = &args.push else { return Ok(None) };
+    let endpoint = Endpoint::parse(url)?;
+    if !(1..=3600).contains(&args.push_every) {
+        bail!("--push-every must be between 1 and 3600 seconds");
+    }
+    let app = match &args.app {
+        Some(a) => a.clone(),
+        None => args
+            .command
+            .first()
+            .map(|c| c.rsplit('/').next().unwrap_or(c).to_string())
+            .filter(|c| check_app(c).is_ok())
+            .unwrap_or_else(|| "python".to_string()),
+    };
+    check_app(&app)?;
+    let labels = args.label.iter().map(|l| parse_label(l)).collect::<Result<Vec<_>>>()?;
+    Ok(Some((endpoint, app, labels)))
+}
+
 /// Samples per second per CPU without `-F` / `-c`.
 pub const DEFAULT_FREQ: u64 = 99;
 /// Smallest `--ringbuf-kib`: one page.
@@ -144,6 +186,7 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
         }
     }
     let event = if args.event == "cycles" { SampleEvent::Cycles } else { SampleEvent::CpuClock };
+    let push = push_settings(args)?;
     let off_cpu_min_ns = if args.off_cpu { Some(parse_min_duration(&args.off_cpu_min)?) } else { None };
 
     // Everything that can fail at start fails before the output file exists, except what the output file itself
@@ -182,8 +225,31 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
         None => Targets::workload(Workload::spawn(&args.command)?),
     };
 
-    let sink = FileSink::new(output, &session::header(&args.command, event, rate))?;
-    let mut session = Session::new(sampler, targets, Box::new(sink));
+    let header = session::header(&args.command, event, rate);
+    let file: Box<dyn Sink> = Box::new(FileSink::new(output, &header)?);
+    let sink: Box<dyn Sink> = match push {
+        Some((endpoint, app, labels)) => {
+            let clock = event == SampleEvent::CpuClock;
+            let (sample_rate, period_ns) = match rate {
+                Rate::Frequency(hz) => (Some(hz), Some(1_000_000_000 / hz.max(1))),
+                Rate::Period(p) if clock => (Some((1_000_000_000 / p.max(1)).max(1)), Some(p)),
+                Rate::Period(_) => (None, None),
+            };
+            let options = PushOptions {
+                endpoint,
+                every: Duration::from_secs(args.push_every),
+                app,
+                labels,
+                sample_rate,
+                period_ns,
+                start_unix_ns: header.start_time_unix_ns,
+                arch: header.arch.clone(),
+            };
+            Box::new(Tee::new(file, PushSink::new(options).context("cannot start pushing")?))
+        }
+        None => file,
+    };
+    let mut session = Session::new(sampler, targets, sink);
     if let Some(min_ns) = off_cpu_min_ns {
         session = session.with_off_cpu(min_ns)?;
     }

@@ -4,6 +4,8 @@
 
 pub mod file;
 pub mod output;
+pub mod push;
+pub mod tee;
 
 use anyhow::Result;
 use pyperf_format::{
