@@ -139,6 +139,11 @@ pub struct ReportArgs {
     #[arg(long, value_enum, value_name = "MODE", default_value_t = Mode::Cpu, hide_possible_values = true)]
     pub mode: Mode,
 
+    /// Differential profile of the recording against BASE (folded: `stack BASE NEW` lines; flame graph: NEW's
+    /// widths, red where a frame's share grew, blue where it shrank); BASE's counts are scaled to NEW's total
+    #[arg(long, value_name = "BASE")]
+    pub diff: Option<PathBuf>,
+
     /// Write to FILE instead of standard output: a new file (mode 0600) renamed over FILE once complete; refuses a
     /// symlink, the input, and a pyperf recording (see --force) [default: standard output]
     #[arg(short, long, value_name = "FILE")]
@@ -211,6 +216,7 @@ impl Default for ReportArgs {
             input: Vec::new(),
             format: FormatFlags::default(),
             mode: Mode::Cpu,
+            diff: None,
             output: None,
             force: false,
             pid: Vec::new(),
@@ -316,10 +322,42 @@ impl ReportArgs {
                 "standard input (-) can be read once; give the other recordings by name".to_string(),
             ));
         }
+        if self.diff.is_some() {
+            let format = self.output_format();
+            if !matches!(format, Format::Folded | Format::Flamegraph) {
+                return Err(ReportError::Combine(format!(
+                    "--diff makes folded stacks or a flame graph, not {}: add --folded or --flamegraph",
+                    format.flag()
+                )));
+            }
+            if self.pid_root || self.tid_root {
+                return Err(ReportError::Combine(
+                    "--diff compares stacks over all processes: leave out --pid-root and --tid-root".to_string(),
+                ));
+            }
+        }
         let options = self.load_options()?;
         let mut parts = Vec::with_capacity(inputs.len());
         for input in &inputs {
             parts.push((shown(input), self.load_one(input, &options)?));
+        }
+        if let Some(base) = &self.diff {
+            let base_profile = self.load_one(base, &options)?;
+            let mut profile = if parts.len() == 1 {
+                parts.remove(0).1
+            } else {
+                let refs: Vec<(String, &Profile)> = parts.iter().map(|(n, p)| (n.clone(), p)).collect();
+                let warnings = Profile::check_combinable(&refs)?;
+                let mut p = Profile::merge(parts);
+                p.warnings.extend(warnings);
+                p
+            };
+            let pair = [(shown(base), &base_profile), ("the new recording".to_string(), &profile)];
+            let warnings = Profile::check_combinable(&pair)?;
+            profile.warnings.extend(warnings);
+            profile.warnings.extend(base_profile.warnings.iter().map(|w| format!("{}: {w}", shown(base))));
+            crate::diff::attach_base(&mut profile, base_profile);
+            return Ok(profile);
         }
         if parts.len() == 1 {
             return Ok(parts.remove(0).1);
@@ -368,6 +406,9 @@ impl ReportArgs {
 pub fn write_report<W: Write>(args: &ReportArgs, profile: &Profile, out: W) -> io::Result<()> {
     match args.output_format() {
         Format::Text => text::write(profile, &text::Options { top: args.top }, out),
+        Format::Folded if profile.diff_base.is_some() => {
+            crate::diff::write_folded(profile, &args.folded_options(), out)
+        }
         Format::Folded => folded::write(profile, &args.folded_options(), out),
         Format::Speedscope => {
             let o = speedscope::Options { lines: !args.no_lines, name: args.title.clone() };
@@ -376,7 +417,11 @@ pub fn write_report<W: Write>(args: &ReportArgs, profile: &Profile, out: W) -> i
         Format::Flamegraph => {
             let o = flamegraph::Options {
                 folded: args.folded_options(),
-                title: args.title.clone(),
+                title: args.title.clone().or_else(|| {
+                    let base = args.diff.as_ref()?;
+                    let new: Vec<String> = args.inputs().iter().map(|p| shown(p)).collect();
+                    Some(format!("Differential: {} vs {}", new.join(", "), shown(base)))
+                }),
                 icicle: args.icicle,
                 width: args.width.map(|w| w as usize),
                 ..Default::default()
@@ -486,7 +531,11 @@ fn is_missing(path: &Path) -> bool {
 
 fn run_report(args: &ReportArgs) -> Result<(), ReportError> {
     let format = args.output_format();
-    let inputs = args.inputs();
+    let mut inputs = args.inputs();
+    // The base of --diff is an input too: never overwritten.
+    if let Some(base) = &args.diff {
+        inputs.push(base);
+    }
     // What can be refused without reading the input is refused first: a long recording is not read for nothing.
     match &args.output {
         Some(path) => output::check_target(path, &inputs, args.force)?,

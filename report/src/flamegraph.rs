@@ -41,7 +41,7 @@ use pyperf_format::FrameKind;
 use crate::folded;
 use crate::hash::FxMap;
 use crate::names;
-use crate::profile::{Mode, Profile};
+use crate::profile::{Mode, Profile, StackCount};
 use crate::tree::{self, Tree, ROOT};
 
 /// Message of the error [`write()`] returns for a profile with no matching sample.
@@ -200,7 +200,8 @@ impl Plan {
 }
 
 /// Lays the frames out in drawing order (depth first, callers before callees, siblings in label order), calling
-/// `draw(x, samples, depth, text)` for each frame drawn, `x` the samples left of it.
+/// `draw(x, samples, depth, text, base)` for each frame drawn, `x` the samples left of it, `base` (differential
+/// profiles, [`Profile::diff_base`], without root frames) the base recording's samples at the same place.
 struct Layout<'a, 'p, F> {
     profile: &'p Profile,
     plan: &'a Plan,
@@ -213,7 +214,7 @@ struct Layout<'a, 'p, F> {
     draw: F,
 }
 
-impl<'a, 'p, F: FnMut(u64, u64, u32, &FrameText)> Layout<'a, 'p, F> {
+impl<'a, 'p, F: FnMut(u64, u64, u32, &FrameText, Option<u64>)> Layout<'a, 'p, F> {
     fn new(
         profile: &'p Profile,
         plan: &'a Plan,
@@ -228,7 +229,8 @@ impl<'a, 'p, F: FnMut(u64, u64, u32, &FrameText)> Layout<'a, 'p, F> {
 
     fn run(mut self) -> Stats {
         let plan = self.plan;
-        self.frame(0, plan.total, 0, &plan.all);
+        let base = self.base().map(|b| b.iter().fold(0u64, |a, s| a.saturating_add(s.count)));
+        self.frame(0, plan.total, 0, &plan.all, base);
         self.level(0, 0..plan.contexts.len(), 0);
         self.stats
     }
@@ -243,7 +245,12 @@ impl<'a, 'p, F: FnMut(u64, u64, u32, &FrameText)> Layout<'a, 'p, F> {
         true
     }
 
-    fn frame(&mut self, x: u64, samples: u64, depth: u32, text: &FrameText) -> bool {
+    /// The base recording's stacks of a differential profile drawn without root frames.
+    fn base(&self) -> Option<&'p [StackCount]> {
+        self.profile.diff_base.as_deref().filter(|_| self.plan.levels == 0)
+    }
+
+    fn frame(&mut self, x: u64, samples: u64, depth: u32, text: &FrameText, base: Option<u64>) -> bool {
         if self.frames >= MAX_FRAMES {
             self.stats.capped = true;
             self.stats.omitted_frames += 1;
@@ -252,7 +259,7 @@ impl<'a, 'p, F: FnMut(u64, u64, u32, &FrameText)> Layout<'a, 'p, F> {
         }
         self.frames += 1;
         self.stats.max_depth = self.stats.max_depth.max(depth);
-        (self.draw)(x, samples, depth, text);
+        (self.draw)(x, samples, depth, text, base);
         true
     }
 
@@ -274,7 +281,7 @@ impl<'a, 'p, F: FnMut(u64, u64, u32, &FrameText)> Layout<'a, 'p, F> {
             let total = plan.contexts[i..j].iter().fold(0u64, |a, c| a.saturating_add(c.total));
             let text = plan.root_texts.get(root as usize).unwrap_or(&plan.blank);
             // A narrow context is not even built.
-            if self.shown(total) && self.frame(x, total, level as u32 + 1, text) {
+            if self.shown(total) && self.frame(x, total, level as u32 + 1, text, None) {
                 self.level(level + 1, i..j, x);
             }
             x = x.saturating_add(total);
@@ -287,6 +294,7 @@ impl<'a, 'p, F: FnMut(u64, u64, u32, &FrameText)> Layout<'a, 'p, F> {
         let profile = self.profile;
         let stacks = context.runs.iter().flat_map(|&(a, b)| profile.stacks.get(a..b).unwrap_or(&[]));
         let tree = Tree::build_stacks(profile, self.lines, stacks);
+        let base = self.base().map(|b| crate::diff::base_totals(&tree, &Tree::build_stacks(profile, self.lines, b)));
         let texts = match self.ambiguous {
             Some(ambiguous) => frame_texts(profile, &tree, self.lines, ambiguous),
             None => Vec::new(),
@@ -312,7 +320,8 @@ impl<'a, 'p, F: FnMut(u64, u64, u32, &FrameText)> Layout<'a, 'p, F> {
         while let Some((node, x)) = stack.pop() {
             let n = &tree.nodes[node as usize];
             let text = texts.get(n.label as usize).unwrap_or(&plan.blank);
-            if self.frame(x, n.total, n.depth + levels, text) {
+            let b = base.as_ref().map(|b| b.get(node as usize).copied().unwrap_or(0));
+            if self.frame(x, n.total, n.depth + levels, text, b) {
                 expand(self, node, x, &mut stack);
             }
         }
@@ -630,8 +639,15 @@ fn render<W: Write>(profile: &Profile, plan: &Plan, title: &str, options: &Optio
     let min_samples = options.min_width.max(0.0) * total as f64 / area_px;
     // The header needs the depth and what is left out: the layout is made twice (without texts first) rather
     // than kept.
-    let stats =
-        Layout::new(profile, plan, options, min_samples, None, |_: u64, _: u64, _: u32, _: &FrameText| {}).run();
+    let base_total = profile.diff_base.as_ref().map(|b| b.iter().fold(0u64, |a, s| a.saturating_add(s.count)));
+    // A differential graph's deepest colour is its largest change of share among the frames drawn.
+    let mut max_change = 0f64;
+    let stats = Layout::new(profile, plan, options, min_samples, None, |_: u64, n: u64, _: u32, _: &FrameText, b| {
+        if let (Some(b), Some(bt)) = (b, base_total) {
+            max_change = max_change.max((n as f64 / total as f64 - b as f64 / bt.max(1) as f64).abs());
+        }
+    })
+    .run();
     let all_levels = stats.max_depth as usize + 1;
     let levels = if options.max_levels == 0 { all_levels } else { all_levels.min(options.max_levels.max(2)) };
     let height = TOP + levels * ROW + BOTTOM;
@@ -676,7 +692,28 @@ fn render<W: Write>(profile: &Profile, plan: &Plan, title: &str, options: &Optio
     s.push_str("</text>\n");
     let _ = writeln!(s, "<text id=\"unzoom\" class=\"button h\" x=\"{PAD_PCT}%\" y=\"24\">Reset Zoom</text>");
     let _ = writeln!(s, "<text id=\"search\" class=\"button\" x=\"{}%\" y=\"24\">Search</text>", 100.0 - PAD_PCT);
-    let legend_end = legend(&mut s, profile);
+    let legend_end = match base_total {
+        // The colours say grew or shrank, not which code a frame is.
+        Some(bt) => {
+            let mut x = 10;
+            for (rgb, name) in [((255, 55, 55), "grew"), ((55, 55, 255), "shrank")] {
+                let _ = writeln!(
+                    s,
+                    "<rect class=\"legend\" x=\"{x}\" y=\"35\" width=\"11\" height=\"11\" \
+                     fill=\"rgb({},{},{})\"/><text class=\"legend\" x=\"{}\" y=\"44\">{name}</text>",
+                    rgb.0,
+                    rgb.1,
+                    rgb.2,
+                    x + 15
+                );
+                x += 15 + 7 * name.len() + 14;
+            }
+            let text = format!("(share of the total; widths: the new recording; base: {})", amount(mode, bt));
+            let _ = writeln!(s, "<text class=\"legend\" x=\"{x}\" y=\"44\">{text}</text>");
+            x + 8 * text.chars().count()
+        }
+        None => legend(&mut s, profile),
+    };
     let _ = write!(s, "<text id=\"subtitle\" x=\"{}\" y=\"44\">", legend_end + 16);
     match mode {
         Mode::Cpu => {
@@ -733,11 +770,17 @@ fn render<W: Write>(profile: &Profile, plan: &Plan, title: &str, options: &Optio
         options,
         min_samples,
         Some(&ambiguous),
-        |x: u64, samples: u64, depth: u32, t: &FrameText| {
+        |x: u64, samples: u64, depth: u32, t: &FrameText, base: Option<u64>| {
             if result.is_err() {
                 return;
             }
-            let (label, full, rgb) = (t.short.as_str(), t.full.as_str(), t.color);
+            let (label, full) = (t.short.as_str(), t.full.as_str());
+            let rgb = match (base, base_total) {
+                (Some(b), Some(bt)) => {
+                    crate::diff::color(samples as f64 / total as f64, b as f64 / bt.max(1) as f64, max_change)
+                }
+                _ => t.color,
+            };
             let level = depth as usize;
             let x_pct = PAD_PCT + span * x as f64 / total as f64;
             let w_pct = span * samples as f64 / total as f64;
@@ -756,7 +799,21 @@ fn render<W: Write>(profile: &Profile, plan: &Plan, title: &str, options: &Optio
             }
             s.push_str("><title>");
             xml(full, &mut s);
-            let _ = write!(s, " ({}, {:.2}%)</title>", amount(mode, samples), percent(samples, total));
+            match (base, base_total) {
+                (Some(b), Some(bt)) => {
+                    let (now, before) = (percent(samples, total), percent(b, bt));
+                    let _ = write!(
+                        s,
+                        " (new: {}, {now:.2}%; base: {}, {before:.2}%; {:+.2} points)</title>",
+                        amount(mode, samples),
+                        amount(mode, b),
+                        now - before
+                    );
+                }
+                _ => {
+                    let _ = write!(s, " ({}, {:.2}%)</title>", amount(mode, samples), percent(samples, total));
+                }
+            }
             let _ = write!(
                 s,
                 "<rect x=\"{x_pct:.4}%\" y=\"{y}\" width=\"{w_pct:.4}%\" height=\"{BOX_HEIGHT}\" \

@@ -177,7 +177,7 @@ pub fn micros(ns: u64) -> u64 {
 /// is the byte order of the lines: a frame holds no `;`, so a `child;` key is no prefix of another key. Plain
 /// depth-first order would differ where a frame's name is a prefix of a sibling's (`f (a.py:1)` and
 /// `f (a.py:1)x`).
-fn emit(tree: &Tree, roots: &[&str], time: bool, line: &mut impl FnMut(&str, &[&str], u64)) {
+pub(crate) fn emit(tree: &Tree, roots: &[&str], time: bool, line: &mut impl FnMut(&str, &[&str], u64)) {
     let escaped: Vec<String> = tree
         .labels
         .iter()

@@ -41,6 +41,7 @@ mod output;
 mod profile;
 pub mod syscalls;
 
+pub mod diff;
 pub mod flamegraph;
 pub mod folded;
 pub mod gecko;

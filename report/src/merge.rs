@@ -155,6 +155,7 @@ impl Profile {
             mode: out.mode,
             frames: out.frames,
             recorded_frames: out.recorded_frames,
+            diff_base: None,
             sources: Vec::new(),
         };
         let first_part = Profile {
@@ -179,6 +180,7 @@ impl Profile {
             mode: merged.mode,
             frames: merged.frames,
             recorded_frames: merged.recorded_frames,
+            diff_base: None,
             sources: Vec::new(),
         };
         let mut reason_ids: HashMap<String, u32> = HashMap::from([(String::new(), 0)]);

@@ -407,6 +407,9 @@ pub struct Profile {
     /// [`Profile::stacks`] split by GIL state (a sample's, or an off-CPU interval's at its switch-in), sorted;
     /// filled only when loaded with [`LoadOptions::gil`].
     pub gil_stacks: Vec<(StackCount, GilState)>,
+    /// `--diff BASE`: the stacks of the base recording, over all threads, their leaves in these tables (see
+    /// [`crate::diff`]); `None` otherwise.
+    pub diff_base: Option<Vec<StackCount>>,
     /// The recordings merged into this profile (`-i A -i B`: their names as given); empty for one recording.
     pub sources: Vec<String>,
 }
@@ -1176,6 +1179,7 @@ impl Profile {
             frames: options.frames,
             recorded_frames,
             gil_stacks,
+            diff_base: None,
             sources: Vec::new(),
         })
     }
