@@ -295,12 +295,12 @@ impl ReportArgs {
     /// the chosen output shows (each costs time while reading).
     pub fn load_options(&self) -> Result<LoadOptions, ReportError> {
         let format = self.output_format();
-        let mut o = LoadOptions::new(self.filter()?, format == Format::Speedscope);
+        let mut o = LoadOptions::new(self.filter()?, matches!(format, Format::Speedscope | Format::Gecko));
         // Process and thread roots need per-thread stack counts, the text report and speedscope the threads;
         // plain folded stacks and flame graphs neither, and are faster without.
         let roots = self.pid_root || self.tid_root;
         o.per_thread = roots;
-        o.threads = roots || matches!(format, Format::Text | Format::Speedscope);
+        o.threads = roots || matches!(format, Format::Text | Format::Speedscope | Format::Gecko);
         o.states = format == Format::Text;
         o.mode = self.mode;
         o.frames = ShowFrames { native: !self.no_native, kernel: !self.no_kernel, glue: self.show_glue };

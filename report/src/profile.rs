@@ -288,6 +288,8 @@ pub struct Timeline {
     /// Empty in [`Mode::Cpu`] (every entry is a sample of one sampling period); else each entry's weight in ns: a
     /// sample's sampling period, an interval's `weight_ns`.
     pub weights: Vec<u64>,
+    /// Each entry's GIL state ([`GilState`] as on disk): a sample's, an off-CPU interval's at its switch-in.
+    pub gil: Vec<u8>,
 }
 
 /// Off-CPU time of some intervals (one thread's, or all those read or matched), in ns. An interval's weight is
@@ -903,6 +905,7 @@ impl Aggregator {
                 let t = &mut self.timelines[s];
                 t.times.push(time);
                 t.stacks.push(id);
+                t.gil.push(gil);
                 if let Some(ns) = self.sample_ns {
                     t.weights.push(ns);
                 }
@@ -1005,6 +1008,7 @@ impl Aggregator {
                 let t = &mut self.timelines[s];
                 t.times.push(iv.start_ns);
                 t.stacks.push(id);
+                t.gil.push(iv.gil.as_u8());
                 t.weights.push(iv.weight_ns);
             }
         }

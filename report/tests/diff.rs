@@ -82,10 +82,9 @@ fn folded_differential_is_normalised_and_complete() {
     let o = run(dir.path(), &["new.pyp", "--diff", "base.pyp", "--folded"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8(o.stdout).expect("utf-8");
-    let expected = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/expected/diff-known.difffolded"),
-    )
-    .expect("expected file");
+    let expected =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/diff/known.difffolded"))
+            .expect("expected file");
     assert_eq!(out, expected);
     // inferno draws it as a differential flame graph: the total is NEW's.
     let mut options = inferno::flamegraph::Options::default();
