@@ -567,6 +567,16 @@ fn run_report(args: &ReportArgs) -> Result<(), ReportError> {
             return Err(ReportError::Empty(flamegraph::nothing_to_draw(profile.mode).to_string()));
         }
     }
+    if format == Format::Pprof {
+        let frames = pprof::frames_needed(&profile);
+        if frames > pprof::MAX_FRAMES {
+            return Err(ReportError::TooLarge(format!(
+                "a pprof profile of this recording would hold {frames} frames (its stacks' depths added up), more \
+                 than pprof tools can load ({}): narrow it with --pid, --tid or --gil, or use --folded or --flamegraph",
+                pprof::MAX_FRAMES
+            )));
+        }
+    }
     match &args.output {
         Some(path) => {
             let target = path.display().to_string();

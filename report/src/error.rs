@@ -62,6 +62,9 @@ pub enum ReportError {
     /// that are no fixed time); says what to do instead.
     #[error("{0}")]
     Mode(String),
+    /// The output would be too large for the format's consumers; says what to do instead.
+    #[error("{0}")]
+    TooLarge(String),
     /// Several recordings (`-i A -i B`) that cannot be reported as one; says why and what to do instead.
     #[error("{0}")]
     Combine(String),

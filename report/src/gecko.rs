@@ -160,6 +160,7 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
         let mut entries: Vec<u32> = (0..timeline.times.len() as u32).collect();
         entries.sort_by_key(|&e| timeline.times[e as usize]);
         let mut stacks: HashMap<u32, Option<StackHandle>> = HashMap::new();
+        let mut memo = Stacks::default();
         let mut carry_ns: u64 = 0;
         // The open GIL run: (state, first time, end of the last entry).
         let mut run: Option<(u8, u64, u64)> = None;
@@ -169,7 +170,7 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
             let stack = match stacks.get(&id) {
                 Some(s) => *s,
                 None => {
-                    let s = stack_of(profile, &mut fxp, handle, &categories, id);
+                    let s = stack_of(profile, &mut fxp, handle, &categories, &mut memo, id);
                     stacks.insert(id, s);
                     s
                 }
@@ -217,6 +218,15 @@ fn gil_marker(fxp: &mut fx::Profile, thread: fx::ThreadHandle, c: &Categories, s
     fxp.add_marker(thread, timing, GilMarker { name, state: key, category: c.gil });
 }
 
+/// Per thread: the stack handle of each (root marker, stack-table node) made so far, so that every node is made
+/// once per thread whatever the depth of the stacks through it (time linear in the distinct nodes, as speedscope's).
+#[derive(Default)]
+struct Stacks {
+    made: HashMap<(u32, u32), Option<StackHandle>>,
+    /// Root markers' texts, by index (the first part of the key).
+    markers: Vec<String>,
+}
+
 /// The stack of timeline stack `id` on `thread`: its marker (root), frames and off-CPU reason (leaf), as
 /// [`Profile::stack_count_names`] names them; `None` for no frame at all.
 fn stack_of(
@@ -224,18 +234,56 @@ fn stack_of(
     fxp: &mut fx::Profile,
     thread: fx::ThreadHandle,
     c: &Categories,
+    memo: &mut Stacks,
     id: u32,
 ) -> Option<StackHandle> {
     let &(status, leaf) = profile.timeline_stacks.get(id as usize)?;
     let reason = profile.timeline_reasons.get(id as usize).copied().unwrap_or(0);
-    let mut frames: Vec<(String, CategoryPairHandle)> = Vec::new();
-    if let Some(m) = names::stack_marker(status, leaf != 0, reason != 0) {
-        let category = if m == names::IDLE { c.idle } else { c.other };
-        frames.push((m, category));
+    let label = |fxp: &mut fx::Profile, text: &str, category_pair: CategoryPairHandle| FrameInfo {
+        frame: Frame::Label(fxp.intern_string(&escape_text(text))),
+        category_pair,
+        flags: FrameFlags::empty(),
+    };
+    // The root marker, made once per thread.
+    let marker = names::stack_marker(status, leaf != 0, reason != 0);
+    let m = match &marker {
+        None => u32::MAX,
+        Some(text) => match memo.markers.iter().position(|t| t == text) {
+            Some(i) => i as u32,
+            None => {
+                memo.markers.push(text.clone());
+                (memo.markers.len() - 1) as u32
+            }
+        },
+    };
+    let root = match &marker {
+        None => None,
+        Some(text) => match memo.made.get(&(m, 0)) {
+            Some(&h) => h,
+            None => {
+                let category = if text == names::IDLE { c.idle } else { c.other };
+                let info = label(fxp, text, category);
+                let frame = fxp.intern_frame(thread, info);
+                let h = Some(fxp.intern_stack(thread, None, frame));
+                memo.made.insert((m, 0), h);
+                h
+            }
+        },
+    };
+    // The nodes from the leaf up to the first one made already (or the root), then made root first.
+    let mut missing = Vec::new();
+    let mut node = leaf;
+    let mut below = root;
+    while node != 0 {
+        if let Some(&h) = memo.made.get(&(m, node)) {
+            below = h;
+            break;
+        }
+        missing.push(node);
+        node = profile.tables.nodes.get(node as usize - 1).map_or(0, |&(parent, _)| parent);
     }
-    let mut ids = Vec::new();
-    profile.tables.frames_root_first(leaf, &mut ids);
-    for sid in ids {
+    for &n in missing.iter().rev() {
+        let Some(&(_, sid)) = profile.tables.nodes.get(n as usize - 1) else { continue };
         let sym = profile.tables.symbol(sid);
         let category = match sym.kind() {
             FrameKind::Python => c.python,
@@ -243,19 +291,16 @@ fn stack_of(
             FrameKind::Kernel => c.kernel,
             FrameKind::Marker => c.other,
         };
-        frames.push((names::frame_name(sym, true), category));
+        let info = label(fxp, &names::frame_name(sym, true), category);
+        let frame = fxp.intern_frame(thread, info);
+        below = Some(fxp.intern_stack(thread, below, frame));
+        memo.made.insert((m, n), below);
     }
     if reason != 0 {
         let text = profile.reasons.get(reason as usize).cloned().unwrap_or_else(|| "[off-CPU]".to_string());
-        frames.push((text, c.off_cpu));
+        let info = label(fxp, &text, c.off_cpu);
+        let frame = fxp.intern_frame(thread, info);
+        below = Some(fxp.intern_stack(thread, below, frame));
     }
-    let infos: Vec<FrameInfo> = frames
-        .into_iter()
-        .map(|(text, category_pair)| FrameInfo {
-            frame: Frame::Label(fxp.intern_string(&escape_text(&text))),
-            category_pair,
-            flags: FrameFlags::empty(),
-        })
-        .collect();
-    fxp.intern_stack_frames(thread, infos.into_iter())
+    below
 }

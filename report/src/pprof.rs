@@ -300,8 +300,7 @@ impl Builder {
         self.location_of(f, 0, self.main)
     }
 
-    /// A sample: its stack (locations, leaf first), one value per sample type, its labels.
-    pub fn add_sample(&mut self, locations_leaf_first: &[u64], values: &[i64], labels: &[Label<'_>]) {
+    fn sample(&mut self, locations_leaf_first: &[u64], values: &[i64], labels: &[Label<'_>]) -> proto::Sample {
         let label = labels
             .iter()
             .map(|l| match *l {
@@ -311,7 +310,34 @@ impl Builder {
                 }
             })
             .collect();
-        self.p.sample.push(proto::Sample { location_id: locations_leaf_first.to_vec(), value: values.to_vec(), label });
+        proto::Sample { location_id: locations_leaf_first.to_vec(), value: values.to_vec(), label }
+    }
+
+    /// A sample: its stack (locations, leaf first), one value per sample type, its labels.
+    pub fn add_sample(&mut self, locations_leaf_first: &[u64], values: &[i64], labels: &[Label<'_>]) {
+        let s = self.sample(locations_leaf_first, values, labels);
+        self.p.sample.push(s);
+    }
+
+    /// A sample written to `out` at once (an encoded `Profile.sample` field) instead of kept: a profile's samples
+    /// hold every stack in full, which can be far larger than the recording. Finish with [`Builder::write_rest`].
+    pub fn write_sample<W: Write>(
+        &mut self,
+        out: &mut W,
+        locations_leaf_first: &[u64],
+        values: &[i64],
+        labels: &[Label<'_>],
+    ) -> io::Result<()> {
+        let s = self.sample(locations_leaf_first, values, labels);
+        let mut buf = Vec::with_capacity(s.location_id.len() * 2 + 64);
+        prost::encoding::message::encode(2, &s, &mut buf);
+        out.write_all(&buf)
+    }
+
+    /// Everything but the samples written with [`Builder::write_sample`], encoded: appended to them it makes the
+    /// profile (protobuf fields may come in any order; repeated ones add up).
+    pub fn write_rest<W: Write>(&self, out: &mut W) -> io::Result<()> {
+        out.write_all(&prost::Message::encode_to_vec(&self.p))
     }
 
     /// The profile as built so far (for tests and for tools that want it unencoded).
@@ -328,6 +354,29 @@ impl Builder {
     }
 }
 
+/// Frames the samples of a pprof export may hold at most (the sum of their stacks' depths): pprof tools load a
+/// profile whole (`go tool pprof` needs some 8 bytes per frame, and more), and a small crafted recording can ask for
+/// billions. A profile past it is refused before anything is written ([`frames_needed`]).
+pub const MAX_FRAMES: u64 = 1 << 27;
+
+/// The frames the samples of `profile`'s pprof export hold: the sum of the depths of its stack counts (with their
+/// pseudo-frames).
+pub fn frames_needed(profile: &Profile) -> u64 {
+    let nodes = &profile.tables.nodes;
+    // Parents come before their children in a checked table.
+    let mut depth = vec![0u64; nodes.len() + 1];
+    for (i, &(parent, _)) in nodes.iter().enumerate() {
+        depth[i + 1] = depth.get(parent as usize).copied().unwrap_or(0) + 1;
+    }
+    let of = |s: &StackCount| depth.get(s.leaf as usize).copied().unwrap_or(0) + 2;
+    let stacks: Box<dyn Iterator<Item = &StackCount>> = if profile.gil_stacks.is_empty() {
+        Box::new(profile.stacks.iter())
+    } else {
+        Box::new(profile.gil_stacks.iter().map(|(s, _)| s))
+    };
+    stacks.fold(0u64, |a, s| a.saturating_add(of(s)))
+}
+
 /// What the pprof export shows.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -335,10 +384,16 @@ pub struct Options {
     pub lines: bool,
 }
 
-/// Writes `profile` as a gzip'd pprof profile (see the module docs). Loaded with threads and per-thread counts for
+/// Writes `profile` as a gzip'd pprof profile (see the module docs); a profile whose samples would hold more than
+/// [`MAX_FRAMES`] frames is an `InvalidInput` error, before anything is written. Loaded with threads and per-thread counts for
 /// the pid/tid/thread/process labels, with [`crate::LoadOptions::gil`] for the gil label (as `--pprof` loads it);
 /// without, those labels are left out.
 pub fn write<W: Write>(profile: &Profile, options: &Options, out: W) -> io::Result<()> {
+    let frames = frames_needed(profile);
+    if frames > MAX_FRAMES {
+        let e = format!("a pprof profile of this recording would hold {frames} frames, more than {MAX_FRAMES}");
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, e));
+    }
     let period = profile.sampling_period_ns();
     let (types, period_type, period_value): (Vec<(&str, &str)>, (&str, &str), i64) = match profile.mode {
         Mode::Cpu => match period {
@@ -351,6 +406,9 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, out: W) -> io::Resu
         Mode::Wall => (vec![("wall", "nanoseconds")], ("wall", "nanoseconds"), period.unwrap_or(0) as i64),
     };
     let mut b = Builder::new(&types, period_type, period_value);
+    // Fast compression: a pprof profile is mostly repeated stacks, which compress well at any level, and the
+    // export should cost little more than reading the recording.
+    let mut gz = flate2::GzBuilder::new().mtime(0).write(out, flate2::Compression::fast());
     b.set_time(profile.header.start_time_unix_ns as i64, profile.duration_ns() as i64);
     // The first process's interpreter as the main binary (pprof says "Main binary filename not available" without
     // one); "python" when the recording names none.
@@ -421,9 +479,11 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, out: W) -> io::Resu
         if let Some(k) = &gil_key {
             labels.push(Label::Str("gil", k));
         }
-        b.add_sample(&locations, &values, &labels);
+        // Streamed: memory is the functions and locations, not the stacks.
+        b.write_sample(&mut gz, &locations, &values, &labels)?;
     }
-    b.write_gz(out)
+    b.write_rest(&mut gz)?;
+    gz.finish()?.flush()
 }
 
 #[cfg(test)]

@@ -2,6 +2,8 @@
 //! the real consumer, `go tool pprof` (Debian's golang-go, installed by scripts/setup), reads it without a word on
 //! standard error and shows the same split. Without go the go tests fail when CI=true, and otherwise skip loudly.
 
+#[path = "support/crafted.rs"]
+mod crafted;
 #[path = "support/synth.rs"]
 mod synth;
 
@@ -217,4 +219,22 @@ fn go_tool_pprof_shows_the_known_split() {
     // Tag filtering works on the gil label.
     let Some((held, _)) = go_pprof(&["-top", "-sample_index=samples", "-tagfocus=gil=held"], &file) else { return };
     assert!(held.contains("Showing nodes"), "{held}");
+}
+
+/// A small crafted recording whose pprof samples would hold billions of frames is refused in one line, before
+/// anything is written.
+#[test]
+fn a_profile_too_large_for_pprof_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(dir.path().join("chain.pyp"), crafted::chain(20_000, 1)).expect("write");
+    let o = Command::new(env!("CARGO_BIN_EXE_pyperf-report"))
+        .args(["chain.pyp", "--pprof", "-o", "out.pb.gz"])
+        .current_dir(dir.path())
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.starts_with("pyperf-report: a pprof profile of this recording would hold 200"), "{err}");
+    assert!(err.contains("use --folded or --flamegraph") && err.lines().count() == 1, "{err}");
+    assert!(!dir.path().join("out.pb.gz").exists());
 }
