@@ -200,6 +200,26 @@ fn exports(path: &Path) -> Vec<(String, usize, ReportArgs)> {
         })
         .collect();
     v.push((
+        "--flamegraph --diff F".to_string(),
+        2,
+        ReportArgs {
+            input: vec![path.to_path_buf()],
+            diff: Some(path.to_path_buf()),
+            format: FormatFlags { flamegraph: true, ..Default::default() },
+            ..Default::default()
+        },
+    ));
+    v.push((
+        "--folded --diff F".to_string(),
+        2,
+        ReportArgs {
+            input: vec![path.to_path_buf()],
+            diff: Some(path.to_path_buf()),
+            format: FormatFlags { folded: true, ..Default::default() },
+            ..Default::default()
+        },
+    ));
+    v.push((
         "--folded -i F -i F".to_string(),
         2,
         ReportArgs {
