@@ -15,7 +15,7 @@ struct Cli {
 enum Command {
     /// Sample Python processes and write a recording (needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE).
     Record(pyperf::cli::RecordArgs),
-    /// Read a recording: text summary, folded stacks, speedscope JSON or an SVG flame graph.
+    /// Read recordings: text summary, folded stacks, speedscope JSON, an SVG flame graph, pprof or Firefox Profiler.
     Report(pyperf_report::ReportArgs),
 }
 

@@ -1,5 +1,5 @@
-//! Offline analysis of pyperf recordings (`.pyp`): a text report, folded stacks, speedscope JSON and SVG flame
-//! graphs.
+//! Offline analysis of pyperf recordings (`.pyp`): a text report, folded stacks, speedscope JSON, SVG flame graphs,
+//! pprof and Firefox Profiler profiles, differential flame graphs; several recordings as one.
 //!
 //! The library can be used without the command line:
 //!

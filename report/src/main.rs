@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// Report on a pyperf recording: text summary, folded stacks, speedscope JSON or SVG flame graph.
+/// Report on pyperf recordings: text summary, folded stacks, speedscope JSON, SVG flame graph, pprof or Firefox Profiler.
 #[derive(Debug, Parser)]
 #[command(name = "pyperf-report", version)]
 struct Cli {
