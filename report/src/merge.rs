@@ -9,9 +9,10 @@
 //! - **Processes stay apart.** Each recording's processes and threads remain their own, even when two recordings
 //!   have the same pid (two hosts, or a pid reused between runs): such processes are labelled with their recording
 //!   (`python3 [pid 123, b.pyp]`). Equal stacks of different processes add up, as they do within one recording.
-//! - **What cannot be added up is refused.** Samples of different events (`cpu-clock` and `cycles`) count
-//!   different things: an error. Different rates are a warning: a sample counts one in `--mode cpu` whatever its
-//!   rate (`--mode wall` weighs each by its own period).
+//! - **Differences are warnings.** Samples of different events (`cpu-clock` and `cycles`) count different things,
+//!   and samples at different rates stand for different times (a sample counts one in `--mode cpu` whatever its
+//!   rate; `--mode wall` weighs each by its own period): both are added up, with a warning. What cannot be added
+//!   up at all is refused: `--mode off-cpu`/`wall` of a recording without off-CPU data (named), `-` twice.
 //! - Trailer counters are added up; each recording's warnings keep their recording's name.
 
 use std::collections::{BTreeSet, HashMap};
@@ -74,12 +75,12 @@ impl Profile {
         let Some((first_name, first)) = parts.first() else { return Ok(warnings) };
         for (name, p) in &parts[1..] {
             if p.header.event != first.header.event && p.mode != crate::Mode::OffCpu {
-                return Err(ReportError::Combine(format!(
-                    "{first_name} samples {} and {name} samples {}: samples of different events count different \
-                     things and cannot be added up; report them separately (or use --mode off-cpu)",
+                warnings.push(format!(
+                    "{first_name} samples {} and {name} samples {}: their samples count different things, added up \
+                     here as samples; report them separately to compare",
                     crate::names::escape_text(&first.header.event),
                     crate::names::escape_text(&p.header.event)
-                )));
+                ));
             }
             if p.header.rate != first.header.rate && p.mode == crate::Mode::Cpu {
                 warnings.push(format!(
