@@ -15,6 +15,8 @@ struct Cli {
 enum Command {
     /// Sample Python processes and write a recording (needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE).
     Record(pyperf::cli::RecordArgs),
+    /// Every thread of a running Python process now: its Python stack and state, without stopping it.
+    Dump(pyperf::dump::DumpArgs),
     /// Read recordings: text summary, folded stacks, speedscope JSON, an SVG flame graph, pprof or Firefox Profiler.
     Report(pyperf_report::ReportArgs),
 }
@@ -33,6 +35,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Record(args) => pyperf::cli::record(&args),
         Command::Report(args) => pyperf_report::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::Dump(args) => pyperf::dump::dump(&args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,154 @@
+//! `pyperf dump -p PID`: every thread of a Python process now, with its Python stack, its state (running, sleeping
+//! in a system call, waiting for the GIL) and its Python name, read from the process's memory without stopping it.
+//! (Issue #17, first part; prototype: text output only, Python frames only.)
+//!
+//! Each thread's stack is walked as `record --off-cpu` walks a blocked thread at the end ([`StackWalker`]): the
+//! thread state and frame chain are read twice and kept only when both reads agree (a third read breaks a tie), so
+//! a stack that changes while being read is retried or reported as changing, never spliced.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use pyperf_format::{GilState, Symbol};
+
+use crate::python::config::bpf_config;
+use crate::python::detect::inspect;
+use crate::python::walk::StackWalker;
+use crate::sampler::RawSample;
+use crate::symbolizer::Symbolizer;
+use crate::targets::procfs::{namespaces, parse_nspid};
+
+/// `pyperf dump`'s arguments.
+#[derive(Args, Debug, Clone)]
+pub struct DumpArgs {
+    /// The Python process to dump.
+    #[arg(short = 'p', long = "pid")]
+    pub pid: u32,
+}
+
+/// One thread as dumped.
+#[derive(Debug, Clone)]
+pub struct DumpedThread {
+    /// Thread id (host).
+    pub tid: u32,
+    /// OS name (comm).
+    pub comm: String,
+    /// Python name, when the interpreter has one for it.
+    pub python_name: Option<String>,
+    /// The kernel's view: `R` running, `S` sleeping, `D` disk, ... (/proc/PID/task/TID/stat).
+    pub state: char,
+    /// The system call it waits in, when sleeping in one.
+    pub syscall: Option<i64>,
+    /// GIL state as the walk found it.
+    pub gil: GilState,
+    /// Frames, root first; `Err` when the stack could not be read consistently.
+    pub frames: Result<Vec<Symbol>, String>,
+}
+
+fn task_state(pid: u32, tid: u32) -> (char, Option<i64>) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).unwrap_or_default();
+    // The state follows the command, which is in parentheses and may hold anything.
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()).unwrap_or('?');
+    let syscall = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse::<i64>().ok()));
+    (state, syscall.filter(|&n| n >= 0))
+}
+
+/// Reads every thread of `pid`.
+pub fn threads(pid: u32) -> Result<Vec<DumpedThread>> {
+    let p = inspect(pid).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let ns = namespaces(pid).with_context(|| format!("process {pid} is gone"))?;
+    let config = bpf_config(&p, ns.other_pid_ns).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut walker = StackWalker::open(&p, &config, ns.ns_pid).with_context(|| format!("cannot read process {pid}"))?;
+    let mut symbolizer = Symbolizer::new();
+    symbolizer.add_process(&p).with_context(|| format!("cannot read process {pid}"))?;
+    let mut symbols: Vec<Symbol> = Vec::new();
+    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .with_context(|| format!("process {pid} is gone"))?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    let mut out = Vec::new();
+    for tid in tids {
+        let (state, syscall) = task_state(pid, tid);
+        let comm =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).unwrap_or_default().trim().to_string();
+        let ns_tid = if ns.other_pid_ns {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok().and_then(|s| parse_nspid(&s))
+        } else {
+            Some(tid)
+        };
+        let walked =
+            ns_tid.ok_or_else(|| "thread gone".to_string()).and_then(|t| walker.walk(t).map_err(|e| e.to_string()));
+        let (frames, gil) = match walked {
+            Ok(w) => {
+                let mut comm16 = [0u8; 16];
+                for (d, s) in comm16.iter_mut().zip(comm.bytes()) {
+                    *d = s;
+                }
+                let raw = RawSample {
+                    pid,
+                    tid,
+                    cpu: 0,
+                    time_ns: 0,
+                    comm: comm16,
+                    thread_state: w.thread_state,
+                    gil: w.gil,
+                    pthread_id: w.pthread_id,
+                    status: w.status,
+                    frames: &w.frames,
+                    off_cpu: None,
+                    kernel: &[],
+                    user: None,
+                };
+                let ids = symbolizer
+                    .symbolize(&raw, &mut |id, s| {
+                        if id as usize == symbols.len() {
+                            symbols.push(s.clone());
+                        }
+                    })
+                    .to_vec();
+                let frames = ids.iter().filter_map(|&i| symbols.get(i as usize).cloned()).collect();
+                (Ok(frames), GilState::from_u8(w.gil))
+            }
+            Err(e) => (Err(e), GilState::NoInfo),
+        };
+        out.push(DumpedThread { tid, comm, python_name: None, state, syscall, gil, frames });
+    }
+    let mut names: HashMap<u32, String> = HashMap::new();
+    symbolizer.read_thread_names(Instant::now(), true, &mut |_, tid, name, _| {
+        names.insert(tid, name.to_string());
+    });
+    for t in &mut out {
+        t.python_name = names.remove(&t.tid);
+    }
+    Ok(out)
+}
+
+/// Runs `pyperf dump`.
+pub fn dump(args: &DumpArgs) -> Result<std::process::ExitCode> {
+    let threads = threads(args.pid)?;
+    for t in &threads {
+        let name = t.python_name.clone().unwrap_or_else(|| t.comm.clone());
+        let state = match (t.state, t.syscall) {
+            ('R', _) => "running".to_string(),
+            (s, Some(n)) => format!("{s} in syscall {n}"),
+            (s, None) => s.to_string(),
+        };
+        println!("Thread {} \"{name}\" ({state}, GIL {})", t.tid, t.gil.key());
+        match &t.frames {
+            Ok(f) if f.is_empty() => println!("    (no Python frames)"),
+            Ok(f) => {
+                for s in f.iter().rev() {
+                    println!("    {} ({}:{})", s.qualified_name(), s.file, s.line);
+                }
+            }
+            Err(e) => println!("    [stack not read: {e}]"),
+        }
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
