@@ -13,6 +13,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use pyperf_format::{GilState, Symbol};
 
+use crate::abi::types;
 use crate::python::config::bpf_config;
 use crate::python::detect::inspect;
 use crate::python::walk::StackWalker;
@@ -41,21 +42,31 @@ pub struct DumpedThread {
     pub state: char,
     /// The system call it waits in, when sleeping in one.
     pub syscall: Option<i64>,
+    /// Blocked in futex(2) on the GIL.
+    pub gil_wait: bool,
     /// GIL state as the walk found it.
     pub gil: GilState,
     /// Frames, root first; `Err` when the stack could not be read consistently.
     pub frames: Result<Vec<Symbol>, String>,
 }
 
-fn task_state(pid: u32, tid: u32) -> (char, Option<i64>) {
+/// The kernel's state letter, and the system call it is in with its first argument (/proc/.../syscall: number,
+/// then arguments in hex).
+fn task_state(pid: u32, tid: u32) -> (char, Option<(i64, u64)>) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).unwrap_or_default();
     // The state follows the command, which is in parentheses and may hold anything.
     let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()).unwrap_or('?');
-    let syscall = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse::<i64>().ok()));
-    (state, syscall.filter(|&n| n >= 0))
+    let syscall = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok().and_then(|s| {
+        let mut it = s.split_whitespace();
+        let nr = it.next()?.parse::<i64>().ok().filter(|&n| n >= 0)?;
+        let arg0 = it.next().and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok()).unwrap_or(0);
+        Some((nr, arg0))
+    });
+    (state, syscall)
 }
+
+/// Attempts at a running thread's stack: each reads it two or three times and keeps it only if the reads agree.
+const ATTEMPTS: usize = 50;
 
 /// Reads every thread of `pid`.
 pub fn threads(pid: u32) -> Result<Vec<DumpedThread>> {
@@ -74,7 +85,7 @@ pub fn threads(pid: u32) -> Result<Vec<DumpedThread>> {
     tids.sort_unstable();
     let mut out = Vec::new();
     for tid in tids {
-        let (state, syscall) = task_state(pid, tid);
+        let (state, call) = task_state(pid, tid);
         let comm =
             std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).unwrap_or_default().trim().to_string();
         let ns_tid = if ns.other_pid_ns {
@@ -82,8 +93,26 @@ pub fn threads(pid: u32) -> Result<Vec<DumpedThread>> {
         } else {
             Some(tid)
         };
-        let walked =
-            ns_tid.ok_or_else(|| "thread gone".to_string()).and_then(|t| walker.walk(t).map_err(|e| e.to_string()));
+        // A running thread's frames move under the reads: tried again until two reads agree.
+        let mut walked = Err("thread gone".to_string());
+        if let Some(t) = ns_tid {
+            for _ in 0..ATTEMPTS {
+                walked = walker.walk(t).map_err(|e| e.to_string());
+                if !matches!(walked, Err(ref e) if e.contains("kept changing")) {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+        }
+        let futex = types::pyperf_limits::PYPERF_NR_FUTEX.0 as i64;
+        let gil_base = match &walked {
+            Ok(w) if config.gil_wait_addr == 0 => w.gil_wait_base,
+            _ => config.gil_wait_addr,
+        };
+        let gil_wait = matches!(call, Some((nr, addr)) if nr == futex && gil_base != 0
+            && addr.wrapping_sub(gil_base) < u64::from(config.gil_wait_len))
+            || matches!(&walked, Ok(w) if w.gil == GilState::Waiting.as_u8());
+        let syscall = call.map(|c| c.0);
         let (frames, gil) = match walked {
             Ok(w) => {
                 let mut comm16 = [0u8; 16];
@@ -117,7 +146,7 @@ pub fn threads(pid: u32) -> Result<Vec<DumpedThread>> {
             }
             Err(e) => (Err(e), GilState::NoInfo),
         };
-        out.push(DumpedThread { tid, comm, python_name: None, state, syscall, gil, frames });
+        out.push(DumpedThread { tid, comm, python_name: None, state, syscall, gil_wait, gil, frames });
     }
     let mut names: HashMap<u32, String> = HashMap::new();
     symbolizer.read_thread_names(Instant::now(), true, &mut |_, tid, name, _| {
@@ -136,10 +165,26 @@ pub fn dump(args: &DumpArgs) -> Result<std::process::ExitCode> {
         let name = t.python_name.clone().unwrap_or_else(|| t.comm.clone());
         let state = match (t.state, t.syscall) {
             ('R', _) => "running".to_string(),
-            (s, Some(n)) => format!("{s} in syscall {n}"),
-            (s, None) => s.to_string(),
+            (_, Some(n)) => match pyperf_report::syscalls::name(n as i32, std::env::consts::ARCH) {
+                Some(call) => format!("waiting in {call}"),
+                None => format!("waiting in system call {n}"),
+            },
+            ('S', None) => "sleeping".to_string(),
+            ('D', None) => "in uninterruptible sleep".to_string(),
+            (s, None) => format!("state {s}"),
         };
-        println!("Thread {} \"{name}\" ({state}, GIL {})", t.tid, t.gil.key());
+        let gil = if t.gil_wait {
+            "waiting for the GIL"
+        } else {
+            match t.gil {
+                GilState::ThisThread => "holds the GIL",
+                GilState::NotLocked => "GIL free",
+                GilState::OtherThread | GilState::GlobalCurrentThread => "GIL held by another thread",
+                GilState::Waiting => "waiting for the GIL",
+                _ => "GIL state unknown",
+            }
+        };
+        println!("Thread {} \"{name}\" ({state}; {gil})", t.tid);
         match &t.frames {
             Ok(f) if f.is_empty() => println!("    (no Python frames)"),
             Ok(f) => {
