@@ -27,6 +27,10 @@ pub struct DumpArgs {
     /// The Python process to dump.
     #[arg(short = 'p', long = "pid")]
     pub pid: u32,
+    /// JSON for tools instead of text: {"pid", "python", "threads": [{"tid", "name", "os_name", "state",
+    /// "syscall", "gil", "frames": [{"function", "file", "line"}] leaf first, "error"}]}
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// One thread as dumped.
@@ -158,42 +162,112 @@ pub fn threads(pid: u32) -> Result<Vec<DumpedThread>> {
     Ok(out)
 }
 
+/// How a thread's kernel state reads: `running`, `waiting` (in a system call), `sleeping`, `disk`, `other`.
+fn state_key(t: &DumpedThread) -> &'static str {
+    match (t.state, t.syscall) {
+        ('R', _) => "running",
+        (_, Some(_)) => "waiting",
+        ('S', None) => "sleeping",
+        ('D', None) => "disk",
+        _ => "other",
+    }
+}
+
+/// The thread's relation to the GIL: `holds`, `waiting`, `held-by-other`, `free`, `unknown`.
+fn gil_key(t: &DumpedThread) -> &'static str {
+    if t.gil_wait {
+        return "waiting";
+    }
+    match t.gil {
+        GilState::ThisThread => "holds",
+        GilState::NotLocked => "free",
+        GilState::OtherThread | GilState::GlobalCurrentThread => "held-by-other",
+        GilState::Waiting => "waiting",
+        _ => "unknown",
+    }
+}
+
+fn syscall_name(n: i64) -> String {
+    pyperf_report::syscalls::name(n as i32, std::env::consts::ARCH).unwrap_or_else(|| format!("syscall {n}"))
+}
+
 /// Runs `pyperf dump`.
 pub fn dump(args: &DumpArgs) -> Result<std::process::ExitCode> {
     let threads = threads(args.pid)?;
+    if args.json {
+        let list: Vec<serde_json::Value> = threads
+            .iter()
+            .map(|t| {
+                let (frames, error) = match &t.frames {
+                    Ok(f) => (
+                        serde_json::Value::Array(
+                            f.iter()
+                                .rev()
+                                .map(|s| {
+                                    serde_json::json!({
+                                        "function": pyperf_report::names::function_name(s),
+                                        "file": s.file,
+                                        "line": s.line,
+                                    })
+                                })
+                                .collect(),
+                        ),
+                        serde_json::Value::Null,
+                    ),
+                    Err(e) => (serde_json::Value::Null, serde_json::Value::String(e.clone())),
+                };
+                serde_json::json!({
+                    "tid": t.tid,
+                    "name": t.python_name,
+                    "os_name": t.comm,
+                    "state": state_key(t),
+                    "syscall": t.syscall.map(syscall_name),
+                    "gil": gil_key(t),
+                    "frames": frames,
+                    "error": error,
+                })
+            })
+            .collect();
+        let doc = serde_json::json!({ "pid": args.pid, "threads": list });
+        let mut text = serde_json::to_string_pretty(&doc)?;
+        text.push('\n');
+        return write_out(&text);
+    }
+    let mut out = String::new();
     for t in &threads {
         let name = t.python_name.clone().unwrap_or_else(|| t.comm.clone());
-        let state = match (t.state, t.syscall) {
-            ('R', _) => "running".to_string(),
-            (_, Some(n)) => match pyperf_report::syscalls::name(n as i32, std::env::consts::ARCH) {
-                Some(call) => format!("waiting in {call}"),
-                None => format!("waiting in system call {n}"),
-            },
-            ('S', None) => "sleeping".to_string(),
-            ('D', None) => "in uninterruptible sleep".to_string(),
-            (s, None) => format!("state {s}"),
+        let state = match (state_key(t), t.syscall) {
+            ("waiting", Some(n)) => format!("waiting in {}", syscall_name(n)),
+            ("disk", _) => "in uninterruptible sleep".to_string(),
+            (k, _) => k.to_string(),
         };
-        let gil = if t.gil_wait {
-            "waiting for the GIL"
-        } else {
-            match t.gil {
-                GilState::ThisThread => "holds the GIL",
-                GilState::NotLocked => "GIL free",
-                GilState::OtherThread | GilState::GlobalCurrentThread => "GIL held by another thread",
-                GilState::Waiting => "waiting for the GIL",
-                _ => "GIL state unknown",
-            }
+        let gil = match gil_key(t) {
+            "holds" => "holds the GIL",
+            "waiting" => "waiting for the GIL",
+            "held-by-other" => "GIL held by another thread",
+            "free" => "GIL free",
+            _ => "GIL state unknown",
         };
-        println!("Thread {} \"{name}\" ({state}; {gil})", t.tid);
+        out.push_str(&format!("Thread {} \"{}\" ({state}; {gil})\n", t.tid, pyperf_report::names::escape_text(&name)));
         match &t.frames {
-            Ok(f) if f.is_empty() => println!("    (no Python frames)"),
+            Ok(f) if f.is_empty() => out.push_str("    (no Python frames)\n"),
             Ok(f) => {
                 for s in f.iter().rev() {
-                    println!("    {} ({}:{})", s.qualified_name(), s.file, s.line);
+                    let shown = pyperf_report::names::frame_name(s, true);
+                    out.push_str(&format!("    {}\n", pyperf_report::names::escape_text(&shown)));
                 }
             }
-            Err(e) => println!("    [stack not read: {e}]"),
+            Err(e) => out.push_str(&format!("    [stack not read: {e}]\n")),
         }
     }
+    write_out(&out)
+}
+
+/// Writes to standard output; a closed pipe is the caller's (`| head`: not an error, see main).
+fn write_out(text: &str) -> Result<std::process::ExitCode> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()?;
     Ok(std::process::ExitCode::SUCCESS)
 }

@@ -1,0 +1,93 @@
+//! `pyperf dump -p PID`: every thread of a running process with its exact Python stack and state, without stopping
+//! it, on 2.7, 3.6, 3.11, 3.13, 3.14 and 3.15 (the last three in the Debian sid root). Needs root.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+/// (thread name, its leaf function, the leaf's line in testdata/workloads/dump.py).
+const EXPECTED: &[(&str, &str, u64)] =
+    &[("napper", "nap", 28), ("waiter", "wait_lock", 33), ("left", "grab", 42), ("right", "grab", 42)];
+
+fn dump_of(python: &str) {
+    let _guard = serial();
+    let py = interpreter(python);
+    let mut child = start_workload(&py, "dump.py", &[]);
+    let pid = child.id();
+    let o = pyperf().args(["dump", "-p", &pid.to_string(), "--json"]).output().expect("run pyperf dump");
+    // The process was not stopped: it is still there and running.
+    let alive = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(o.status.success(), "{python}: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(alive, "{python}: the process died");
+    let doc: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let threads = doc["threads"].as_array().expect("threads");
+    let by_name = |n: &str| {
+        threads
+            .iter()
+            .find(|t| t["name"].as_str() == Some(n))
+            .unwrap_or_else(|| panic!("{python}: no thread {n} in {doc:#}"))
+    };
+    for &(name, leaf, line) in EXPECTED {
+        let t = by_name(name);
+        let frames = t["frames"].as_array().unwrap_or_else(|| panic!("{python} {name}: {t}"));
+        assert_eq!(frames[0]["function"].as_str(), Some(leaf), "{python} {name}: {t}");
+        assert_eq!(frames[0]["line"].as_u64(), Some(line), "{python} {name}: {t}");
+        assert!(frames[0]["file"].as_str().is_some_and(|f| f.ends_with("dump.py")), "{python} {name}: {t}");
+        // Below it the threading module's run and bootstrap, nothing spliced in between.
+        assert_eq!(frames[1]["function"].as_str(), Some("Thread.run"), "{python} {name}: {t}");
+        assert_eq!(t["state"].as_str(), Some("waiting"), "{python} {name}: {t}");
+        assert_ne!(t["gil"].as_str(), Some("holds"), "{python} {name}: a blocked thread holds the GIL: {t}");
+    }
+    // Locks: futex (never the GIL); the nap: a sleep call.
+    for name in ["waiter", "left", "right"] {
+        let t = by_name(name);
+        assert_eq!(t["syscall"].as_str(), Some("futex"), "{python} {name}: {t}");
+        assert_ne!(t["gil"].as_str(), Some("waiting"), "{python} {name}: a lock wait is not a GIL wait: {t}");
+    }
+    let nap = by_name("napper");
+    assert!(
+        ["clock_nanosleep", "select", "pselect6", "nanosleep"].contains(&nap["syscall"].as_str().unwrap_or("")),
+        "{python}: {nap}"
+    );
+    // The busy thread: read although it runs (two reads agreed).
+    let spinner = by_name("spinner");
+    let frames = spinner["frames"].as_array().unwrap_or_else(|| panic!("{python}: spinner not read: {spinner}"));
+    assert_eq!(frames[0]["function"].as_str(), Some("spin"), "{python}: {spinner}");
+    let main = by_name("MainThread");
+    let frames = main["frames"].as_array().expect("main frames");
+    assert_eq!(frames[0]["function"].as_str(), Some("main"), "{python}: {main}");
+    assert_eq!(frames[1]["function"].as_str(), Some("<module>"), "{python}: {main}");
+}
+
+#[test]
+fn dump_2_7() {
+    dump_of("2.7.18");
+}
+
+#[test]
+fn dump_3_6() {
+    dump_of("3.6.15");
+}
+
+#[test]
+fn dump_3_11() {
+    dump_of("3.11.7");
+}
+
+#[test]
+fn dump_sid_3_13() {
+    dump_of("sid-3.13");
+}
+
+#[test]
+fn dump_sid_3_14() {
+    dump_of("sid-3.14");
+}
+
+#[test]
+fn dump_sid_3_15() {
+    dump_of("sid-3.15");
+}
