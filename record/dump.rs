@@ -31,6 +31,10 @@ pub struct DumpArgs {
     /// "syscall", "gil", "frames": [{"function", "file", "line"}] leaf first, "error"}]}
     #[arg(long)]
     pub json: bool,
+    /// Also the kernel frames of each thread that is not running (/proc/PID/task/TID/stack: where it waits in the
+    /// kernel), innermost first, named `function_[k]` as in reports; needs root
+    #[arg(long)]
+    pub kernel: bool,
 }
 
 /// One thread as dumped.
@@ -52,6 +56,19 @@ pub struct DumpedThread {
     pub gil: GilState,
     /// Frames, root first; `Err` when the stack could not be read consistently.
     pub frames: Result<Vec<Symbol>, String>,
+    /// With `--kernel`: kernel functions, innermost first, for a thread not running (empty otherwise).
+    pub kernel: Vec<String>,
+}
+
+/// The kernel functions of `/proc/PID/task/TID/stack` (`[<0>] futex_wait_queue+0x6a/0xa0`), innermost first.
+pub fn parse_kernel_stack(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| {
+            let f = l.split_once("] ").map_or(l, |(_, f)| f).trim();
+            let name = f.split('+').next().unwrap_or("").trim();
+            (!name.is_empty()).then(|| name.to_string())
+        })
+        .collect()
 }
 
 /// The kernel's state letter, and the system call it is in with its first argument (/proc/.../syscall: number,
@@ -73,7 +90,7 @@ fn task_state(pid: u32, tid: u32) -> (char, Option<(i64, u64)>) {
 const ATTEMPTS: usize = 50;
 
 /// Reads every thread of `pid`.
-pub fn threads(pid: u32) -> Result<Vec<DumpedThread>> {
+pub fn threads(pid: u32, kernel: bool) -> Result<Vec<DumpedThread>> {
     let p = inspect(pid).map_err(|e| anyhow::anyhow!("{e}"))?;
     let ns = namespaces(pid).with_context(|| format!("process {pid} is gone"))?;
     let config = bpf_config(&p, ns.other_pid_ns).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -150,7 +167,15 @@ pub fn threads(pid: u32) -> Result<Vec<DumpedThread>> {
             }
             Err(e) => (Err(e), GilState::NoInfo),
         };
-        out.push(DumpedThread { tid, comm, python_name: None, state, syscall, gil_wait, gil, frames });
+        // A running thread's kernel stack says nothing about where it is (it is in user space, or moving).
+        let kernel = if kernel && state != 'R' {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stack"))
+                .map(|t| parse_kernel_stack(&t))
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        out.push(DumpedThread { tid, comm, python_name: None, state, syscall, gil_wait, gil, frames, kernel });
     }
     let mut names: HashMap<u32, String> = HashMap::new();
     symbolizer.read_thread_names(Instant::now(), true, &mut |_, tid, name, _| {
@@ -193,7 +218,12 @@ fn syscall_name(n: i64) -> String {
 
 /// Runs `pyperf dump`.
 pub fn dump(args: &DumpArgs) -> Result<std::process::ExitCode> {
-    let threads = threads(args.pid)?;
+    if args.kernel && !std::path::Path::new(&format!("/proc/{}/stack", args.pid)).exists() {
+        anyhow::bail!(
+            "--kernel: this kernel has no /proc/PID/task/TID/stack (CONFIG_STACKTRACE); dump without --kernel"
+        );
+    }
+    let threads = threads(args.pid, args.kernel)?;
     if args.json {
         let list: Vec<serde_json::Value> = threads
             .iter()
@@ -215,6 +245,18 @@ pub fn dump(args: &DumpArgs) -> Result<std::process::ExitCode> {
                         serde_json::Value::Null,
                     ),
                     Err(e) => (serde_json::Value::Null, serde_json::Value::String(e.clone())),
+                };
+                let frames = match frames {
+                    serde_json::Value::Array(mut f) if !t.kernel.is_empty() => {
+                        let mut all: Vec<serde_json::Value> = t
+                            .kernel
+                            .iter()
+                            .map(|k| serde_json::json!({ "function": k, "file": "[kernel.kallsyms]", "line": 0, "kind": "kernel" }))
+                            .collect();
+                        all.append(&mut f);
+                        serde_json::Value::Array(all)
+                    }
+                    other => other,
                 };
                 serde_json::json!({
                     "tid": t.tid,
@@ -249,6 +291,13 @@ pub fn dump(args: &DumpArgs) -> Result<std::process::ExitCode> {
             _ => "GIL state unknown",
         };
         out.push_str(&format!("Thread {} \"{}\" ({state}; {gil})\n", t.tid, pyperf_report::names::escape_text(&name)));
+        for k in &t.kernel {
+            out.push_str(&format!(
+                "    {}{}\n",
+                pyperf_report::names::escape_text(k),
+                pyperf_report::names::KERNEL_SUFFIX
+            ));
+        }
         match &t.frames {
             Ok(f) if f.is_empty() => out.push_str("    (no Python frames)\n"),
             Ok(f) => {
@@ -270,4 +319,16 @@ fn write_out(text: &str) -> Result<std::process::ExitCode> {
     stdout.write_all(text.as_bytes())?;
     stdout.flush()?;
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_kernel_stack;
+
+    #[test]
+    fn kernel_stacks() {
+        let text = "[<0>] futex_wait_queue+0x6a/0xa0\n[<0>] __futex_wait+0x148/0x1c0\n[<0>] do_syscall_64+0x82/0x190\n";
+        assert_eq!(parse_kernel_stack(text), ["futex_wait_queue", "__futex_wait", "do_syscall_64"]);
+        assert!(parse_kernel_stack("").is_empty());
+    }
 }

@@ -16,6 +16,7 @@ fn dump_of(python: &str) {
     let mut child = start_workload(&py, "dump.py", &[]);
     let pid = child.id();
     let o = pyperf().args(["dump", "-p", &pid.to_string(), "--json"]).output().expect("run pyperf dump");
+    let k = pyperf().args(["dump", "-p", &pid.to_string(), "--json", "--kernel"]).output().expect("run pyperf dump");
     // The process was not stopped: it is still there and running.
     let alive = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok();
     let _ = child.kill();
@@ -56,6 +57,21 @@ fn dump_of(python: &str) {
     let spinner = by_name("spinner");
     let frames = spinner["frames"].as_array().unwrap_or_else(|| panic!("{python}: spinner not read: {spinner}"));
     assert_eq!(frames[0]["function"].as_str(), Some("spin"), "{python}: {spinner}");
+    // --kernel: a lock waiter's kernel frames (futex, innermost first) above its Python leaf.
+    assert!(k.status.success(), "{python}: {}", String::from_utf8_lossy(&k.stderr));
+    let kdoc: Value = serde_json::from_slice(&k.stdout).expect("JSON");
+    let waiter = kdoc["threads"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["name"].as_str() == Some("waiter")))
+        .unwrap_or_else(|| panic!("{python}: {kdoc}"));
+    let frames = waiter["frames"].as_array().expect("frames");
+    let kernel: Vec<&str> = frames
+        .iter()
+        .take_while(|f| f["kind"].as_str() == Some("kernel"))
+        .filter_map(|f| f["function"].as_str())
+        .collect();
+    assert!(kernel.iter().any(|f| f.contains("futex")), "{python}: {waiter}");
+    assert_eq!(frames[kernel.len()]["function"].as_str(), Some("wait_lock"), "{python}: {waiter}");
     let main = by_name("MainThread");
     let frames = main["frames"].as_array().expect("main frames");
     assert_eq!(frames[0]["function"].as_str(), Some("main"), "{python}: {main}");
