@@ -106,7 +106,7 @@ pub struct RecordArgs {
 const MAX_OFF_CPU_MIN_NS: u64 = 4_000_000_000;
 
 /// `--off-cpu-min`: a number with a unit (ns, us, ms, s), or 0, as nanoseconds.
-fn parse_min_duration(text: &str) -> Result<u64> {
+pub(crate) fn parse_min_duration(text: &str) -> Result<u64> {
     let t = text.trim();
     let bad = || {
         anyhow::anyhow!(

@@ -60,6 +60,7 @@ pub mod signals;
 pub mod sink;
 pub mod symbolizer;
 pub mod targets;
+pub mod top;
 
 #[cfg(test)]
 mod tests {

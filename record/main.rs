@@ -15,6 +15,8 @@ struct Cli {
 enum Command {
     /// Sample Python processes and write a recording (needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE).
     Record(pyperf::cli::RecordArgs),
+    /// A live view of the functions that take the time of running Python processes, like top (needs root).
+    Top(pyperf::top::TopArgs),
     /// Every thread of a running Python process now: its Python stack and state, without stopping it.
     Dump(pyperf::dump::DumpArgs),
     /// Read recordings: text summary, folded stacks, speedscope JSON, an SVG flame graph, pprof or Firefox Profiler.
@@ -25,7 +27,7 @@ fn main() -> ExitCode {
     standard_streams_open();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) if e.use_stderr() && std::env::args_os().nth(1).is_some_and(|a| a == "record") => {
+        Err(e) if e.use_stderr() && std::env::args_os().nth(1).is_some_and(|a| a == "record" || a == "top") => {
             pyperf::say!("pyperf: {}", usage_error_line(&e.render().to_string()));
             return ExitCode::from(2);
         }
@@ -36,6 +38,7 @@ fn main() -> ExitCode {
         Command::Record(args) => pyperf::cli::record(&args),
         Command::Report(args) => pyperf_report::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Dump(args) => pyperf::dump::dump(&args),
+        Command::Top(args) => pyperf::top::top(&args),
     };
     match result {
         Ok(code) => code,

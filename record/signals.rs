@@ -34,6 +34,12 @@ pub fn install() {
     }
 }
 
+/// Stops the recording as a signal would (the live view's `q`): a command pyperf started gets SIGINT.
+pub fn request_stop() {
+    FROM_TERMINAL.store(false, Ordering::SeqCst);
+    RECEIVED.fetch_add(1, Ordering::SeqCst);
+}
+
 /// A signal asked the recording to stop.
 pub fn stop_requested() -> bool {
     received() > 0

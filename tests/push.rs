@@ -1,7 +1,8 @@
 //! `record --push`: continuous profiling to a Pyroscope server's ingest API. No Pyroscope server can be installed
-//! here: the tests run a loopback server that implements the documented request (`POST /ingest?name=&from=&until=
-//! &format=pprof`, a multipart/form-data body with the gzip'd pprof in the `profile` field), decodes each profile
-//! with prost and keeps what arrived. Real BPF, real Python (pyenv 3.11.7); run as root.
+//! here: the tests run a loopback server that implements the documented request (`POST /ingest?name=&from=&until=`,
+//! a multipart/form-data body with the gzip'd pprof in the `profile` field), decodes each profile with prost and
+//! keeps what arrived. It dispatches as Pyroscope's handler does: `format=pprof` would make the whole body a bare
+//! pprof (and a multipart body would fail to parse there), so the server refuses that combination. Real BPF, real Python (pyenv 3.11.7); run as root.
 
 mod common;
 
@@ -100,6 +101,12 @@ fn handle(mut s: TcpStream, got: &Mutex<Vec<Got>>) {
     let mut body = vec![0; length];
     reader.read_exact(&mut body).expect("body");
     let q = query(&target);
+    // Pyroscope tests `format` before the content type: with format=pprof the body is taken as a bare pprof.
+    assert!(
+        !q.contains_key("format"),
+        "format={:?} would make Pyroscope read the multipart body as a bare pprof",
+        q.get("format")
+    );
     let gz = profile_part(&body, &boundary);
     let mut raw = Vec::new();
     flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut raw).expect("gzip");
@@ -202,7 +209,7 @@ fn windows_arrive_in_order_and_hold_the_samples() {
     assert!(got.len() >= 4, "{} windows", got.len());
     for w in &got {
         assert_eq!(w.name, "split{env=test}");
-        assert_eq!(w.format, "pprof");
+        assert_eq!(w.format, "", "no format parameter (the multipart body is the pprof form)");
         assert_eq!(w.until, w.from + 1, "{w:?}");
         assert!(w.label_keys.iter().any(|k| k == "tid") && w.label_keys.iter().any(|k| k == "gil"), "{w:?}");
         // cpu = samples x period (1/199 s).

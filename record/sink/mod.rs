@@ -3,6 +3,7 @@
 //! another sink, not a fork of the session loop.
 
 pub mod file;
+pub mod live;
 pub mod output;
 pub mod push;
 pub mod tee;

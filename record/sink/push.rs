@@ -2,10 +2,13 @@
 //! Pyroscope server's HTTP ingest API, while the `.pyp` file (the other sink, see [`super::tee`]) keeps everything.
 //!
 //! **The request** (Grafana Pyroscope, "Pyroscope server HTTP API", docs/sources/configure-server/
-//! about-server-api.md): `POST /ingest?name=APP{k=v,...}&from=UNIX_S&until=UNIX_S&format=pprof&spyName=pyperf
-//! &sampleRate=HZ`, with a `multipart/form-data` body holding the gzip'd pprof profile in a form file field named
-//! `profile` and a sample type configuration (JSON) in a field named `sample_type_config`. With `format=pprof` the
-//! name is a prefix: the server appends each sample type (`APP.cpu{...}`).
+//! about-server-api.md): `POST /ingest?name=APP{k=v,...}&from=UNIX_S&until=UNIX_S&spyName=pyperf&sampleRate=HZ`,
+//! with a `multipart/form-data` body holding the gzip'd pprof profile in a form file field named `profile` and a
+//! sample type configuration (JSON) in a field named `sample_type_config`, as pyroscope-go's uploader sends it. No
+//! `format=` parameter: the server's handler (pkg/ingester/pyroscope/ingest_handler.go) tests `format=pprof` before
+//! the multipart content type, and with it takes the whole body for a bare pprof, so the multipart form (and the
+//! sample type configuration in it) would not parse. The name is a prefix: the server appends each sample type
+//! (`APP.cpu{...}`).
 //!
 //! **A window** holds the samples (and off-CPU intervals) received while it was open: windows are cut by the
 //! recorder's clock when the session flushes (about every half second), so a sample taken just before a cut may
@@ -305,7 +308,7 @@ fn request(t: &Target, w: &Window) -> (Vec<u8>, Vec<u8>) {
     body.extend_from_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
     let mut query = String::from("name=");
     percent_encode(&t.name, &mut query);
-    query.push_str(&format!("&from={}&until={}&format=pprof&spyName=pyperf", w.from_s, w.until_s));
+    query.push_str(&format!("&from={}&until={}&spyName=pyperf", w.from_s, w.until_s));
     if let Some(hz) = t.sample_rate {
         query.push_str(&format!("&sampleRate={hz}"));
     }
@@ -738,7 +741,7 @@ mod tests {
         let (head, body) = request(&t, &Window { from_s: 10, until_s: 20, body: b"PPROF".to_vec() });
         let head = String::from_utf8(head).unwrap();
         assert!(head.starts_with(
-            "POST /base/ingest?name=app%7Benv%3Da%20b%7D&from=10&until=20&format=pprof&spyName=pyperf&sampleRate=99 \
+            "POST /base/ingest?name=app%7Benv%3Da%20b%7D&from=10&until=20&spyName=pyperf&sampleRate=99 \
              HTTP/1.1\r\n"
         ));
         assert!(head.contains(&format!("Content-Length: {}\r\n", body.len())));

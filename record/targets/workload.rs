@@ -64,6 +64,18 @@ impl Workload {
         Ok(Workload { child, argv0: prog.clone(), status: None })
     }
 
+    /// Starts `cmd` with this stdin and this stdout (stderr inherited).
+    pub fn spawn_with(cmd: &[String], stdin: std::process::Stdio, stdout: std::process::Stdio) -> Result<Workload> {
+        let (prog, args) = cmd.split_first().context("no command given after --")?;
+        let child = Command::new(prog)
+            .args(args)
+            .stdin(stdin)
+            .stdout(stdout)
+            .spawn()
+            .with_context(|| format!("cannot run {prog}"))?;
+        Ok(Workload { child, argv0: prog.clone(), status: None })
+    }
+
     /// Its pid.
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -1,0 +1,538 @@
+//! The live view's sink (`pyperf top`): samples and off-CPU intervals summed by function as they arrive, for a
+//! recent window (one-second buckets) and since the start, per thread. What `top` draws is read from here under a
+//! lock; the recording's `.pyp` (`top -o`) is an inner sink every call is handed on to.
+//!
+//! **Bounded memory.** Functions are interned by (qualified name, file): a program's functions, not its samples.
+//! The recent window keeps `window` one-second buckets and drops older ones. Since the start, the sums of all
+//! threads are kept in one table (bounded by the functions); per thread only for the [`MAX_THREADS`] threads seen
+//! most recently (a host with churning processes has unboundedly many threads over time): the rest are dropped
+//! from the per-thread view (counted in `threads_forgotten`), never from the totals.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use anyhow::Result;
+use pyperf_format::{GilState, OffCpuKind, Process, RecorderWarning, Stats, Symbol, ThreadName};
+use pyperf_report::names;
+
+use super::{OffCpuSample, Sample, Sink};
+
+/// Threads whose since-start sums are kept one by one.
+pub const MAX_THREADS: usize = 256;
+
+/// A function as the view shows it.
+#[derive(Debug, Clone)]
+pub struct Function {
+    /// `Class.method`, or a pseudo-frame (`[idle]`, `[off-CPU: read]`, `[native]`).
+    pub name: String,
+    /// Its file (empty for pseudo-frames).
+    pub file: String,
+    /// The first line seen for it (0 when unknown).
+    pub line: u32,
+}
+
+/// Sums for one function: own (leaf) and total (on the stack) weight on CPU and off CPU, and the part of the CPU
+/// total taken with the GIL held by the sampled thread.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Counts {
+    /// CPU weight (ns, or samples for a hardware event) as the leaf.
+    pub own: u64,
+    /// CPU weight anywhere on the stack (counted once per sample).
+    pub total: u64,
+    /// Of `total`, taken while the thread held the GIL.
+    pub gil: u64,
+    /// Off-CPU weight (ns) as the leaf.
+    pub own_off: u64,
+    /// Off-CPU weight anywhere on the stack.
+    pub total_off: u64,
+}
+
+impl Counts {
+    fn add(&mut self, o: &Counts) {
+        self.own += o.own;
+        self.total += o.total;
+        self.gil += o.gil;
+        self.own_off += o.own_off;
+        self.total_off += o.total_off;
+    }
+}
+
+/// Per-thread sums of one period (a bucket, or since the start).
+#[derive(Debug, Clone, Default)]
+pub struct ThreadSums {
+    /// By function id.
+    pub functions: HashMap<u32, Counts>,
+    /// All the thread's weight.
+    pub weight: u64,
+    /// CPU samples (not off-CPU intervals).
+    pub samples: u64,
+    /// Weight with the GIL held by this thread.
+    pub gil_held: u64,
+    /// Weight waiting for the GIL.
+    pub gil_wait: u64,
+    /// Weight without Python frames on CPU ([idle]).
+    pub idle: u64,
+    /// Weight off CPU (with --off-cpu).
+    pub off_cpu: u64,
+}
+
+impl ThreadSums {
+    fn add(&mut self, o: &ThreadSums) {
+        for (f, c) in &o.functions {
+            self.functions.entry(*f).or_default().add(c);
+        }
+        self.weight += o.weight;
+        self.samples += o.samples;
+        self.gil_held += o.gil_held;
+        self.gil_wait += o.gil_wait;
+        self.idle += o.idle;
+        self.off_cpu += o.off_cpu;
+    }
+}
+
+/// (pid, tid)
+pub type ThreadKey = (u32, u32);
+
+/// One second of the recent window.
+#[derive(Debug, Default)]
+struct Bucket {
+    second: u64,
+    threads: HashMap<ThreadKey, ThreadSums>,
+}
+
+/// Everything the view reads.
+#[derive(Debug)]
+pub struct Live {
+    /// Interned functions; ids index this.
+    pub functions: Vec<Function>,
+    function_ids: HashMap<(String, String), u32>,
+    /// Symbol id (dense, from the session) to function id.
+    symbol_function: Vec<u32>,
+    /// Recent buckets, oldest first.
+    buckets: VecDeque<Bucket>,
+    /// Window length in seconds.
+    pub window: u64,
+    /// Since the start (or the last reset), all threads.
+    pub since_start: ThreadSums,
+    /// Since the start, per thread (the MAX_THREADS most recently seen), with when each was last seen.
+    per_thread: HashMap<ThreadKey, (u64, ThreadSums)>,
+    /// Threads dropped from `per_thread` to keep it bounded.
+    pub threads_forgotten: u64,
+    /// Thread names (comm, or the Python name when read).
+    pub thread_names: HashMap<ThreadKey, String>,
+    /// Process names (the command's program).
+    pub processes: HashMap<u32, String>,
+    /// Seconds since the recording started, as of the last sample.
+    pub now_s: u64,
+    /// When the since-start sums began (s since the recording started).
+    pub since_s: u64,
+    /// Weight of one CPU sample (ns, or 1 for a hardware event: then weights are sample counts).
+    pub sample_weight: u64,
+    /// The recording has off-CPU intervals.
+    pub off_cpu: bool,
+    /// The architecture, to name system calls.
+    arch: String,
+    /// Pseudo-functions by name.
+    pseudo: HashMap<String, u32>,
+}
+
+impl Live {
+    /// An empty view state: a recent window of `window` seconds; each CPU sample weighs `sample_weight`.
+    pub fn new(window: u64, sample_weight: u64, arch: &str) -> Live {
+        Live {
+            functions: Vec::new(),
+            function_ids: HashMap::new(),
+            symbol_function: Vec::new(),
+            buckets: VecDeque::new(),
+            window: window.max(1),
+            since_start: ThreadSums::default(),
+            per_thread: HashMap::new(),
+            threads_forgotten: 0,
+            thread_names: HashMap::new(),
+            processes: HashMap::new(),
+            now_s: 0,
+            since_s: 0,
+            sample_weight: sample_weight.max(1),
+            off_cpu: false,
+            arch: arch.to_string(),
+            pseudo: HashMap::new(),
+        }
+    }
+
+    fn intern(&mut self, name: String, file: String, line: u32) -> u32 {
+        let key = (name, file);
+        if let Some(&id) = self.function_ids.get(&key) {
+            return id;
+        }
+        let id = self.functions.len() as u32;
+        self.functions.push(Function { name: key.0.clone(), file: key.1.clone(), line });
+        self.function_ids.insert(key, id);
+        id
+    }
+
+    fn pseudo(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.pseudo.get(name) {
+            return id;
+        }
+        let id = self.intern(name.to_string(), String::new(), 0);
+        self.pseudo.insert(name.to_string(), id);
+        id
+    }
+
+    /// Symbol `id` (dense, in order) is `sym`.
+    pub fn symbol(&mut self, id: u32, sym: &Symbol) {
+        let f = self.intern(names::function_name(sym), names::file_name(sym), sym.line);
+        let i = id as usize;
+        if self.symbol_function.len() <= i {
+            self.symbol_function.resize(i + 1, u32::MAX);
+        }
+        self.symbol_function[i] = f;
+    }
+
+    /// The bucket of second `s`, made (and the window moved) if needed.
+    fn bucket(&mut self, s: u64) -> &mut Bucket {
+        if s > self.now_s {
+            self.now_s = s;
+        }
+        let oldest = self.now_s.saturating_sub(self.window - 1);
+        while self.buckets.front().is_some_and(|b| b.second < oldest) {
+            self.buckets.pop_front();
+        }
+        // A late sample (an off-CPU interval ends after later samples) goes in its second's bucket if it is still
+        // in the window, else in the oldest one.
+        let s = s.max(oldest);
+        let pos = self.buckets.iter().position(|b| b.second >= s);
+        match pos {
+            Some(p) if self.buckets[p].second == s => &mut self.buckets[p],
+            Some(p) => {
+                self.buckets.insert(p, Bucket { second: s, threads: HashMap::new() });
+                &mut self.buckets[p]
+            }
+            None => {
+                self.buckets.push_back(Bucket { second: s, threads: HashMap::new() });
+                self.buckets.back_mut().expect("just pushed")
+            }
+        }
+    }
+
+    /// Adds one stack's weight: `functions` root first (ids), `leaf` the pseudo-frame below them, if any.
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &mut self,
+        time_ns: u64,
+        thread: ThreadKey,
+        functions: &[u32],
+        weight: u64,
+        gil: GilState,
+        sample: bool,
+        off: bool,
+    ) {
+        let mut sums = ThreadSums { weight, ..ThreadSums::default() };
+        if sample {
+            sums.samples = 1;
+        }
+        let held = matches!(gil, GilState::ThisThread);
+        if held {
+            sums.gil_held = weight;
+        }
+        if matches!(gil, GilState::Waiting) {
+            sums.gil_wait = weight;
+        }
+        if off {
+            sums.off_cpu = weight;
+        }
+        let gil_w = if held { weight } else { 0 };
+        for (i, &f) in functions.iter().enumerate() {
+            // Recursion: a function counts once in a stack's total.
+            let first = !functions[..i].contains(&f);
+            let c = sums.functions.entry(f).or_default();
+            let (own, total) = if off { (&mut c.own_off, &mut c.total_off) } else { (&mut c.own, &mut c.total) };
+            if first {
+                *total += weight;
+            }
+            if i + 1 == functions.len() {
+                *own += weight;
+            }
+            if first && !off {
+                c.gil += gil_w;
+            }
+        }
+        if functions.last().is_some_and(|&f| self.functions[f as usize].name == names::IDLE) {
+            sums.idle = weight;
+        }
+        let second = time_ns / 1_000_000_000;
+        let now = self.now_s.max(second);
+        self.bucket(second).threads.entry(thread).or_default().add(&sums);
+        self.since_start.add(&sums);
+        if !self.per_thread.contains_key(&thread) && self.per_thread.len() >= MAX_THREADS {
+            // Forget the thread seen longest ago.
+            if let Some(old) = self.per_thread.iter().min_by_key(|(_, (seen, _))| *seen).map(|(k, _)| *k) {
+                self.per_thread.remove(&old);
+                self.thread_names.remove(&old);
+                self.threads_forgotten += 1;
+            }
+        }
+        let e = self.per_thread.entry(thread).or_default();
+        e.0 = now;
+        e.1.add(&sums);
+        // Names of threads neither in the window nor kept since the start are not needed any more.
+        if self.thread_names.len() > 2 * MAX_THREADS {
+            let keep: std::collections::HashSet<ThreadKey> = self
+                .per_thread
+                .keys()
+                .copied()
+                .chain(self.buckets.iter().flat_map(|b| b.threads.keys().copied()))
+                .collect();
+            self.thread_names.retain(|k, _| keep.contains(k));
+            let pids: std::collections::HashSet<u32> = keep.iter().map(|k| k.0).collect();
+            self.processes.retain(|p, _| pids.contains(p));
+        }
+    }
+
+    /// One CPU sample of `functions` (ids, root first), for tests.
+    #[cfg(test)]
+    pub fn add_for_test(&mut self, time_ns: u64, thread: ThreadKey, functions: &[u32], gil: GilState) {
+        let w = self.sample_weight;
+        self.add(time_ns, thread, functions, w, gil, true, false);
+    }
+
+    /// Forgets the since-start sums (the `r` key).
+    pub fn reset(&mut self) {
+        self.since_start = ThreadSums::default();
+        self.per_thread.clear();
+        self.since_s = self.now_s;
+    }
+
+    /// Sums of the recent window (`recent`) or since the start, of the threads `keep` accepts.
+    pub fn sums(&self, recent: bool, keep: &dyn Fn(ThreadKey) -> bool) -> ThreadSums {
+        let mut out = ThreadSums::default();
+        if recent {
+            let oldest = self.now_s.saturating_sub(self.window - 1);
+            for b in self.buckets.iter().filter(|b| b.second >= oldest) {
+                for (k, t) in &b.threads {
+                    if keep(*k) {
+                        out.add(t);
+                    }
+                }
+            }
+        } else {
+            let all = self.per_thread.keys().all(|&k| keep(k));
+            if all {
+                return self.since_start.clone();
+            }
+            for (k, (_, t)) in &self.per_thread {
+                if keep(*k) {
+                    out.add(t);
+                }
+            }
+        }
+        out
+    }
+
+    /// The threads with weight in the recent window or kept since the start, sorted.
+    pub fn threads(&self) -> Vec<ThreadKey> {
+        let mut t: Vec<ThreadKey> = self
+            .per_thread
+            .keys()
+            .copied()
+            .chain(self.buckets.iter().flat_map(|b| b.threads.keys().copied()))
+            .collect();
+        t.sort_unstable();
+        t.dedup();
+        t
+    }
+
+    /// Functions interned (a measure of the memory the view holds).
+    pub fn function_count(&self) -> usize {
+        self.functions.len()
+    }
+}
+
+/// A sink that feeds a [`Live`] view, and hands everything on to `inner` (the `.pyp` of `top -o`) if there is one.
+pub struct LiveSink {
+    live: Arc<Mutex<Live>>,
+    inner: Option<Box<dyn Sink>>,
+    samples: u64,
+    intervals: u64,
+    stack: Vec<u32>,
+}
+
+impl LiveSink {
+    /// Feeds `live`; with `inner`, also that sink.
+    pub fn new(live: Arc<Mutex<Live>>, inner: Option<Box<dyn Sink>>) -> LiveSink {
+        LiveSink { live, inner, samples: 0, intervals: 0, stack: Vec::new() }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Live> {
+        // A panic while drawing leaves the sums as they were: still usable.
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Locks `live` (a poisoned lock is still usable: the sums are only ever added to).
+pub fn lock(live: &Mutex<Live>) -> MutexGuard<'_, Live> {
+    live.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Sink for LiveSink {
+    fn process(&mut self, p: &Process) -> Result<()> {
+        let name = p.command.first().map(|c| c.rsplit('/').next().unwrap_or(c).to_string()).unwrap_or_default();
+        self.lock().processes.insert(p.pid, name);
+        match &mut self.inner {
+            Some(i) => i.process(p),
+            None => Ok(()),
+        }
+    }
+    fn warning(&mut self, w: &RecorderWarning) -> Result<()> {
+        match &mut self.inner {
+            Some(i) => i.warning(w),
+            None => Ok(()),
+        }
+    }
+    fn thread_names(&mut self, names: &[ThreadName]) -> Result<()> {
+        {
+            let mut live = self.lock();
+            for n in names {
+                // Only threads the view knows of (a name for a thread never sampled would only take memory).
+                if let Some(v) = live.thread_names.get_mut(&(n.pid, n.tid)) {
+                    *v = n.name.clone();
+                }
+            }
+        }
+        match &mut self.inner {
+            Some(i) => i.thread_names(names),
+            None => Ok(()),
+        }
+    }
+    fn symbol(&mut self, id: u32, symbol: &Symbol) {
+        self.lock().symbol(id, symbol);
+        if let Some(i) = &mut self.inner {
+            i.symbol(id, symbol);
+        }
+    }
+    fn library(&mut self, path: &str, build_id: &str) {
+        if let Some(i) = &mut self.inner {
+            i.library(path, build_id);
+        }
+    }
+    fn sample(&mut self, s: &Sample<'_>) {
+        self.samples += 1;
+        let mut stack = std::mem::take(&mut self.stack);
+        {
+            let mut live = self.lock();
+            stack.clear();
+            stack.extend(s.frames.iter().map(|&id| live.symbol_function.get(id as usize).copied().unwrap_or(u32::MAX)));
+            stack.retain(|&f| f != u32::MAX);
+            if stack.is_empty() {
+                let idle = live.pseudo(names::IDLE);
+                stack.push(idle);
+            }
+            live.thread_names.entry((s.pid, s.tid)).or_insert_with(|| s.comm.to_string());
+            let w = live.sample_weight;
+            live.add(s.time_ns, (s.pid, s.tid), &stack, w, s.gil, true, false);
+        }
+        self.stack = stack;
+        if let Some(i) = &mut self.inner {
+            i.sample(s);
+        }
+    }
+    fn start_off_cpu(&mut self, min_ns: u64) -> Result<()> {
+        self.lock().off_cpu = true;
+        match &mut self.inner {
+            Some(i) => i.start_off_cpu(min_ns),
+            None => Ok(()),
+        }
+    }
+    fn off_cpu(&mut self, o: &OffCpuSample<'_>) {
+        self.intervals += 1;
+        let s = &o.sample;
+        let mut stack = std::mem::take(&mut self.stack);
+        {
+            let mut live = self.lock();
+            stack.clear();
+            stack.extend(s.frames.iter().map(|&id| live.symbol_function.get(id as usize).copied().unwrap_or(u32::MAX)));
+            stack.retain(|&f| f != u32::MAX);
+            let frame = names::off_cpu_frame(o.kind, o.syscall, &live.arch.clone());
+            let leaf = live.pseudo(&frame);
+            stack.push(leaf);
+            live.thread_names.entry((s.pid, s.tid)).or_insert_with(|| s.comm.to_string());
+            let gil = if o.kind == OffCpuKind::Gil { GilState::Waiting } else { s.gil };
+            // Where the interval ended: a long one counts in that second (the view is of recent time, not exact
+            // placement; the .pyp keeps its start).
+            live.add(s.time_ns, (s.pid, s.tid), &stack, o.weight_ns, gil, false, true);
+        }
+        self.stack = stack;
+        if let Some(i) = &mut self.inner {
+            i.off_cpu(o);
+        }
+    }
+    fn off_cpu_intervals(&self) -> u64 {
+        self.inner.as_ref().map_or(self.intervals, |i| i.off_cpu_intervals())
+    }
+    fn samples(&self) -> u64 {
+        self.inner.as_ref().map_or(self.samples, |i| i.samples())
+    }
+    fn flush(&mut self) -> Result<()> {
+        match &mut self.inner {
+            Some(i) => i.flush(),
+            None => Ok(()),
+        }
+    }
+    fn finish(self: Box<Self>, stats: &Stats) -> Result<Option<String>> {
+        match self.inner {
+            Some(i) => i.finish(stats),
+            None => Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sym(name: &str) -> Symbol {
+        Symbol { scope: String::new(), name: name.into(), file: "a.py".into(), line: 1, flags: 0 }
+    }
+
+    #[test]
+    fn own_total_and_window() {
+        let mut l = Live::new(2, 10, "x86_64");
+        for (i, n) in ["main", "work", "spin"].iter().enumerate() {
+            l.symbol(i as u32, &sym(n));
+        }
+        // main > work > spin, then main > work > work (recursion counted once in total)
+        l.add(0, (1, 1), &[0, 1, 2], 10, GilState::ThisThread, true, false);
+        l.add(500_000_000, (1, 2), &[0, 1, 1], 10, GilState::NotLocked, true, false);
+        let all = l.sums(true, &|_| true);
+        assert_eq!(all.functions[&0], Counts { own: 0, total: 20, gil: 10, ..Counts::default() });
+        assert_eq!(all.functions[&1], Counts { own: 10, total: 20, gil: 10, ..Counts::default() });
+        assert_eq!(all.functions[&2], Counts { own: 10, total: 10, gil: 10, ..Counts::default() });
+        assert_eq!(all.gil_held, 10);
+        let t2 = l.sums(true, &|k| k.1 == 2);
+        assert!(!t2.functions.contains_key(&2));
+        // Three seconds later the window (2 s) no longer holds them; since the start does.
+        l.add(3_000_000_000, (1, 1), &[0], 10, GilState::NoInfo, true, false);
+        let recent = l.sums(true, &|_| true);
+        assert_eq!(recent.weight, 10);
+        assert_eq!(l.sums(false, &|_| true).weight, 30);
+        assert_eq!(l.sums(false, &|k| k.1 == 2).weight, 10);
+        l.reset();
+        assert_eq!(l.sums(false, &|_| true).weight, 0);
+    }
+
+    #[test]
+    fn per_thread_memory_is_bounded() {
+        let mut l = Live::new(1, 1, "x86_64");
+        l.symbol(0, &sym("f"));
+        for t in 0..(MAX_THREADS as u32 * 4) {
+            l.add(u64::from(t) * 1_000_000_000, (t, t), &[0], 1, GilState::NoInfo, true, false);
+            l.thread_names.insert((t, t), format!("t{t}"));
+        }
+        assert_eq!(l.per_thread.len(), MAX_THREADS);
+        assert!(l.thread_names.len() <= 2 * MAX_THREADS + 1);
+        assert!(l.buckets.len() <= 1);
+        assert_eq!(l.threads_forgotten, 3 * MAX_THREADS as u64);
+        // The totals lose nothing.
+        assert_eq!(l.sums(false, &|_| true).weight, 4 * MAX_THREADS as u64);
+    }
+}
