@@ -256,9 +256,11 @@ fn interactive_view(
                 let body = render(&lock(live), &st, what, started.elapsed().as_secs_f64(), w, h.saturating_sub(1));
                 if !st.paused || frame.is_empty() {
                     frame = body;
-                } else if let Some(first) = body.first() {
-                    // Paused: the table stays as it was; the header says so.
-                    frame[0] = first.clone();
+                } else {
+                    // Paused: the table stays as it was; the header (its first two lines) says so.
+                    for (f, b) in frame.iter_mut().zip(body).take(2) {
+                        *f = b;
+                    }
                 }
             }
             draw(&frame, &view::help(off_cpu), w, h)?;

@@ -192,8 +192,9 @@ pub fn render(live: &Live, st: &ViewState, what: &str, elapsed_s: f64, width: us
         Sort::Total => "total",
         Sort::Name => "name",
     };
+    out.push(format!("pyperf top - {what}"));
     out.push(format!(
-        "pyperf top - {what} - {elapsed_s:.0} s - {period} - {mode} time - sort: {sort} - {filter}{}",
+        "{elapsed_s:.0} s - {period} - {mode} time - sort: {sort} - {filter}{}",
         if st.paused { " - PAUSED" } else { "" }
     ));
     let threads = live.threads().into_iter().filter(|&k| keep(k)).count();
@@ -304,12 +305,12 @@ mod tests {
         l.add_for_test(0, (1, 2), &[0], s);
         let mut st = ViewState::new(false);
         let lines = render(&l, &st, "pid 1", 1.0, 200, 30);
-        assert!(lines[4].ends_with("C.hot (m.py:9)"), "{lines:#?}");
-        let cols: Vec<&str> = lines[4].split_whitespace().collect();
+        assert!(lines[5].ends_with("C.hot (m.py:9)"), "{lines:#?}");
+        let cols: Vec<&str> = lines[5].split_whitespace().collect();
         assert_eq!(&cols[..2], ["75.0", "75.0"], "{lines:#?}");
         st.sort = Sort::Total;
         let lines = render(&l, &st, "pid 1", 1.0, 200, 30);
-        assert!(lines[4].ends_with("main (m.py:3)") && lines[4].contains("100.0"), "{lines:#?}");
+        assert!(lines[5].ends_with("main (m.py:3)") && lines[5].contains("100.0"), "{lines:#?}");
         st.filter = Filter::Thread(1, 2);
         let lines = render(&l, &st, "pid 1", 1.0, 200, 30);
         assert!(!lines.iter().any(|l| l.contains("C.hot")), "{lines:#?}");

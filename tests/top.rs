@@ -1,0 +1,348 @@
+//! `pyperf top`, end to end: the plain tables (stdout not a terminal), the terminal view driven in a real
+//! terminal (tmux: send-keys, capture-pane) with its keys and every way out restoring the terminal, and memory
+//! that stays flat over a long `-a` run while Python processes come and go. Real BPF, real Python (pyenv
+//! 3.11.7); run as root. tmux comes from scripts/setup; without it the terminal test fails.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const PYTHON: &str = "3.11.7";
+
+/// The function rows of the first complete table in `text` after `from`: (own %, total %, function).
+fn rows(text: &str) -> Vec<(f64, f64, String)> {
+    let mut out = Vec::new();
+    let mut in_table = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("%OWN") {
+            if in_table {
+                break;
+            }
+            in_table = true;
+            continue;
+        }
+        if !in_table {
+            continue;
+        }
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        if cols.len() < 6 {
+            if !out.is_empty() {
+                break;
+            }
+            continue;
+        }
+        let (Ok(own), Ok(total)) = (cols[0].parse::<f64>(), cols[1].parse::<f64>()) else { break };
+        out.push((own, total, cols[5].to_string()));
+    }
+    out
+}
+
+#[test]
+fn plain_tables_when_stdout_is_not_a_terminal() {
+    let _guard = serial();
+    let python = interpreter(PYTHON);
+    let out = pyperf()
+        .args(["top", "-d", "3.5", "--interval", "1", "--rows", "6", "--"])
+        .arg(&python)
+        .arg(workload("top.py"))
+        .arg("20")
+        .stdin(Stdio::null())
+        .output()
+        .expect("pyperf top");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stdout}\n{stderr}");
+    assert!(out.status.success(), "{stderr}");
+    let tables: Vec<&str> = stdout.split("pyperf top - ").skip(1).collect();
+    // One a second for 3.5 s, and the since-start one at the end.
+    assert!(tables.len() >= 4, "{} tables", tables.len());
+    let last = tables.last().expect("a table");
+    assert!(last.contains("since start"), "{last}");
+    for t in &tables[1..] {
+        let r = rows(t);
+        assert!(r.len() <= 6, "--rows 6: {r:?}");
+        assert_eq!(r.first().map(|r| r.2.as_str()), Some("hot_a"), "the hot function first: {t}");
+        assert!(r[0].0 > 50.0, "hot_a's own share: {r:?}");
+        assert!(r.iter().any(|r| r.2 == "hot_b" && r.0 > 5.0 && r.0 < 40.0), "the worker's function: {r:?}");
+    }
+}
+
+/// A tmux server of its own (its socket in a temporary directory), one window of 150x40 running bash.
+struct Tmux {
+    socket: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Tmux {
+    fn start() -> Tmux {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("tmux.sock");
+        let t = Tmux { socket, _dir: dir };
+        let ok = t
+            .cmd(&["new-session", "-d", "-s", "top", "-x", "150", "-y", "40", "bash --norc --noprofile"])
+            .status()
+            .unwrap_or_else(|e| panic!("tmux is needed (scripts/setup installs it): {e}"));
+        assert!(ok.success(), "tmux new-session failed");
+        t
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("tmux");
+        c.arg("-S").arg(&self.socket).args(args);
+        c
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "top"];
+        args.extend_from_slice(keys);
+        assert!(self.cmd(&args).status().expect("tmux send-keys").success());
+    }
+
+    fn line(&self, text: &str) {
+        self.keys(&["-l", text]);
+        self.keys(&["Enter"]);
+    }
+
+    fn screen(&self) -> String {
+        let out = self.cmd(&["capture-pane", "-p", "-t", "top"]).output().expect("tmux capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn alternate_screen(&self) -> bool {
+        let out = self.cmd(&["display", "-p", "-t", "top", "#{alternate_on}"]).output().expect("tmux display");
+        String::from_utf8_lossy(&out.stdout).trim() == "1"
+    }
+
+    /// Waits up to `limit` for `pred` on the screen; the screen and the time it took.
+    fn wait(&self, limit: Duration, what: &str, pred: impl Fn(&str) -> bool) -> (String, Duration) {
+        let t0 = Instant::now();
+        loop {
+            let s = self.screen();
+            if pred(&s) {
+                return (s, t0.elapsed());
+            }
+            assert!(t0.elapsed() < limit, "{what}: not within {limit:?}; the screen:\n{s}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd(&["kill-server"]).status();
+    }
+}
+
+/// Runs `pyperf top ARGS` in the tmux window, between two `stty -a` (kept in `dir`), and ends with DONE-`n`.
+fn start_top(t: &Tmux, dir: &Path, n: u32, args: &str) {
+    let pyperf = env!("CARGO_BIN_EXE_pyperf");
+    let d = dir.display();
+    t.line(&format!("clear; stty -a > {d}/before-{n}; {pyperf} top {args}; stty -a > {d}/after-{n}; echo DONE-{n}"));
+}
+
+/// The view has ended: DONE-`n` is printed, the terminal is out of the alternate screen and its settings are the
+/// ones it had before.
+fn check_restored(t: &Tmux, dir: &Path, n: u32, how: &str) -> String {
+    let (screen, _) = t.wait(Duration::from_secs(15), &format!("{how}: the end"), |s| {
+        s.lines().any(|l| l.trim() == format!("DONE-{n}"))
+    });
+    assert!(!t.alternate_screen(), "{how}: still on the alternate screen:\n{screen}");
+    let before = std::fs::read_to_string(dir.join(format!("before-{n}"))).expect("stty before");
+    let after = std::fs::read_to_string(dir.join(format!("after-{n}"))).expect("stty after");
+    assert_eq!(before, after, "{how}: the terminal's settings were not restored");
+    screen
+}
+
+/// The first data row of the view on `screen`.
+fn first_row(screen: &str) -> Option<(f64, f64, String)> {
+    rows(screen).into_iter().next()
+}
+
+/// The view's second line (time, window, mode, sort, filter).
+fn head(screen: &str) -> Option<&str> {
+    screen.lines().nth(1)
+}
+
+fn table_of(screen: &str) -> Vec<String> {
+    let mut lines: Vec<String> = screen.lines().skip(2).map(str::to_string).collect();
+    lines.retain(|l| !l.trim().is_empty() && !l.starts_with("q quit"));
+    lines
+}
+
+#[test]
+fn terminal_view_keys_and_every_way_out() {
+    let _guard = serial();
+    let python = interpreter(PYTHON);
+    let work = workload("top.py");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = Tmux::start();
+    std::thread::sleep(Duration::from_millis(300)); // bash's start
+    let cmd = format!("-- {} {} 120", python.display(), work.display());
+
+    // 1. Keys, then q.
+    start_top(&t, dir.path(), 1, &cmd);
+    let (_, _) = t.wait(Duration::from_secs(10), "the view", |s| s.starts_with("pyperf top - "));
+    let (screen, took) = t.wait(Duration::from_secs(2), "hot_a at the top within 2 s of the view", |s| {
+        first_row(s).is_some_and(|r| r.2 == "hot_a")
+    });
+    eprintln!("hot_a first after {took:?}:\n{screen}");
+    assert!(t.alternate_screen(), "the view is on the alternate screen");
+    assert!(screen.contains("q quit"), "the key help: {screen}");
+
+    t.keys(&["t"]);
+    let (screen, _) = t.wait(Duration::from_secs(3), "sort by total", |s| s.contains("sort: total"));
+    let r = rows(&screen);
+    assert!(r.windows(2).all(|w| w[0].1 >= w[1].1), "sorted by total: {screen}");
+    let b = r.iter().position(|r| r.2 == "hot_b").expect("hot_b");
+    assert!(r[..b].iter().any(|r| r.0 == 0.0), "callers (no own time) before hot_b: {screen}");
+    t.keys(&["o"]);
+    t.wait(Duration::from_secs(3), "sort by own", |s| s.contains("sort: own"));
+
+    // f: the process, then its main thread (only hot_a's stack), then the worker (only hot_b's).
+    t.keys(&["f"]);
+    t.wait(Duration::from_secs(3), "process filter", |s| head(s).is_some_and(|l| l.contains("process python")));
+    t.keys(&["f"]);
+    let (screen, _) = t.wait(Duration::from_secs(3), "main thread filter", |s| {
+        head(s).is_some_and(|l| l.contains("thread MainThread"))
+    });
+    let names: Vec<String> = rows(&screen).into_iter().map(|r| r.2).collect();
+    assert!(names.contains(&"hot_a".to_string()) && !names.contains(&"hot_b".to_string()), "{screen}");
+    t.keys(&["f"]);
+    let (screen, _) =
+        t.wait(Duration::from_secs(3), "worker filter", |s| head(s).is_some_and(|l| l.contains("thread worker")));
+    let names: Vec<String> = rows(&screen).into_iter().map(|r| r.2).collect();
+    assert!(names.contains(&"hot_b".to_string()) && !names.contains(&"hot_a".to_string()), "{screen}");
+    t.keys(&["a"]);
+    t.wait(Duration::from_secs(3), "all threads", |s| head(s).is_some_and(|l| l.contains("all threads")));
+
+    // p: the table stands still (the header says PAUSED) until p again.
+    t.keys(&["p"]);
+    let (paused, _) = t.wait(Duration::from_secs(3), "paused", |s| s.contains("PAUSED"));
+    std::thread::sleep(Duration::from_millis(2500));
+    let later = t.screen();
+    assert_eq!(table_of(&paused), table_of(&later), "paused, the table changed");
+    t.keys(&["p"]);
+    t.wait(Duration::from_secs(4), "running again", |s| !s.contains("PAUSED") && table_of(s) != table_of(&paused));
+
+    t.keys(&["q"]);
+    let screen = check_restored(&t, dir.path(), 1, "q");
+    assert!(screen.contains("since start"), "the since-start table after the view: {screen}");
+
+    // 2. Ctrl-C.
+    start_top(&t, dir.path(), 2, &cmd);
+    t.wait(Duration::from_secs(10), "the view (2)", |s| {
+        s.starts_with("pyperf top - ") && first_row(s).is_some_and(|r| r.2 == "hot_a")
+    });
+    assert!(t.alternate_screen());
+    t.keys(&["C-c"]);
+    check_restored(&t, dir.path(), 2, "Ctrl-C");
+
+    // 3. The target exits (the command ends by itself after 3 s).
+    start_top(&t, dir.path(), 3, &format!("-- {} {} 3", python.display(), work.display()));
+    t.wait(Duration::from_secs(10), "the view (3)", |s| s.starts_with("pyperf top - "));
+    check_restored(&t, dir.path(), 3, "the target's exit");
+
+    // 4. SIGTERM from elsewhere.
+    start_top(&t, dir.path(), 4, &cmd);
+    t.wait(Duration::from_secs(10), "the view (4)", |s| {
+        s.starts_with("pyperf top - ") && first_row(s).is_some_and(|r| r.2 == "hot_a")
+    });
+    assert!(t.alternate_screen());
+    let killed = Command::new("pkill").args(["-TERM", "-f", "^[^ ]*pyperf top "]).status().expect("pkill");
+    assert!(killed.success(), "pkill found no pyperf top");
+    check_restored(&t, dir.path(), 4, "SIGTERM");
+
+    // 5. An error at the start (no such process): one line, the terminal as it was.
+    start_top(&t, dir.path(), 5, "-p 999999999");
+    let screen = check_restored(&t, dir.path(), 5, "an error");
+    assert!(screen.contains("pyperf: "), "{screen}");
+}
+
+/// VmRSS of `pid`, KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS")
+}
+
+/// `top -a` over a minute while a short-lived Python process (two threads, names of its own, functions of its own
+/// module) starts every 100 ms: its resident memory after the first 15 s stays flat.
+#[test]
+fn memory_stays_flat_with_churning_processes() {
+    let _guard = serial();
+    let python = interpreter(PYTHON);
+    let seconds = 60u64;
+    let mut churn = Command::new(&python)
+        .arg("-c")
+        .arg(format!(
+            r#"
+import subprocess, sys, time
+child = '''
+import threading, time, os
+def busy(end):
+    x = 0
+    while time.time() < end:
+        x = (x + 1) & 0xFFFF
+end = time.time() + 0.3
+t = threading.Thread(target=busy, args=(end,), name="w-%d" % os.getpid())
+t.start()
+busy(end)
+t.join()
+'''
+end = time.time() + {seconds} + 5
+procs = []
+while time.time() < end:
+    procs.append(subprocess.Popen([sys.executable, "-c", child]))
+    procs = [p for p in procs if p.poll() is None]
+    time.sleep(0.1)
+for p in procs:
+    p.wait()
+"#
+        ))
+        .spawn()
+        .expect("the churn");
+    std::thread::sleep(Duration::from_secs(1));
+    let mut top = pyperf()
+        .args(["top", "-a", "--interval", "1", "-d", &seconds.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pyperf top -a");
+    let pid = top.id();
+    let t0 = Instant::now();
+    let mut samples = Vec::new();
+    // Read its output meanwhile (a full pipe would block it).
+    let mut stdout = top.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut s);
+        s
+    });
+    while t0.elapsed() < Duration::from_secs(seconds - 2) {
+        std::thread::sleep(Duration::from_secs(5));
+        samples.push((t0.elapsed().as_secs(), rss_kib(pid)));
+    }
+    let out = top.wait_with_output().expect("pyperf top");
+    let stdout = reader.join().expect("reader");
+    let _ = churn.kill();
+    let _ = churn.wait();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("RSS (s, KiB): {samples:?}\n{stderr}");
+    assert!(out.status.success(), "{stderr}");
+    let tables = stdout.matches("pyperf top - ").count();
+    assert!(tables as u64 >= seconds - 5, "{tables} tables in {seconds} s");
+    assert!(stdout.contains("busy"), "the churning processes' function in the tables");
+    let after_warmup: Vec<u64> = samples.iter().filter(|(s, _)| *s >= 15).map(|(_, r)| *r).collect();
+    let (lo, hi) = (after_warmup.iter().min().copied().unwrap_or(0), after_warmup.iter().max().copied().unwrap_or(0));
+    assert!(after_warmup.len() >= 5, "{samples:?}");
+    // Flat: within 4 MiB (allocator noise) from 15 s to the end, while ~450 processes came and went.
+    assert!(hi - lo <= 4096, "RSS grew from {lo} KiB to {hi} KiB after the first 15 s: {samples:?}");
+}
