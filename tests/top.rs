@@ -36,7 +36,9 @@ fn rows(text: &str) -> Vec<(f64, f64, String)> {
             continue;
         }
         let (Ok(own), Ok(total)) = (cols[0].parse::<f64>(), cols[1].parse::<f64>()) else { break };
-        out.push((own, total, cols[5].to_string()));
+        // A function's name, or a whole pseudo-frame (`[off-CPU: GIL wait]`).
+        let name = if cols[5].starts_with('[') { cols[5..].join(" ") } else { cols[5].to_string() };
+        out.push((own, total, name));
     }
     out
 }
@@ -345,4 +347,29 @@ for p in procs:
     assert!(after_warmup.len() >= 5, "{samples:?}");
     // Flat: within 4 MiB (allocator noise) from 15 s to the end, while ~450 processes came and went.
     assert!(hi - lo <= 4096, "RSS grew from {lo} KiB to {hi} KiB after the first 15 s: {samples:?}");
+}
+
+/// `--off-cpu`: the view counts wall-clock time; the worker's sleeps show as `[off-CPU: clock_nanosleep]` (its
+/// own share of the two threads' time about a quarter) and waits for the GIL as `[off-CPU: GIL wait]`.
+#[test]
+fn off_cpu_wall_view() {
+    let _guard = serial();
+    let python = interpreter(PYTHON);
+    let out = pyperf()
+        .args(["top", "--off-cpu", "-d", "3", "--rows", "12", "--"])
+        .arg(&python)
+        .arg(workload("top.py"))
+        .arg("20")
+        .stdin(Stdio::null())
+        .output()
+        .expect("pyperf top --off-cpu");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success());
+    let last = stdout.split("pyperf top - ").last().expect("a table");
+    assert!(last.contains("wall (CPU + off-CPU) time") && last.contains("of wall time: off-CPU"), "{last}");
+    let r = rows(last);
+    let sleep = r.iter().find(|r| r.2 == "[off-CPU: clock_nanosleep]").map(|r| r.0);
+    assert!(sleep.is_some_and(|s| s > 10.0 && s < 45.0), "the worker's sleeps: {r:?}");
+    assert!(r.iter().any(|r| r.2 == "hot_a" && r.0 > 20.0), "{r:?}");
 }
