@@ -1,6 +1,5 @@
 //! `pyperf dump -p PID`: every thread of a Python process now, with its Python stack, its state (running, sleeping
 //! in a system call, waiting for the GIL) and its Python name, read from the process's memory without stopping it.
-//! (Issue #17, first part; prototype: text output only, Python frames only.)
 //!
 //! Each thread's stack is walked as `record --off-cpu` walks a blocked thread at the end ([`StackWalker`]): the
 //! thread state and frame chain are read twice and kept only when both reads agree (a third read breaks a tie), so
@@ -35,6 +34,12 @@ pub struct DumpArgs {
     /// kernel), innermost first, named `function_[k]` as in reports; needs root
     #[arg(long)]
     pub kernel: bool,
+    /// Also the native frames (C, C++, Rust) of each thread blocked in a system call, merged with its Python
+    /// frames as `record --native` merges them: unwound from a copy of its stack, read while it stays blocked (a
+    /// thread that runs meanwhile is read again, else marked). A running thread's native frames are not read (that
+    /// would need stopping it).
+    #[arg(long)]
+    pub native: bool,
 }
 
 /// One thread as dumped.
@@ -58,6 +63,56 @@ pub struct DumpedThread {
     pub frames: Result<Vec<Symbol>, String>,
     /// With `--kernel`: kernel functions, innermost first, for a thread not running (empty otherwise).
     pub kernel: Vec<String>,
+    /// With `--native`: why its native frames are not among `frames`, if they are not.
+    pub native_missing: Option<String>,
+}
+
+/// Where a thread blocked in a system call is in user space: the whole /proc/PID/task/TID/syscall line (number,
+/// six arguments, stack pointer, program counter) and the last two.
+fn blocked_at(pid: u32, tid: u32) -> Option<(String, u64, u64)> {
+    let line = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    let f: Vec<&str> = line.split_whitespace().collect();
+    // "running" or "-1 sp pc" (not in a system call): no registers kept by a system call entry.
+    if f.len() != 9 || f[0].starts_with('-') {
+        return None;
+    }
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+    Some((line.clone(), hex(f[7])?, hex(f[8])?))
+}
+
+/// Context switches of a thread so far (voluntary and not): unchanged across a read, it did not run meanwhile.
+fn switches(pid: u32, tid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
+    let mut n = 0;
+    for l in s.lines() {
+        if let Some(v) =
+            l.strip_prefix("voluntary_ctxt_switches:").or_else(|| l.strip_prefix("nonvoluntary_ctxt_switches:"))
+        {
+            n += v.trim().parse::<u64>().ok()?;
+        }
+    }
+    Some(n)
+}
+
+/// Most of a thread's stack copied for the unwinding: from its stack pointer to the end of the mapping that holds
+/// it, at most this much.
+const NATIVE_STACK_MAX: u64 = 512 * 1024;
+
+/// A copy of `pid`'s memory from `sp` to the end of its mapping (at most [`NATIVE_STACK_MAX`]).
+fn copy_stack(mem: &std::fs::File, maps: &[crate::native::unwind::MapsEntry], sp: u64) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let Some(m) = maps.iter().find(|m| m.start <= sp && sp < m.end) else { return Vec::new() };
+    let len = (m.end - sp).min(NATIVE_STACK_MAX) as usize;
+    let mut buf = vec![0u8; len];
+    let mut got = 0;
+    while got < len {
+        match mem.read_at(&mut buf[got..], sp + got as u64) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+    }
+    buf.truncate(got);
+    buf
 }
 
 /// The kernel functions of `/proc/PID/task/TID/stack` (`[<0>] futex_wait_queue+0x6a/0xa0`), innermost first.
@@ -90,13 +145,25 @@ fn task_state(pid: u32, tid: u32) -> (char, Option<(i64, u64)>) {
 const ATTEMPTS: usize = 50;
 
 /// Reads every thread of `pid`.
-pub fn threads(pid: u32, kernel: bool) -> Result<Vec<DumpedThread>> {
+pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>> {
     let p = inspect(pid).map_err(|e| anyhow::anyhow!("{e}"))?;
     let ns = namespaces(pid).with_context(|| format!("process {pid} is gone"))?;
     let config = bpf_config(&p, ns.other_pid_ns).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut walker = StackWalker::open(&p, &config, ns.ns_pid).with_context(|| format!("cannot read process {pid}"))?;
     let mut symbolizer = Symbolizer::new();
+    if native {
+        symbolizer.set_native(crate::native::stacks::NativeStacks::new(true, false).0);
+    }
     symbolizer.add_process(&p).with_context(|| format!("cannot read process {pid}"))?;
+    let (mem, maps) = if native {
+        let mem =
+            std::fs::File::open(format!("/proc/{pid}/mem")).with_context(|| format!("cannot read process {pid}"))?;
+        let maps =
+            std::fs::read_to_string(format!("/proc/{pid}/maps")).with_context(|| format!("process {pid} is gone"))?;
+        (Some(mem), crate::native::unwind::parse_maps(&maps))
+    } else {
+        (None, Vec::new())
+    };
     let mut symbols: Vec<Symbol> = Vec::new();
     let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .with_context(|| format!("process {pid} is gone"))?
@@ -116,7 +183,29 @@ pub fn threads(pid: u32, kernel: bool) -> Result<Vec<DumpedThread>> {
         };
         // A running thread's frames move under the reads: tried again until two reads agree.
         let mut walked = Err("thread gone".to_string());
-        if let Some(t) = ns_tid {
+        // --native, a thread blocked in a system call: its stack copy and its Python walk, both between two looks
+        // that find it blocked at the same place with no context switch in between (it did not run meanwhile).
+        let mut copy: Option<(u64, u64, Vec<u8>)> = None;
+        let mut native_missing = None;
+        if let (Some(mem), Some(t)) = (mem.as_ref().filter(|_| state != 'R'), ns_tid) {
+            native_missing = Some("not blocked in a system call (no user registers to start from)".to_string());
+            for _ in 0..5 {
+                let before = (blocked_at(pid, tid), switches(pid, tid));
+                let Some((_, sp, pc)) = before.0.clone() else { break };
+                let stack = copy_stack(mem, &maps, sp);
+                let w = walker.walk(t).map_err(|e| e.to_string());
+                if before == (blocked_at(pid, tid), switches(pid, tid)) && before.1.is_some() {
+                    walked = w;
+                    native_missing = None;
+                    copy = Some((sp, pc, stack));
+                    break;
+                }
+                native_missing = Some("the thread ran while its stack was read".to_string());
+            }
+        } else if native {
+            native_missing = Some("the thread is running (its native frames would need stopping it)".to_string());
+        }
+        if let (None, Some(t)) = (&copy, ns_tid) {
             for _ in 0..ATTEMPTS {
                 walked = walker.walk(t).map_err(|e| e.to_string());
                 if !matches!(walked, Err(ref e) if e.contains("kept changing")) {
@@ -153,7 +242,13 @@ pub fn threads(pid: u32, kernel: bool) -> Result<Vec<DumpedThread>> {
                     frames: &w.frames,
                     off_cpu: None,
                     kernel: &[],
-                    user: None,
+                    user: copy.as_ref().map(|(sp, pc, stack)| crate::sampler::UserStack {
+                        ip: *pc,
+                        sp: *sp,
+                        // Not in /proc/PID/syscall: used only by a function without call frame information.
+                        bp: 0,
+                        stack,
+                    }),
                 };
                 let ids = symbolizer
                     .symbolize(&raw, &mut |id, s| {
@@ -162,7 +257,12 @@ pub fn threads(pid: u32, kernel: bool) -> Result<Vec<DumpedThread>> {
                         }
                     })
                     .to_vec();
-                let frames = ids.iter().filter_map(|&i| symbols.get(i as usize).cloned()).collect();
+                let frames = ids
+                    .iter()
+                    .filter_map(|&i| symbols.get(i as usize).cloned())
+                    // Said once, in words (`native_missing`), rather than as a marker frame.
+                    .filter(|s| !(native_missing.is_some() && s.name == crate::native::stacks::NO_STACK))
+                    .collect();
                 (Ok(frames), GilState::from_u8(w.gil))
             }
             Err(e) => (Err(e), GilState::NoInfo),
@@ -175,7 +275,18 @@ pub fn threads(pid: u32, kernel: bool) -> Result<Vec<DumpedThread>> {
         } else {
             Vec::new()
         };
-        out.push(DumpedThread { tid, comm, python_name: None, state, syscall, gil_wait, gil, frames, kernel });
+        out.push(DumpedThread {
+            tid,
+            comm,
+            python_name: None,
+            state,
+            syscall,
+            gil_wait,
+            gil,
+            frames,
+            kernel,
+            native_missing,
+        });
     }
     let mut names: HashMap<u32, String> = HashMap::new();
     symbolizer.read_thread_names(Instant::now(), true, &mut |_, tid, name, _| {
@@ -212,6 +323,16 @@ fn gil_key(t: &DumpedThread) -> &'static str {
     }
 }
 
+/// A frame's kind in the JSON: python, native, kernel or marker.
+fn frame_kind(s: &Symbol) -> &'static str {
+    match s.kind() {
+        pyperf_format::FrameKind::Python => "python",
+        pyperf_format::FrameKind::Native | pyperf_format::FrameKind::Glue => "native",
+        pyperf_format::FrameKind::Kernel => "kernel",
+        pyperf_format::FrameKind::Marker => "marker",
+    }
+}
+
 fn syscall_name(n: i64) -> String {
     pyperf_report::syscalls::name(n as i32, std::env::consts::ARCH).unwrap_or_else(|| format!("syscall {n}"))
 }
@@ -223,7 +344,7 @@ pub fn dump(args: &DumpArgs) -> Result<std::process::ExitCode> {
             "--kernel: this kernel has no /proc/PID/task/TID/stack (CONFIG_STACKTRACE); dump without --kernel"
         );
     }
-    let threads = threads(args.pid, args.kernel)?;
+    let threads = threads(args.pid, args.kernel, args.native)?;
     if args.json {
         let list: Vec<serde_json::Value> = threads
             .iter()
@@ -238,6 +359,7 @@ pub fn dump(args: &DumpArgs) -> Result<std::process::ExitCode> {
                                         "function": pyperf_report::names::function_name(s),
                                         "file": s.file,
                                         "line": s.line,
+                                        "kind": frame_kind(s),
                                     })
                                 })
                                 .collect(),
@@ -267,6 +389,7 @@ pub fn dump(args: &DumpArgs) -> Result<std::process::ExitCode> {
                     "gil": gil_key(t),
                     "frames": frames,
                     "error": error,
+                    "native_missing": t.native_missing,
                 })
             })
             .collect();
@@ -297,6 +420,9 @@ pub fn dump(args: &DumpArgs) -> Result<std::process::ExitCode> {
                 pyperf_report::names::escape_text(k),
                 pyperf_report::names::KERNEL_SUFFIX
             ));
+        }
+        if let Some(why) = &t.native_missing {
+            out.push_str(&format!("    [native frames not read: {why}]\n"));
         }
         match &t.frames {
             Ok(f) if f.is_empty() => out.push_str("    (no Python frames)\n"),

@@ -17,6 +17,7 @@ fn dump_of(python: &str) {
     let pid = child.id();
     let o = pyperf().args(["dump", "-p", &pid.to_string(), "--json"]).output().expect("run pyperf dump");
     let k = pyperf().args(["dump", "-p", &pid.to_string(), "--json", "--kernel"]).output().expect("run pyperf dump");
+    let n = pyperf().args(["dump", "-p", &pid.to_string(), "--json", "--native"]).output().expect("run pyperf dump");
     // The process was not stopped: it is still there and running.
     let alive = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok();
     let _ = child.kill();
@@ -72,6 +73,52 @@ fn dump_of(python: &str) {
         .collect();
     assert!(kernel.iter().any(|f| f.contains("futex")), "{python}: {waiter}");
     assert_eq!(frames[kernel.len()]["function"].as_str(), Some("wait_lock"), "{python}: {waiter}");
+    // --native: each blocked thread's native frames (libc's wait, the interpreter's lock and evaluation loop)
+    // merged with its Python frames, which are exactly those of the dump without --native, in the same order.
+    assert!(n.status.success(), "{python}: {}", String::from_utf8_lossy(&n.stderr));
+    let ndoc: Value = serde_json::from_slice(&n.stdout).expect("JSON");
+    let nthreads = ndoc["threads"].as_array().expect("threads");
+    for &(name, _, _) in EXPECTED {
+        let plain = by_name(name);
+        let t = nthreads
+            .iter()
+            .find(|t| t["name"].as_str() == Some(name))
+            .unwrap_or_else(|| panic!("{python}: no {name} with --native: {ndoc:#}"));
+        assert!(t["native_missing"].is_null(), "{python} {name}: {t:#}");
+        let frames = t["frames"].as_array().unwrap_or_else(|| panic!("{python} {name}: {t:#}"));
+        let kinds: Vec<&str> = frames.iter().filter_map(|f| f["kind"].as_str()).collect();
+        if python == "sid-3.15" && kinds.first() == Some(&"marker") {
+            // Built with frame pointers: its functions find their callers through rbp, which
+            // /proc/PID/task/TID/syscall does not give; marked, never guessed (README, pyperf dump).
+            assert_eq!(frames[0]["function"].as_str(), Some("[native: unmerged]"), "{python} {name}: {t:#}");
+            assert_eq!(kinds[1..].iter().filter(|k| **k != "python").count(), 0, "{python} {name}: {t:#}");
+            let py: Vec<&str> = frames[1..].iter().filter_map(|f| f["function"].as_str()).collect();
+            let plain_frames: Vec<&str> =
+                plain["frames"].as_array().expect("frames").iter().filter_map(|f| f["function"].as_str()).collect();
+            assert_eq!(py, plain_frames, "{python} {name}: {t:#}");
+            continue;
+        }
+        assert_eq!(kinds.first(), Some(&"native"), "{python} {name}: the leaf is native (the wait): {t:#}");
+        assert!(!kinds.contains(&"marker"), "{python} {name}: merged, unwound to the end: {t:#}");
+        let py = |frames: &[Value]| -> Vec<(String, u64)> {
+            frames
+                .iter()
+                .filter(|f| f["kind"].as_str() == Some("python"))
+                .map(|f| (f["function"].as_str().unwrap_or("").to_string(), f["line"].as_u64().unwrap_or(0)))
+                .collect()
+        };
+        assert_eq!(py(frames), py(plain["frames"].as_array().expect("frames")), "{python} {name}: {t:#}");
+        // Native frames between the Python leaf and the wait: the interpreter's own.
+        let leaf = frames.iter().position(|f| f["kind"].as_str() == Some("python")).expect("a Python frame");
+        assert!(leaf >= 2, "{python} {name}: native frames above the Python leaf: {t:#}");
+    }
+    let spinner = nthreads.iter().find(|t| t["name"].as_str() == Some("spinner")).expect("spinner");
+    // Running (or, between two bytecodes, waiting for the GIL: then read as a blocked thread).
+    assert!(
+        spinner["native_missing"].is_null()
+            || spinner["native_missing"].as_str().is_some_and(|m| m.contains("running")),
+        "{python}: {spinner:#}"
+    );
     let main = by_name("MainThread");
     let frames = main["frames"].as_array().expect("main frames");
     assert_eq!(frames[0]["function"].as_str(), Some("main"), "{python}: {main}");
