@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use libbpf_cargo::SkeletonBuilder;
 
 const SRC: &str = "bpf/pyperf.bpf.c";
+/// `pyperf dump --native`'s task iterator (its own small object: `record` does not load it).
+const REGS_SRC: &str = "bpf/regs.bpf.c";
 const HEADERS: &[&str] = &["bpf/pyperf.h", "bpf/bench.h", "bpf/vmlinux.h"];
 
 fn main() {
@@ -24,11 +26,17 @@ fn main() {
 
     SkeletonBuilder::new()
         .source(SRC)
-        .clang_args(clang_args)
+        .clang_args(clang_args.clone())
         .build_and_generate(&out)
         .unwrap_or_else(|e| panic!("building {SRC} failed (needs clang, libelf, zlib): {e:#}"));
+    SkeletonBuilder::new()
+        .source(REGS_SRC)
+        .clang_args(clang_args)
+        .build_and_generate(out.with_file_name("regs.skel.rs"))
+        .unwrap_or_else(|e| panic!("building {REGS_SRC} failed (needs clang, libelf, zlib): {e:#}"));
 
     println!("cargo:rerun-if-changed={SRC}");
+    println!("cargo:rerun-if-changed={REGS_SRC}");
     for h in HEADERS {
         println!("cargo:rerun-if-changed={h}");
     }

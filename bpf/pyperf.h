@@ -390,6 +390,15 @@ struct off_cpu_entry {
 	__u8 out_runnable; /* the last switch-out was a preemption (runnable from it on) */
 };
 
+/* pyperf dump --native (bpf/regs.bpf.c): one thread's user registers as its last entry into the kernel saved them. */
+struct pyperf_task_regs {
+	__u64 tid;
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	__s64 orig_ax; /* the system call it is in, -1 (or an interrupt's ~vector) outside one */
+};
+
 /* record --off-cpu --kernel: the kernel stack of a thread that blocked in a system call, taken when it blocked
  * (sched_switch) and written into the interval's record when the call returns (sys_exit), where only the return
  * path is on the stack. Value of the off_kstack map (key: pid_tgid). */

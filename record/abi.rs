@@ -19,6 +19,22 @@ pub(crate) mod skel {
     include!(concat!(env!("OUT_DIR"), "/pyperf.skel.rs"));
 }
 
+/// `pyperf dump --native`'s task iterator (bpf/regs.bpf.c).
+#[allow(
+    clippy::all,
+    clippy::pedantic,
+    clippy::undocumented_unsafe_blocks,
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals,
+    dead_code,
+    unused_imports,
+    missing_docs
+)]
+pub(crate) mod regs_skel {
+    include!(concat!(env!("OUT_DIR"), "/regs.skel.rs"));
+}
+
 /// Structs and enums of bpf/pyperf.h.
 pub use skel::types;
 
@@ -92,6 +108,8 @@ unsafe impl plain::Plain for types::pyperf_frame {}
 unsafe impl plain::Plain for types::pyperf_counters {}
 // SAFETY: as above.
 unsafe impl plain::Plain for types::off_cpu_entry {}
+// SAFETY: as above (five 64-bit integers).
+unsafe impl plain::Plain for regs_skel::types::pyperf_task_regs {}
 
 const _: () = assert!(
     std::mem::size_of::<types::pyperf_event>()

@@ -80,6 +80,9 @@ fn blocked_at(pid: u32, tid: u32) -> Option<(String, u64, u64)> {
     Some((line.clone(), hex(f[7])?, hex(f[8])?))
 }
 
+/// A look at a blocked thread: where it is blocked ([`blocked_at`]) and its context switches ([`switches`]).
+type Look = (Option<(String, u64, u64)>, Option<u64>);
+
 /// Context switches of a thread so far (voluntary and not): unchanged across a read, it did not run meanwhile.
 fn switches(pid: u32, tid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
@@ -171,6 +174,22 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
         .filter_map(|e| e.file_name().to_str()?.parse().ok())
         .collect();
     tids.sort_unstable();
+    // --native: each thread's saved registers (frame pointer included), read after a first look at every thread
+    // and checked against a second one after its copy (see below).
+    let mut first_look: HashMap<u32, Look> = HashMap::new();
+    let mut regs = HashMap::new();
+    if native {
+        for &tid in &tids {
+            first_look.insert(tid, (blocked_at(pid, tid), switches(pid, tid)));
+        }
+        match crate::sampler::regs::task_regs(pid) {
+            Ok(r) => regs = r,
+            Err(e) => crate::say!(
+                "pyperf: warning: --native: cannot read the threads' frame pointers ({e}); native frames of code built \
+                 with frame pointers are marked [native: unmerged]"
+            ),
+        }
+    }
     let mut out = Vec::new();
     for tid in tids {
         let (state, call) = task_state(pid, tid);
@@ -185,19 +204,31 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
         let mut walked = Err("thread gone".to_string());
         // --native, a thread blocked in a system call: its stack copy and its Python walk, both between two looks
         // that find it blocked at the same place with no context switch in between (it did not run meanwhile).
-        let mut copy: Option<(u64, u64, Vec<u8>)> = None;
+        let mut copy: Option<(u64, u64, u64, Vec<u8>)> = None;
         let mut native_missing = None;
         if let (Some(mem), Some(t)) = (mem.as_ref().filter(|_| state != 'R'), ns_tid) {
             native_missing = Some("not blocked in a system call (no user registers to start from)".to_string());
-            for _ in 0..5 {
-                let before = (blocked_at(pid, tid), switches(pid, tid));
+            for attempt in 0..5 {
+                let before = match (attempt, first_look.remove(&tid)) {
+                    (0, Some(look)) => look,
+                    _ => {
+                        // Looked at again: its registers too.
+                        let look = (blocked_at(pid, tid), switches(pid, tid));
+                        if let Ok(r) = crate::sampler::regs::task_regs(pid) {
+                            regs = r;
+                        }
+                        look
+                    }
+                };
                 let Some((_, sp, pc)) = before.0.clone() else { break };
                 let stack = copy_stack(mem, &maps, sp);
                 let w = walker.walk(t).map_err(|e| e.to_string());
                 if before == (blocked_at(pid, tid), switches(pid, tid)) && before.1.is_some() {
+                    // The frame pointer only from registers saved at this same block (same sp and pc).
+                    let bp = regs.get(&tid).filter(|r| r.sp == sp && r.ip == pc).map_or(0, |r| r.bp);
                     walked = w;
                     native_missing = None;
-                    copy = Some((sp, pc, stack));
+                    copy = Some((sp, pc, bp, stack));
                     break;
                 }
                 native_missing = Some("the thread ran while its stack was read".to_string());
@@ -242,11 +273,10 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
                     frames: &w.frames,
                     off_cpu: None,
                     kernel: &[],
-                    user: copy.as_ref().map(|(sp, pc, stack)| crate::sampler::UserStack {
+                    user: copy.as_ref().map(|(sp, pc, bp, stack)| crate::sampler::UserStack {
                         ip: *pc,
                         sp: *sp,
-                        // Not in /proc/PID/syscall: used only by a function without call frame information.
-                        bp: 0,
+                        bp: *bp,
                         stack,
                     }),
                 };

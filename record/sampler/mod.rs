@@ -10,6 +10,7 @@
 
 mod log;
 mod perf;
+pub mod regs;
 mod ring;
 
 use std::cell::Cell;
