@@ -140,6 +140,44 @@ fn contained_processes_by_host_pid() {
     }
 }
 
+/// `pyperf dump --native` of a contained process (its own PID and mount namespaces): the threads matched by their
+/// tids inside, each lock waiter's exact Python stack under its native frames, on pyenv's 3.11 (bind-mounted) and
+/// sid's 3.14 and 3.15.
+#[test]
+fn dump_of_a_contained_process() {
+    let _guard = serial();
+    for name in ["3.11.7", "sid-3.14", "sid-3.15"] {
+        let py = interpreter(name);
+        let mut child = contained(&py, false).arg(workload("dump.py")).stdout(Stdio::piped()).spawn().expect("unshare");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        assert!(line.starts_with("ready"), "{name}: workload said {line:?}");
+        let pid = host_pid_of(child.id(), "dump.py");
+        let o = pyperf().args(["dump", "--json", "--native", "-p", &pid.to_string()]).output().expect("pyperf dump");
+        // The workload never ends by itself; it is its namespace's init, which unshare's end does not end.
+        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        let _ = child.wait();
+        assert!(o.status.success(), "{name}: {}", String::from_utf8_lossy(&o.stderr));
+        let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+        let threads = doc["threads"].as_array().expect("threads");
+        for (thread, leaf) in [("waiter", "wait_lock"), ("left", "grab"), ("right", "grab"), ("napper", "nap")] {
+            let t = threads
+                .iter()
+                .find(|t| t["name"].as_str() == Some(thread))
+                .unwrap_or_else(|| panic!("{name}: no {thread}: {doc:#}"));
+            let frames = t["frames"].as_array().unwrap_or_else(|| panic!("{name} {thread}: {t:#}"));
+            assert_eq!(frames[0]["kind"].as_str(), Some("native"), "{name} {thread}: {t:#}");
+            assert!(frames.iter().all(|f| f["kind"].as_str() != Some("marker")), "{name} {thread}: {t:#}");
+            let py: Vec<&str> = frames
+                .iter()
+                .filter(|f| f["kind"].as_str() == Some("python"))
+                .filter_map(|f| f["function"].as_str())
+                .collect();
+            assert_eq!(py[..2], [leaf, "Thread.run"], "{name} {thread}: {t:#}");
+        }
+    }
+}
+
 /// `-a` finds the Python processes of every container: two at once (pyenv's 3.8 and sid's 3.14), each pid 1 in its
 /// own namespace, the second one nested (a PID namespace inside another). Both are pid 1 where they live, as is
 /// the host's init, which is not Python: the recording keeps them apart by host pid, and `report --pid 1` selects
