@@ -47,8 +47,11 @@ fn rows(text: &str) -> Vec<(f64, f64, String)> {
 fn plain_tables_when_stdout_is_not_a_terminal() {
     let _guard = serial();
     let python = interpreter(PYTHON);
+    let (_dir, file) = scratch("top.pyp");
     let out = pyperf()
-        .args(["top", "-d", "3.5", "--interval", "1", "--rows", "6", "--"])
+        .args(["top", "-d", "3.5", "--interval", "1", "--rows", "6", "-o"])
+        .arg(&file)
+        .arg("--")
         .arg(&python)
         .arg(workload("top.py"))
         .arg("20")
@@ -71,6 +74,13 @@ fn plain_tables_when_stdout_is_not_a_terminal() {
         assert!(r[0].0 > 50.0, "hot_a's own share: {r:?}");
         assert!(r.iter().any(|r| r.2 == "hot_b" && r.0 > 5.0 && r.0 < 40.0), "the worker's function: {r:?}");
     }
+    // -o: the recording `record -o` would have written, readable by the report.
+    let rep = pyperf().arg("report").arg(&file).args(["--folded"]).output().expect("pyperf report");
+    assert!(rep.status.success(), "{}", String::from_utf8_lossy(&rep.stderr));
+    let folded = String::from_utf8_lossy(&rep.stdout);
+    let hot: u64 =
+        folded.lines().filter(|l| l.contains("hot_a")).filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok()).sum();
+    assert!(hot >= 100, "hot_a's samples in the -o recording: {hot}\n{folded}");
 }
 
 /// A tmux server of its own (its socket in a temporary directory), one window of 150x40 running bash.
