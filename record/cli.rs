@@ -206,15 +206,7 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     if args.bpf_stats {
         sampler.enable_bpf_stats().context("cannot measure the BPF program")?;
     }
-    let targets = if let Some(cgroup) = &args.cgroup {
-        Some(Targets::cgroup(cgroup)?)
-    } else if args.all {
-        Some(Targets::all())
-    } else if !args.pid.is_empty() {
-        Some(Targets::pids(&args.pid)?)
-    } else {
-        None
-    };
+    let targets = Targets::chosen(args.cgroup.as_deref(), args.all, &args.pid)?;
     // A failure from here to the end of the start removes the new file and puts the previous one back (and
     // dropping the targets ends a command it started).
     let output = Output::create(&args.output)?;

@@ -127,6 +127,20 @@ impl Targets {
         Ok(Targets::new(Mode::All(Some(dir)), Vec::new()))
     }
 
+    /// The running processes a command line names: `-G CGROUP`, else `-a`, else `-p PID...`; None when it names a
+    /// command to start instead (`record` and `top` alike).
+    pub fn chosen(cgroup: Option<&str>, all: bool, pids: &[u32]) -> Result<Option<Targets>> {
+        Ok(if let Some(c) = cgroup {
+            Some(Targets::cgroup(c)?)
+        } else if all {
+            Some(Targets::all())
+        } else if !pids.is_empty() {
+            Some(Targets::pids(pids)?)
+        } else {
+            None
+        })
+    }
+
     /// The command `w` started and its descendants.
     pub fn workload(w: Workload) -> Targets {
         let pid = w.pid();

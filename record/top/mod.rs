@@ -12,6 +12,7 @@ pub mod term;
 pub mod view;
 
 use std::io::{IsTerminal, Read, Seek, Write};
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -109,15 +110,7 @@ pub fn top(args: &TopArgs) -> Result<ExitCode> {
         ustack_bytes: 16 * 1024,
     })
     .context("cannot start sampling")?;
-    let targets = if let Some(cgroup) = &args.cgroup {
-        Some(Targets::cgroup(cgroup)?)
-    } else if args.all {
-        Some(Targets::all())
-    } else if !args.pid.is_empty() {
-        Some(Targets::pids(&args.pid)?)
-    } else {
-        None
-    };
+    let targets = Targets::chosen(args.cgroup.as_deref(), args.all, &args.pid)?;
     let what = if let Some(c) = &args.cgroup {
         format!("cgroup {c}")
     } else if args.all {
@@ -224,8 +217,6 @@ fn run(
     let _ = out.flush();
     Ok(code)
 }
-
-use std::os::fd::AsFd;
 
 /// The terminal view: draws every `interval` and after each key, until `q` (or Ctrl-C) or `done`.
 fn interactive_view(
