@@ -7,9 +7,7 @@
  * shipped hot path carries none of this code.
  *
  * Hooks:
- *   BENCH_WALK_FIELDS            extra members of struct frame_walk
- *   BENCH_WALK_START(w)          before the frame walk
- *   BENCH_INTERN_FRAME(w, s, p)  per new code object, after its check read
+ *   BENCH_INTERN_FRAME(s, p)     per new code object, after its check read
  *   PROF_START(t0), PROF(i)      section timing of a target sample
  * Included by pyperf.bpf.c after its maps and helpers' prerequisites.
  */
@@ -67,23 +65,17 @@ static __always_inline void intern_symbol(struct pyperf_intern_key *k, __u64 fil
 	__sync_fetch_and_add(&intern_frames, 1);
 }
 
-#define BENCH_WALK_FIELDS struct pyperf_intern_key *ikey;
-#define BENCH_WALK_START(w)                                              \
-	do {                                                             \
-		__u32 __zero = 0;                                        \
-		(w).ikey = bpf_map_lookup_elem(&intern_scratch, &__zero); \
-	} while (0)
-#define BENCH_INTERN_FRAME(w, s, proc)                                                         \
+#define BENCH_INTERN_FRAME(s, proc)                                                            \
 	do {                                                                                   \
-		if ((w)->ikey)                                                                 \
-			intern_symbol((w)->ikey,                                               \
+		__u32 __zero = 0;                                                              \
+		struct pyperf_intern_key *__ikey = bpf_map_lookup_elem(&intern_scratch, &__zero); \
+		if (__ikey)                                                                    \
+			intern_symbol(__ikey,                                                  \
 				      get_u64((s)->cbuf, (proc)->off.check_filename, PYPERF_CODE_BUF), \
 				      get_u64((s)->cbuf, (proc)->off.check_name, PYPERF_CODE_BUF));    \
 	} while (0)
 #else
-#define BENCH_WALK_FIELDS
-#define BENCH_WALK_START(w) do {} while (0)
-#define BENCH_INTERN_FRAME(w, s, proc) do {} while (0)
+#define BENCH_INTERN_FRAME(s, proc) do {} while (0)
 #endif /* PYPERF_BENCH_INTERN */
 
 #ifdef PYPERF_BENCH_PROFILE

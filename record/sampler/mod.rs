@@ -392,6 +392,12 @@ impl Sampler {
         for prog in [&mut open.progs.pyperf_switch, &mut open.progs.pyperf_wakeup, &mut open.progs.pyperf_sys_exit] {
             prog.set_autoload(off_cpu);
         }
+        if std::env::var_os("PYPERF_LIBBPF_DEBUG").is_some() {
+            // The verifier's statistics (time, states) in the debug log: what start-up work is measured by.
+            for prog in [&mut open.progs.pyperf_sample, &mut open.progs.pyperf_switch, &mut open.progs.pyperf_wakeup] {
+                prog.set_log_level(std::env::var("PYPERF_VERIFIER_LOG").ok().and_then(|v| v.parse().ok()).unwrap_or(4));
+            }
+        }
         let skel = open.load().map_err(|e| load_error("loading", e))?;
 
         let shared = Rc::new(Shared { callback: Cell::new(None), malformed: Cell::new(0), records: Cell::new(0) });
