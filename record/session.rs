@@ -106,6 +106,8 @@ pub struct Session {
     truncated: u64,
     /// SIGINT / SIGTERM received when recording stopped (each later one hurries the end of a command).
     signals_seen: usize,
+    /// A pidfd of the command pyperf started: the sampler's poll returns when it exits (see [`Sampler::wake_on`]).
+    workload_exit: Option<std::os::fd::OwnedFd>,
     /// `--off-cpu`: the minimum interval (shorter ones are sampled), and what the end of the recording needs to
     /// walk the stacks of threads still off CPU then.
     off_cpu: Option<OffCpuState>,
@@ -153,6 +155,7 @@ impl Session {
             started: Instant::now(),
             truncated: 0,
             signals_seen: 0,
+            workload_exit: None,
             off_cpu: None,
         }
     }
@@ -192,6 +195,13 @@ impl Session {
     /// Python. Times (the status line, the summary, `--duration`) count from here for a command (its spawn, just
     /// before), from the end of this set-up for the other targets.
     pub fn start(&mut self) -> Result<()> {
+        if let Some(fd) = self.targets.workload_pidfd() {
+            use std::os::fd::AsFd;
+            // Without it the end is noticed at the next poll timeout (up to POLL_EVERY later): not an error.
+            if self.sampler.wake_on(fd.as_fd()).is_ok() {
+                self.workload_exit = Some(fd);
+            }
+        }
         let events = self.targets.start()?;
         self.apply(events)?;
         if !self.targets.has_workload() {

@@ -16,7 +16,7 @@ mod ring;
 use std::cell::Cell;
 use std::io;
 use std::mem::{ManuallyDrop, MaybeUninit};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -334,6 +334,8 @@ pub struct Sampler {
     polling: bool,
     /// Consecutive polls that found nothing.
     idle_rounds: u32,
+    /// What `poll` sleeps on: the ring's own epoll set, and descriptors given to [`Sampler::wake_on`].
+    wake: OwnedFd,
     _storage: Storage,
 }
 
@@ -433,8 +435,22 @@ impl Sampler {
             links.push(skel.progs.pyperf_wakeup.attach().map_err(bpf_err("attaching to sched_wakeup"))?);
             links.push(skel.progs.pyperf_sys_exit.attach().map_err(bpf_err("attaching to sys_exit"))?);
         }
+        let wake = epoll_with(ring.epoll_fd(), libc::EPOLLIN as u32)
+            .map_err(|source| BpfError::Io { what: "setting up the ring buffer's wakeups", source })?;
         let inner = ManuallyDrop::new(Loaded { links, ring, shared, stats_fd: None, skel });
-        Ok(Sampler { inner, cpus_possible, cpus_attached, polling: false, idle_rounds: 0, _storage: storage })
+        Ok(Sampler { inner, cpus_possible, cpus_attached, polling: false, idle_rounds: 0, wake, _storage: storage })
+    }
+
+    /// Makes [`Sampler::poll`] return early, once, when `fd` becomes readable (a pidfd: the command pyperf
+    /// started has exited, and the recording can end now rather than at its next look). `fd` must stay open as
+    /// long as the sampler polls.
+    pub fn wake_on(&mut self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLONESHOT) as u32, u64: 1 };
+        // SAFETY: both descriptors are open; `ev` is a valid epoll_event for the call.
+        if unsafe { libc::epoll_ctl(self.wake.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Starts sampling process `pid` with the configuration row `config` (replaces an earlier registration of
@@ -525,11 +541,21 @@ impl Sampler {
             } else {
                 POLL_INTERVAL.min(deadline - now)
             };
-            // Returns early when the program wakes us (we sleep, or the ring is filling up).
-            if let Err(e) = self.inner.ring.poll(wait) {
-                if e.kind() != ErrorKind::Interrupted {
-                    return Err(BpfError::Bpf { what: "polling the ring buffer", source: e });
+            // Returns early when the program wakes us (we sleep, or the ring is filling up), or a descriptor of
+            // `wake_on` is ready; the next round's consume takes what is there.
+            let mut ev = libc::epoll_event { events: 0, u64: 0 };
+            let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+            // SAFETY: an open epoll descriptor, room for one event.
+            if unsafe { libc::epoll_wait(self.wake.as_raw_fd(), &mut ev, 1, ms) } < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(BpfError::Io { what: "polling the ring buffer", source: e });
                 }
+            }
+            if ev.u64 == 1 {
+                // Not the ring: the caller has something to look at.
+                self.consume()?;
+                return Ok(());
             }
         }
     }
@@ -734,6 +760,23 @@ fn ring_size(bytes: usize) -> usize {
 /// [`SamplerOptions::ustack_bytes`] as the program takes it: a multiple of 8, at most [`abi::USTACK_MAX`].
 fn ustack_size(bytes: u32) -> u32 {
     (bytes.min(abi::USTACK_MAX as u32) + 7) & !7
+}
+
+/// A new epoll set watching `fd` for `events` (tagged 0).
+fn epoll_with(fd: i32, events: u32) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscalls; the returned descriptor is owned here.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if ep < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `ep` was just returned to us and is owned by nobody else.
+    let ep = unsafe { OwnedFd::from_raw_fd(ep) };
+    let mut ev = libc::epoll_event { events, u64: 0 };
+    // SAFETY: both descriptors are open; `ev` is a valid epoll_event for the call.
+    if unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(ep)
 }
 
 #[cfg(test)]

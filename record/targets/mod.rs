@@ -173,6 +173,15 @@ impl Targets {
     }
 
     /// pyperf started a command (`-- CMD`).
+    /// A pidfd of the command pyperf started (see [`Workload::pidfd`]).
+    pub fn workload_pidfd(&self) -> Option<std::os::fd::OwnedFd> {
+        match &self.mode {
+            Mode::Workload(w) => w.pidfd(),
+            _ => None,
+        }
+    }
+
+    /// A command pyperf started is the target.
     pub fn has_workload(&self) -> bool {
         matches!(self.mode, Mode::Workload(_))
     }
