@@ -36,6 +36,15 @@ enum pyperf_limits {
 	PYPERF_FRAME_BUF = 384, /* <= 3.10: up to f_localsplus[0] (2.7/3.6: 376 + 8) */
 	PYPERF_GIL_BUF = 512,   /* 2.7: interpreter_lock and _PyThreadState_Current, 440 bytes apart, in one read */
 	PYPERF_CODE_BUF = 128,
+	/* struct pyperf_code_snap: most bytes copied of the code object, of its name and qualified name, of its
+	 * file name, and of its line table (a bytes object: header and content). */
+	PYPERF_SNAP_CODE = 512,
+	PYPERF_SNAP_NAME = 256,
+	PYPERF_SNAP_FILE = 512,
+	PYPERF_SNAP_TABLE = 8192,
+	PYPERF_SNAP_REGIONS = 5,
+	/* Code objects whose snapshot was sent (known_code). */
+	PYPERF_KNOWN_CODE = 65536,
 	/* 3.11+ (py_proc.frame_window): frames live on the thread's data stack,
 	 * each caller just below its callee, so the walk copies this many bytes
 	 * ending at the end of a frame in ONE read and takes the callers that lie
@@ -97,6 +106,8 @@ enum pyperf_event_kind {
 	                                 * stack now; the interval's end follows in an OFF_CPU_END record */
 	PYPERF_EVENT_OFF_CPU_END = 3,   /* the end of the interval an OFF_CPU_START began (no frames); off_weight 0:
 	                                 * a short one not drawn, dropped */
+	PYPERF_EVENT_CODE = 4,          /* not a sample: a struct pyperf_code_snap (a code object's bytes, copied the
+	                                 * first time a sample holds it), before the sample that holds it */
 };
 
 /* Why a thread left the CPU (pyperf_event_header.off_kind); the values are the on-disk OffCpuKind. */
@@ -237,7 +248,17 @@ struct py_offsets {
 	/* 3.11: _PyInterpreterFrame.is_entry (bool): the frame is the first of its activation of the evaluation
 	 * loop (3.12+ mark that with a C-stack shim frame instead, see owner_cstack). -1 = none. */
 	__s16 frame_is_entry;
-	__s16 _pad[3];
+	/* Code snapshots (struct pyperf_code_snap): bytes of the code object copied (0 = no snapshots), and the
+	 * offsets of its name, qualified name (-1 = none), file name and line table (co_lnotab <= 3.9), and of a
+	 * bytes object's size and content. */
+	__u16 snap_code_size;
+	__s16 code_name;
+	__s16 code_qualname;
+	__s16 code_filename;
+	__s16 code_linetable;
+	__s16 bytes_size;
+	__s16 bytes_data;
+	__s16 _pad[4];
 };
 
 /* Value of the `procs` map (key: tgid), filled by user space. Addresses have
@@ -340,6 +361,32 @@ struct pyperf_event {
 	__u8 tail[PYPERF_KSTACK_MAX * 8 + PYPERF_USTACK_MAX];
 };
 
+/* A region of the target's memory in a code snapshot: `len` bytes from `addr` (0: not copied). */
+struct pyperf_snap_region {
+	__u64 addr;
+	__u32 len;
+	__u32 _pad;
+};
+
+/*
+ * PYPERF_EVENT_CODE: the bytes of a code object and of the objects it names (name, qualified name, file name,
+ * line table), copied by the program the first time a new stack holds it (known_code), so that user space can
+ * name the frames of a code object freed before it reads it (module bodies run once at import, programs that
+ * exit). The record ends after `table`'s used bytes (regions[4].len).
+ */
+struct pyperf_code_snap {
+	struct pyperf_event_header hdr; /* kind PYPERF_EVENT_CODE, ktime, pid, tid; nframes 0 */
+	__u64 code;
+	__u32 check; /* the code object's check word, as in the frames */
+	__u32 _pad;
+	struct pyperf_snap_region regions[PYPERF_SNAP_REGIONS]; /* code, name, qualname, file, table, in that order */
+	__u8 code_obj[PYPERF_SNAP_CODE];
+	__u8 name[PYPERF_SNAP_NAME];
+	__u8 qualname[PYPERF_SNAP_NAME];
+	__u8 file[PYPERF_SNAP_FILE];
+	__u8 table[PYPERF_SNAP_TABLE];
+};
+
 /* Per-CPU counters; user space sums them over CPUs. */
 struct pyperf_counters {
 	__u64 samples;           /* perf samples that hit a target process */
@@ -369,6 +416,9 @@ struct pyperf_counters {
 	__u64 ustack_failed;     /* records with user registers but no stack copy (every read failed) */
 	__u64 kernel_stacks;     /* records with kernel addresses (nkernel > 0) */
 	__u64 off_kstack_lost;   /* off-CPU intervals in a system call whose kernel stack was not taken at the block */
+	/* code snapshots (PYPERF_EVENT_CODE) */
+	__u64 code_snaps;        /* sent */
+	__u64 code_snap_failed;  /* not sent: the code object unreadable, or the ring buffer full */
 };
 
 /* Value of the off_cpu map (key: pid_tgid): a followed thread that went off CPU and has not ended the interval
@@ -428,6 +478,7 @@ struct pyperf_scratch {
 	 * that ends the window are read with the same bounds as any other */
 	__u8 wbuf[PYPERF_FRAME_WINDOW + PYPERF_FRAME_BUF];
 	struct pyperf_event ev;
+	struct pyperf_code_snap snap;
 };
 
 #endif /* PYPERF_H */

@@ -54,6 +54,14 @@ pub const FRAME_BUF: usize = limit(types::pyperf_limits::PYPERF_FRAME_BUF);
 pub const GIL_BUF: usize = limit(types::pyperf_limits::PYPERF_GIL_BUF);
 /// Bytes of a code object the program reads at most (`PYPERF_CODE_BUF`).
 pub const CODE_BUF: usize = limit(types::pyperf_limits::PYPERF_CODE_BUF);
+/// Bytes of a code object a code snapshot holds at most (`PYPERF_SNAP_CODE`).
+pub const SNAP_CODE: usize = limit(types::pyperf_limits::PYPERF_SNAP_CODE);
+/// Bytes of a (qualified) name a code snapshot holds at most (`PYPERF_SNAP_NAME`).
+pub const SNAP_NAME: usize = limit(types::pyperf_limits::PYPERF_SNAP_NAME);
+/// Bytes of a file name a code snapshot holds at most (`PYPERF_SNAP_FILE`).
+pub const SNAP_FILE: usize = limit(types::pyperf_limits::PYPERF_SNAP_FILE);
+/// Bytes of a line table a code snapshot holds at most (`PYPERF_SNAP_TABLE`).
+pub const SNAP_TABLE: usize = limit(types::pyperf_limits::PYPERF_SNAP_TABLE);
 /// Bytes of the data stack read at once on 3.11+ (`PYPERF_FRAME_WINDOW`).
 pub const FRAME_WINDOW: usize = limit(types::pyperf_limits::PYPERF_FRAME_WINDOW);
 /// Bytes of 2.7's GIL semaphore (`PYPERF_SEM_SIZE`).
@@ -107,6 +115,8 @@ unsafe impl plain::Plain for types::pyperf_frame {}
 // SAFETY: as above.
 unsafe impl plain::Plain for types::pyperf_counters {}
 // SAFETY: as above.
+unsafe impl plain::Plain for types::pyperf_snap_region {}
+// SAFETY: as above.
 unsafe impl plain::Plain for types::off_cpu_entry {}
 // SAFETY: as above (five 64-bit integers).
 unsafe impl plain::Plain for regs_skel::types::pyperf_task_regs {}
@@ -119,7 +129,7 @@ const _: () = assert!(
             + USTACK_MAX
 );
 const _: () = {
-    // counters + last_wakeup, last_pid_tgid, last_ts, last_start, new_stack, busy + tbuf + gbuf + cbuf + wbuf + event: the scratch
+    // counters + last_wakeup, last_pid_tgid, last_ts, last_start, new_stack, busy + tbuf + gbuf + cbuf + wbuf + event + snap: the scratch
     // slot is what the header says it is (a field added in C without updating this fails the build).
     let s = std::mem::size_of::<types::pyperf_scratch>();
     assert!(
@@ -127,6 +137,7 @@ const _: () = {
             + 6 * 8
             + (TSTATE_BUF + GIL_BUF + CODE_BUF + FRAME_WINDOW + FRAME_BUF)
             + std::mem::size_of::<types::pyperf_event>()
+            + std::mem::size_of::<types::pyperf_code_snap>()
     );
 };
 

@@ -272,6 +272,7 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
                     status: w.status,
                     frames: &w.frames,
                     off_cpu: None,
+                    code: None,
                     kernel: &[],
                     user: copy.as_ref().map(|(sp, pc, bp, stack)| crate::sampler::UserStack {
                         ip: *pc,

@@ -331,6 +331,7 @@ impl Session {
                 .into_iter()
                 .chain(self.targets.counters().iter().map(|&(k, v)| (k.to_string(), v)))
                 .chain(self.symbolizer.thread_name_counters())
+                .chain([("code_from_snapshots".to_string(), self.symbolizer.from_snapshots())])
                 .chain(self.symbolizer.native_counters())
                 .chain(self.off_cpu.as_ref().map_or(Vec::new(), |o| {
                     vec![
@@ -623,6 +624,7 @@ impl Session {
                 // missing with --native), no kernel stack.
                 kernel: &[],
                 user: None,
+                code: None,
                 off_cpu: Some(crate::sampler::OffCpu {
                     part: OffCpuPart::Whole,
                     start_ns: e.start,
@@ -681,6 +683,10 @@ fn on_sample(
     off_cpu: Option<&mut OffCpuState>,
     s: &RawSample<'_>,
 ) {
+    if let Some(c) = &s.code {
+        symbolizer.code_snapshot(s.pid, c);
+        return;
+    }
     let status = StackStatus::from_u8(s.status);
     match (s.off_cpu, off_cpu) {
         (None, _) => {

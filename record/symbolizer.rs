@@ -25,10 +25,10 @@ use pyperf_format::Symbol;
 
 use crate::abi::{types, RawFrame};
 use crate::native::stacks::NativeStacks;
-use crate::python::code::{unresolved, CodeReader, FirstLocal, ProcMem, Resolution};
+use crate::python::code::{unresolved, CodeReader, FirstLocal, ProcMem, Resolution, Snapshot};
 use crate::python::threads::{NamedThread, ThreadNameReader, ThreadNamesError};
 use crate::python::PythonProcess;
-use crate::sampler::RawSample;
+use crate::sampler::{CodeSnap, RawSample};
 use crate::targets::procfs;
 
 /// Thread names are read at most this often per process while new threads show up in its samples.
@@ -107,6 +107,8 @@ pub struct Symbolizer {
     name_errors: u64,
     name_read_ns: u64,
     name_read_max_ns: u64,
+    /// [`CodeReader::from_snapshots`] of the processes removed.
+    from_snapshots_gone: u64,
     /// (pid, code, check, instr, class) -> symbol id, or [`HIDDEN`]: the per-frame cost after the first sight
     /// is this lookup (and on <= 3.10, for frames with an argument, the class lookup of `CodeReader::class_key`).
     frame_ids: FastMap<(u32, u64, u32, u32, u64), u32>,
@@ -168,7 +170,9 @@ impl Symbolizer {
 
     /// Stops symbolizing for a process that exited (its pid may be reused).
     pub fn remove_process(&mut self, pid: u32) {
-        self.readers.remove(&pid);
+        if let Some(r) = self.readers.remove(&pid) {
+            self.from_snapshots_gone += r.from_snapshots();
+        }
         self.threads.remove(&pid);
         self.frame_ids.retain(|k, _| k.0 != pid);
         self.versions.remove(&pid);
@@ -261,6 +265,21 @@ impl Symbolizer {
     /// Frames whose code object could not be read (shown as `[unknown code 0x...]`).
     pub fn lost_symbols(&self) -> u64 {
         self.lost_symbols
+    }
+
+    /// Keeps the program's copy of a code object of process `pid` (see [`CodeSnap`]).
+    pub fn code_snapshot(&mut self, pid: u32, c: &CodeSnap<'_>) {
+        let Some(reader) = self.readers.get_mut(&pid) else { return };
+        let mut snap = Snapshot::default();
+        for (addr, bytes) in c.regions {
+            snap.add(addr, bytes);
+        }
+        reader.add_snapshot(c.code, c.check, snap);
+    }
+
+    /// Code objects named from the program's copies, over all processes so far.
+    pub fn from_snapshots(&self) -> u64 {
+        self.readers.values().map(|r| r.from_snapshots()).sum::<u64>() + self.from_snapshots_gone
     }
 
     /// The symbol ids of `s`'s frames, root first, hidden frames left out. A symbol seen for the first time is
@@ -514,6 +533,7 @@ mod tests {
             kernel: &[],
             user: None,
             off_cpu: None,
+            code: None,
         };
         let mut sym = Symbolizer::new();
         let mut announced = 0;

@@ -167,6 +167,47 @@ pub struct CodeReader<M> {
     classes: HashMap<u64, Option<Arc<str>>>,
     /// Type object -> is it a metaclass (`cls` frames look this up per sample).
     metatypes: HashMap<u64, bool>,
+    /// (code, check) -> the program's copy, until the code object is first resolved.
+    snapshots: HashMap<(u64, u32), Snapshot>,
+    from_snapshots: u64,
+}
+
+/// Most code snapshots kept waiting for their sample.
+const MAX_SNAPSHOTS: usize = 4096;
+
+/// A code object and the objects it names, as the BPF program copied them at a sample (`struct pyperf_code_snap`):
+/// regions of the target's memory at that instant. Reads outside them fail: nothing else of the process is known
+/// from that instant.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    regions: Vec<(u64, Vec<u8>)>,
+}
+
+impl Snapshot {
+    /// Adds `bytes` copied from `addr`.
+    pub fn add(&mut self, addr: u64, bytes: &[u8]) {
+        if addr != 0 && !bytes.is_empty() {
+            self.regions.push((addr, bytes.to_vec()));
+        }
+    }
+}
+
+impl ReadMem for Snapshot {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+        if buf.is_empty() {
+            return true;
+        }
+        self.regions.iter().any(|(start, bytes)| {
+            let Some(off) = addr.checked_sub(*start).and_then(|o| usize::try_from(o).ok()) else { return false };
+            match bytes.get(off..).and_then(|b| b.get(..buf.len())) {
+                Some(src) => {
+                    buf.copy_from_slice(src);
+                    true
+                }
+                None => false,
+            }
+        })
+    }
 }
 
 impl<M: ReadMem> CodeReader<M> {
@@ -184,12 +225,32 @@ impl<M: ReadMem> CodeReader<M> {
             cache: HashMap::new(),
             classes: HashMap::new(),
             metatypes: HashMap::new(),
+            snapshots: HashMap::new(),
+            from_snapshots: 0,
         }
     }
 
     /// Number of distinct code objects seen.
     pub fn cached(&self) -> usize {
         self.cache.len()
+    }
+
+    /// Keeps the program's copy of a code object (a `PYPERF_EVENT_CODE` record, just before the sample that holds
+    /// it), for when the object is gone by the time it is read.
+    pub fn add_snapshot(&mut self, code: u64, check: u32, snapshot: Snapshot) {
+        if self.cache.contains_key(&(code, check)) {
+            return;
+        }
+        // Each is taken by the sample that follows it; a bound for those whose sample never came (ring full).
+        if self.snapshots.len() >= MAX_SNAPSHOTS {
+            self.snapshots.clear();
+        }
+        self.snapshots.insert((code, check), snapshot);
+    }
+
+    /// Code objects named from the program's copy (they were gone when read).
+    pub fn from_snapshots(&self) -> u64 {
+        self.from_snapshots
     }
 
     /// Resolves one frame: the code object at `code` (whose check word BPF computed as `check`), executing
@@ -239,7 +300,14 @@ impl<M: ReadMem> CodeReader<M> {
         match self.cache.get(&(code, check)) {
             Some(hit) => hit.clone(),
             None => {
-                let info = self.read_code(code, check).map(Arc::new);
+                // The live object, else the copy the program took at the sample (the object freed since).
+                let snap = self.snapshots.remove(&(code, check));
+                let mut info = self.read_code(&self.mem, code, check);
+                if info.is_none() {
+                    info = snap.and_then(|snap| self.read_code(&snap, code, check));
+                    self.from_snapshots += u64::from(info.is_some());
+                }
+                let info = info.map(Arc::new);
                 self.cache.insert((code, check), info.clone());
                 info
             }
@@ -312,11 +380,11 @@ impl<M: ReadMem> CodeReader<M> {
         linetable::instr_byte_offset(self.row.instr, instr, self.layout.code_code.max(0) as u32)
     }
 
-    fn read_code(&self, code: u64, check: u32) -> Option<CodeInfo> {
+    fn read_code<R: ReadMem>(&self, mem: &R, code: u64, check: u32) -> Option<CodeInfo> {
         let l = self.layout;
         let size = usize::try_from(l.code_size).ok()?;
         let mut obj = vec![0u8; size];
-        if code == 0 || !self.mem.read(code, &mut obj) {
+        if code == 0 || !mem.read(code, &mut obj) {
             return None;
         }
         // Freed and replaced since the sample was taken? Then its name would be someone else's: the object
@@ -331,11 +399,11 @@ impl<M: ReadMem> CodeReader<M> {
             return None;
         }
         let mut flags = 0;
-        let (name, cut) = self.read_str(name_ptr, MAX_NAME_BYTES)?;
+        let (name, cut) = objects::read_str(mem, self.row, name_ptr, MAX_NAME_BYTES)?;
         if cut {
             flags |= symbol_flags::NAME_CUT;
         }
-        let (file, cut) = self.read_str(file_ptr, MAX_FILE_BYTES)?;
+        let (file, cut) = objects::read_str(mem, self.row, file_ptr, MAX_FILE_BYTES)?;
         if cut {
             flags |= symbol_flags::FILE_CUT;
         }
@@ -343,7 +411,7 @@ impl<M: ReadMem> CodeReader<M> {
         let scope = match field_ptr(&obj, l.code_qualname) {
             Some(q) => {
                 // Long enough for the scope of a name cut at MAX_NAME_BYTES; the scope itself is cut there.
-                let (qualname, cut) = self.read_str(q, 2 * MAX_NAME_BYTES + 1)?;
+                let (qualname, cut) = objects::read_str(mem, self.row, q, 2 * MAX_NAME_BYTES + 1)?;
                 let scope =
                     if cut { String::new() } else { scope_of(&qualname, &name, flags & symbol_flags::NAME_CUT != 0) };
                 let (scope, scope_cut) = cut_str(scope, MAX_NAME_BYTES);
@@ -354,26 +422,28 @@ impl<M: ReadMem> CodeReader<M> {
             }
             None => {
                 if field_i32(&obj, l.code_argcount).is_some_and(|n| n >= 1) {
-                    receiver = self.receiver(&obj);
+                    receiver = self.receiver(mem, &obj);
                 }
                 String::new()
             }
         };
         let first_traceable = self.first_traceable.and_then(|o| field_i32(&obj, o)).map(|n| n.max(0) as u32);
-        let table = field_ptr(&obj, l.code_linetable).and_then(|p| self.read_bytes(p, 1 << 20)).unwrap_or_default();
+        let table = field_ptr(&obj, l.code_linetable)
+            .and_then(|p| objects::read_bytes(mem, self.layout, p, 1 << 20))
+            .unwrap_or_default();
         Some(CodeInfo { scope, name, file, first_line, flags, receiver, first_traceable, table })
     }
 
     /// `co_varnames[0]` of a code object taking at least one argument: `self`, `cls` or something else.
-    fn receiver(&self, obj: &[u8]) -> Receiver {
+    fn receiver<R: ReadMem>(&self, mem: &R, obj: &[u8]) -> Receiver {
         let l = self.layout;
         let first = field_ptr(obj, l.code_varnames)
             .and_then(|t| {
                 let mut n = [0u8; 8];
-                let len = self.mem.read(at(t, l.bytes_size)?, &mut n).then(|| i64::from_le_bytes(n))?;
-                (len >= 1).then(|| self.read_u64(at(t, l.tuple_item)?))?
+                let len = mem.read(at(t, l.bytes_size)?, &mut n).then(|| i64::from_le_bytes(n))?;
+                (len >= 1).then(|| read_u64(mem, at(t, l.tuple_item)?))?
             })
-            .and_then(|v| self.read_str(v, 8));
+            .and_then(|v| objects::read_str(mem, self.row, v, 8));
         match first {
             Some((s, false)) if s == "self" => Receiver::SelfArg,
             Some((s, false)) if s == "cls" => Receiver::ClsArg,
@@ -382,14 +452,16 @@ impl<M: ReadMem> CodeReader<M> {
     }
 
     /// Reads a str ([`objects::read_str`]): the text and whether it was cut at `max` bytes.
+    #[cfg(test)]
     fn read_str(&self, obj: u64, max: usize) -> Option<(String, bool)> {
         objects::read_str(&self.mem, self.row, obj, max)
     }
+}
 
-    /// Reads a bytes object's content ([`objects::read_bytes`]), at most `max` bytes.
-    fn read_bytes(&self, obj: u64, max: usize) -> Option<Vec<u8>> {
-        objects::read_bytes(&self.mem, self.layout, obj, max)
-    }
+/// A little-endian u64 at `addr`.
+fn read_u64<R: ReadMem>(mem: &R, addr: u64) -> Option<u64> {
+    let mut b = [0u8; 8];
+    mem.read(addr, &mut b).then(|| u64::from_le_bytes(b))
 }
 
 /// The symbol shown when a code object cannot be read: named by address so that distinct ones stay distinct,
@@ -757,6 +829,63 @@ mod tests {
         let s = frame(r.resolve(lc.addr, at, lc.check, FirstLocal::NONE));
         assert_eq!((s.scope.as_str(), s.name.len(), s.file.len()), ("Cls", MAX_NAME_BYTES, MAX_FILE_BYTES));
         assert_eq!(s.flags, symbol_flags::NAME_CUT | symbol_flags::FILE_CUT);
+    }
+
+    /// A code object freed before the recorder reads it is named from the program's copy, for its own check word
+    /// only; a copy never names another code object, and one missing leaves the frame lost.
+    #[test]
+    fn freed_code_is_named_from_its_snapshot() {
+        for v in [(2, 7), (3, 9), (3, 12), (3, 14)] {
+            let row = row_for(v.0, v.1).unwrap();
+            let l = row.layout;
+            // The first instruction (3.11+ hide a frame that has not started).
+            let at = if v >= (3, 11) { l.code_code as u32 } else { 0 };
+            let mut live = Mem::new();
+            let code_type = live.put(vec![0u8; 64]);
+            let c = code(&mut live, l, code_type, "gone", "/gone.py", 3, (0, "x"));
+            // What the program copies: the code object and the first bytes of the objects it names.
+            let obj = |m: &Mem, addr: u64, n: usize| m.regions[&addr][..n].to_vec();
+            let ptr = |m: &Mem, off: i32| {
+                u64::from_le_bytes(m.regions[&c.addr][off as usize..off as usize + 8].try_into().unwrap())
+            };
+            let snapshot = |m: &Mem| {
+                let mut snap = Snapshot::default();
+                snap.add(c.addr, &obj(m, c.addr, l.code_size as usize));
+                let mut fields = vec![l.code_name, l.code_filename, l.code_linetable];
+                if l.code_qualname >= 0 {
+                    fields.push(l.code_qualname);
+                }
+                for off in fields {
+                    let p = ptr(m, off);
+                    snap.add(p, &obj(m, p, 256));
+                }
+                snap
+            };
+            // The process's memory now: the code object is gone.
+            let freed = Mem::new();
+            let mut r = CodeReader::new(&freed, row, Some(code_type));
+            r.add_snapshot(c.addr, c.check ^ 1, snapshot(&live));
+            assert_eq!(
+                r.resolve(c.addr, at, c.check, FirstLocal::NONE),
+                Resolution::Lost,
+                "{v:?}: another check's copy"
+            );
+
+            let mut r = CodeReader::new(&freed, row, Some(code_type));
+            r.add_snapshot(c.addr, c.check, snapshot(&live));
+            let s = frame(r.resolve(c.addr, at, c.check, FirstLocal::NONE));
+            assert_eq!((s.name.as_str(), s.file.as_str(), s.line), ("gone", "/gone.py", 3), "{v:?}");
+            assert_eq!(r.from_snapshots(), 1);
+            // Cached: the copy was used once and dropped.
+            assert!(r.snapshots.is_empty());
+            assert_eq!(frame(r.resolve(c.addr, at, c.check, FirstLocal::NONE)).name, "gone");
+
+            // Alive: the live object is read, the copy is not needed.
+            let mut r = CodeReader::new(&live, row, Some(code_type));
+            r.add_snapshot(c.addr, c.check, snapshot(&live));
+            assert_eq!(frame(r.resolve(c.addr, at, c.check, FirstLocal::NONE)).name, "gone");
+            assert_eq!(r.from_snapshots(), 0, "{v:?}");
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ const TSTATE_BUF: i32 = abi::TSTATE_BUF as i32;
 const FRAME_BUF: i32 = abi::FRAME_BUF as i32;
 const GIL_BUF: i32 = abi::GIL_BUF as i32;
 const CODE_BUF: i32 = abi::CODE_BUF as i32;
+const SNAP_CODE: i32 = abi::SNAP_CODE as i32;
 
 /// `sizeof(struct _gil_runtime_state)` on x86-64 glibc, 3.7-3.13 (gdb on the pyenv builds: 208; `cond` at 0x20,
 /// `switch_mutex` at 0xa8), the layout 3.14 and 3.15 keep.
@@ -250,7 +251,15 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool) -> Result<ProcConfig, C
             tstate_base_frame: s16(l.tstate_base_frame)?,
             tstate_gil_requested: s16(l.tstate_gil_requested)?,
             frame_is_entry: s16(l.frame_is_entry)?,
-            _pad: [0; 3],
+            // Code snapshots need the whole object user space reads (CodeReader reads code_size bytes).
+            snap_code_size: if (1..=SNAP_CODE).contains(&l.code_size) { l.code_size as u16 } else { 0 },
+            code_name: s16(l.code_name)?,
+            code_qualname: s16(l.code_qualname)?,
+            code_filename: s16(l.code_filename)?,
+            code_linetable: s16(l.code_linetable)?,
+            bytes_size: s16(l.bytes_size)?,
+            bytes_data: s16(l.bytes_data)?,
+            _pad: [0; 4],
         },
     })
 }

@@ -30,7 +30,7 @@ use crate::abi::skel::{PyperfSkel, PyperfSkelBuilder};
 use crate::abi::{self, types, ProcConfig};
 use ring::{Callback, CallbackGuard, Shared};
 
-pub use ring::{OffCpu, OffCpuPart, RawSample, UserStack};
+pub use ring::{CodeSnap, OffCpu, OffCpuPart, RawSample, UserStack};
 
 /// How often [`Sampler::poll`] takes the ring while samples flow (`PYPERF_POLL_NS`). Samples that may hold a
 /// code object not read yet (a new stack) wake it sooner, within `PYPERF_WAKEUP_NS` (2 ms).
@@ -155,6 +155,10 @@ pub struct Counters {
     /// `--kernel --off-cpu`: intervals in a system call written without the kernel stack of their block (not
     /// taken, or evicted; or the thread blocked before it was followed).
     pub off_kstack_lost: u64,
+    /// Code snapshots sent (the code objects new stacks held).
+    pub code_snaps: u64,
+    /// Code snapshots not sent (the code object unreadable, the ring full).
+    pub code_snap_failed: u64,
 }
 
 impl Counters {
@@ -186,6 +190,8 @@ impl Counters {
             ("bpf_ustack_failed", self.ustack_failed),
             ("bpf_kernel_stacks", self.kernel_stacks),
             ("bpf_off_cpu_kstack_lost", self.off_kstack_lost),
+            ("bpf_code_snaps", self.code_snaps),
+            ("bpf_code_snap_failed", self.code_snap_failed),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -661,6 +667,8 @@ impl Sampler {
             c.ustack_failed += pc.ustack_failed;
             c.kernel_stacks += pc.kernel_stacks;
             c.off_kstack_lost += pc.off_kstack_lost;
+            c.code_snaps += pc.code_snaps;
+            c.code_snap_failed += pc.code_snap_failed;
         }
         c
     }

@@ -37,6 +37,20 @@ pub struct RawSample<'a> {
     /// `--native`: the user registers and the copy of the user stack from `sp` up. `None` without `--native` (or
     /// when the registers could not be read).
     pub user: Option<UserStack<'a>>,
+    /// `Some`: not a sample but a code object's snapshot (`PYPERF_EVENT_CODE`), for the samples after it.
+    pub code: Option<CodeSnap<'a>>,
+}
+
+/// A code object as the program copied it the first time a stack held it (`struct pyperf_code_snap`).
+#[derive(Debug, Clone, Copy)]
+pub struct CodeSnap<'a> {
+    /// Its address, as in the frames.
+    pub code: u64,
+    /// Its check word, as in the frames.
+    pub check: u32,
+    /// (address, bytes) of the code object, its name, qualified name, file name and line table; empty when not
+    /// copied.
+    pub regions: [(u64, &'a [u8]); 5],
 }
 
 /// The user-space state of a thread at a sample (`--native`): where it was and the bytes of its stack, for the
@@ -118,6 +132,33 @@ impl Shared {
             self.malformed.set(self.malformed.get() + 1);
             return;
         };
+        if u32::from(h.kind) == types::pyperf_event_kind::PYPERF_EVENT_CODE.0 {
+            let Some(code) = code_snap(data) else {
+                self.malformed.set(self.malformed.get() + 1);
+                return;
+            };
+            let sample = RawSample {
+                pid: h.pid,
+                tid: h.tid,
+                cpu: h.cpu,
+                time_ns: h.ktime,
+                comm: [0; 16],
+                thread_state: 0,
+                gil: 0,
+                pthread_id: 0,
+                status: 0,
+                frames: &[],
+                off_cpu: None,
+                kernel: &[],
+                user: None,
+                code: Some(code),
+            };
+            if let Some(callback) = self.callback.get() {
+                // SAFETY: as below.
+                unsafe { (*callback)(&sample) };
+            }
+            return;
+        }
         let Some((frames, kernel, user)) = parts(h, data, hsize) else {
             self.malformed.set(self.malformed.get() + 1);
             return;
@@ -149,6 +190,7 @@ impl Shared {
             }),
             kernel,
             user,
+            code: None,
         };
         if let Some(callback) = self.callback.get() {
             // SAFETY: set by `poll` from a live `&mut dyn FnMut` and cleared before it returns;
@@ -259,5 +301,73 @@ mod tests {
             let r = record(nframes, nkernel, ustack, true);
             assert!(parse(&r, r.len()).is_none());
         }
+    }
+}
+
+/// The parts of a `struct pyperf_code_snap` record; `None` if it is malformed.
+fn code_snap(data: &[u8]) -> Option<CodeSnap<'_>> {
+    use std::mem::offset_of;
+    type S = types::pyperf_code_snap;
+    let u64_at = |o: usize| data.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
+    let u32_at = |o: usize| data.get(o..o + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap_or_default()));
+    let code = u64_at(offset_of!(S, code))?;
+    let check = u32_at(offset_of!(S, check))?;
+    let starts = [
+        offset_of!(S, code_obj),
+        offset_of!(S, name),
+        offset_of!(S, qualname),
+        offset_of!(S, file),
+        offset_of!(S, table),
+    ];
+    let caps = [abi::SNAP_CODE, abi::SNAP_NAME, abi::SNAP_NAME, abi::SNAP_FILE, abi::SNAP_TABLE];
+    let region = std::mem::size_of::<types::pyperf_snap_region>();
+    let mut regions: [(u64, &[u8]); 5] = [(0, &[]); 5];
+    for (i, r) in regions.iter_mut().enumerate() {
+        let at = offset_of!(S, regions) + i * region;
+        let addr = u64_at(at)?;
+        let len = u32_at(at + 8)? as usize;
+        if len > caps[i] {
+            return None;
+        }
+        *r = (addr, data.get(starts[i]..starts[i] + len)?);
+    }
+    Some(CodeSnap { code, check, regions })
+}
+
+#[cfg(test)]
+mod snap_tests {
+    use super::*;
+    use std::mem::offset_of;
+
+    type S = types::pyperf_code_snap;
+
+    fn record(table_len: usize, lens: [u32; 5]) -> Vec<u8> {
+        let mut data = vec![0u8; offset_of!(S, table) + table_len];
+        data[offset_of!(S, code)..][..8].copy_from_slice(&0x1000u64.to_le_bytes());
+        data[offset_of!(S, check)..][..4].copy_from_slice(&77u32.to_le_bytes());
+        let region = std::mem::size_of::<types::pyperf_snap_region>();
+        for (i, len) in lens.iter().enumerate() {
+            let at = offset_of!(S, regions) + i * region;
+            data[at..][..8].copy_from_slice(&(0x1000u64 * (i as u64 + 1)).to_le_bytes());
+            data[at + 8..][..4].copy_from_slice(&len.to_le_bytes());
+        }
+        data[offset_of!(S, name)] = b'n';
+        data[offset_of!(S, table)] = b't';
+        data
+    }
+
+    #[test]
+    fn code_snapshots_parse_and_lengths_are_checked() {
+        let good = record(10, [200, 5, 0, 9, 10]);
+        let c = code_snap(&good).expect("well-formed");
+        assert_eq!((c.code, c.check), (0x1000, 77));
+        assert_eq!(c.regions[0].1.len(), 200);
+        assert_eq!((c.regions[1].0, c.regions[1].1), (0x2000, &b"n\0\0\0\0"[..]));
+        assert!(c.regions[2].1.is_empty());
+        assert_eq!(c.regions[4].1.first(), Some(&b't'));
+        // The table longer than the record, or a region longer than its field: malformed, not read past.
+        assert!(code_snap(&record(10, [200, 5, 0, 9, 11])).is_none());
+        assert!(code_snap(&record(10, [abi::SNAP_CODE as u32 + 1, 5, 0, 9, 10])).is_none());
+        assert!(code_snap(&good[..20]).is_none());
     }
 }

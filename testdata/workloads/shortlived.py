@@ -1,0 +1,23 @@
+# Code objects that live a few milliseconds (tests/symbols.rs): each round compiles a small module, runs it (its
+# function burns the CPU for ROUND_MS) and drops it, so its code objects are freed right after. Then it exits at
+# once. A profiler that reads code objects after the sample finds most of them gone.
+# Usage: shortlived.py [ROUNDS] [ROUND_MS]    (Python 2.7 and 3.x)
+import sys
+import time
+
+
+def burn(seconds):
+    end = time.time() + seconds
+    while time.time() < end:
+        pass
+
+
+def main():
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 40
+    ms = float(sys.argv[2]) if len(sys.argv) > 2 else 10.0
+    for i in range(rounds):
+        src = "def gen_%d(burn):\n    burn(%r)\n\ngen_%d(burn)\n" % (i, ms / 1000.0, i)
+        exec(compile(src, "gen_%d.py" % i, "exec"), {"burn": burn})
+
+
+main()

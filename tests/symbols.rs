@@ -1,0 +1,104 @@
+//! No lost symbols (issue #18): code objects that lived only a few milliseconds are named in the recording, on
+//! every supported CPython (testdata/interpreters). Needs root (loads the real BPF program).
+//!
+//! `testdata/workloads/shortlived.py 40 10` compiles, runs and drops 40 small modules, each with a function
+//! `gen_I` (file `gen_I.py`) that burns 10 ms of CPU in the long-lived `burn`, then exits at once. Their code
+//! objects are freed right after their round, often before the recorder's next look at the ring (it polls every
+//! 20 ms) and certainly before it could read those of the last rounds (the process is gone). The BPF program copies
+//! each code object a new stack holds (`PYPERF_EVENT_CODE`) and the recorder names a freed one from that copy.
+//! Checked:
+//! - not one `[unknown code ...]` frame in the whole recording;
+//! - every sample in a `gen_I` has exactly the stack `<module> (main script); main; <module> (gen_I.py); gen_I
+//!   (gen_I.py:2); burn`, file names and lines included: a copy may be used only for its own code object;
+//! - at least 30 of the 40 rounds are in the samples (each is ~10 samples at 999 Hz).
+//!
+//! Without the copies, this recording lost 2-8 symbols on 2.7 and 3.11 (pyenv) in each of two runs, none on 3.12:
+//! how many are lost depends on how soon the recorder reads, which is why every version is run.
+
+mod common;
+
+use common::*;
+
+fn short_lived_code_is_named(name: &str) {
+    let _g = serial();
+    let python = interpreter(name);
+    let (_dir, out) = scratch("short.pyp");
+    let o = run(pyperf()
+        .args(["record", "-F", "999", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&python)
+        .arg(workload("shortlived.py"))
+        .args(["40", "10"]));
+    assert!(o.status.success(), "pyperf record failed: {:?}", o.status);
+    let rec = read(&out);
+    let script = workload("shortlived.py");
+    let script = script.to_str().expect("UTF-8 path");
+
+    let unknown: Vec<&S> =
+        rec.samples.iter().filter(|s| s.names.iter().any(|n| n.starts_with("[unknown code"))).collect();
+    assert!(
+        unknown.is_empty(),
+        "{name}: {} samples with unknown code frames, e.g. {:?}",
+        unknown.len(),
+        unknown[0].frames
+    );
+
+    let mut rounds = std::collections::BTreeSet::new();
+    for s in &rec.samples {
+        let Some(at) = s.names.iter().position(|n| n.starts_with("gen_")) else { continue };
+        let gen = &s.names[at];
+        let i: u32 =
+            gen["gen_".len()..].parse().unwrap_or_else(|_| panic!("{name}: odd frame {gen:?} in {:?}", s.frames));
+        let file = format!("gen_{i}.py");
+        // Root to leaf; the module frames of older versions are `<module>` too.
+        let want: Vec<(String, String, Option<u32>)> = vec![
+            ("<module>".into(), script.into(), None),
+            ("main".into(), script.into(), None),
+            ("<module>".into(), file.clone(), Some(4)),
+            (gen.clone(), file.clone(), Some(2)),
+            ("burn".into(), script.into(), None),
+        ];
+        let got: Vec<(String, String, u32)> = s.frames.iter().take(5).cloned().collect();
+        let ok = s.frames.len() >= 5
+            && s.frames.len() <= 6 // burn may have called time.time (a C function: no frame) or be the leaf
+            && want.iter().zip(&got).all(|(w, g)| w.0 == g.0 && w.1 == g.1 && w.2.is_none_or(|l| l == g.2));
+        assert!(ok, "{name}: sample in {gen}: want {want:?}, got {:?}", s.frames);
+        rounds.insert(i);
+    }
+    assert!(rounds.len() >= 30, "{name}: only {} of 40 rounds in the samples: {rounds:?}", rounds.len());
+
+    // How many frames only the copies could name: it depends on how fast the recorder was (see the module doc), so
+    // it is shown, not checked; record/python/code.rs tests the fallback itself.
+    let stats = rec.tables.stats.as_ref().expect("trailer");
+    let from = stats.counters.iter().find(|(k, _)| k == "code_from_snapshots").map(|(_, v)| *v);
+    assert!(from.is_some(), "{name}: no code_from_snapshots counter: {:?}", stats.counters);
+    eprintln!("{name}: {} rounds, code_from_snapshots {from:?}", rounds.len());
+}
+
+macro_rules! per_interpreter {
+    ($($test:ident => $name:literal),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                short_lived_code_is_named($name);
+            }
+        )*
+    };
+}
+
+per_interpreter! {
+    short_lived_2_7 => "2.7.18",
+    short_lived_3_6 => "3.6.15",
+    short_lived_3_7 => "3.7.16",
+    short_lived_3_8 => "3.8.18",
+    short_lived_3_9 => "3.9.18",
+    short_lived_3_10 => "3.10.13",
+    short_lived_3_11 => "3.11.7",
+    short_lived_3_12 => "3.12.1",
+    short_lived_3_13 => "3.13.0",
+    short_lived_debian_3_11 => "debian-3.11",
+    short_lived_sid_3_13 => "sid-3.13",
+    short_lived_sid_3_14 => "sid-3.14",
+    short_lived_sid_3_15 => "sid-3.15",
+}
