@@ -1023,6 +1023,13 @@ __noinline int pyperf_snap_code(const struct py_proc *proc, struct pyperf_scratc
 	/* (Bounded again here: the verifier does not carry the bound through the stores above.) */
 	if (size > PYPERF_SNAP_TABLE)
 		size = PYPERF_SNAP_TABLE;
+	/* Samples first: a copy that would leave less than three quarters of the ring free is not sent (counted; a
+	 * later new stack with this code object tries again). */
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) + offsetof(struct pyperf_code_snap, table) + size >
+	    bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 4) {
+		s->counters.code_snap_failed++;
+		return 0;
+	}
 	if (bpf_ringbuf_output(&events, c, offsetof(struct pyperf_code_snap, table) + size, BPF_RB_NO_WAKEUP)) {
 		s->counters.code_snap_failed++;
 		return 0;

@@ -200,6 +200,8 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
         off_cpu_min_ns,
         native: args.native,
         kernel: args.kernel,
+        // -p and a command: per-task events; -a and -G: every CPU.
+        per_task: !args.all && args.cgroup.is_none(),
         ustack_bytes: args.native_stack_kib * 1024,
     })
     .context("cannot start sampling")?;
@@ -214,7 +216,10 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     signals::install();
     let targets = match targets {
         Some(t) => t,
-        None => Targets::workload(Workload::spawn(&args.command)?),
+        None => {
+            sampler.follow_next_exec().context("cannot start sampling")?;
+            Targets::workload(Workload::spawn(&args.command)?)
+        }
     };
 
     let header = session::header(&args.command, event, rate);

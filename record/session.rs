@@ -528,6 +528,9 @@ impl Session {
             self.sampler.clear_off_cpu(p.pid);
         }
         self.sampler.add_process(p.pid, &config).with_context(|| format!("cannot profile process {}", p.pid))?;
+        if self.targets.per_thread_events() {
+            self.sampler.follow_threads(p.pid).with_context(|| format!("cannot profile process {}", p.pid))?;
+        }
         self.symbolizer.add_process(p).with_context(|| format!("cannot read the memory of process {}", p.pid))?;
         if let Some(o) = &mut self.off_cpu {
             o.processes.insert(p.pid, (p.clone(), config, ns.clone()));

@@ -14,6 +14,7 @@ pub mod regs;
 mod ring;
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::io;
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
@@ -79,6 +80,10 @@ pub struct SamplerOptions {
     /// `record --kernel`: each record of a thread in the kernel carries its kernel stack ([`RawSample::kernel`]); an
     /// off-CPU interval in a system call, where it blocked.
     pub kernel: bool,
+    /// Sample only chosen threads, with per-task events ([`Sampler::follow_threads`], [`Sampler::follow_next_exec`])
+    /// that follow their new threads and children (`inherit`), as `perf record -p` does: a CPU that runs none of
+    /// them takes no sampling interrupt. Otherwise (`-a`, `-G`) one event per CPU.
+    pub per_task: bool,
     /// With `native`: most bytes of user stack copied per record, rounded up to 8, at most [`abi::USTACK_MAX`]. The
     /// copy ends earlier at the top of the thread's stack when the program can tell where that is (glibc threads,
     /// the main thread).
@@ -94,6 +99,7 @@ impl Default for SamplerOptions {
             off_cpu_min_ns: None,
             native: false,
             kernel: false,
+            per_task: false,
             ustack_bytes: DEFAULT_USTACK_BYTES,
         }
     }
@@ -225,11 +231,11 @@ pub enum BpfError {
     #[error("hardware cycle counter unavailable (no PMU, e.g. in a VM): use the cpu-clock event")]
     /// `-e cycles` without a PMU.
     NoHardwareEvent,
-    /// Opening the perf event of a CPU failed.
-    #[error("cannot open the perf event on CPU {cpu} (perf_event_open: {reason}){}", hint_text(hint))]
+    /// Opening a perf event failed.
+    #[error("cannot open the perf event {cpu} (perf_event_open: {reason}){}", hint_text(hint))]
     PerfEvent {
-        /// The CPU.
-        cpu: u32,
+        /// What it was for.
+        cpu: perf::On,
         /// Why (not a `source`: the message says it once).
         reason: io::Error,
         /// What to do about it, if pyperf can tell.
@@ -323,7 +329,8 @@ impl Drop for Storage {
 /// Everything that borrows [`Storage`]. Fields drop in order: links (with their perf events),
 /// ring buffer, skeleton.
 struct Loaded {
-    links: Vec<Link>,
+    /// Held for their effect: dropping a link detaches the program.
+    _links: Vec<Link>,
     ring: RingBuffer<'static>,
     shared: Rc<Shared>,
     stats_fd: Option<OwnedFd>,
@@ -336,6 +343,12 @@ pub struct Sampler {
     cpus_possible: usize,
     /// Perf events the sampling program is attached to (one per online CPU).
     cpus_attached: usize,
+    /// `--off-cpu`: the scheduler programs are attached.
+    off_cpu: bool,
+    event: SampleEvent,
+    rate: Rate,
+    /// Per-task events (see [`SamplerOptions::per_task`]) by process, with their thread (0: the command's).
+    task_links: HashMap<u32, Vec<(u32, Link)>>,
     /// What the program's `consumer_polling` says: we take the ring every [`POLL_INTERVAL`] on our own timer.
     polling: bool,
     /// Consecutive polls that found nothing.
@@ -347,6 +360,8 @@ pub struct Sampler {
 
 impl Drop for Sampler {
     fn drop(&mut self) {
+        // The per-task events' links before the program they attach.
+        self.task_links.clear();
         // SAFETY: dropped once, here, before `_storage` (a field, dropped after this body).
         unsafe { ManuallyDrop::drop(&mut self.inner) }
     }
@@ -419,8 +434,9 @@ impl Sampler {
         let ring = rb.build().map_err(bpf_err("setting up the ring buffer"))?;
 
         let mut links = Vec::new();
-        for cpu in perf::online_cpus()? {
-            let fd = match perf::open_perf_event(opts.event, opts.rate, cpu) {
+        let cpus = if opts.per_task { Vec::new() } else { perf::online_cpus()? };
+        for cpu in cpus {
+            let fd = match perf::open_perf_event(opts.event, opts.rate, perf::On::Cpu(cpu)) {
                 Ok(fd) => fd,
                 // Went offline between reading the list and opening.
                 Err(BpfError::PerfEvent { reason, .. }) if reason.raw_os_error() == Some(libc::ENODEV) => continue,
@@ -443,8 +459,73 @@ impl Sampler {
         }
         let wake = epoll_with(ring.epoll_fd(), libc::EPOLLIN as u32)
             .map_err(|source| BpfError::Io { what: "setting up the ring buffer's wakeups", source })?;
-        let inner = ManuallyDrop::new(Loaded { links, ring, shared, stats_fd: None, skel });
-        Ok(Sampler { inner, cpus_possible, cpus_attached, polling: false, idle_rounds: 0, wake, _storage: storage })
+        let inner = ManuallyDrop::new(Loaded { _links: links, ring, shared, stats_fd: None, skel });
+        Ok(Sampler {
+            inner,
+            cpus_possible,
+            cpus_attached,
+            off_cpu,
+            event: opts.event,
+            rate: opts.rate,
+            task_links: HashMap::new(),
+            polling: false,
+            idle_rounds: 0,
+            wake,
+            _storage: storage,
+        })
+    }
+
+    /// With [`SamplerOptions::per_task`]: samples the program that the next command this thread starts executes,
+    /// and its threads and children (an event on this thread, off, that its children inherit and that turns on in
+    /// the one that calls execve; pyperf's own threads keep it off). Call it just before starting the command.
+    pub fn follow_next_exec(&mut self) -> Result<(), BpfError> {
+        self.attach_task(0, perf::On::Exec)
+    }
+
+    /// With [`SamplerOptions::per_task`]: samples the threads of process `pid` that exist now, and those they start
+    /// (inherited events). Threads that ended meanwhile are skipped.
+    pub fn follow_threads(&mut self, pid: u32) -> Result<(), BpfError> {
+        let mut done: Vec<u32> =
+            self.task_links.get(&pid).map(|v| v.iter().map(|(t, _)| *t).collect()).unwrap_or_default();
+        // Listed again until nothing is new: a thread started between the listing and the opening of its parent's
+        // event inherits nothing.
+        for _ in 0..8 {
+            let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Ok(()) };
+            let tids: Vec<u32> =
+                dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).filter(|t| !done.contains(t)).collect();
+            if tids.is_empty() {
+                break;
+            }
+            for tid in tids {
+                match self.attach_task(pid, perf::On::Thread(tid)) {
+                    Ok(()) => {}
+                    // Ended since the listing.
+                    Err(BpfError::PerfEvent { reason, .. }) if reason.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(e) => return Err(e),
+                }
+                done.push(tid);
+            }
+        }
+        Ok(())
+    }
+
+    fn attach_task(&mut self, pid: u32, on: perf::On) -> Result<(), BpfError> {
+        let fd = perf::open_perf_event(self.event, self.rate, on)?;
+        let link = self
+            .inner
+            .skel
+            .progs
+            .pyperf_sample
+            .attach_perf_event(fd.as_raw_fd())
+            .map_err(bpf_err("attaching to the perf event"))?;
+        // The link owns the perf event fd now: libbpf closes it when the link is destroyed.
+        let _ = fd.into_raw_fd();
+        let tid = match on {
+            perf::On::Thread(t) => t,
+            _ => 0,
+        };
+        self.task_links.entry(pid).or_default().push((tid, link));
+        Ok(())
     }
 
     /// Makes [`Sampler::poll`] return early, once, when `fd` becomes readable (a pidfd: the command pyperf
@@ -496,6 +577,8 @@ impl Sampler {
 
     /// Stops sampling `pid` (no error if it was not registered).
     pub fn remove_process(&mut self, pid: u32) {
+        // Its threads' events (the command's stays: its other descendants may still run).
+        self.task_links.remove(&pid);
         // A pid beyond the bitmap was never added.
         let _ = self.set_followed(pid, false);
         let _ = self.inner.skel.maps.procs.delete(&pid.to_ne_bytes());
@@ -639,7 +722,7 @@ impl Sampler {
     pub fn counters(&self) -> Counters {
         let mut c = Counters { malformed: self.inner.shared.malformed.get(), ..Counters::default() };
         // A scratch slot per CPU, two with --off-cpu (samples, off-CPU records); the counters are their first bytes.
-        let slots = if self.cpus_attached == self.inner.links.len() { 1 } else { 2 };
+        let slots = if self.off_cpu { 2 } else { 1 };
         for cpu in 0..(slots * self.cpus_possible) as u32 {
             let Ok(Some(v)) = self.inner.skel.maps.scratch.lookup(&cpu.to_ne_bytes(), MapFlags::ANY) else { continue };
             let Ok(pc) = plain::from_bytes::<types::pyperf_counters>(&v) else { continue };
@@ -711,7 +794,7 @@ impl Sampler {
     /// `(program, run_time_ns, run_cnt)` of the `--off-cpu` programs (sched_switch, sched_wakeup,
     /// sys_exit), under the same conditions as [`Sampler::bpf_stats`]; empty without `--off-cpu`.
     pub fn off_cpu_bpf_stats(&self) -> Vec<(&'static str, u64, u64)> {
-        if self.bpf_stats().is_none() || self.inner.links.len() == self.cpus_attached {
+        if self.bpf_stats().is_none() || !self.off_cpu {
             return Vec::new();
         }
         let progs = &self.inner.skel.progs;
@@ -725,7 +808,7 @@ impl Sampler {
         .collect()
     }
 
-    /// Number of perf events (one per online CPU) the program is attached to.
+    /// Number of per-CPU perf events the program is attached to (0 with [`SamplerOptions::per_task`]).
     pub fn cpus(&self) -> usize {
         self.cpus_attached
     }

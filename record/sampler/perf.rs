@@ -1,4 +1,5 @@
-//! Perf events: one per online CPU, software cpu-clock or hardware cycles, at a frequency or a period.
+//! Perf events: one per online CPU, or per task (inherited), software cpu-clock or hardware cycles, at a frequency
+//! or a period.
 
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -28,7 +29,29 @@ pub(super) fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
     Some(out)
 }
 
-pub(super) fn open_perf_event(event: SampleEvent, rate: Rate, cpu: u32) -> Result<OwnedFd, BpfError> {
+/// What a perf event samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum On {
+    /// Everything that runs on this CPU.
+    Cpu(u32),
+    /// This thread, and the threads and processes it starts (inherited).
+    Thread(u32),
+    /// The calling thread's next child that calls execve, from then on, with its threads and children (inherited;
+    /// off in the calling thread itself).
+    Exec,
+}
+
+impl std::fmt::Display for On {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            On::Cpu(c) => write!(f, "on CPU {c}"),
+            On::Thread(t) => write!(f, "of thread {t}"),
+            On::Exec => write!(f, "of the command"),
+        }
+    }
+}
+
+pub(super) fn open_perf_event(event: SampleEvent, rate: Rate, on: On) -> Result<OwnedFd, BpfError> {
     // SAFETY: all-zero is a valid perf_event_attr.
     let mut attr: libbpf_sys::perf_event_attr = unsafe { std::mem::zeroed() };
     attr.size = std::mem::size_of::<libbpf_sys::perf_event_attr>() as u32;
@@ -49,19 +72,33 @@ pub(super) fn open_perf_event(event: SampleEvent, rate: Rate, cpu: u32) -> Resul
         }
         Rate::Period(p) => attr.__bindgen_anon_1.sample_period = p.max(1),
     }
+    let (pid, cpu) = match on {
+        On::Cpu(c) => (-1, c as libc::c_int),
+        On::Thread(t) => {
+            attr.set_inherit(1);
+            (t as libc::pid_t, -1)
+        }
+        On::Exec => {
+            // As `perf record -- CMD`: off here, inherited by the child, on from its execve.
+            attr.set_inherit(1);
+            attr.set_disabled(1);
+            attr.set_enable_on_exec(1);
+            (0, -1)
+        }
+    };
     // SAFETY: attr is a valid perf_event_attr of the size it declares.
     let fd = unsafe {
         libc::syscall(
             libc::SYS_perf_event_open,
             &attr as *const libbpf_sys::perf_event_attr,
-            -1 as libc::pid_t,
-            cpu as libc::c_int,
+            pid,
+            cpu,
             -1 as libc::c_int,
             libbpf_sys::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
         )
     };
     if fd < 0 {
-        return Err(open_error(event, rate, cpu, io::Error::last_os_error(), max_sample_rate()));
+        return Err(open_error(event, rate, on, io::Error::last_os_error(), max_sample_rate()));
     }
     // SAFETY: fresh fd owned by us.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
@@ -73,7 +110,7 @@ fn max_sample_rate() -> Option<u64> {
 }
 
 /// perf_event_open's failure `e` as one line that says what to do. `max_rate`: the kernel's highest frequency.
-fn open_error(event: SampleEvent, rate: Rate, cpu: u32, e: io::Error, max_rate: Option<u64>) -> BpfError {
+fn open_error(event: SampleEvent, rate: Rate, cpu: On, e: io::Error, max_rate: Option<u64>) -> BpfError {
     let errno = e.raw_os_error().unwrap_or(0);
     // Above the limit the kernel answers EINVAL (root, CAP_PERFMON) or, for the unprivileged, EACCES.
     if let (Rate::Frequency(freq), Some(max)) = (rate, max_rate) {
@@ -84,9 +121,9 @@ fn open_error(event: SampleEvent, rate: Rate, cpu: u32, e: io::Error, max_rate: 
     let hint = match errno {
         libc::EACCES | libc::EPERM => return BpfError::PermissionDenied("opening perf events"),
         libc::ENOENT | libc::EOPNOTSUPP if event == SampleEvent::Cycles => return BpfError::NoHardwareEvent,
-        libc::EMFILE | libc::ENFILE => {
-            Some("too many open files (pyperf opens one per CPU): raise the limit, ulimit -n")
-        }
+        libc::EMFILE | libc::ENFILE => Some(
+            "too many open files (pyperf opens one per CPU, or one per thread with -p): raise the limit, ulimit -n",
+        ),
         libc::EBUSY => Some("another tool holds the counters exclusively: stop it, or use -e cpu-clock"),
         libc::EINVAL => Some(match rate {
             Rate::Period(_) => "the kernel refused the sampling period: give a smaller -c, or -F instead",
@@ -112,15 +149,15 @@ mod tests {
     #[test]
     fn open_errors_say_what_to_do() {
         let einval = || io::Error::from_raw_os_error(libc::EINVAL);
-        let e = open_error(SampleEvent::CpuClock, Rate::Frequency(1_000_000), 0, einval(), Some(100_000));
+        let e = open_error(SampleEvent::CpuClock, Rate::Frequency(1_000_000), On::Cpu(0), einval(), Some(100_000));
         let msg = e.to_string();
         assert!(msg.starts_with("-F 1000000 is above the kernel's maximum sampling rate, 100000 Hz"), "{msg}");
         assert!(msg.contains("perf_event_max_sample_rate") && !msg.contains('\n'), "{msg}");
         let eacces = io::Error::from_raw_os_error(libc::EACCES);
-        let e = open_error(SampleEvent::CpuClock, Rate::Frequency(200_000), 0, eacces, Some(100_000));
+        let e = open_error(SampleEvent::CpuClock, Rate::Frequency(200_000), On::Cpu(0), eacces, Some(100_000));
         assert!(matches!(e, BpfError::RateTooHigh { freq: 200_000, max: 100_000 }), "{e}");
         // Below the limit EINVAL is something else, said once with a hint.
-        let e = open_error(SampleEvent::CpuClock, Rate::Period(u64::MAX), 3, einval(), Some(100_000));
+        let e = open_error(SampleEvent::CpuClock, Rate::Period(u64::MAX), On::Cpu(3), einval(), Some(100_000));
         let msg = e.to_string();
         assert!(msg.starts_with("cannot open the perf event on CPU 3 (perf_event_open: Invalid argument"), "{msg}");
         assert!(msg.ends_with("give a smaller -c, or -F instead") && msg.matches("Invalid argument").count() == 1);

@@ -181,6 +181,12 @@ impl Targets {
         }
     }
 
+    /// The processes are given (`-p`): their threads need perf events of their own (see
+    /// `Sampler::follow_threads`); a command's are inherited from the command, `-a` and `-G` sample every CPU.
+    pub fn per_thread_events(&self) -> bool {
+        matches!(self.mode, Mode::Pids(_))
+    }
+
     /// A command pyperf started is the target.
     pub fn has_workload(&self) -> bool {
         matches!(self.mode, Mode::Workload(_))

@@ -107,6 +107,7 @@ pub fn top(args: &TopArgs) -> Result<ExitCode> {
         off_cpu_min_ns,
         native: false,
         kernel: false,
+        per_task: !args.all && args.cgroup.is_none(),
         ustack_bytes: 16 * 1024,
     })
     .context("cannot start sampling")?;
@@ -152,6 +153,10 @@ fn run(
     rate: Rate,
 ) -> Result<ExitCode> {
     let interactive = terminal.is_some();
+    let mut sampler = sampler;
+    if targets.is_none() {
+        sampler.follow_next_exec().context("cannot start sampling")?;
+    }
     let targets = match targets {
         Some(t) => t,
         None if interactive => {
