@@ -8,8 +8,8 @@
 //! each code object a new stack holds (`PYPERF_EVENT_CODE`) and the recorder names a freed one from that copy.
 //! Checked:
 //! - not one `[unknown code ...]` frame in the whole recording;
-//! - every sample in a `gen_I` has exactly the stack `<module> (main script); main; <module> (gen_I.py); gen_I
-//!   (gen_I.py:2); burn`, file names and lines included: a copy may be used only for its own code object;
+//! - every sample in a `gen_I` has exactly the stack `<module> (main script); main; <module> (gen_I.py:4); gen_I
+//!   (gen_I.py:2)[; burn]`, file names and lines included: a copy may be used only for its own code object;
 //! - at least 30 of the 40 rounds are in the samples (each is ~10 samples at 999 Hz).
 //!
 //! Without the copies, this recording lost 2-8 symbols on 2.7 and 3.11 (pyenv) in each of two runs, none on 3.12:
@@ -60,8 +60,10 @@ fn short_lived_code_is_named(name: &str) {
             ("burn".into(), script.into(), None),
         ];
         let got: Vec<(String, String, u32)> = s.frames.iter().take(5).cloned().collect();
-        let ok = s.frames.len() >= 5
-            && s.frames.len() <= 6 // burn may have called time.time (a C function: no frame) or be the leaf
+        // gen_I may be the leaf (calling burn, or back from it); burn's callees are C functions (no frame), but a
+        // sample may catch the interpreter in between.
+        let ok = s.frames.len() >= 4
+            && s.frames.len() <= 6
             && want.iter().zip(&got).all(|(w, g)| w.0 == g.0 && w.1 == g.1 && w.2.is_none_or(|l| l == g.2));
         assert!(ok, "{name}: sample in {gen}: want {want:?}, got {:?}", s.frames);
         rounds.insert(i);
