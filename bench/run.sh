@@ -7,6 +7,10 @@
 # Usage: bench/run.sh [--quick] [--reps N] [--only cost,slowdown,toggle,rates,size,report,accuracy] [--write]
 #   --quick   short runs, one repetition (checks the harness; about 3 minutes)
 #   --write   also put the results into bench/RESULTS.md ("Profiler comparison")
+#   --only offcpu            bench/offcpu.py instead (issue #14; it builds pyperf itself)
+#   --only round2 [args]     bench/round2.py instead (issue #18), on the release build copied to bench/out/bin/pyperf;
+#                            args are its own: --pyperf-before BIN --before-label TEXT, --quick, --reps N,
+#                            --only startup,bpf,..., --write
 # Environment: PYTHON (target interpreter; default pyenv 3.11.7, else python3), PYSPY_VERSION (default 0.4.*).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +51,18 @@ echo "== building pyperf (release)" >&2
 cargo build --release --locked --bin pyperf >&2
 # Copies: other work in this tree may rebuild target/release while the benchmark runs.
 cp target/release/pyperf "$out/bin/pyperf"
+if [[ " $* " == *" --only round2 "* || " $* " == *" --only=round2 "* ]]; then  # issue #18: bench/round2.py alone
+  args=()  # the arguments without `--only round2` (round2.py has an --only of its own)
+  prev=
+  for x in "$@"; do
+    if [ "$x" = --only=round2 ]; then prev=; continue; fi
+    if [ "$prev" = --only ] && [ "$x" = round2 ]; then unset 'args[${#args[@]}-1]'; prev=; continue; fi
+    args+=("$x")
+    prev=$x
+  done
+  exec python3 "$root/bench/round2.py" --pyperf "$out/bin/pyperf" --py-spy "$out/venv/bin/py-spy" \
+    --perf "$(command -v perf)" --python "$py" --out "$out" ${args[@]+"${args[@]}"}
+fi
 echo "== building the bench-only in-kernel interning variant (own target directory)" >&2
 PYPERF_BPF_CFLAGS="-DPYPERF_BENCH_INTERN -DPYPERF_BENCH_STR_OFF=$str_off" CARGO_TARGET_DIR="$root/target/bench-intern" \
   cargo build --release --locked --bin pyperf >&2

@@ -1186,10 +1186,12 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 			struct snap_ctx sc = { .proc = proc, .s = s };
 
 			bpf_map_update_elem(&seen_stacks, &key, &one, BPF_ANY);
-			s->new_stack = 1;
-			/* Its code objects user space may not have: their snapshots go first. */
+			/* Its code objects user space may not have: their snapshots go first. Then user space need not
+			 * hurry (a wakeup is an interrupt on this CPU): only without snapshots is it woken now. */
 			if (proc->off.snap_code_size)
 				bpf_loop(n, snap_step, &sc, 0);
+			else
+				s->new_stack = 1;
 		}
 	}
 	flags = BPF_RB_NO_WAKEUP;

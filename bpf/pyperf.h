@@ -52,23 +52,23 @@ enum pyperf_limits {
 	 * whatever its size up to a few KiB, so this replaces one read per frame
 	 * with one read per several frames. */
 	PYPERF_FRAME_WINDOW = 1024,
-	/* Longest a sample that may hold a code object user space has not read
-	 * yet waits in the ring buffer before user space is woken. Short, because
-	 * user space reads each new code object from the target after the sample:
-	 * code that runs once (a module body during import) is freed soon after,
-	 * and its frames are lost if read too late.
-	 * Wakeups are rationed, because a wakeup from the program is an irq_work,
-	 * i.e. a self-IPI on the sampled CPU, paid by the target (a VM exit in a
-	 * VM: ~20 us measured, bench/RESULTS.md). The program wakes user space (at
-	 * most once per PYPERF_WAKEUP_NS per CPU) only for
-	 *  - a stack not seen before (seen_stacks): it may hold a new code object;
+	/* Wakeups of user space from the program are rationed, because a wakeup
+	 * is an irq_work, i.e. a self-IPI on the sampled CPU, paid by the target
+	 * (a VM exit in a VM: ~20 us measured, bench/RESULTS.md). The program
+	 * wakes user space (at most once per PYPERF_WAKEUP_NS per CPU) only for
 	 *  - any sample while user space sleeps (`consumer_polling` 0: no samples
 	 *    for a while), so an idle recording costs no wakeups;
+	 *  - a stack not seen before (seen_stacks), when the process gets no code
+	 *    snapshots (py_offsets.snap_code_size 0): it may hold a code object
+	 *    user space has not read yet, which may be freed soon (a module body
+	 *    runs once at import). With snapshots (every supported version) the
+	 *    program copies such code objects itself and nothing is urgent;
 	 *  - a ring filling past `wakeup_bytes` (always).
 	 * Otherwise user space takes the ring every PYPERF_POLL_NS on its own
-	 * timer, which fires on the recorder's CPU, not on the target's. */
+	 * timer, which fires on the recorder's CPU, not on the target's: 50 ms
+	 * (at 20 ms its wakeups were a fifth of its CPU per sample). */
 	PYPERF_WAKEUP_NS = 2000000,
-	PYPERF_POLL_NS = 20000000,
+	PYPERF_POLL_NS = 50000000,
 	/* x86-64 system call number of futex(2): a thread blocked in it on an address inside the GIL is waiting
 	 * for the GIL (see py_proc.gil_wait_addr). */
 	PYPERF_NR_FUTEX = 202,

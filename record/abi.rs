@@ -189,10 +189,10 @@ mod tests {
     fn shared_struct_sizes() {
         assert_eq!(std::mem::size_of::<types::pyperf_event_header>(), 120);
         assert_eq!(std::mem::size_of::<RawFrame>(), 32);
-        assert_eq!(std::mem::size_of::<ProcConfig>(), 144);
+        assert_eq!(std::mem::size_of::<ProcConfig>(), 160);
         assert_eq!(std::mem::size_of::<types::off_kstack>(), 16 + 32 * 8);
         assert_eq!(MAX_FRAMES, 2048);
-        assert_eq!(POLL_NS, 20_000_000);
+        assert_eq!(POLL_NS, 50_000_000);
         assert_eq!((KSTACK_MAX, USTACK_MAX, INSTR_ENTRY, USER_REGS), (64, 65536, 1 << 31, 1));
     }
 

@@ -106,8 +106,9 @@ pub struct Session {
     truncated: u64,
     /// SIGINT / SIGTERM received when recording stopped (each later one hurries the end of a command).
     signals_seen: usize,
-    /// A pidfd of the command pyperf started: the sampler's poll returns when it exits (see [`Sampler::wake_on`]).
-    workload_exit: Option<std::os::fd::OwnedFd>,
+    /// Pidfds of the command pyperf started or of the processes given: the sampler's poll returns when one exits
+    /// (see [`Sampler::wake_on`]).
+    exit_fds: Vec<std::os::fd::OwnedFd>,
     /// `--off-cpu`: the minimum interval (shorter ones are sampled), and what the end of the recording needs to
     /// walk the stacks of threads still off CPU then.
     off_cpu: Option<OffCpuState>,
@@ -155,7 +156,7 @@ impl Session {
             started: Instant::now(),
             truncated: 0,
             signals_seen: 0,
-            workload_exit: None,
+            exit_fds: Vec::new(),
             off_cpu: None,
         }
     }
@@ -195,11 +196,11 @@ impl Session {
     /// Python. Times (the status line, the summary, `--duration`) count from here for a command (its spawn, just
     /// before), from the end of this set-up for the other targets.
     pub fn start(&mut self) -> Result<()> {
-        if let Some(fd) = self.targets.workload_pidfd() {
+        for fd in self.targets.exit_pidfds() {
             use std::os::fd::AsFd;
-            // Without it the end is noticed at the next poll timeout (up to POLL_EVERY later): not an error.
+            // Without it the end is noticed at the next look (RESCAN_EVERY): not an error.
             if self.sampler.wake_on(fd.as_fd()).is_ok() {
-                self.workload_exit = Some(fd);
+                self.exit_fds.push(fd);
             }
         }
         let events = self.targets.start()?;
@@ -246,10 +247,14 @@ impl Session {
                 self.poll(Duration::from_millis(wait.as_micros().div_ceil(1000) as u64))?;
             }
             let now = Instant::now();
+            // Whether the targets may all have ended: a pidfd said one exited, or it is time for a look. (Not after
+            // every poll: that was /proc reads 50 times a second, a seventh of the recorder's CPU.)
+            let mut look = self.sampler.take_woken();
             if now >= next_scan {
                 let events = self.targets.scan();
                 self.apply(events)?;
                 last_scan = now;
+                look = true;
                 if now.duration_since(self.started) >= FAST_FOR {
                     waiting_scan = (waiting_scan * 2).min(SLOW_SCAN);
                 }
@@ -263,7 +268,7 @@ impl Session {
             }
             // Read once: a signal after this is one more, for ending the command.
             self.signals_seen = signals::received();
-            if self.targets.all_exited() {
+            if look && self.targets.all_exited() {
                 return Ok(Stop::Exited);
             }
             if self.signals_seen > 0 {

@@ -19,6 +19,13 @@ use std::collections::{HashMap, HashSet};
 /// The maps looked up for every frame or sample: FxHash, not SipHash (a sample's lookups were a quarter of the
 /// recorder's CPU). Their keys are pids, tids and addresses of the profiled processes' code objects.
 type FastMap<K, V> = HashMap<K, V, rustc_hash::FxBuildHasher>;
+
+/// A sample's raw frames (their bytes) and their symbol ids, root first.
+type CachedStack = (Box<[u8]>, Box<[u32]>);
+
+/// Most whole stacks kept by [`Symbolizer::symbolize`] (forgotten all at once beyond: a workload with that many
+/// distinct stacks gains little from them).
+const MAX_CACHED_STACKS: usize = 1 << 16;
 use std::time::{Duration, Instant};
 
 use pyperf_format::Symbol;
@@ -113,6 +120,10 @@ pub struct Symbolizer {
     /// is this lookup (and on <= 3.10, for frames with an argument, the class lookup of `CodeReader::class_key`).
     frame_ids: FastMap<(u32, u64, u32, u32, u64), u32>,
     symbol_ids: HashMap<Symbol, u32>,
+    /// Whole stacks symbolized before: (pid, hash of the sample's raw frames) -> (those frames' bytes, the symbol
+    /// ids). A steady workload repeats its stacks: a hash and a compare instead of a lookup per frame (the
+    /// recorder's CPU per sample, issue #18). Not with native frames (merged per sample).
+    stacks: FastMap<(u32, u64), CachedStack>,
     stack: Vec<u32>,
     lost_symbols: u64,
     /// Python (major, minor) of each process.
@@ -175,6 +186,7 @@ impl Symbolizer {
         }
         self.threads.remove(&pid);
         self.frame_ids.retain(|k, _| k.0 != pid);
+        self.stacks.retain(|k, _| k.0 != pid);
         self.versions.remove(&pid);
         if let Some(native) = self.native.as_mut() {
             native.remove_process(pid);
@@ -310,6 +322,27 @@ impl Symbolizer {
                 }
             }
         }
+        // SAFETY: `struct pyperf_frame` is integers without padding (two u64, two u32, two u64): every byte is
+        // initialized.
+        let raw: &[u8] = unsafe { plain::as_bytes(s.frames) };
+        let raw_hash = if self.native.is_none() {
+            let h = {
+                use std::hash::{BuildHasher, Hasher};
+                let mut h = rustc_hash::FxBuildHasher.build_hasher();
+                h.write(raw);
+                h.finish()
+            };
+            if let Some((bytes, ids)) = self.stacks.get(&(s.pid, h)) {
+                if **bytes == *raw {
+                    self.stack.extend_from_slice(ids);
+                    return &self.stack;
+                }
+            }
+            Some(h)
+        } else {
+            None
+        };
+        let mut cacheable = true;
         // Once per sample, not per frame.
         let mut reader = self.readers.get_mut(&s.pid);
         // Activations of the evaluation loop, root first, as runs of `stack` (for the merge with native frames):
@@ -347,6 +380,7 @@ impl Symbolizer {
                         }
                         // An unresolved frame may resolve later (a transient read failure): don't cache it.
                         Resolution::Lost => {
+                            cacheable = false;
                             self.lost_symbols += 1;
                             intern(&mut self.symbol_ids, unresolved(f.code), new_symbol)
                         }
@@ -372,6 +406,12 @@ impl Symbolizer {
                 &mut self.merged,
             );
             return &self.merged;
+        }
+        if let Some(h) = raw_hash.filter(|_| cacheable) {
+            if self.stacks.len() >= MAX_CACHED_STACKS {
+                self.stacks.clear();
+            }
+            self.stacks.insert((s.pid, h), (raw.into(), self.stack.as_slice().into()));
         }
         &self.stack
     }

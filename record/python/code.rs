@@ -300,12 +300,15 @@ impl<M: ReadMem> CodeReader<M> {
         match self.cache.get(&(code, check)) {
             Some(hit) => hit.clone(),
             None => {
-                // The live object, else the copy the program took at the sample (the object freed since).
+                // The copy the program took at the sample, else the live object. The copy first: the objects it names
+                // may have been freed since and their memory reused (a check word compares pointers only).
                 let snap = self.snapshots.remove(&(code, check));
-                let mut info = self.read_code(&self.mem, code, check);
+                let mut info = snap.and_then(|snap| self.read_code(&snap, code, check));
                 if info.is_none() {
-                    info = snap.and_then(|snap| self.read_code(&snap, code, check));
-                    self.from_snapshots += u64::from(info.is_some());
+                    info = self.read_code(&self.mem, code, check);
+                } else if self.read_code(&self.mem, code, check).is_none() {
+                    // Counted when only the copy could name it (the object gone).
+                    self.from_snapshots += 1;
                 }
                 let info = info.map(Arc::new);
                 self.cache.insert((code, check), info.clone());
@@ -880,11 +883,20 @@ mod tests {
             assert!(r.snapshots.is_empty());
             assert_eq!(frame(r.resolve(c.addr, at, c.check, FirstLocal::NONE)).name, "gone");
 
-            // Alive: the live object is read, the copy is not needed.
+            // Alive: named the same (from the copy), not counted as named only thanks to it.
             let mut r = CodeReader::new(&live, row, Some(code_type));
             r.add_snapshot(c.addr, c.check, snapshot(&live));
             assert_eq!(frame(r.resolve(c.addr, at, c.check, FirstLocal::NONE)).name, "gone");
             assert_eq!(r.from_snapshots(), 0, "{v:?}");
+
+            // The file name object freed and its memory reused since the sample: the copy still names it right.
+            let mut later = Mem::new();
+            later.regions = live.regions.clone();
+            let file = ptr(&live, l.code_filename);
+            later.regions.get_mut(&file).expect("file object").fill(0xee);
+            let mut r = CodeReader::new(&later, row, Some(code_type));
+            r.add_snapshot(c.addr, c.check, snapshot(&live));
+            assert_eq!(frame(r.resolve(c.addr, at, c.check, FirstLocal::NONE)).file, "/gone.py", "{v:?}");
         }
     }
 

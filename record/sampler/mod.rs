@@ -33,10 +33,11 @@ use ring::{Callback, CallbackGuard, Shared};
 
 pub use ring::{CodeSnap, OffCpu, OffCpuPart, RawSample, UserStack};
 
-/// How often [`Sampler::poll`] takes the ring while samples flow (`PYPERF_POLL_NS`). Samples that may hold a
-/// code object not read yet (a new stack) wake it sooner, within `PYPERF_WAKEUP_NS` (2 ms).
+/// How often [`Sampler::poll`] takes the ring while samples flow (`PYPERF_POLL_NS`, 50 ms). Without code
+/// snapshots, samples that may hold a code object not read yet (a new stack) wake it sooner, within
+/// `PYPERF_WAKEUP_NS` (2 ms).
 const POLL_INTERVAL: Duration = Duration::from_nanos(abi::POLL_NS);
-/// Empty polls in a row after which [`Sampler::poll`] sleeps until the program wakes it (60 ms).
+/// Empty polls in a row after which [`Sampler::poll`] sleeps until the program wakes it (150 ms).
 const IDLE_ROUNDS: u32 = 3;
 /// With [`SamplerOptions::native`] the ring is this many times [`SamplerOptions::ringbuf_bytes`]: each record
 /// carries up to `ustack_bytes` of user stack (16 KiB by default), and 1-2 kHz on a few CPUs is tens of MiB/s.
@@ -355,6 +356,7 @@ pub struct Sampler {
     idle_rounds: u32,
     /// What `poll` sleeps on: the ring's own epoll set, and descriptors given to [`Sampler::wake_on`].
     wake: OwnedFd,
+    woken: bool,
     _storage: Storage,
 }
 
@@ -471,6 +473,7 @@ impl Sampler {
             polling: false,
             idle_rounds: 0,
             wake,
+            woken: false,
             _storage: storage,
         })
     }
@@ -526,6 +529,11 @@ impl Sampler {
         };
         self.task_links.entry(pid).or_default().push((tid, link));
         Ok(())
+    }
+
+    /// Whether a descriptor of [`Sampler::wake_on`] ended a poll since the last call.
+    pub fn take_woken(&mut self) -> bool {
+        std::mem::take(&mut self.woken)
     }
 
     /// Makes [`Sampler::poll`] return early, once, when `fd` becomes readable (a pidfd: the command pyperf
@@ -585,8 +593,8 @@ impl Sampler {
     }
 
     /// Hands every pending sample to `on_sample`, then for up to `timeout` each new one: within
-    /// `PYPERF_WAKEUP_NS` (2 ms) of its taking for a sample with a stack not seen before (it may hold a
-    /// code object not read yet, which may be freed soon), within [`POLL_INTERVAL`] for the others.
+    /// [`POLL_INTERVAL`] of its taking (without code snapshots, within `PYPERF_WAKEUP_NS` (2 ms) for a sample with
+    /// a stack not seen before: it may hold a code object not read yet, which may be freed soon).
     /// `Duration::ZERO` drains what is pending without waiting.
     ///
     /// While samples flow, this takes the ring every [`POLL_INTERVAL`] on its own timer and tells the
@@ -642,7 +650,8 @@ impl Sampler {
                 }
             }
             if ev.u64 == 1 {
-                // Not the ring: the caller has something to look at.
+                // Not the ring: the caller has something to look at ([`Sampler::take_woken`]).
+                self.woken = true;
                 self.consume()?;
                 return Ok(());
             }

@@ -173,11 +173,13 @@ impl Targets {
     }
 
     /// pyperf started a command (`-- CMD`).
-    /// A pidfd of the command pyperf started (see [`Workload::pidfd`]).
-    pub fn workload_pidfd(&self) -> Option<std::os::fd::OwnedFd> {
+    /// Pidfds of the processes whose exit can end the recording: the command pyperf started, or the processes
+    /// given with `-p` (see [`Workload::pidfd`]; those that cannot be opened are left to the periodic look).
+    pub fn exit_pidfds(&self) -> Vec<std::os::fd::OwnedFd> {
         match &self.mode {
-            Mode::Workload(w) => w.pidfd(),
-            _ => None,
+            Mode::Workload(w) => w.pidfd().into_iter().collect(),
+            Mode::Pids(given) => given.iter().filter_map(|&(pid, _)| workload::pidfd(pid)).collect(),
+            Mode::All(_) => Vec::new(),
         }
     }
 

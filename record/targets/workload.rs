@@ -81,13 +81,9 @@ impl Workload {
         self.child.id()
     }
 
-    /// A pidfd of it: readable once it has exited (for a poll loop to notice at once). None on kernels before 5.3.
+    /// A pidfd of it (see [`pidfd`]).
     pub fn pidfd(&self) -> Option<std::os::fd::OwnedFd> {
-        use std::os::fd::FromRawFd;
-        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1; nothing is borrowed.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.child.id() as libc::pid_t, 0) };
-        // SAFETY: a descriptor just returned to us, owned by nobody else.
-        (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+        pidfd(self.child.id())
     }
 
     /// The program as given.
@@ -183,4 +179,14 @@ impl Workload {
             let _ = self.child.wait();
         }
     }
+}
+
+/// A pidfd of process `pid`: readable once it has exited (for a poll loop to notice at once). None on kernels
+/// before 5.3, or when it is gone.
+pub fn pidfd(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1; nothing is borrowed.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    // SAFETY: a descriptor just returned to us, owned by nobody else.
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }
