@@ -44,7 +44,7 @@ enum pyperf_limits {
 	PYPERF_SNAP_TABLE = 8192,
 	PYPERF_SNAP_REGIONS = 5,
 	/* Code objects whose snapshot was sent (known_code). */
-	PYPERF_KNOWN_CODE = 65536,
+	PYPERF_KNOWN_CODE = 16384,
 	/* 3.11+ (py_proc.frame_window): frames live on the thread's data stack,
 	 * each caller just below its callee, so the walk copies this many bytes
 	 * ending at the end of a frame in ONE read and takes the callers that lie

@@ -193,6 +193,7 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     // needs, which fails before a command is started: a command never runs for a recording that cannot be made.
     output::check(&args.output)?;
     privileges::check_all()?;
+    let per_task = !args.all && args.cgroup.is_none();
     let mut sampler = Sampler::new(&SamplerOptions {
         event,
         rate,
@@ -201,7 +202,7 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
         native: args.native,
         kernel: args.kernel,
         // -p and a command: per-task events; -a and -G: every CPU.
-        per_task: !args.all && args.cgroup.is_none(),
+        per_task,
         ustack_bytes: args.native_stack_kib * 1024,
     })
     .context("cannot start sampling")?;

@@ -307,8 +307,10 @@ impl Session {
             self.sampler.remove_process(pid);
         }
         // A program run that started before the stop may still be writing: give it a moment, it takes
-        // microseconds.
-        std::thread::sleep(Duration::from_millis(2));
+        // microseconds. Not when every target has exited: none of theirs can be running.
+        if stop != Stop::Exited {
+            std::thread::sleep(Duration::from_millis(2));
+        }
         let elapsed = self.started.elapsed();
         // The last thread names too: a program may name its threads after they started.
         let drained =

@@ -482,7 +482,9 @@ impl Sampler {
     /// and its threads and children (an event on this thread, off, that its children inherit and that turns on in
     /// the one that calls execve; pyperf's own threads keep it off). Call it just before starting the command.
     pub fn follow_next_exec(&mut self) -> Result<(), BpfError> {
-        self.attach_task(0, perf::On::Exec)
+        // SAFETY: gettid has no preconditions.
+        let fd = perf::open_perf_event(self.event, self.rate, perf::On::Exec(unsafe { libc::gettid() } as u32))?;
+        self.attach_fd(0, 0, fd)
     }
 
     /// With [`SamplerOptions::per_task`]: samples the threads of process `pid` that exist now, and those they start
@@ -514,6 +516,14 @@ impl Sampler {
 
     fn attach_task(&mut self, pid: u32, on: perf::On) -> Result<(), BpfError> {
         let fd = perf::open_perf_event(self.event, self.rate, on)?;
+        let tid = match on {
+            perf::On::Thread(t) => t,
+            _ => 0,
+        };
+        self.attach_fd(pid, tid, fd)
+    }
+
+    fn attach_fd(&mut self, pid: u32, tid: u32, fd: OwnedFd) -> Result<(), BpfError> {
         let link = self
             .inner
             .skel
@@ -523,10 +533,6 @@ impl Sampler {
             .map_err(bpf_err("attaching to the perf event"))?;
         // The link owns the perf event fd now: libbpf closes it when the link is destroyed.
         let _ = fd.into_raw_fd();
-        let tid = match on {
-            perf::On::Thread(t) => t,
-            _ => 0,
-        };
         self.task_links.entry(pid).or_default().push((tid, link));
         Ok(())
     }

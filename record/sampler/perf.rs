@@ -36,9 +36,9 @@ pub enum On {
     Cpu(u32),
     /// This thread, and the threads and processes it starts (inherited).
     Thread(u32),
-    /// The calling thread's next child that calls execve, from then on, with its threads and children (inherited;
-    /// off in the calling thread itself).
-    Exec,
+    /// The next child of this thread (a tid) that calls execve, from then on, with its threads and children
+    /// (inherited; off in the thread itself).
+    Exec(u32),
 }
 
 impl std::fmt::Display for On {
@@ -46,7 +46,7 @@ impl std::fmt::Display for On {
         match self {
             On::Cpu(c) => write!(f, "on CPU {c}"),
             On::Thread(t) => write!(f, "of thread {t}"),
-            On::Exec => write!(f, "of the command"),
+            On::Exec(_) => write!(f, "of the command"),
         }
     }
 }
@@ -78,12 +78,12 @@ pub(super) fn open_perf_event(event: SampleEvent, rate: Rate, on: On) -> Result<
             attr.set_inherit(1);
             (t as libc::pid_t, -1)
         }
-        On::Exec => {
+        On::Exec(tid) => {
             // As `perf record -- CMD`: off here, inherited by the child, on from its execve.
             attr.set_inherit(1);
             attr.set_disabled(1);
             attr.set_enable_on_exec(1);
-            (0, -1)
+            (tid as libc::pid_t, -1)
         }
     };
     // SAFETY: attr is a valid perf_event_attr of the size it declares.
