@@ -143,6 +143,10 @@ fn sample(procs: &[&PythonProcess], rate: Rate, secs: f64) -> Sampled {
     let mut out: HashMap<u32, Vec<Sample>> = HashMap::new();
     let t = Instant::now();
     let mut on = |s: &sampler::RawSample<'_>| {
+        // Code snapshots (PYPERF_EVENT_CODE) are not samples.
+        if s.code.is_some() {
+            return;
+        }
         let comm_len = s.comm.iter().position(|&c| c == 0).unwrap_or(16);
         out.entry(s.pid).or_default().push(Sample {
             status: s.status,
@@ -428,6 +432,9 @@ fn native_and_kernel_stacks() {
     }
     let mut records = Vec::new();
     let mut on = |s: &sampler::RawSample<'_>| {
+        if s.code.is_some() {
+            return;
+        }
         records.push(NativeRecord {
             pid: s.pid,
             tid: s.tid,
