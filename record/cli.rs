@@ -27,7 +27,7 @@ pub struct RecordArgs {
     /// under sudo it belongs to the user who ran sudo.
     #[arg(short = 'o', long = "output", default_value = "prof.pyp")]
     pub output: PathBuf,
-    /// Samples per second per CPU [default: 99]
+    /// Samples per second: of each running thread of the targets with -p and -- CMD, of each CPU with -a and -G [default: 99]
     #[arg(short = 'F', long = "freq", conflicts_with = "period")]
     pub freq: Option<u64>,
     /// Sample every PERIOD events instead (nanoseconds for cpu-clock, cycles for cycles).

@@ -46,7 +46,7 @@ pub struct TopArgs {
     /// Watch the Python processes of this cgroup and the cgroups below it.
     #[arg(short = 'G', long = "cgroup", value_name = "PATH")]
     pub cgroup: Option<String>,
-    /// Samples per second per CPU.
+    /// Samples per second: of each running thread of the targets with -p and -- CMD, of each CPU with -a and -G.
     #[arg(short = 'F', long = "freq", default_value_t = 99)]
     pub freq: u64,
     /// Seconds between refreshes (0.1-60).
