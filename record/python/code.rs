@@ -303,13 +303,18 @@ impl<M: ReadMem> CodeReader<M> {
                 // The copy the program took at the sample, else the live object. The copy first: the objects it names
                 // may have been freed since and their memory reused (a check word compares pointers only).
                 let snap = self.snapshots.remove(&(code, check));
-                let mut info = snap.and_then(|snap| self.read_code(&snap, code, check));
-                if info.is_none() {
-                    info = self.read_code(&self.mem, code, check);
-                } else if self.read_code(&self.mem, code, check).is_none() {
-                    // Counted when only the copy could name it (the object gone).
-                    self.from_snapshots += 1;
-                }
+                let copied = snap.and_then(|snap| self.read_code(&snap, code, check));
+                let live = self.read_code(&self.mem, code, check);
+                let info = match (copied, live) {
+                    // <= 3.10: the self/cls heuristic's `co_varnames[0]` is not in the copy; the live object has it.
+                    (Some(c), Some(l)) => Some(CodeInfo { receiver: l.receiver, ..c }),
+                    (Some(c), None) => {
+                        // Counted when only the copy could name it (the object gone).
+                        self.from_snapshots += 1;
+                        Some(c)
+                    }
+                    (None, l) => l,
+                };
                 let info = info.map(Arc::new);
                 self.cache.insert((code, check), info.clone());
                 info
