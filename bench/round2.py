@@ -46,6 +46,9 @@ BEGIN = "<!-- bench/round2.py: begin (generated) -->"
 END = "<!-- bench/round2.py: end -->"
 EXPERIMENTS = ["startup", "bpf", "symbols", "recorder", "interrupts", "peers", "slowdown"]
 
+# The helpers bench.py has already (same directory: on sys.path when this script runs).
+from bench import fmt, fresh, loadavg, median, shares  # noqa: E402
+
 NCPU = os.cpu_count() or 1
 BUSY_CPU = str(NCPU - 1)  # the workloads run pinned here
 TOOL_CPU = "0"  # the profilers run pinned here (experiment 5: on BUSY_CPU too, CPU 0 stays idle)
@@ -58,11 +61,6 @@ def log(msg):
     sys.stderr.flush()
 
 
-def median(v):
-    v = [x for x in v if x is not None]
-    return statistics.median(v) if v else None
-
-
 def num(pattern, text, conv=float):
     m = re.search(pattern, text or "")
     return conv(m.group(1)) if m else None
@@ -70,11 +68,6 @@ def num(pattern, text, conv=float):
 
 def pin(cpu, cmd):
     return (["taskset", "-c", cpu] + list(cmd)) if cpu is not None and NCPU > 1 and shutil.which("taskset") else list(cmd)
-
-
-def loadavg():
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
 
 
 def cpu_times():
@@ -85,14 +78,6 @@ def cpu_times():
 def rotate(items, rep):
     k = rep % len(items) if items else 0
     return items[k:] + items[:k]
-
-
-def fresh(path):
-    """Removes an earlier output (and the .old pyperf keeps), so that its appearance tells the profiler started."""
-    for p in (path, path + ".old"):
-        if os.path.exists(p):
-            os.unlink(p)
-    return path
 
 
 def killgroup(p):
@@ -265,20 +250,6 @@ def folded_counts(lines, needle):
         if needle in stack:
             hit += int(count)
     return total, hit
-
-
-def shares(lines):
-    """(alpha, beta) sample counts from folded lines (bench/bench.py's exp_accuracy)."""
-    al = be = 0
-    for line in lines:
-        stack, _, count = line.rstrip("\n").rpartition(" ")
-        if not count.isdigit():
-            continue
-        if "alpha_work" in stack:
-            al += int(count)
-        elif "beta_work" in stack:
-            be += int(count)
-    return al, be
 
 
 def tail(text, n=600):
@@ -779,10 +750,6 @@ def exp_slowdown(e, a):
 
 
 # ---- report ---------------------------------------------------------------------------------------------------------
-
-
-def fmt(v, spec="%.0f"):
-    return "-" if v is None else spec % v
 
 
 def verdict(ok):

@@ -152,15 +152,7 @@ impl Symbols {
         table: &object::read::elf::SymbolTable<'data, elf::FileHeader64<Endianness>, R>,
     ) -> Symbols {
         let endian = file.endian();
-        let data = file.data();
-        // One read for the whole string table: names looked up one by one would each be a read of the file.
-        let strings = file
-            .elf_section_table()
-            .section(table.string_section())
-            .ok()
-            .and_then(|s| s.data(endian, data).ok())
-            .unwrap_or(&[]);
-        let strings = StringTable::new(strings, 0, strings.len() as u64);
+        let strings = string_table(file, table);
         let mut out = Symbols::default();
         for sym in table.symbols() {
             if sym.st_type() != elf::STT_FUNC || sym.st_shndx(endian) == elf::SHN_UNDEF {
@@ -593,6 +585,21 @@ fn is_rust_legacy(name: &str) -> bool {
         let hash = &core[core.len() - 20..core.len() - 1];
         hash.starts_with(b"17h") && hash[3..].iter().all(u8::is_ascii_hexdigit)
     }
+}
+
+/// The string table of a symbol table, read in one go: names looked up one by one through a [`ReadCache`] would
+/// each be a read of the file (two system calls; thousands per libpython).
+pub fn string_table<'data, R: ReadRef<'data>>(
+    file: &ElfFile64<'data, Endianness, R>,
+    table: &object::read::elf::SymbolTable<'data, elf::FileHeader64<Endianness>, R>,
+) -> StringTable<'data, &'data [u8]> {
+    let strings = file
+        .elf_section_table()
+        .section(table.string_section())
+        .ok()
+        .and_then(|s| s.data(file.endian(), file.data()).ok())
+        .unwrap_or(&[]);
+    StringTable::new(strings, 0, strings.len() as u64)
 }
 
 #[cfg(test)]

@@ -172,6 +172,24 @@ pub struct CodeReader<M> {
     from_snapshots: u64,
 }
 
+/// A read from the program's copy where it holds the bytes, else from the live process (a read that straddles the
+/// copy's end fails: half of it would be from another instant).
+struct CopyFirst<'a, M> {
+    copy: &'a Snapshot,
+    live: &'a M,
+}
+
+impl<M: ReadMem> ReadMem for CopyFirst<'_, M> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+        if self.copy.read(addr, buf) {
+            return true;
+        }
+        let end = addr.saturating_add(buf.len() as u64);
+        let overlaps = self.copy.regions.iter().any(|(start, bytes)| addr < start + bytes.len() as u64 && end > *start);
+        !overlaps && self.live.read(addr, buf)
+    }
+}
+
 /// Most code snapshots kept waiting for their sample.
 const MAX_SNAPSHOTS: usize = 4096;
 
@@ -302,18 +320,21 @@ impl<M: ReadMem> CodeReader<M> {
             None => {
                 // The copy the program took at the sample, else the live object. The copy first: the objects it names
                 // may have been freed since and their memory reused (a check word compares pointers only).
-                let snap = self.snapshots.remove(&(code, check));
-                let copied = snap.and_then(|snap| self.read_code(&snap, code, check));
-                let live = self.read_code(&self.mem, code, check);
-                let info = match (copied, live) {
-                    // <= 3.10: the self/cls heuristic's `co_varnames[0]` is not in the copy; the live object has it.
-                    (Some(c), Some(l)) => Some(CodeInfo { receiver: l.receiver, ..c }),
-                    (Some(c), None) => {
-                        // Counted when only the copy could name it (the object gone).
-                        self.from_snapshots += 1;
+                // While the object lives, what is not in the copy comes from the process (<= 3.10: the self/cls
+                // heuristic's `co_varnames[0]`); once it is gone, only the copy is read.
+                let alive = self.code_object(&self.mem, code, check).is_some();
+                let copied = self.snapshots.remove(&(code, check)).and_then(|copy| match alive {
+                    true => self.read_code(&CopyFirst { copy: &copy, live: &self.mem }, code, check),
+                    false => self.read_code(&copy, code, check),
+                });
+                let info = match copied {
+                    Some(c) => {
+                        // Counted when only the copy could name it.
+                        self.from_snapshots += u64::from(!alive);
                         Some(c)
                     }
-                    (None, l) => l,
+                    None if alive => self.read_code(&self.mem, code, check),
+                    None => None,
                 };
                 let info = info.map(Arc::new);
                 self.cache.insert((code, check), info.clone());
@@ -388,24 +409,31 @@ impl<M: ReadMem> CodeReader<M> {
         linetable::instr_byte_offset(self.row.instr, instr, self.layout.code_code.max(0) as u32)
     }
 
-    fn read_code<R: ReadMem>(&self, mem: &R, code: u64, check: u32) -> Option<CodeInfo> {
+    /// The code object's bytes at `code` in `mem`, if it is still the one BPF saw: freed and replaced since the
+    /// sample was taken, its name would be someone else's, so it must still be a code object with the same line,
+    /// file and name pointers (the check word).
+    fn code_object<R: ReadMem>(&self, mem: &R, code: u64, check: u32) -> Option<Vec<u8>> {
         let l = self.layout;
         let size = usize::try_from(l.code_size).ok()?;
         let mut obj = vec![0u8; size];
         if code == 0 || !mem.read(code, &mut obj) {
             return None;
         }
-        // Freed and replaced since the sample was taken? Then its name would be someone else's: the object
-        // must still be a code object with the same line, file and name pointers as BPF saw.
         if self.code_type.is_some_and(|t| field_ptr(&obj, l.object_type) != Some(t)) {
             return None;
         }
         let first_line = field_u32(&obj, l.code_firstlineno)?;
         let file_ptr = field_ptr(&obj, l.code_filename)?;
         let name_ptr = field_ptr(&obj, l.code_name)?;
-        if code_check(first_line, file_ptr, name_ptr) != check {
-            return None;
-        }
+        (code_check(first_line, file_ptr, name_ptr) == check).then_some(obj)
+    }
+
+    fn read_code<R: ReadMem>(&self, mem: &R, code: u64, check: u32) -> Option<CodeInfo> {
+        let l = self.layout;
+        let obj = self.code_object(mem, code, check)?;
+        let first_line = field_u32(&obj, l.code_firstlineno)?;
+        let file_ptr = field_ptr(&obj, l.code_filename)?;
+        let name_ptr = field_ptr(&obj, l.code_name)?;
         let mut flags = 0;
         let (name, cut) = objects::read_str(mem, self.row, name_ptr, MAX_NAME_BYTES)?;
         if cut {

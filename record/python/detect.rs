@@ -448,19 +448,12 @@ fn binary_info(pid: u32, path: &str, maps: &[&Mapping]) -> io::Result<Analysis> 
 
 /// Defined symbols of interest, by name -> link-time address. `.symtab` wins over `.dynsym`.
 fn find_symbols<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>) -> HashMap<&'static str, u64> {
-    use object::read::elf::{SectionHeader, Sym};
+    use object::read::elf::Sym;
     let endian = elf.endian();
     let mut out = HashMap::new();
     for table in [elf.elf_symbol_table(), elf.elf_dynamic_symbol_table()] {
-        // One read for the whole string table: names read one by one through the file cache were two system
-        // calls each (thousands per binary: ~15 ms of start-up for pyenv's python3.11).
-        let strings = elf
-            .elf_section_table()
-            .section(table.string_section())
-            .ok()
-            .and_then(|s| s.data(endian, elf.data()).ok())
-            .unwrap_or(&[][..]);
-        let strings = object::read::StringTable::new(strings, 0, strings.len() as u64);
+        // One read for the whole string table (was two system calls per name: ~15 ms for pyenv's python3.11).
+        let strings = crate::native::elf::string_table(elf, table);
         for sym in table.symbols() {
             let address = sym.st_value(endian);
             if sym.is_undefined(endian) || address == 0 {

@@ -161,5 +161,10 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.starts_with("cannot open the perf event on CPU 3 (perf_event_open: Invalid argument"), "{msg}");
         assert!(msg.ends_with("give a smaller -c, or -F instead") && msg.matches("Invalid argument").count() == 1);
+        // Per-task events (-p, a command): which thread, and what to do about too many of them.
+        let emfile = io::Error::from_raw_os_error(libc::EMFILE);
+        let msg = open_error(SampleEvent::CpuClock, Rate::Frequency(99), On::Thread(4242), emfile, None).to_string();
+        assert!(msg.starts_with("cannot open the perf event of thread 4242 (perf_event_open: "), "{msg}");
+        assert!(msg.contains("one per thread with -p") && msg.ends_with("ulimit -n") && !msg.contains('\n'), "{msg}");
     }
 }
