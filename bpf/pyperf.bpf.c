@@ -152,6 +152,7 @@ struct pyperf_btf_anchor {
 	enum pyperf_event_kind event_kind;
 	enum pyperf_off_kind off_kind;
 	enum pyperf_user_flags user_flags;
+	enum pyperf_gen_kind gen_kind;
 	struct off_cpu_entry off_cpu_entry;
 	struct off_kstack off_kstack;
 };
@@ -608,6 +609,7 @@ struct frame_walk {
 	__u64 wlo, whi;   /* target addresses [wlo, whi) copied at the start of s->wbuf; whi 0 = none */
 	__u64 hash;       /* of the frames so far (code, check), for seen_stacks */
 	__u64 base;       /* 3.15+: the thread's base frame, where a complete walk ends; 0 = none */
+	__u64 tag;        /* the sample's check-word cache tag (see struct pyperf_check_entry), 0 = no cache */
 	__u32 n;
 	__u8 status;
 	__u8 reached_base;
@@ -641,9 +643,10 @@ static __always_inline void mark_entry(struct frame_walk *w, struct pyperf_scrat
 __noinline int pyperf_walk_frame(struct frame_walk *w, const struct py_proc *proc, struct pyperf_scratch *s)
 {
 	struct pyperf_frame *f;
+	struct pyperf_check_entry *e;
 	const __u8 *fb;
 	__u64 code, cur, lo, o;
-	__u32 n, fsz;
+	__u32 n, fsz, set;
 	bool copied = false;
 
 	if (!w || !proc || !s)
@@ -738,7 +741,18 @@ __noinline int pyperf_walk_frame(struct frame_walk *w, const struct py_proc *pro
 	} else {
 		f->check = 0;
 		w->last_argcount = 0;
-		if (proc->off.code_span >= 0) {
+		/* The cache's set of this code object (see struct pyperf_check_entry): most recent entry first. */
+		set = (__u32)((code >> 4) * 0x9e3779b97f4a7c15ULL >> 32) & (PYPERF_CHECK_SETS - 1);
+		e = &s->checks[set * 2];
+		if (w->tag && e[0].code == code && e[0].tag == w->tag) {
+			f->check = e[0].check;
+			w->last_argcount = e[0].argcount;
+			s->counters.checks_cached++;
+		} else if (w->tag && e[1].code == code && e[1].tag == w->tag) {
+			f->check = e[1].check;
+			w->last_argcount = e[1].argcount;
+			s->counters.checks_cached++;
+		} else if (proc->off.code_span >= 0) {
 			if (read_user(s->cbuf, proc->off.code_span_len, PYPERF_CODE_BUF,
 				      code + proc->off.code_span)) {
 				s->counters.read_errors++;
@@ -751,6 +765,17 @@ __noinline int pyperf_walk_frame(struct frame_walk *w, const struct py_proc *pro
 				if (proc->off.check_argcount >= 0)
 					w->last_argcount = get_s32(s->cbuf, proc->off.check_argcount,
 								   PYPERF_CODE_BUF);
+				s->counters.checks_read++;
+				if (w->tag) {
+					/* Into the set, most recent first: over the first entry if it has this address
+					 * (another count's), else the first moves over the second. */
+					if (e[0].code != code)
+						e[1] = e[0];
+					e[0].code = code;
+					e[0].tag = w->tag;
+					e[0].check = f->check;
+					e[0].argcount = w->last_argcount;
+				}
 			}
 		}
 		w->last_code = code;
@@ -773,6 +798,30 @@ __noinline int pyperf_walk_frame(struct frame_walk *w, const struct py_proc *pro
 	w->hash ^= w->hash >> 29;
 	w->n = n + 1;
 	return 0;
+}
+
+/*
+ * The sample's check-word cache tag (see struct pyperf_check_entry), 0 = no cache: cache_id << 40 | the process's
+ * count of freed code objects, read now. Read once per sample, not per frame: it is the cache's whole cost.
+ */
+static __always_inline __u64 check_tag(const struct py_proc *proc, struct pyperf_scratch *s, __u64 ts)
+{
+	__u64 gen = 0, interp;
+
+	if (!proc->cache_id || !ts)
+		return 0;
+	if (proc->gen_kind == GEN_UPROBE) {
+		gen = *(volatile const __u64 *)&proc->code_gen;
+	} else if (proc->gen_kind == GEN_INTERP) {
+		/* Only the main interpreter's threads: another one's count is not this one's. */
+		interp = get_u64(s->tbuf, proc->off.tstate_interp, PYPERF_TSTATE_BUF);
+		if (!interp || interp != proc->gen_interp || proc->off.interp_code_gen < 0 ||
+		    read_ptr(interp + proc->off.interp_code_gen, &gen))
+			return 0;
+	} else {
+		return 0;
+	}
+	return (__u64)proc->cache_id << 40 | (gen & ((1ULL << 40) - 1));
 }
 
 static long frame_walk_step(__u32 i, void *arg)
@@ -1143,6 +1192,7 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 		c.proc = proc;
 		c.s = s;
 		c.w.cur = frame;
+		c.w.tag = check_tag(proc, s, ts);
 		if (proc->off.tstate_base_frame >= 0)
 			c.w.base = get_u64(s->tbuf, proc->off.tstate_base_frame, PYPERF_TSTATE_BUF);
 		bpf_loop(PYPERF_MAX_WALK, frame_walk_step, &c, 0);
@@ -1217,6 +1267,26 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 			s->counters.events++;
 	}
 	PROF(5); /* ring buffer output */
+}
+
+/*
+ * A uprobe at the entry of a followed process's code_dealloc (gen_kind GEN_UPROBE, before 3.14, which has its own
+ * count): a code object is about to be freed, so cached check words of this process may describe objects that
+ * are gone. Counting is all it does; it runs once per code object freed (a module's at exit, code a program
+ * compiles and drops), never per sample.
+ */
+SEC("uprobe")
+int pyperf_code_freed(void *ctx)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	struct py_proc *proc;
+
+	if (!is_followed(pid))
+		return 0;
+	proc = bpf_map_lookup_elem(&procs, &pid);
+	if (proc)
+		__sync_fetch_and_add(&proc->code_gen, 1);
+	return 0;
 }
 
 SEC("perf_event")

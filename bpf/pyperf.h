@@ -45,6 +45,10 @@ enum pyperf_limits {
 	PYPERF_SNAP_REGIONS = 5,
 	/* Code objects whose snapshot was sent (known_code). */
 	PYPERF_KNOWN_CODE = 16384,
+	/* The check-word cache of each scratch slot (struct pyperf_check_entry): sets of 2 entries, indexed by a
+	 * hash of the code object's address. 2 ways: a set is shared by 3 of 200 distinct code objects in 1 of
+	 * ~8000 samples, where one way would lose ~5% of the frames to conflicts. */
+	PYPERF_CHECK_SETS = 2048,
 	/* 3.11+ (py_proc.frame_window): frames live on the thread's data stack,
 	 * each caller just below its callee, so the walk copies this many bytes
 	 * ending at the end of a frame in ONE read and takes the callers that lie
@@ -95,6 +99,17 @@ enum pyperf_limits {
 /* pyperf_event_header.user_flags */
 enum pyperf_user_flags {
 	PYPERF_USER_REGS = 1, /* user_ip/sp/bp are set, and ustack_len bytes of stack from user_sp follow (maybe 0) */
+};
+
+/* Where the program learns that code objects were freed (py_proc.gen_kind): while that count has not moved, an
+ * address holds the code object it held, and its check word can come from the cache (struct pyperf_check_entry)
+ * instead of a read of the object. */
+enum pyperf_gen_kind {
+	GEN_NONE = 0,   /* no such count: every new code object's check word is read */
+	GEN_INTERP = 1, /* 3.14+: PyInterpreterState._code_object_generation (py_offsets.interp_code_gen), which
+	                 * code_dealloc increments first thing, of the interpreter at py_proc.gen_interp */
+	GEN_UPROBE = 2, /* py_proc.code_gen, incremented by a uprobe on the process's code_dealloc
+	                 * (PyCode_Type.tp_dealloc, pyperf_code_freed) */
 };
 
 /* What a ring buffer record is (pyperf_event_header.kind). */
@@ -258,7 +273,9 @@ struct py_offsets {
 	__s16 code_linetable;
 	__s16 bytes_size;
 	__s16 bytes_data;
-	__s16 _pad[4];
+	/* 3.14+: PyInterpreterState._code_object_generation (gen_kind GEN_INTERP), else -1. */
+	__s16 interp_code_gen;
+	__s16 _pad[3];
 };
 
 /* Value of the `procs` map (key: tgid), filled by user space. Addresses have
@@ -287,8 +304,29 @@ struct py_proc {
 	 * gil_wait_len 0: unknown. */
 	__u64 gil_wait_addr;
 	__u32 gil_wait_len;
-	__u32 _pad2;
+	/* The check-word cache (enum pyperf_gen_kind). cache_id: this registration's number, unique in the session
+	 * (1 to 2^24 - 1; 0 = no cache): a pid used again, or registered again, never meets the entries of the
+	 * earlier one. */
+	__u32 cache_id;
+	__u64 code_gen;   /* GEN_UPROBE: code objects freed since registration (the uprobe increments it) */
+	__u64 gen_interp; /* GEN_INTERP: the main interpreter (its id 0 cannot be destroyed before the process
+	                   * exits); only its threads' frames use the cache */
+	__u8 gen_kind;    /* enum pyperf_gen_kind */
+	__u8 _pad2[7];
 	struct py_offsets off;
+};
+
+/*
+ * One entry of a scratch slot's check-word cache. Valid for a frame whose code object is at `code` while `tag`
+ * equals the sample's: cache_id << 40 | the freed-code count (mod 2^40). The count moves before any code object
+ * of the process is freed, and the code objects of a sampled stack are alive all along the sample (the frames
+ * hold them), so an entry written in one count describes the same object at every sample of that count.
+ */
+struct pyperf_check_entry {
+	__u64 code;
+	__u64 tag;
+	__u32 check;
+	__s32 argcount; /* <= 3.10: co_argcount, read with the check word (the first-local probe) */
 };
 
 /* One frame of a sample. */
@@ -419,6 +457,9 @@ struct pyperf_counters {
 	/* code snapshots (PYPERF_EVENT_CODE) */
 	__u64 code_snaps;        /* sent */
 	__u64 code_snap_failed;  /* not sent: the code object unreadable, or the ring buffer full */
+	/* check words of frames (a code object not the previous frame's) */
+	__u64 checks_read;       /* read from the code object */
+	__u64 checks_cached;     /* taken from the cache (struct pyperf_check_entry) */
 };
 
 /* Value of the off_cpu map (key: pid_tgid): a followed thread that went off CPU and has not ended the interval
@@ -479,6 +520,7 @@ struct pyperf_scratch {
 	__u8 wbuf[PYPERF_FRAME_WINDOW + PYPERF_FRAME_BUF];
 	struct pyperf_event ev;
 	struct pyperf_code_snap snap;
+	struct pyperf_check_entry checks[PYPERF_CHECK_SETS * 2]; /* set i: entries 2i, 2i + 1 (most recent first) */
 };
 
 #endif /* PYPERF_H */

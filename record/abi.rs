@@ -105,6 +105,9 @@ impl RawFrame {
     }
 }
 
+/// Sets of the check-word cache in each scratch slot (`PYPERF_CHECK_SETS`, 2 entries each).
+pub const CHECK_SETS: usize = limit(types::pyperf_limits::PYPERF_CHECK_SETS);
+
 /// The configuration row of one process (the `procs` map value): addresses and offsets, no version.
 pub type ProcConfig = types::py_proc;
 
@@ -138,6 +141,7 @@ const _: () = {
             + (TSTATE_BUF + GIL_BUF + CODE_BUF + FRAME_WINDOW + FRAME_BUF)
             + std::mem::size_of::<types::pyperf_event>()
             + std::mem::size_of::<types::pyperf_code_snap>()
+            + CHECK_SETS * 2 * std::mem::size_of::<types::pyperf_check_entry>()
     );
 };
 
@@ -189,7 +193,8 @@ mod tests {
     fn shared_struct_sizes() {
         assert_eq!(std::mem::size_of::<types::pyperf_event_header>(), 120);
         assert_eq!(std::mem::size_of::<RawFrame>(), 32);
-        assert_eq!(std::mem::size_of::<ProcConfig>(), 160);
+        assert_eq!(std::mem::size_of::<ProcConfig>(), 184);
+        assert_eq!(std::mem::size_of::<types::pyperf_check_entry>(), 24);
         assert_eq!(std::mem::size_of::<types::off_kstack>(), 16 + 32 * 8);
         assert_eq!(MAX_FRAMES, 2048);
         assert_eq!(POLL_NS, 50_000_000);

@@ -15,7 +15,8 @@ use pyperf_format::{
 use crate::abi::{types, ProcConfig};
 use crate::native::stacks::NativeStacks;
 use crate::python::code::ProcMem;
-use crate::python::config::bpf_config;
+use crate::python::config::{bpf_config, with_frees};
+use crate::python::frees::{code_frees, CodeFrees};
 use crate::python::walk::StackWalker;
 use crate::python::PythonProcess;
 use crate::sampler::{OffCpuPart, Rate, RawSample, SampleEvent, Sampler};
@@ -112,6 +113,8 @@ pub struct Session {
     /// `--off-cpu`: the minimum interval (shorter ones are sampled), and what the end of the recording needs to
     /// walk the stacks of threads still off CPU then.
     off_cpu: Option<OffCpuState>,
+    /// A process whose frees of code objects could not be counted was reported (once per recording).
+    no_check_cache_said: bool,
 }
 
 /// What a session with `--off-cpu` keeps.
@@ -158,6 +161,7 @@ impl Session {
             signals_seen: 0,
             exit_fds: Vec::new(),
             off_cpu: None,
+            no_check_cache_said: false,
         }
     }
 
@@ -529,6 +533,7 @@ impl Session {
     /// Registers `p` with the sampler and the symbolizer.
     fn set_up(&mut self, p: &PythonProcess, ns: &Namespaces) -> Result<()> {
         let config = bpf_config(p, ns.other_pid_ns).with_context(|| format!("cannot profile process {}", p.pid))?;
+        let config = self.count_code_frees(p, config);
         if let Some(o) = &mut self.off_cpu {
             // Entries an earlier process of the same pid left (its end not seen) are not this one's.
             o.pending.retain(|&(pid, _), _| pid != p.pid);
@@ -549,6 +554,37 @@ impl Session {
             }
         }
         Ok(())
+    }
+
+    /// `config` with the check-word cache on, when `p`'s frees of code objects can be counted (see
+    /// [`crate::python::frees`]; before 3.14 this attaches a uprobe to its `code_dealloc`). Else `config` as it is:
+    /// the program then reads every frame's check word, which costs more on deep stacks and is as correct.
+    fn count_code_frees(&mut self, p: &PythonProcess, config: ProcConfig) -> ProcConfig {
+        let frees = ProcMem::open(p.pid, config.interp_head_addr)
+            .map_err(|e| format!("cannot read its memory: {e}"))
+            .and_then(|mem| code_frees(p, &mem, config.interp_head_addr));
+        let frees = match frees {
+            Ok(CodeFrees::Dealloc { binary, offset, address }) => self
+                .sampler
+                .watch_code_frees(p.pid, &binary, offset)
+                .map(|()| CodeFrees::Dealloc { binary, offset, address })
+                .map_err(|e| e.to_string()),
+            other => other,
+        };
+        match frees {
+            Ok(f) => with_frees(config, &f),
+            Err(why) => {
+                if !self.no_check_cache_said {
+                    self.no_check_cache_said = true;
+                    crate::say!(
+                        "pyperf: note: process {}: its frees of code objects cannot be counted ({why}): each sample \
+                         reads every frame's code object, which costs more on deep stacks",
+                        p.pid
+                    );
+                }
+                config
+            }
+        }
     }
 
     /// `--off-cpu`, at the end: the followed threads still off CPU get an interval up to now, with their stack

@@ -3,6 +3,7 @@
 //! version's [`Row`]. The program reads this row and never a version.
 
 use super::detect::PythonProcess;
+use super::frees::CodeFrees;
 use super::layout::Layout;
 #[cfg(doc)]
 use super::versions::Row;
@@ -214,7 +215,12 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool) -> Result<ProcConfig, C
         _pad: [0; 3],
         gil_wait_addr,
         gil_wait_len,
-        _pad2: 0,
+        // The check-word cache is off until the session knows how frees are counted (see `with_frees`).
+        cache_id: 0,
+        code_gen: 0,
+        gen_interp: 0,
+        gen_kind: types::pyperf_gen_kind::GEN_NONE.0 as u8,
+        _pad2: [0; 7],
         off: types::py_offsets {
             interp_tstate_head: s16(l.interp_tstate_head)?,
             interp_gil_ptr: s16(interp_gil_ptr)?,
@@ -259,9 +265,23 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool) -> Result<ProcConfig, C
             code_linetable: s16(l.code_linetable)?,
             bytes_size: s16(l.bytes_size)?,
             bytes_data: s16(l.bytes_data)?,
-            _pad: [0; 4],
+            interp_code_gen: s16(l.interp_code_gen)?,
+            _pad: [0; 3],
         },
     })
+}
+
+/// `config` with the check-word cache's count of freed code objects (see [`super::frees`]): the main
+/// interpreter's own, or the uprobe's. The sampler numbers the registration (`cache_id`), which turns the cache on.
+pub fn with_frees(mut config: ProcConfig, frees: &CodeFrees) -> ProcConfig {
+    match frees {
+        CodeFrees::Counter { interp } => {
+            config.gen_kind = types::pyperf_gen_kind::GEN_INTERP.0 as u8;
+            config.gen_interp = *interp;
+        }
+        CodeFrees::Dealloc { .. } => config.gen_kind = types::pyperf_gen_kind::GEN_UPROBE.0 as u8,
+    }
+    config
 }
 
 #[cfg(test)]

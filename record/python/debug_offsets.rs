@@ -148,6 +148,7 @@ pub const FIELDS: &[(&str, &str)] = &[
     ("interp_next", "interpreter_state.next"),
     ("interp_tstate_head", "interpreter_state.threads_head"),
     ("interp_gil_ptr", "interpreter_state.ceval_gil"),
+    ("interp_code_gen", "interpreter_state.code_object_generation"),
     ("tstate_next", "thread_state.next"),
     ("tstate_interp", "thread_state.interp"),
     ("tstate_current_frame", "thread_state.current_frame"),
@@ -201,7 +202,10 @@ pub const GIL_HOLDER: &str = "interpreter_state.gil_runtime_state_holder";
 /// the size (a block read with the wrong positions, or a field moved out of its struct, is refused).
 pub const SIZES: &[(&str, &[&str])] = &[
     ("runtime_state.size", &["runtime_interpreters_head"]),
-    ("interpreter_state.size", &["interp_next", "interp_tstate_head", "interp_gil_ptr", "interp_modules"]),
+    (
+        "interpreter_state.size",
+        &["interp_next", "interp_tstate_head", "interp_gil_ptr", "interp_code_gen", "interp_modules"],
+    ),
     (
         "thread_state.size",
         &[

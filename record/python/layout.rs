@@ -62,6 +62,9 @@ pub struct Layout {
     /// `PyInterpreterState.ceval.gil` [ptr to `struct _gil_runtime_state`] (3.12+, per-interpreter
     /// GIL); add `gil_locked` / `gil_last_holder` to the pointer.
     pub interp_gil_ptr: i32,
+    /// `PyInterpreterState._code_object_generation` [u64] (3.14+): incremented first thing in `code_dealloc`, so
+    /// while it stays put no code object of the interpreter has been freed (the BPF check-word cache's count).
+    pub interp_code_gen: i32,
 
     // ---- struct _gil_runtime_state (3.7+) ----
     /// `struct _gil_runtime_state.locked` [i32] (3.7+). 3.6: static `gil_locked` symbol (.symtab
@@ -175,6 +178,9 @@ pub struct Layout {
     pub object_type: i32,
     /// `PyTypeObject.tp_name` [ptr to a C string].
     pub type_name: i32,
+    /// `PyTypeObject.tp_dealloc` [ptr to a function]: `PyCode_Type`'s is `code_dealloc`, where code objects are
+    /// freed (before 3.14 a uprobe there stands in for `_code_object_generation`).
+    pub type_dealloc: i32,
 
     // ---- objects read to name threads (`threading._active`, `Thread._name`; record/python/threads.rs) ----
     /// `PyInterpreterState.modules` (<= 3.11) / `.imports.modules` (3.12+) [ptr to dict]: `sys.modules`.
@@ -241,6 +247,7 @@ macro_rules! with_fields {
             interp_next,
             interp_tstate_head,
             interp_gil_ptr,
+            interp_code_gen,
             gil_locked,
             gil_last_holder,
             tstate_next,
@@ -284,6 +291,7 @@ macro_rules! with_fields {
             tuple_item,
             object_type,
             type_name,
+            type_dealloc,
             interp_modules,
             dict_keys,
             dict_values,
@@ -375,6 +383,7 @@ layouts! {
     interp_next:               [   0,    0,    0,    0,    0,    0,    0,    0, 7264, 7272, 7264],
     interp_tstate_head:        [   8,    8,    8,    8,    8,    8,   16,   72, 7344, 7344, 7336],
     interp_gil_ptr:            [  -1,   -1,   -1,   -1,   -1,   -1,   -1,  384,   16,   16,   16],
+    interp_code_gen:           [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1, 7992, 7944],
     gil_locked:                [  -1,   -1,   16,   16,   16,   16,   16,   16,   16,   16,   16],
     gil_last_holder:           [  -1,   -1,    8,    8,    8,    8,    8,    8,    8,    8,    8],
     tstate_next:               [   0,    8,    8,    8,    8,    8,    8,    8,    8,    8,    8],
@@ -418,6 +427,7 @@ layouts! {
     tuple_item:                [  24,   24,   24,   24,   24,   24,   24,   24,   24,   32,   32],
     object_type:               [   8,    8,    8,    8,    8,    8,    8,    8,    8,    8,    8],
     type_name:                 [  24,   24,   24,   24,   24,   24,   24,   24,   24,   24,   24],
+    type_dealloc:              [  48,   48,   48,   48,   48,   48,   48,   48,   48,   48,   48],
     interp_modules:            [  16,   16,   40,   56,  856,  856,  888,  944, 7656, 7688, 7592],
     dict_keys:                 [  -1,   32,   32,   32,   32,   32,   32,   32,   32,   32,   32],
     dict_values:               [  -1,   40,   40,   40,   40,   40,   40,   40,   40,   40,   40],

@@ -7,7 +7,8 @@
 //!   `_Py_DebugOffsets` (3.13+), validated and cross-checked; [`probes`]: how each offset is found in the DWARF
 //!   (run by `tests/conformance.rs`).
 //! - [`detect`]: finding the interpreter in a process (ELF symbols, load bias, version from the binary).
-//! - [`config`]: the BPF program's per-process configuration row, built from the version's row.
+//! - [`config`]: the BPF program's per-process configuration row, built from the version's row; [`frees`]: how a
+//!   process's frees of code objects are counted (the program's check-word cache).
 //! - [`code`]: reading code objects (names, files, line tables) from a process's memory; [`linetable`]: decoding
 //!   line tables.
 //! - [`objects`]: reading `str`, `int`, `dict` and instance attributes from a process's memory; [`threads`]: the
@@ -18,6 +19,7 @@ pub mod code;
 pub mod config;
 pub mod debug_offsets;
 pub mod detect;
+pub mod frees;
 pub mod layout;
 pub mod linetable;
 pub mod objects;

@@ -58,6 +58,7 @@ pub const PROBES: &[Probe] = &[
         ((3, 11), LAST, "off|PyInterpreterState|threads.head"),
     ]),
     p("interp_gil_ptr", &[((3, 12), LAST, "off|PyInterpreterState|ceval.gil")]),
+    p("interp_code_gen", &[((3, 14), LAST, "off|PyInterpreterState|_code_object_generation")]),
     p("gil_locked", &[((3, 7), LAST, "off|struct _gil_runtime_state|locked")]),
     p("gil_last_holder", &[((3, 7), LAST, "off|struct _gil_runtime_state|last_holder")]),
     p("tstate_next", &[(FIRST, LAST, "off|PyThreadState|next")]),
@@ -131,6 +132,7 @@ pub const PROBES: &[Probe] = &[
     p("tuple_item", &[(FIRST, LAST, "off|PyTupleObject|ob_item")]),
     p("object_type", &[(FIRST, LAST, "off|PyObject|ob_type")]),
     p("type_name", &[(FIRST, LAST, "off|PyTypeObject|tp_name")]),
+    p("type_dealloc", &[(FIRST, LAST, "off|PyTypeObject|tp_dealloc")]),
     p("interp_modules", &[
         (FIRST, (3, 11), "off|PyInterpreterState|modules"),
         ((3, 12), LAST, "off|PyInterpreterState|imports.modules"),

@@ -166,6 +166,10 @@ pub struct Counters {
     pub code_snaps: u64,
     /// Code snapshots not sent (the code object unreadable, the ring full).
     pub code_snap_failed: u64,
+    /// Check words of frames read from their code object.
+    pub checks_read: u64,
+    /// Check words of frames taken from the program's cache (no code object freed since they were read).
+    pub checks_cached: u64,
 }
 
 impl Counters {
@@ -199,6 +203,8 @@ impl Counters {
             ("bpf_off_cpu_kstack_lost", self.off_kstack_lost),
             ("bpf_code_snaps", self.code_snaps),
             ("bpf_code_snap_failed", self.code_snap_failed),
+            ("bpf_checks_read", self.checks_read),
+            ("bpf_checks_cached", self.checks_cached),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -350,6 +356,10 @@ pub struct Sampler {
     rate: Rate,
     /// Per-task events (see [`SamplerOptions::per_task`]) by process, with their thread (0: the command's).
     task_links: HashMap<u32, Vec<(u32, Link)>>,
+    /// The uprobe on each process's `code_dealloc` ([`Sampler::watch_code_frees`]).
+    code_free_links: HashMap<u32, Link>,
+    /// The next registration's `cache_id` (see `struct py_proc`).
+    next_cache_id: u32,
     /// What the program's `consumer_polling` says: we take the ring every [`POLL_INTERVAL`] on our own timer.
     polling: bool,
     /// Consecutive polls that found nothing.
@@ -362,8 +372,9 @@ pub struct Sampler {
 
 impl Drop for Sampler {
     fn drop(&mut self) {
-        // The per-task events' links before the program they attach.
+        // The per-task events' and uprobes' links before the programs they attach.
         self.task_links.clear();
+        self.code_free_links.clear();
         // SAFETY: dropped once, here, before `_storage` (a field, dropped after this body).
         unsafe { ManuallyDrop::drop(&mut self.inner) }
     }
@@ -470,6 +481,8 @@ impl Sampler {
             event: opts.event,
             rate: opts.rate,
             task_links: HashMap::new(),
+            code_free_links: HashMap::new(),
+            next_cache_id: 1,
             polling: false,
             idle_rounds: 0,
             wake,
@@ -554,12 +567,49 @@ impl Sampler {
         Ok(())
     }
 
+    /// Counts `pid`'s frees of code objects with a uprobe at `offset` of the file `binary` (its `code_dealloc`):
+    /// what lets a registration of `gen_kind` `GEN_UPROBE` use the check-word cache. Replaces an earlier one.
+    pub fn watch_code_frees(&mut self, pid: u32, binary: &Path, offset: u64) -> Result<(), BpfError> {
+        self.code_free_links.remove(&pid);
+        let pid_i = i32::try_from(pid).map_err(|_| BpfError::Bpf {
+            what: "attaching the uprobe on code_dealloc",
+            source: libbpf_rs::Error::from(io::Error::from(io::ErrorKind::InvalidInput)),
+        })?;
+        let offset = usize::try_from(offset).map_err(|_| BpfError::Bpf {
+            what: "attaching the uprobe on code_dealloc",
+            source: libbpf_rs::Error::from(io::Error::from(io::ErrorKind::InvalidInput)),
+        })?;
+        let link = self
+            .inner
+            .skel
+            .progs
+            .pyperf_code_freed
+            .attach_uprobe(false, pid_i, binary, offset)
+            .map_err(bpf_err("attaching the uprobe on code_dealloc"))?;
+        self.code_free_links.insert(pid, link);
+        Ok(())
+    }
+
     /// Starts sampling process `pid` with the configuration row `config` (replaces an earlier registration of
-    /// the same pid).
+    /// the same pid). The check-word cache is on when `config` says how frees are counted and, for the uprobe,
+    /// [`Sampler::watch_code_frees`] set it up first: the registration gets a number of its own, so that no
+    /// entry of an earlier one (another process of this pid, or this one before) is ever taken for its own.
     pub fn add_process(&mut self, pid: u32, config: &ProcConfig) -> Result<(), BpfError> {
+        let mut config = *config;
+        let uprobe = types::pyperf_gen_kind::GEN_UPROBE.0 as u8;
+        if config.gen_kind == uprobe && !self.code_free_links.contains_key(&pid) {
+            config.gen_kind = types::pyperf_gen_kind::GEN_NONE.0 as u8;
+        }
+        config.code_gen = 0;
+        config.cache_id = 0;
+        // 24 bits of the cache's tag (see struct pyperf_check_entry); past them, no cache.
+        if config.gen_kind != types::pyperf_gen_kind::GEN_NONE.0 as u8 && self.next_cache_id < 1 << 24 {
+            config.cache_id = self.next_cache_id;
+            self.next_cache_id += 1;
+        }
         // SAFETY: plain integers, repr(C), no padding (see bpf/pyperf.h); the slice lives as long as `config`.
         let value = unsafe {
-            std::slice::from_raw_parts(config as *const ProcConfig as *const u8, std::mem::size_of::<ProcConfig>())
+            std::slice::from_raw_parts(&config as *const ProcConfig as *const u8, std::mem::size_of::<ProcConfig>())
         };
         let procs = &self.inner.skel.maps.procs;
         procs.update(&pid.to_ne_bytes(), value, MapFlags::ANY).map_err(|source| match source.kind() {
@@ -591,8 +641,9 @@ impl Sampler {
 
     /// Stops sampling `pid` (no error if it was not registered).
     pub fn remove_process(&mut self, pid: u32) {
-        // Its threads' events (the command's stays: its other descendants may still run).
+        // Its threads' events (the command's stays: its other descendants may still run), its uprobe.
         self.task_links.remove(&pid);
+        self.code_free_links.remove(&pid);
         // A pid beyond the bitmap was never added.
         let _ = self.set_followed(pid, false);
         let _ = self.inner.skel.maps.procs.delete(&pid.to_ne_bytes());
@@ -767,6 +818,8 @@ impl Sampler {
             c.off_kstack_lost += pc.off_kstack_lost;
             c.code_snaps += pc.code_snaps;
             c.code_snap_failed += pc.code_snap_failed;
+            c.checks_read += pc.checks_read;
+            c.checks_cached += pc.checks_cached;
         }
         c
     }
