@@ -610,6 +610,7 @@ struct frame_walk {
 	__u64 hash;       /* of the frames so far (code, check), for seen_stacks */
 	__u64 base;       /* 3.15+: the thread's base frame, where a complete walk ends; 0 = none */
 	__u64 tag;        /* the sample's check-word cache tag (see struct pyperf_check_entry), 0 = no cache */
+	__u64 fo;         /* <= 3.10: where the current frame is in s->wbuf, for pyperf_first_local */
 	__u32 n;
 	__u8 status;
 	__u8 reached_base;
@@ -635,22 +636,133 @@ static __always_inline void mark_entry(struct frame_walk *w, struct pyperf_scrat
 		s->ev.frames[n - 1].instr |= PYPERF_INSTR_ENTRY;
 }
 
-/*
- * One frame of the walk: 0 = go on, 1 = stop. A global function: the verifier checks it once, on its own, rather
- * than along every path into it over the loop's iterations (start-up time: 87 k instructions processed, 0.21 s,
- * when it was inlined into the loop's callback).
- */
-__noinline int pyperf_walk_frame(struct frame_walk *w, const struct py_proc *proc, struct pyperf_scratch *s)
+/* The check-word cache's set of code object `code` (see struct pyperf_check_entry): its 2 entries, most recent first. */
+static __always_inline struct pyperf_check_entry *check_set(struct pyperf_scratch *s, __u64 code)
 {
-	struct pyperf_frame *f;
-	struct pyperf_check_entry *e;
-	const __u8 *fb;
-	__u64 code, cur, lo, o;
-	__u32 n, fsz, set;
+	__u32 set = (__u32)((code >> 4) * 0x9e3779b97f4a7c15ULL >> 32) & (PYPERF_CHECK_SETS - 1);
+
+	return &s->checks[set * 2];
+}
+
+/*
+ * The cold parts of a frame, out of the walk's loop (global functions: each verified once, and the loop's body
+ * stays small enough to verify PYPERF_WALK_BATCH times). 0 = go on, 1 = stop.
+ *
+ * A new window of frames for w->cur: the frame's bytes, from the copy of the target's [wlo, whi) at the start of
+ * s->wbuf. 3.11+ (frame_window): PYPERF_FRAME_WINDOW bytes ending at the frame's end, so that the callers below
+ * it come from the same copy; else (or when that read fails) the frame alone.
+ */
+__noinline int pyperf_frame_window(struct frame_walk *w, const struct py_proc *proc, struct pyperf_scratch *s)
+{
+	__u64 cur, lo, o;
+	__u32 fsz;
 	bool copied = false;
 
 	if (!w || !proc || !s)
 		return 1;
+	cur = w->cur;
+	fsz = proc->off.frame_size;
+	w->whi = 0;
+	if (fsz == 0 || fsz > PYPERF_FRAME_BUF) {
+		w->status = STACK_STATUS_ERROR;
+		return 1;
+	}
+	if (proc->frame_window && cur + fsz >= PYPERF_FRAME_WINDOW) {
+		lo = cur + fsz - PYPERF_FRAME_WINDOW;
+		copied = !bpf_probe_read_user(s->wbuf, PYPERF_FRAME_WINDOW, (const void *)lo);
+		if (!copied) {
+			/* The window would start in unmapped memory (bottom of a data stack chunk): take it from the
+			 * frame's own page only, which is mapped if the frame is. */
+			lo = cur & ~4095ULL;
+			o = cur + fsz - lo;
+			copied = o >= fsz && o <= PYPERF_FRAME_WINDOW &&
+				 !bpf_probe_read_user(s->wbuf, o, (const void *)lo);
+		}
+	}
+	if (!copied) {
+		lo = cur;
+		if (bpf_probe_read_user(s->wbuf, fsz, (const void *)cur)) {
+			s->counters.read_errors++;
+			w->status = STACK_STATUS_ERROR;
+			return 1;
+		}
+	}
+	w->wlo = lo;
+	w->whi = cur + fsz;
+	return 0;
+}
+
+/* The check word of code object w->last_code read from it (w->last_check, 0 = unreadable; w->last_argcount), and
+ * put in the cache when the sample has a tag. */
+__noinline int pyperf_check_read(struct frame_walk *w, const struct py_proc *proc, struct pyperf_scratch *s)
+{
+	struct pyperf_check_entry *e;
+	__u64 code;
+
+	if (!w || !proc || !s)
+		return 1;
+	code = w->last_code;
+	w->last_check = 0;
+	w->last_argcount = 0;
+	if (proc->off.code_span < 0)
+		return 0;
+	if (read_user(s->cbuf, proc->off.code_span_len, PYPERF_CODE_BUF, code + proc->off.code_span)) {
+		s->counters.read_errors++;
+		return 0;
+	}
+	w->last_check = pyperf_code_check((__u32)get_s32(s->cbuf, proc->off.check_firstlineno, PYPERF_CODE_BUF),
+					  get_u64(s->cbuf, proc->off.check_filename, PYPERF_CODE_BUF),
+					  get_u64(s->cbuf, proc->off.check_name, PYPERF_CODE_BUF));
+	BENCH_INTERN_FRAME(s, proc);
+	if (proc->off.check_argcount >= 0)
+		w->last_argcount = get_s32(s->cbuf, proc->off.check_argcount, PYPERF_CODE_BUF);
+	s->counters.checks_read++;
+	if (w->tag) {
+		/* Into the set, most recent first: over the first entry if it has this address (another count's),
+		 * else the first moves over the second. */
+		e = check_set(s, code);
+		if (e[0].code != code)
+			e[1] = e[0];
+		e[0].code = code;
+		e[0].tag = w->tag;
+		e[0].check = w->last_check;
+		e[0].argcount = w->last_argcount;
+	}
+	return 0;
+}
+
+/* <= 3.10: the first argument of the frame at w->cur (at byte w->fo of s->wbuf) and its type, for the self/cls
+ * heuristic (see struct pyperf_frame): one read. */
+__noinline int pyperf_first_local(struct frame_walk *w, const struct py_proc *proc, struct pyperf_scratch *s)
+{
+	struct pyperf_frame *f;
+	__u64 obj, type = 0, o;
+	__u32 n;
+
+	if (!w || !proc || !s)
+		return 1;
+	n = w->n;
+	o = w->fo;
+	if (n >= PYPERF_MAX_FRAMES || o > PYPERF_FRAME_WINDOW)
+		return 0;
+	f = &s->ev.frames[n];
+	obj = get_u64(s->wbuf + o, proc->off.frame_localsplus, PYPERF_FRAME_BUF);
+	if (obj && !read_ptr(obj + proc->off.object_type, &type) && type) {
+		f->first_local = obj;
+		f->first_local_type = type;
+	}
+	return 0;
+}
+
+/* One frame of the walk: 0 = go on, 1 = stop. */
+static __always_inline int walk_frame(struct frame_walk *w, const struct py_proc *proc, struct pyperf_scratch *s)
+{
+	struct pyperf_frame *f;
+	struct pyperf_check_entry *e;
+	const __u8 *fb;
+	__u64 code, cur, o;
+	__u32 n, fsz;
+
 	cur = w->cur;
 	n = w->n;
 	fsz = proc->off.frame_size;
@@ -661,41 +773,10 @@ __noinline int pyperf_walk_frame(struct frame_walk *w, const struct py_proc *pro
 		w->reached_base = 1;
 		return 1;
 	}
-	/*
-	 * The frame's bytes, from the copy of the target's [wlo, whi) at the start of s->wbuf: the current window,
-	 * else a new read. 3.11+ (frame_window): a window of PYPERF_FRAME_WINDOW bytes ending at the frame's end,
-	 * so that the callers below it come from the same copy; else (or when that read fails) the frame alone.
-	 * Every path ends in the same buffer at a bounded offset, so the verifier checks what follows once.
-	 */
-	if (!(w->whi && cur >= w->wlo && cur + fsz <= w->whi)) {
-		w->whi = 0;
-		if (fsz == 0 || fsz > PYPERF_FRAME_BUF) {
-			w->status = STACK_STATUS_ERROR;
-			return 1;
-		}
-		if (proc->frame_window && cur + fsz >= PYPERF_FRAME_WINDOW) {
-			lo = cur + fsz - PYPERF_FRAME_WINDOW;
-			copied = !bpf_probe_read_user(s->wbuf, PYPERF_FRAME_WINDOW, (const void *)lo);
-			if (!copied) {
-				/* The window would start in unmapped memory (bottom of a data stack chunk):
-				 * take it from the frame's own page only, which is mapped if the frame is. */
-				lo = cur & ~4095ULL;
-				o = cur + fsz - lo;
-				copied = o >= fsz && o <= PYPERF_FRAME_WINDOW &&
-					 !bpf_probe_read_user(s->wbuf, o, (const void *)lo);
-			}
-		}
-		if (!copied) {
-			lo = cur;
-			if (bpf_probe_read_user(s->wbuf, fsz, (const void *)cur)) {
-				s->counters.read_errors++;
-				w->status = STACK_STATUS_ERROR;
-				return 1;
-			}
-		}
-		w->wlo = lo;
-		w->whi = cur + fsz;
-	}
+	/* In the current window, else a new one. Every path ends in the same buffer at a bounded offset, so the
+	 * verifier checks what follows once. */
+	if (!(w->whi && cur >= w->wlo && cur + fsz <= w->whi) && pyperf_frame_window(w, proc, s))
+		return 1;
 	o = cur - w->wlo;
 	if (o > PYPERF_FRAME_WINDOW) {
 		w->status = STACK_STATUS_ERROR;
@@ -736,63 +817,28 @@ __noinline int pyperf_walk_frame(struct frame_walk *w, const struct py_proc *pro
 	/* 3.11: the frame says itself that it is the first of its activation of the evaluation loop. */
 	if (proc->off.frame_is_entry >= 0 && get_u8(fb, proc->off.frame_is_entry, PYPERF_FRAME_BUF) > 0)
 		f->instr |= PYPERF_INSTR_ENTRY;
-	if (code == w->last_code) {
-		f->check = w->last_check;
-	} else {
-		f->check = 0;
-		w->last_argcount = 0;
-		/* The cache's set of this code object (see struct pyperf_check_entry): most recent entry first. */
-		set = (__u32)((code >> 4) * 0x9e3779b97f4a7c15ULL >> 32) & (PYPERF_CHECK_SETS - 1);
-		e = &s->checks[set * 2];
+	/* The check word: the previous frame's (recursion), else the cache's, else read. */
+	if (code != w->last_code) {
+		w->last_code = code;
+		e = check_set(s, code);
 		if (w->tag && e[0].code == code && e[0].tag == w->tag) {
-			f->check = e[0].check;
+			w->last_check = e[0].check;
 			w->last_argcount = e[0].argcount;
 			s->counters.checks_cached++;
 		} else if (w->tag && e[1].code == code && e[1].tag == w->tag) {
-			f->check = e[1].check;
+			w->last_check = e[1].check;
 			w->last_argcount = e[1].argcount;
 			s->counters.checks_cached++;
-		} else if (proc->off.code_span >= 0) {
-			if (read_user(s->cbuf, proc->off.code_span_len, PYPERF_CODE_BUF,
-				      code + proc->off.code_span)) {
-				s->counters.read_errors++;
-			} else {
-				f->check = pyperf_code_check(
-					(__u32)get_s32(s->cbuf, proc->off.check_firstlineno, PYPERF_CODE_BUF),
-					get_u64(s->cbuf, proc->off.check_filename, PYPERF_CODE_BUF),
-					get_u64(s->cbuf, proc->off.check_name, PYPERF_CODE_BUF));
-				BENCH_INTERN_FRAME(s, proc);
-				if (proc->off.check_argcount >= 0)
-					w->last_argcount = get_s32(s->cbuf, proc->off.check_argcount,
-								   PYPERF_CODE_BUF);
-				s->counters.checks_read++;
-				if (w->tag) {
-					/* Into the set, most recent first: over the first entry if it has this address
-					 * (another count's), else the first moves over the second. */
-					if (e[0].code != code)
-						e[1] = e[0];
-					e[0].code = code;
-					e[0].tag = w->tag;
-					e[0].check = f->check;
-					e[0].argcount = w->last_argcount;
-				}
-			}
+		} else {
+			pyperf_check_read(w, proc, s);
 		}
-		w->last_code = code;
-		w->last_check = f->check;
 	}
-	/* <= 3.10: the first argument and its type, for the self/cls heuristic
-	 * (see struct pyperf_frame). One read, only for frames with arguments. */
+	f->check = w->last_check;
 	f->first_local = 0;
 	f->first_local_type = 0;
 	if (proc->off.frame_localsplus >= 0 && w->last_argcount > 0) {
-		__u64 obj = get_u64(fb, proc->off.frame_localsplus, PYPERF_FRAME_BUF);
-		__u64 type = 0;
-
-		if (obj && !read_ptr(obj + proc->off.object_type, &type) && type) {
-			f->first_local = obj;
-			f->first_local_type = type;
-		}
+		w->fo = o;
+		pyperf_first_local(w, proc, s);
 	}
 	w->hash = (w->hash ^ code ^ ((__u64)f->check << 32)) * 0x9e3779b97f4a7c15ULL;
 	w->hash ^= w->hash >> 29;
@@ -804,7 +850,8 @@ __noinline int pyperf_walk_frame(struct frame_walk *w, const struct py_proc *pro
  * The sample's check-word cache tag (see struct pyperf_check_entry), 0 = no cache: cache_id << 40 | the process's
  * count of freed code objects, read now. Read once per sample, not per frame: it is the cache's whole cost.
  */
-static __always_inline __u64 check_tag(const struct py_proc *proc, struct pyperf_scratch *s, __u64 ts)
+static __always_inline __u64 check_tag(const struct py_proc *proc, struct pyperf_scratch *s, __u64 ts, __u64 gil,
+				       int gil_state)
 {
 	__u64 gen = 0, interp;
 
@@ -815,13 +862,36 @@ static __always_inline __u64 check_tag(const struct py_proc *proc, struct pyperf
 	} else if (proc->gen_kind == GEN_INTERP) {
 		/* Only the main interpreter's threads: another one's count is not this one's. */
 		interp = get_u64(s->tbuf, proc->off.tstate_interp, PYPERF_TSTATE_BUF);
-		if (!interp || interp != proc->gen_interp || proc->off.interp_code_gen < 0 ||
-		    read_ptr(interp + proc->off.interp_code_gen, &gen))
+		if (!interp || interp != proc->gen_interp || proc->off.interp_code_gen < 0)
+			return 0;
+		/* From this sample's GIL block when it holds the count (the same address), else read. */
+		if (gil && gil_state != GIL_STATE_ERROR && proc->off.gil_code_gen >= 0 &&
+		    gil + proc->off.gil_code_gen == interp + proc->off.interp_code_gen)
+			gen = get_u64(s->gbuf, proc->off.gil_code_gen, PYPERF_GIL_BUF);
+		else if (read_ptr(interp + proc->off.interp_code_gen, &gen))
 			return 0;
 	} else {
 		return 0;
 	}
 	return (__u64)proc->cache_id << 40 | (gen & ((1ULL << 40) - 1));
+}
+
+/*
+ * PYPERF_WALK_BATCH frames of the walk (walk_frame): 0 = go on, 1 = stop. A global function: the verifier checks it
+ * once, on its own, rather than along every path into it over the loop's iterations (start-up time: 87 k
+ * instructions processed, 0.21 s, when one frame was inlined into the loop's callback). Several frames per call:
+ * a call per frame (the loop's callback, then this) was a fifth of a deep stack's time.
+ */
+__noinline int pyperf_walk_frame(struct frame_walk *w, const struct py_proc *proc, struct pyperf_scratch *s)
+{
+	__u32 k;
+
+	if (!w || !proc || !s)
+		return 1;
+	for (k = 0; k < PYPERF_WALK_BATCH; k++)
+		if (walk_frame(w, proc, s))
+			return 1;
+	return 0;
 }
 
 static long frame_walk_step(__u32 i, void *arg)
@@ -1109,6 +1179,7 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 	struct task_struct___pyperf *task;
 	__u64 fsbase = 0, ts, global_ts = 0, frame = 0, cframe = 0, size, flags, wait_base = 0, lo;
 	struct walk_ctx c = {};
+	int gil_state;
 
 	h = &s->ev.hdr;
 	h->ktime = now;
@@ -1146,7 +1217,8 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 	ts = tid ? find_tstate(proc, s, pid_tgid, tid, fsbase, task->start_time) : 0;
 	PROF(1); /* thread state (cache + read) */
 
-	h->gil_state = pyperf_gil_state(proc, s, ts, &global_ts, &wait_base);
+	gil_state = pyperf_gil_state(proc, s, ts, &global_ts, &wait_base);
+	h->gil_state = gil_state;
 	h->thread_state_match = proc->tstate_current_addr || proc->off.global_from_gil ?
 		thread_state_match(ts, global_ts) : THREAD_STATE_UNKNOWN;
 	h->pthread_id_match = pthread_id_match(proc, s, ts, fsbase);
@@ -1192,10 +1264,11 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 		c.proc = proc;
 		c.s = s;
 		c.w.cur = frame;
-		c.w.tag = check_tag(proc, s, ts);
+		/* 3.12+: wait_base is the GIL block read (interp->ceval.gil). */
+		c.w.tag = check_tag(proc, s, ts, proc->off.interp_gil_ptr >= 0 ? wait_base : 0, gil_state);
 		if (proc->off.tstate_base_frame >= 0)
 			c.w.base = get_u64(s->tbuf, proc->off.tstate_base_frame, PYPERF_TSTATE_BUF);
-		bpf_loop(PYPERF_MAX_WALK, frame_walk_step, &c, 0);
+		bpf_loop((PYPERF_MAX_WALK + PYPERF_WALK_BATCH - 1) / PYPERF_WALK_BATCH, frame_walk_step, &c, 0);
 		if (c.w.status == STACK_STATUS_COMPLETE && c.w.cur && !c.w.reached_base)
 			c.w.status = STACK_STATUS_TRUNCATED; /* bpf_loop bound (many skipped shims) */
 		if (c.w.reached_base)

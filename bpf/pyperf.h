@@ -23,8 +23,10 @@ enum pyperf_limits {
 	 * "complete stacks of 1000+ frames" needs more than that; deeper stacks
 	 * keep the leaf-nearest frames and are marked TRUNCATED. */
 	PYPERF_MAX_FRAMES = 2048,
-	/* bpf_loop bound of the frame walk: frames + C-stack shim frames skipped. */
+	/* Bound of the frame walk: frames + C-stack shim frames skipped. */
 	PYPERF_MAX_WALK = PYPERF_MAX_FRAMES + 256,
+	/* Frames per call of the walk's step (pyperf_walk_frame), PYPERF_MAX_WALK / this calls at most. */
+	PYPERF_WALK_BATCH = 2,
 	/* Bound of the walk of an interpreter's thread list (per sample, on a
 	 * cache miss). Hitting it is counted in pyperf_counters.thread_walk_bound. */
 	PYPERF_MAX_THREADS = 256,
@@ -52,10 +54,11 @@ enum pyperf_limits {
 	/* 3.11+ (py_proc.frame_window): frames live on the thread's data stack,
 	 * each caller just below its callee, so the walk copies this many bytes
 	 * ending at the end of a frame in ONE read and takes the callers that lie
-	 * in that window from the copy. A bpf_probe_read_user costs ~100 ns
-	 * whatever its size up to a few KiB, so this replaces one read per frame
-	 * with one read per several frames. */
-	PYPERF_FRAME_WINDOW = 1024,
+	 * in that window from the copy. A bpf_probe_read_user costs ~110 ns and
+	 * ~0.07 ns a byte (bench/RESULTS.md, round 2), so this replaces one read
+	 * per frame with one read per ~30 frames (4 KiB: ~380 ns, 1 KiB windows
+	 * cost a deep stack 4x as many reads). */
+	PYPERF_FRAME_WINDOW = 4096,
 	/* Wakeups of user space from the program are rationed, because a wakeup
 	 * is an irq_work, i.e. a self-IPI on the sampled CPU, paid by the target
 	 * (a VM exit in a VM: ~20 us measured, bench/RESULTS.md). The program
@@ -273,9 +276,12 @@ struct py_offsets {
 	__s16 code_linetable;
 	__s16 bytes_size;
 	__s16 bytes_data;
-	/* 3.14+: PyInterpreterState._code_object_generation (gen_kind GEN_INTERP), else -1. */
+	/* 3.14+: PyInterpreterState._code_object_generation (gen_kind GEN_INTERP), else -1. It follows the
+	 * interpreter's own GIL: gil_code_gen is its offset in the GIL block (-1 none), used when the block read is
+	 * at the same address (the GIL is the interpreter's own), which saves a read per sample. */
 	__s16 interp_code_gen;
-	__s16 _pad[3];
+	__s16 gil_code_gen;
+	__s16 _pad[2];
 };
 
 /* Value of the `procs` map (key: tgid), filled by user space. Addresses have

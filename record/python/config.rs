@@ -173,8 +173,11 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool) -> Result<ProcConfig, C
         (l.frame_is_entry, 1),
         (frame_localsplus, 8),
     ]);
+    // 3.14+: the count of freed code objects right after the interpreter's own GIL, in the same block read (the
+    // program uses it only where the block's address says it is that slot).
+    let gil_code_gen = if l.interp_code_gen >= 0 && interp_gil_ptr >= 0 { GIL_STRUCT_SIZE as i32 } else { -1 };
     let gil_size = if gil_locked >= 0 {
-        end(&[(gil_locked, gil_locked_width), (gil_last_holder, 8), (gil_tstate_current, 8)])
+        end(&[(gil_locked, gil_locked_width), (gil_last_holder, 8), (gil_tstate_current, 8), (gil_code_gen, 8)])
     } else {
         0
     };
@@ -266,7 +269,8 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool) -> Result<ProcConfig, C
             bytes_size: s16(l.bytes_size)?,
             bytes_data: s16(l.bytes_data)?,
             interp_code_gen: s16(l.interp_code_gen)?,
-            _pad: [0; 3],
+            gil_code_gen: s16(gil_code_gen)?,
+            _pad: [0; 2],
         },
     })
 }
