@@ -37,6 +37,11 @@ const FLUSH_EVERY: Duration = Duration::from_millis(500);
 const POLL_EVERY: Duration = Duration::from_millis(100);
 /// How often `-a` looks for new Python processes and `-p` / `--` for exited ones.
 const RESCAN_EVERY: Duration = Duration::from_millis(200);
+/// A process is given its uprobe on `code_dealloc` (the check-word cache before 3.14, see
+/// [`crate::python::frees`]) once it has been followed this long: detaching a uprobe waits for a grace period
+/// (~0.1 s), which a short command (`record -- python -c ...`) should not pay at its end, and its stacks are cheap
+/// to walk without the cache anyway.
+const UPROBE_AFTER: Duration = Duration::from_millis(500);
 /// While a command pyperf started runs no Python: a scan every FAST_SCAN for FAST_FOR after its spawn (an
 /// interpreter it execs is mapped within a millisecond or two, and is caught before the script runs), then twice as
 /// long after each scan, up to SLOW_SCAN: an interpreter it starts later is caught within SLOW_SCAN, still before
@@ -115,6 +120,9 @@ pub struct Session {
     off_cpu: Option<OffCpuState>,
     /// A process whose frees of code objects could not be counted was reported (once per recording).
     no_check_cache_said: bool,
+    /// Processes whose frees of code objects a uprobe will count once they have run for [`UPROBE_AFTER`]: when
+    /// followed, their configuration row, the file and offset of their `code_dealloc`.
+    uprobe_due: std::collections::HashMap<u32, (Instant, ProcConfig, CodeFrees)>,
 }
 
 /// What a session with `--off-cpu` keeps.
@@ -162,6 +170,7 @@ impl Session {
             exit_fds: Vec::new(),
             off_cpu: None,
             no_check_cache_said: false,
+            uprobe_due: std::collections::HashMap::new(),
         }
     }
 
@@ -257,6 +266,7 @@ impl Session {
             if now >= next_scan {
                 let events = self.targets.scan();
                 self.apply(events)?;
+                self.attach_due_uprobes(now);
                 last_scan = now;
                 look = true;
                 if now.duration_since(self.started) >= FAST_FOR {
@@ -480,6 +490,7 @@ impl Session {
         for event in events {
             match event {
                 Event::Gone { pid, .. } => {
+                    self.uprobe_due.remove(&pid);
                     self.sampler.remove_process(pid);
                     self.symbolizer.remove_process(pid);
                     if let Some(o) = &mut self.off_cpu {
@@ -563,27 +574,49 @@ impl Session {
         let frees = ProcMem::open(p.pid, config.interp_head_addr)
             .map_err(|e| format!("cannot read its memory: {e}"))
             .and_then(|mem| code_frees(p, &mem, config.interp_head_addr));
-        let frees = match frees {
-            Ok(CodeFrees::Dealloc { binary, offset, address }) => self
-                .sampler
-                .watch_code_frees(p.pid, &binary, offset)
-                .map(|()| CodeFrees::Dealloc { binary, offset, address })
-                .map_err(|e| e.to_string()),
-            other => other,
-        };
         match frees {
-            Ok(f) => with_frees(config, &f),
-            Err(why) => {
-                if !self.no_check_cache_said {
-                    self.no_check_cache_said = true;
-                    crate::say!(
-                        "pyperf: note: process {}: its frees of code objects cannot be counted ({why}): each sample \
-                         reads every frame's code object, which costs more on deep stacks",
-                        p.pid
-                    );
-                }
+            Ok(f @ CodeFrees::Counter { .. }) => with_frees(config, &f),
+            Ok(f @ CodeFrees::Dealloc { .. }) => {
+                // Later (UPROBE_AFTER); until then, every check word is read.
+                self.uprobe_due.insert(p.pid, (Instant::now(), config, f));
                 config
             }
+            Err(why) => {
+                self.no_check_cache(p.pid, &why);
+                config
+            }
+        }
+    }
+
+    /// Attaches the uprobes due (see [`UPROBE_AFTER`]) and turns the check-word cache on for their processes.
+    fn attach_due_uprobes(&mut self, now: Instant) {
+        let due: Vec<u32> = self
+            .uprobe_due
+            .iter()
+            .filter(|(_, (since, _, _))| now.duration_since(*since) >= UPROBE_AFTER)
+            .map(|(&pid, _)| pid)
+            .collect();
+        for pid in due {
+            let Some((_, config, frees)) = self.uprobe_due.remove(&pid) else { continue };
+            let CodeFrees::Dealloc { binary, offset, .. } = &frees else { continue };
+            let on =
+                self.sampler.watch_code_frees(pid, binary, *offset).map_err(|e| e.to_string()).and_then(|()| {
+                    self.sampler.add_process(pid, &with_frees(config, &frees)).map_err(|e| e.to_string())
+                });
+            if let Err(why) = on {
+                self.no_check_cache(pid, &why);
+            }
+        }
+    }
+
+    /// Says once per recording that a process's frees of code objects cannot be counted.
+    fn no_check_cache(&mut self, pid: u32, why: &str) {
+        if !self.no_check_cache_said {
+            self.no_check_cache_said = true;
+            crate::say!(
+                "pyperf: note: process {pid}: its frees of code objects cannot be counted ({why}): each sample reads \
+                 every frame's code object, which costs more on deep stacks"
+            );
         }
     }
 

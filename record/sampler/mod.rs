@@ -360,6 +360,9 @@ pub struct Sampler {
     code_free_links: HashMap<u32, Link>,
     /// The next registration's `cache_id` (see `struct py_proc`).
     next_cache_id: u32,
+    /// Uprobes being detached: closing one waits for a grace period (~0.1 s here), so it happens in a thread of its
+    /// own and the loop goes on; all are joined when the sampler is dropped (in parallel: one wait, not one each).
+    detaching: Vec<std::thread::JoinHandle<()>>,
     /// What the program's `consumer_polling` says: we take the ring every [`POLL_INTERVAL`] on our own timer.
     polling: bool,
     /// Consecutive polls that found nothing.
@@ -374,7 +377,13 @@ impl Drop for Sampler {
     fn drop(&mut self) {
         // The per-task events' and uprobes' links before the programs they attach.
         self.task_links.clear();
-        self.code_free_links.clear();
+        let uprobes: Vec<Link> = self.code_free_links.drain().map(|(_, l)| l).collect();
+        for link in uprobes {
+            self.detach_later(link);
+        }
+        for h in self.detaching.drain(..) {
+            let _ = h.join();
+        }
         // SAFETY: dropped once, here, before `_storage` (a field, dropped after this body).
         unsafe { ManuallyDrop::drop(&mut self.inner) }
     }
@@ -483,6 +492,7 @@ impl Sampler {
             task_links: HashMap::new(),
             code_free_links: HashMap::new(),
             next_cache_id: 1,
+            detaching: Vec::new(),
             polling: false,
             idle_rounds: 0,
             wake,
@@ -570,7 +580,9 @@ impl Sampler {
     /// Counts `pid`'s frees of code objects with a uprobe at `offset` of the file `binary` (its `code_dealloc`):
     /// what lets a registration of `gen_kind` `GEN_UPROBE` use the check-word cache. Replaces an earlier one.
     pub fn watch_code_frees(&mut self, pid: u32, binary: &Path, offset: u64) -> Result<(), BpfError> {
-        self.code_free_links.remove(&pid);
+        if let Some(link) = self.code_free_links.remove(&pid) {
+            self.detach_later(link);
+        }
         let pid_i = i32::try_from(pid).map_err(|_| BpfError::Bpf {
             what: "attaching the uprobe on code_dealloc",
             source: libbpf_rs::Error::from(io::Error::from(io::ErrorKind::InvalidInput)),
@@ -588,6 +600,14 @@ impl Sampler {
             .map_err(bpf_err("attaching the uprobe on code_dealloc"))?;
         self.code_free_links.insert(pid, link);
         Ok(())
+    }
+
+    /// Detaches a uprobe in a thread of its own (see `detaching`); where no thread can be started, here.
+    fn detach_later(&mut self, link: Link) {
+        self.detaching.retain(|h| !h.is_finished());
+        if let Ok(h) = std::thread::Builder::new().name("pyperf-detach".into()).spawn(move || drop(link)) {
+            self.detaching.push(h);
+        }
     }
 
     /// Starts sampling process `pid` with the configuration row `config` (replaces an earlier registration of
@@ -643,7 +663,9 @@ impl Sampler {
     pub fn remove_process(&mut self, pid: u32) {
         // Its threads' events (the command's stays: its other descendants may still run), its uprobe.
         self.task_links.remove(&pid);
-        self.code_free_links.remove(&pid);
+        if let Some(link) = self.code_free_links.remove(&pid) {
+            self.detach_later(link);
+        }
         // A pid beyond the bitmap was never added.
         let _ = self.set_followed(pid, false);
         let _ = self.inner.skel.maps.procs.delete(&pid.to_ne_bytes());
