@@ -38,9 +38,9 @@ const POLL_EVERY: Duration = Duration::from_millis(100);
 /// How often `-a` looks for new Python processes and `-p` / `--` for exited ones.
 const RESCAN_EVERY: Duration = Duration::from_millis(200);
 /// A process is given its uprobe on `code_dealloc` (the check-word cache before 3.14, see
-/// [`crate::python::frees`]) once it has been followed this long: detaching a uprobe waits for a grace period
-/// (~0.1 s), which a short command (`record -- python -c ...`) should not pay at its end, and its stacks are cheap
-/// to walk without the cache anyway.
+/// [`crate::python::frees`]) once it is this old: detaching a uprobe waits for a grace period (~0.1 s), which a short
+/// command (`record -- python -c ...`) should not pay at its end, and its few samples are cheap enough without the
+/// cache.
 const UPROBE_AFTER: Duration = Duration::from_millis(500);
 /// While a command pyperf started runs no Python: a scan every FAST_SCAN for FAST_FOR after its spawn (an
 /// interpreter it execs is mapped within a millisecond or two, and is caught before the script runs), then twice as
@@ -120,8 +120,8 @@ pub struct Session {
     off_cpu: Option<OffCpuState>,
     /// A process whose frees of code objects could not be counted was reported (once per recording).
     no_check_cache_said: bool,
-    /// Processes whose frees of code objects a uprobe will count once they have run for [`UPROBE_AFTER`]: when
-    /// followed, their configuration row, the file and offset of their `code_dealloc`.
+    /// Processes whose frees of code objects a uprobe will count once they are [`UPROBE_AFTER`] old: when, their
+    /// configuration row, the file and offset of their `code_dealloc`.
     uprobe_due: std::collections::HashMap<u32, (Instant, ProcConfig, CodeFrees)>,
 }
 
@@ -577,8 +577,17 @@ impl Session {
         match frees {
             Ok(f @ CodeFrees::Counter { .. }) => with_frees(config, &f),
             Ok(f @ CodeFrees::Dealloc { .. }) => {
-                // Later (UPROBE_AFTER); until then, every check word is read.
-                self.uprobe_due.insert(p.pid, (Instant::now(), config, f));
+                // A process that has run UPROBE_AFTER already (`-p` of a service) gets it now; a younger one when it
+                // is that old, and until then every check word is read.
+                let age = crate::targets::procfs::age(p.pid).unwrap_or(Duration::ZERO);
+                if age >= UPROBE_AFTER {
+                    match self.watch_code_frees(p.pid, &f) {
+                        Ok(()) => return with_frees(config, &f),
+                        Err(why) => self.no_check_cache(p.pid, &why),
+                    }
+                } else {
+                    self.uprobe_due.insert(p.pid, (Instant::now() + (UPROBE_AFTER - age), config, f));
+                }
                 config
             }
             Err(why) => {
@@ -590,22 +599,26 @@ impl Session {
 
     /// Attaches the uprobes due (see [`UPROBE_AFTER`]) and turns the check-word cache on for their processes.
     fn attach_due_uprobes(&mut self, now: Instant) {
-        let due: Vec<u32> = self
-            .uprobe_due
-            .iter()
-            .filter(|(_, (since, _, _))| now.duration_since(*since) >= UPROBE_AFTER)
-            .map(|(&pid, _)| pid)
-            .collect();
+        let due: Vec<u32> =
+            self.uprobe_due.iter().filter(|(_, (due, _, _))| now >= *due).map(|(&pid, _)| pid).collect();
         for pid in due {
             let Some((_, config, frees)) = self.uprobe_due.remove(&pid) else { continue };
-            let CodeFrees::Dealloc { binary, offset, .. } = &frees else { continue };
-            let on =
-                self.sampler.watch_code_frees(pid, binary, *offset).map_err(|e| e.to_string()).and_then(|()| {
-                    self.sampler.add_process(pid, &with_frees(config, &frees)).map_err(|e| e.to_string())
-                });
+            let on = self
+                .watch_code_frees(pid, &frees)
+                .and_then(|()| self.sampler.add_process(pid, &with_frees(config, &frees)).map_err(|e| e.to_string()));
             if let Err(why) = on {
                 self.no_check_cache(pid, &why);
             }
+        }
+    }
+
+    /// Attaches the uprobe that counts `pid`'s frees of code objects.
+    fn watch_code_frees(&mut self, pid: u32, frees: &CodeFrees) -> std::result::Result<(), String> {
+        match frees {
+            CodeFrees::Dealloc { binary, offset, .. } => {
+                self.sampler.watch_code_frees(pid, binary, *offset).map_err(|e| e.to_string())
+            }
+            CodeFrees::Counter { .. } => Ok(()),
         }
     }
 

@@ -91,6 +91,20 @@ pub fn start_time(pid: u32) -> Option<u64> {
     identity(pid).map(|i| i.start_time)
 }
 
+/// How long ago `pid` started (its start time against CLOCK_BOOTTIME, in clock ticks); None if it is gone.
+pub fn age(pid: u32) -> Option<std::time::Duration> {
+    let start = start_time(pid)?;
+    // SAFETY: sysconf reads a configuration value; no memory is passed.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok().filter(|&h| h > 0)?;
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec for the call.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
+        return None;
+    }
+    let now_ns = u64::try_from(ts.tv_sec).ok()? * 1_000_000_000 + u64::try_from(ts.tv_nsec).ok()?;
+    Some(std::time::Duration::from_nanos(now_ns.saturating_sub(start.saturating_mul(1_000_000_000) / hz)))
+}
+
 /// Where a process lives: its PID namespace and cgroup.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Namespaces {
