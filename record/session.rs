@@ -120,6 +120,8 @@ pub struct Session {
     off_cpu: Option<OffCpuState>,
     /// A process whose frees of code objects could not be counted was reported (once per recording).
     no_check_cache_said: bool,
+    /// Uprobes may be put in targets (`--no-uprobe` says no).
+    uprobes: bool,
     /// Processes whose frees of code objects a uprobe will count once they are [`UPROBE_AFTER`] old: when, their
     /// configuration row, the file and offset of their `code_dealloc`.
     uprobe_due: std::collections::HashMap<u32, (Instant, ProcConfig, CodeFrees)>,
@@ -170,8 +172,16 @@ impl Session {
             exit_fds: Vec::new(),
             off_cpu: None,
             no_check_cache_said: false,
+            uprobes: true,
             uprobe_due: std::collections::HashMap::new(),
         }
+    }
+
+    /// Whether pyperf may put a uprobe in a target (`--no-uprobe`: no), to count its frees of code objects before
+    /// 3.14 (see [`crate::python::frees`]). Before [`Session::start`].
+    pub fn with_uprobes(mut self, on: bool) -> Session {
+        self.uprobes = on;
+        self
     }
 
     /// Records off-CPU intervals too (`--off-cpu`; the sampler was loaded with the same `min_ns`). Before
@@ -576,6 +586,8 @@ impl Session {
             .and_then(|mem| code_frees(p, &mem, config.interp_head_addr));
         match frees {
             Ok(f @ CodeFrees::Counter { .. }) => with_frees(config, &f),
+            // --no-uprobe: every check word is read.
+            Ok(CodeFrees::Dealloc { .. }) if !self.uprobes => config,
             Ok(f @ CodeFrees::Dealloc { .. }) => {
                 // A process that has run UPROBE_AFTER already (`-p` of a service) gets it now; a younger one when it
                 // is that old, and until then every check word is read.

@@ -178,3 +178,35 @@ per_interpreter! {
     short_lived_sid_3_14, reuse_sid_3_14 => "sid-3.14",
     short_lived_sid_3_15, reuse_sid_3_15 => "sid-3.15",
 }
+
+/// The check-word cache with and without the uprobe (3.11, before `_code_object_generation`): `-p` of a process
+/// older than 0.5 s uses the cache from the start (frames' check words taken from it), and `--no-uprobe` reads every
+/// one; the stacks are the same either way.
+#[test]
+fn no_uprobe_reads_every_check_word() {
+    let _g = serial();
+    let python = interpreter("3.11.7");
+    let mut target =
+        std::process::Command::new(&python).arg(workload("deep.py")).args(["20", "6"]).spawn().expect("start deep.py");
+    std::thread::sleep(std::time::Duration::from_millis(900));
+    let pid = target.id().to_string();
+    let mut counts = Vec::new();
+    for extra in [&[][..], &["--no-uprobe"][..]] {
+        let (_dir, out) = scratch("p.pyp");
+        let o = run(pyperf().args(["record", "-F", "999", "-d", "1", "-p", &pid]).args(extra).arg("-o").arg(&out));
+        assert!(o.status.success(), "pyperf record {extra:?} failed: {:?}", o.status);
+        let rec = read(&out);
+        let stats = rec.tables.stats.as_ref().expect("trailer");
+        let counter = |k: &str| stats.counters.iter().find(|(n, _)| n == k).map_or(0, |(_, v)| *v);
+        let deep = rec.samples.iter().filter(|s| s.names.iter().filter(|n| *n == "recurse").count() == 20).count();
+        assert!(deep * 2 > rec.samples.len(), "{extra:?}: {deep} of {} samples with the 20 frames", rec.samples.len());
+        counts.push((counter("bpf_checks_read"), counter("bpf_checks_cached")));
+    }
+    let _ = target.kill();
+    let _ = target.wait();
+    let ((read_on, cached_on), (read_off, cached_off)) = (counts[0], counts[1]);
+    // With the uprobe: the 3 distinct code objects (main, recurse, spin; recursion reuses the previous frame's) are
+    // read once per CPU they run on, then cached.
+    assert!(cached_on > 500 && read_on < 50, "with the uprobe: read {read_on}, cached {cached_on}");
+    assert!(cached_off == 0 && read_off > 500, "--no-uprobe: read {read_off}, cached {cached_off}");
+}

@@ -71,6 +71,10 @@ pub struct TopArgs {
     /// Rows of functions in the plain table (stdout not a terminal).
     #[arg(long = "rows", default_value_t = 20)]
     pub rows: usize,
+    /// Never put a uprobe in a target (see `pyperf record --no-uprobe`): deep stacks before 3.14 then cost more to
+    /// sample.
+    #[arg(long = "no-uprobe")]
+    pub no_uprobe: bool,
     /// Start this command and watch it (its output is shown when the view ends on a terminal).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -174,7 +178,8 @@ fn run(
         Some(o) => Some(Box::new(FileSink::new(o, &header)?)),
         None => None,
     };
-    let mut session = Session::new(sampler, targets, Box::new(LiveSink::new(live.clone(), inner)));
+    let mut session =
+        Session::new(sampler, targets, Box::new(LiveSink::new(live.clone(), inner))).with_uprobes(!args.no_uprobe);
     if let Some(min_ns) = off_cpu_min_ns {
         session = session.with_off_cpu(min_ns)?;
     }
