@@ -610,7 +610,6 @@ struct frame_walk {
 	__u64 hash;       /* of the frames so far (code, check), for seen_stacks */
 	__u64 base;       /* 3.15+: the thread's base frame, where a complete walk ends; 0 = none */
 	__u64 tag;        /* the sample's check-word cache tag (see struct pyperf_check_entry), 0 = no cache */
-	__u64 fo;         /* <= 3.10: where the current frame is in s->wbuf, for pyperf_first_local */
 	__u32 n;
 	__u8 status;
 	__u8 reached_base;
@@ -731,18 +730,17 @@ __noinline int pyperf_check_read(struct frame_walk *w, const struct py_proc *pro
 	return 0;
 }
 
-/* <= 3.10: the first argument of the frame at w->cur (at byte w->fo of s->wbuf) and its type, for the self/cls
- * heuristic (see struct pyperf_frame): one read. */
-__noinline int pyperf_first_local(struct frame_walk *w, const struct py_proc *proc, struct pyperf_scratch *s)
+/* <= 3.10: the first argument of frame w->n (at byte o of s->wbuf) and its type, for the self/cls heuristic (see
+ * struct pyperf_frame): one read. */
+__noinline int pyperf_first_local(struct frame_walk *w, const struct py_proc *proc, struct pyperf_scratch *s, __u64 o)
 {
 	struct pyperf_frame *f;
-	__u64 obj, type = 0, o;
+	__u64 obj, type = 0;
 	__u32 n;
 
 	if (!w || !proc || !s)
 		return 1;
 	n = w->n;
-	o = w->fo;
 	if (n >= PYPERF_MAX_FRAMES || o > PYPERF_FRAME_WINDOW)
 		return 0;
 	f = &s->ev.frames[n];
@@ -836,10 +834,8 @@ static __always_inline int walk_frame(struct frame_walk *w, const struct py_proc
 	f->check = w->last_check;
 	f->first_local = 0;
 	f->first_local_type = 0;
-	if (proc->off.frame_localsplus >= 0 && w->last_argcount > 0) {
-		w->fo = o;
-		pyperf_first_local(w, proc, s);
-	}
+	if (proc->off.frame_localsplus >= 0 && w->last_argcount > 0)
+		pyperf_first_local(w, proc, s, o);
 	w->hash = (w->hash ^ code ^ ((__u64)f->check << 32)) * 0x9e3779b97f4a7c15ULL;
 	w->hash ^= w->hash >> 29;
 	w->n = n + 1;

@@ -511,22 +511,11 @@ fn task_start(pid: u32, tid: u32) -> Option<u64> {
 /// A /proc start time (clock ticks since boot, CLOCK_BOOTTIME) as CLOCK_MONOTONIC ns, rounded down to its tick: at or
 /// before the start.
 fn start_to_monotonic(ticks: u64) -> Option<u64> {
-    // SAFETY: sysconf reads a configuration value; no memory is passed.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    let tick_ns = 1_000_000_000 / u64::try_from(hz).ok().filter(|&h| h > 0)?;
-    let boot_ns = ticks.checked_mul(tick_ns)?;
+    let boot_ns = procfs::ticks_ns(ticks)?;
     // Monotonic first: the offset comes out a little large, the time a little early (the safe side).
-    let mono = clock_ns(libc::CLOCK_MONOTONIC)?;
-    let boot = clock_ns(libc::CLOCK_BOOTTIME)?;
+    let mono = procfs::clock_ns(libc::CLOCK_MONOTONIC)?;
+    let boot = procfs::clock_ns(libc::CLOCK_BOOTTIME)?;
     boot_ns.checked_sub(boot.checked_sub(mono)?)
-}
-
-/// The time of `clock` in ns.
-fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the timespec it is given, nothing else.
-    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
-    (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 /// The id of `sym`, a new one (announced to `new_symbol`) if it was not seen before.

@@ -495,7 +495,7 @@ impl<M: ReadMem> CodeReader<M> {
 }
 
 /// A little-endian u64 at `addr`.
-fn read_u64<R: ReadMem>(mem: &R, addr: u64) -> Option<u64> {
+pub(super) fn read_u64<R: ReadMem>(mem: &R, addr: u64) -> Option<u64> {
     let mut b = [0u8; 8];
     mem.read(addr, &mut b).then(|| u64::from_le_bytes(b))
 }

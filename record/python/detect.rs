@@ -161,14 +161,16 @@ impl fmt::Display for PythonProcess {
 }
 
 /// One line of /proc/PID/maps that maps a file.
-#[derive(Debug, Clone)]
-struct Mapping {
-    start: u64,
-    end: u64,
-    offset: u64,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Mapping {
+    pub(super) start: u64,
+    pub(super) end: u64,
+    pub(super) offset: u64,
     /// The mapped file's inode, to tell it from another file at the same path.
-    inode: u64,
-    path: String,
+    pub(super) inode: u64,
+    /// Mapped executable (`x` in its permissions).
+    pub(super) exec: bool,
+    pub(super) path: String,
 }
 
 const WANTED: &[&str] = &[
@@ -308,12 +310,12 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
     Err(InspectError::NotPython(pid))
 }
 
-fn parse_maps(maps: &str) -> Vec<Mapping> {
+pub(super) fn parse_maps(maps: &str) -> Vec<Mapping> {
     let mut out = Vec::new();
     for line in maps.lines() {
         // start-end perms offset dev inode path
         let mut it = line.splitn(6, ' ');
-        let (Some(range), Some(_perms), Some(off), Some(_dev), Some(inode), Some(rest)) =
+        let (Some(range), Some(perms), Some(off), Some(_dev), Some(inode), Some(rest)) =
             (it.next(), it.next(), it.next(), it.next(), it.next(), it.next())
         else {
             continue;
@@ -333,7 +335,7 @@ fn parse_maps(maps: &str) -> Vec<Mapping> {
         };
         let path = path.strip_suffix(" (deleted)").unwrap_or(path).to_string();
         let inode = inode.parse().unwrap_or(0);
-        out.push(Mapping { start, end, offset, inode, path });
+        out.push(Mapping { start, end, offset, inode, exec: perms.contains('x'), path });
     }
     out
 }
@@ -343,17 +345,24 @@ fn parse_maps(maps: &str) -> Vec<Mapping> {
 /// itself (a file deleted or replaced since, or a path the host names differently, as for a chroot); else, where
 /// map_files is closed (it needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE), the rooted path as it is.
 fn open_mapped_file(pid: u32, path: &str, maps: &[&Mapping]) -> io::Result<fs::File> {
+    fs::File::open(mapped_file_path(pid, path, maps))
+}
+
+/// The path [`open_mapped_file`] opens (also what a uprobe on the file is attached through, see
+/// [`super::frees`]): `/proc/PID/root/PATH` when it is the mapped file, else a `/proc/PID/map_files` entry of one
+/// of `maps` that can be followed, else the rooted path as it is.
+pub(super) fn mapped_file_path(pid: u32, path: &str, maps: &[&Mapping]) -> PathBuf {
     use std::os::unix::fs::MetadataExt;
-    let rooted = fs::File::open(format!("/proc/{pid}/root{path}"));
-    if let Ok(f) = &rooted {
-        let inode = f.metadata().map(|m| m.ino()).unwrap_or(0);
-        if maps.iter().any(|m| m.inode == inode) {
+    let rooted = PathBuf::from(format!("/proc/{pid}/root{path}"));
+    if let Ok(md) = fs::metadata(&rooted) {
+        if maps.iter().any(|m| m.inode == md.ino()) {
             return rooted;
         }
     }
     for m in maps.iter().filter(|m| m.offset == 0) {
-        if let Ok(f) = fs::File::open(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)) {
-            return Ok(f);
+        let entry = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
+        if fs::metadata(&entry).is_ok() {
+            return entry;
         }
     }
     rooted

@@ -11,11 +11,10 @@
 //!   freed (`pyperf_code_freed`). Its address is read from the process (relocated), its file and offset from the
 //!   process's memory map.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
-use super::code::ReadMem;
-use super::detect::PythonProcess;
+use super::code::{read_u64, ReadMem};
+use super::detect::{mapped_file_path, parse_maps, Mapping, PythonProcess};
 use super::objects::at;
 
 /// How the frees of a process's code objects are counted.
@@ -48,9 +47,14 @@ pub fn code_frees<M: ReadMem>(p: &PythonProcess, mem: &M, interp_head_addr: u64)
     let slot = at(code_type, l.type_dealloc).ok_or("no tp_dealloc offset")?;
     let address = read_u64(mem, slot).filter(|&a| a != 0).ok_or("PyCode_Type.tp_dealloc unreadable")?;
     let maps = std::fs::read_to_string(format!("/proc/{}/maps", p.pid)).map_err(|e| format!("its maps: {e}"))?;
-    let m =
-        executable_mapping(&maps, address).ok_or_else(|| format!("code_dealloc {address:#x} not in a mapped file"))?;
-    Ok(CodeFrees::Dealloc { binary: openable(p.pid, &m), offset: address - m.start + m.offset, address })
+    let maps = parse_maps(&maps);
+    let m = dealloc_mapping(&maps, address).ok_or_else(|| format!("code_dealloc {address:#x} not in a mapped file"))?;
+    let same_file: Vec<&Mapping> = maps.iter().filter(|o| o.path == m.path && o.inode == m.inode).collect();
+    Ok(CodeFrees::Dealloc {
+        binary: mapped_file_path(p.pid, &m.path, &same_file),
+        offset: address - m.start + m.offset,
+        address,
+    })
 }
 
 /// The main interpreter: the last of the list that starts at `*head_addr` (each new interpreter goes first).
@@ -67,47 +71,9 @@ fn main_interpreter<M: ReadMem>(mem: &M, head_addr: u64, next: i32) -> Result<u6
     Err("the interpreter list does not end".into())
 }
 
-fn read_u64<M: ReadMem>(mem: &M, addr: u64) -> Option<u64> {
-    let mut b = [0u8; 8];
-    mem.read(addr, &mut b).then(|| u64::from_le_bytes(b))
-}
-
-/// A mapping of an executable file (one line of /proc/PID/maps).
-#[derive(Debug, PartialEq, Eq)]
-struct FileMapping {
-    start: u64,
-    end: u64,
-    offset: u64,
-    inode: u64,
-    path: String,
-}
-
-/// The executable file mapping of /proc/PID/maps `maps` that holds `addr`.
-fn executable_mapping(maps: &str, addr: u64) -> Option<FileMapping> {
-    maps.lines().find_map(|line| {
-        // start-end perms offset dev inode path
-        let mut it = line.split_whitespace();
-        let (range, perms, offset, _dev, inode) = (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
-        let path = it.collect::<Vec<_>>().join(" ");
-        let (s, e) = range.split_once('-')?;
-        let (start, end) = (u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?);
-        let inode = inode.parse().ok()?;
-        (start <= addr && addr < end && perms.contains('x') && inode != 0 && path.starts_with('/')).then(|| {
-            let path = path.strip_suffix(" (deleted)").unwrap_or(&path).to_string();
-            Some(FileMapping { start, end, offset: u64::from_str_radix(offset, 16).ok()?, inode, path })
-        })?
-    })
-}
-
-/// A path to `m`'s file that pyperf can open: the path inside the process's root when it is the mapped file (same
-/// inode: a container's file, not the host's of the same name), else the mapping's map_files entry (a file
-/// deleted or replaced since; needs CAP_SYS_ADMIN, which root has).
-fn openable(pid: u32, m: &FileMapping) -> PathBuf {
-    let rooted = PathBuf::from(format!("/proc/{pid}/root{}", m.path));
-    match std::fs::metadata(&rooted) {
-        Ok(md) if md.ino() == m.inode => rooted,
-        _ => PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)),
-    }
+/// The executable file mapping of `maps` that holds `addr`: where a uprobe can go.
+fn dealloc_mapping(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
+    maps.iter().find(|m| m.start <= addr && addr < m.end && m.exec)
 }
 
 #[cfg(test)]
@@ -145,24 +111,26 @@ mod tests {
 
     #[test]
     fn code_dealloc_is_found_in_the_executable_mapping_of_its_file() {
-        let maps = "\
+        let maps = parse_maps(
+            "\
 5583a0a00000-5583a0a2b000 r--p 00000000 fd:01 1234 /usr/bin/python3.11
 5583a0a2b000-5583a0d00000 r-xp 0002b000 fd:01 1234 /usr/bin/python3.11
 7f0000000000-7f0000021000 rw-p 00000000 00:00 0 \n\
 7f1000000000-7f1000100000 r-xp 00010000 fd:01 99 /opt/my python/libpython3.9.so.1.0 (deleted)
-";
-        let m = executable_mapping(maps, 0x5583a0a2c010).expect("in the text");
+",
+        );
+        let m = dealloc_mapping(&maps, 0x5583a0a2c010).expect("in the text");
         assert_eq!(
             (m.start, m.offset, m.inode, m.path.as_str()),
             (0x5583a0a2b000, 0x2b000, 1234, "/usr/bin/python3.11")
         );
         assert_eq!(0x5583a0a2c010 - m.start + m.offset, 0x2c010);
         // A path with a space, deleted since.
-        let m = executable_mapping(maps, 0x7f1000000100).expect("in the library");
+        let m = dealloc_mapping(&maps, 0x7f1000000100).expect("in the library");
         assert_eq!(m.path, "/opt/my python/libpython3.9.so.1.0");
         // Read-only data, anonymous memory, nothing: not a place for a uprobe.
-        assert_eq!(executable_mapping(maps, 0x5583a0a00010), None);
-        assert_eq!(executable_mapping(maps, 0x7f0000000010), None);
-        assert_eq!(executable_mapping(maps, 0x10), None);
+        assert_eq!(dealloc_mapping(&maps, 0x5583a0a00010), None);
+        assert_eq!(dealloc_mapping(&maps, 0x7f0000000010), None);
+        assert_eq!(dealloc_mapping(&maps, 0x10), None);
     }
 }

@@ -34,7 +34,7 @@
 
 use std::collections::HashMap;
 
-use super::code::{code_check, ProcMem, ReadMem};
+use super::code::{code_check, read_u64, ProcMem, ReadMem};
 use super::objects::{at, Budget, Metered};
 use super::threads::{PID_MAX_LIMIT, PTHREAD_TID_CANDIDATES, TCB_SELF};
 use super::versions::Row;
@@ -222,11 +222,6 @@ fn block<M: ReadMem>(mem: &M, addr: u64, size: u16, max: usize) -> Option<Vec<u8
     }
     let mut b = vec![0u8; size];
     mem.read(addr, &mut b).then_some(b)
-}
-
-fn read_u64<M: ReadMem>(mem: &M, addr: u64) -> Option<u64> {
-    let mut b = [0u8; 8];
-    mem.read(addr, &mut b).then(|| u64::from_le_bytes(b))
 }
 
 fn read_u32<M: ReadMem>(mem: &M, addr: u64) -> Option<u32> {

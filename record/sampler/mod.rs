@@ -583,21 +583,17 @@ impl Sampler {
         if let Some(link) = self.code_free_links.remove(&pid) {
             self.detach_later(link);
         }
-        let pid_i = i32::try_from(pid).map_err(|_| BpfError::Bpf {
-            what: "attaching the uprobe on code_dealloc",
-            source: libbpf_rs::Error::from(io::Error::from(io::ErrorKind::InvalidInput)),
-        })?;
-        let offset = usize::try_from(offset).map_err(|_| BpfError::Bpf {
-            what: "attaching the uprobe on code_dealloc",
-            source: libbpf_rs::Error::from(io::Error::from(io::ErrorKind::InvalidInput)),
-        })?;
+        let what = "attaching the uprobe on code_dealloc";
+        let (Ok(pid_i), Ok(offset)) = (i32::try_from(pid), usize::try_from(offset)) else {
+            return Err(BpfError::Bpf { what, source: io::Error::from(io::ErrorKind::InvalidInput).into() });
+        };
         let link = self
             .inner
             .skel
             .progs
             .pyperf_code_freed
             .attach_uprobe(false, pid_i, binary, offset)
-            .map_err(bpf_err("attaching the uprobe on code_dealloc"))?;
+            .map_err(bpf_err(what))?;
         self.code_free_links.insert(pid, link);
         Ok(())
     }

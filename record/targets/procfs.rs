@@ -91,18 +91,25 @@ pub fn start_time(pid: u32) -> Option<u64> {
     identity(pid).map(|i| i.start_time)
 }
 
-/// How long ago `pid` started (its start time against CLOCK_BOOTTIME, in clock ticks); None if it is gone.
+/// How long ago `pid` started (its start time against CLOCK_BOOTTIME, to a clock tick); None if it is gone.
 pub fn age(pid: u32) -> Option<std::time::Duration> {
-    let start = start_time(pid)?;
+    let start = ticks_ns(start_time(pid)?)?;
+    Some(std::time::Duration::from_nanos(clock_ns(libc::CLOCK_BOOTTIME)?.saturating_sub(start)))
+}
+
+/// A /proc time in clock ticks (`_SC_CLK_TCK`) as ns.
+pub fn ticks_ns(ticks: u64) -> Option<u64> {
     // SAFETY: sysconf reads a configuration value; no memory is passed.
-    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok().filter(|&h| h > 0)?;
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    ticks.checked_mul(1_000_000_000 / u64::try_from(hz).ok().filter(|&h| h > 0)?)
+}
+
+/// The time of `clock` in ns.
+pub fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec for the call.
-    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
-        return None;
-    }
-    let now_ns = u64::try_from(ts.tv_sec).ok()? * 1_000_000_000 + u64::try_from(ts.tv_nsec).ok()?;
-    Some(std::time::Duration::from_nanos(now_ns.saturating_sub(start.saturating_mul(1_000_000_000) / hz)))
+    // SAFETY: clock_gettime writes the timespec it is given, nothing else.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 /// Where a process lives: its PID namespace and cgroup.
