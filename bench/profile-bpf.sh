@@ -42,6 +42,12 @@ total = sum(ns)
 print("depth %s: %d samples, %.0f ns per sample (with %d clock reads)" % (depth, n, total / n, len(names)))
 for name, t in zip(names, ns):
     print("  %-16s %6.0f ns  %4.1f%%" % (name, t / n, 100.0 * t / total))
+c = vals.get("prof_cnt", [0] * 8)
+if c[0]:
+    print("  window reads: %.2f per sample (%.0f ns each), %.2f failed, %.2f of one frame, %.2f from a chunk's start"
+          % (c[0] / n, c[4] / c[0], c[1] / n, c[2] / n, c[3] / n))
+if c[5]:
+    print("  frames the fast way: %.1f per sample" % (c[5] / n))
 PY
   done
 done

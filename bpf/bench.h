@@ -9,6 +9,9 @@
  * Hooks:
  *   BENCH_INTERN_FRAME(s, p)     per new code object, after its check read
  *   PROF_START(t0), PROF(i)      section timing of a target sample
+ *   PROF_COUNT(i)                one more in prof_cnt[i] (window reads: 0 tried, 1 failed, 2 of one frame, 3
+ *                                starting at a data stack chunk; 5: frames taken the fast way)
+ *   PROF_T0(), PROF_ADD(i)       the time from PROF_T0 added to prof_cnt[i] (4: window reads)
  * Included by pyperf.bpf.c after its maps and helpers' prerequisites.
  */
 #ifndef PYPERF_BENCH_H
@@ -89,12 +92,20 @@ __u64 prof_samples = 0;
 		__sync_fetch_and_add(&prof_ns[i], __t - prof_last);     \
 		prof_last = __t;                                        \
 	} while (0)
+/* Counters and times of parts of a section (PROF_COUNT, PROF_ADD). */
+__u64 prof_cnt[8] = {};
+#define PROF_COUNT(i) __sync_fetch_and_add(&prof_cnt[i], 1)
+#define PROF_T0() __u64 __pt0 = bpf_ktime_get_ns()
+#define PROF_ADD(i) __sync_fetch_and_add(&prof_cnt[i], bpf_ktime_get_ns() - __pt0)
 #define PROF_START(t0)                                  \
 	__u64 prof_last = (t0);                         \
 	__sync_fetch_and_add(&prof_samples, 1)
 #else
 #define PROF_START(t0) do {} while (0)
 #define PROF(i) do {} while (0)
+#define PROF_COUNT(i) do {} while (0)
+#define PROF_T0() do {} while (0)
+#define PROF_ADD(i) do {} while (0)
 #endif /* PYPERF_BENCH_PROFILE */
 
 #endif /* PYPERF_BENCH_H */

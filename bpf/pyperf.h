@@ -25,8 +25,8 @@ enum pyperf_limits {
 	PYPERF_MAX_FRAMES = 2048,
 	/* Bound of the frame walk: frames + C-stack shim frames skipped. */
 	PYPERF_MAX_WALK = PYPERF_MAX_FRAMES + 256,
-	/* Frames per call of the walk's step (pyperf_walk_frame), PYPERF_MAX_WALK / this calls at most. */
-	PYPERF_WALK_BATCH = 2,
+	/* Frames per call of the walk's fast path (pyperf_walk_fast; verification time grows with it). */
+	PYPERF_FAST_BATCH = 8,
 	/* Bound of the walk of an interpreter's thread list (per sample, on a
 	 * cache miss). Hitting it is counted in pyperf_counters.thread_walk_bound. */
 	PYPERF_MAX_THREADS = 256,
@@ -34,7 +34,7 @@ enum pyperf_limits {
 	/* Bytes of a PyThreadState / frame / _gil_runtime_state read in ONE
 	 * bpf_probe_read_user each (user space computes the exact size it needs,
 	 * which must not exceed these). */
-	PYPERF_TSTATE_BUF = 256,
+	PYPERF_TSTATE_BUF = 320, /* 3.11: datastack_chunk at 296 */
 	PYPERF_FRAME_BUF = 384, /* <= 3.10: up to f_localsplus[0] (2.7/3.6: 376 + 8) */
 	PYPERF_GIL_BUF = 512,   /* 2.7: interpreter_lock and _PyThreadState_Current, 440 bytes apart, in one read */
 	PYPERF_CODE_BUF = 128,
@@ -59,6 +59,9 @@ enum pyperf_limits {
 	 * per frame with one read per ~30 frames (4 KiB: ~380 ns, 1 KiB windows
 	 * cost a deep stack 4x as many reads). */
 	PYPERF_FRAME_WINDOW = 4096,
+	/* 3.11+: the least length of a data stack chunk (CPython's DATA_STACK_CHUNK_SIZE, 3.11-3.15; a chunk is longer
+	 * only for a frame that needs it): a frame less than this above a chunk's start is in that chunk. */
+	PYPERF_DATA_STACK_CHUNK = 16384,
 	/* Wakeups of user space from the program are rationed, because a wakeup
 	 * is an irq_work, i.e. a self-IPI on the sampled CPU, paid by the target
 	 * (a VM exit in a VM: ~20 us measured, bench/RESULTS.md). The program
@@ -281,7 +284,11 @@ struct py_offsets {
 	 * at the same address (the GIL is the interpreter's own), which saves a read per sample. */
 	__s16 interp_code_gen;
 	__s16 gil_code_gen;
-	__s16 _pad[2];
+	/* 3.11+: PyThreadState.datastack_chunk, the data stack chunk of the thread's newest frames; a window read
+	 * that would start below a chunk starts at it (below is often unmapped: such a read fails, ~1.7 us, and is
+	 * made again smaller), and the chunk's first word is the older chunk. -1 = unknown. */
+	__s16 tstate_datastack_chunk;
+	__s16 _pad;
 };
 
 /* Value of the `procs` map (key: tgid), filled by user space. Addresses have
@@ -466,6 +473,7 @@ struct pyperf_counters {
 	/* check words of frames (a code object not the previous frame's) */
 	__u64 checks_read;       /* read from the code object */
 	__u64 checks_cached;     /* taken from the cache (struct pyperf_check_entry) */
+	__u64 window_faults;     /* 3.11+ window reads that faulted (made again smaller): each costs ~1.7 us */
 };
 
 /* Value of the off_cpu map (key: pid_tgid): a followed thread that went off CPU and has not ended the interval

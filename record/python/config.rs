@@ -155,7 +155,10 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool) -> Result<ProcConfig, C
 
     // Bytes to read per block: up to the end of the last field used.
     let end = |fields: &[(i32, i32)]| fields.iter().filter(|(o, _)| *o >= 0).map(|(o, w)| o + w).max().unwrap_or(0);
+    // 3.11+: where the thread's data stack chunk starts, which bounds the program's window reads.
+    let tstate_datastack_chunk = if row.frames.on_data_stack() { l.tstate_datastack_chunk } else { -1 };
     let tstate_size = end(&[
+        (tstate_datastack_chunk, 8),
         (l.tstate_base_frame, 8),
         (l.tstate_gil_requested, 4),
         (l.tstate_next, 8),
@@ -270,7 +273,8 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool) -> Result<ProcConfig, C
             bytes_data: s16(l.bytes_data)?,
             interp_code_gen: s16(l.interp_code_gen)?,
             gil_code_gen: s16(gil_code_gen)?,
-            _pad: [0; 2],
+            tstate_datastack_chunk: s16(tstate_datastack_chunk)?,
+            _pad: 0,
         },
     })
 }
@@ -355,6 +359,7 @@ mod tests {
             assert_eq!(c.code_mask, if v >= (3, 14) { !3 } else { u64::MAX }, "{v:?}");
             // The base frame ends the walk, and threads waiting for the GIL are seen, from 3.15.
             assert_eq!(o.tstate_base_frame >= 0, v >= (3, 15), "{v:?}");
+            assert_eq!(o.tstate_datastack_chunk >= 0, v >= (3, 11), "{v:?}");
             assert_eq!(o.tstate_gil_requested >= 0, v >= (3, 15), "{v:?}");
         }
         // 2.7 without the static interpreter_lock (stripped): no GIL information, still sampled.

@@ -98,6 +98,9 @@ pub struct Layout {
     /// `PyThreadState.base_frame` [ptr to `_PyInterpreterFrame`] (3.15+): the sentinel frame at the bottom of the
     /// thread's stack; a walk that does not end there is incomplete.
     pub tstate_base_frame: i32,
+    /// `PyThreadState.datastack_chunk` [ptr to `_PyStackChunk`] (3.11+): the chunk of the thread's data stack that
+    /// holds its newest frames; a chunk starts with its `previous` pointer (the older chunk).
+    pub tstate_datastack_chunk: i32,
     /// `PyThreadState.holds_gil` [i32] (3.15+): the thread holds the GIL.
     pub tstate_holds_gil: i32,
     /// `PyThreadState.gil_requested` [i32] (3.15+): the thread is waiting for the GIL.
@@ -259,6 +262,7 @@ macro_rules! with_fields {
             tstate_thread_id,
             tstate_native_thread_id,
             tstate_base_frame,
+            tstate_datastack_chunk,
             tstate_holds_gil,
             tstate_gil_requested,
             frame_back,
@@ -395,6 +399,7 @@ layouts! {
     tstate_thread_id:          [ 144,  152,  176,  176,  176,  176,  152,  136,  152,  152,  176],
     tstate_native_thread_id:   [  -1,   -1,   -1,   -1,   -1,   -1,  160,  144,  160,  160,  184],
     tstate_base_frame:         [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   80],
+    tstate_datastack_chunk:    [  -1,   -1,   -1,   -1,   -1,   -1,  296,  232,  232,  232,  256],
     tstate_holds_gil:          [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   36],
     tstate_gil_requested:      [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   40],
     frame_back:                [  24,   24,   24,   24,   24,   24,   48,    8,    8,    8,    8],

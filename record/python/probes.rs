@@ -75,6 +75,7 @@ pub const PROBES: &[Probe] = &[
     p("tstate_thread_id", &[(FIRST, LAST, "off|PyThreadState|thread_id")]),
     p("tstate_native_thread_id", &[((3, 11), LAST, "off|PyThreadState|native_thread_id")]),
     p("tstate_base_frame", &[((3, 15), LAST, "off|PyThreadState|base_frame")]),
+    p("tstate_datastack_chunk", &[((3, 11), LAST, "off|PyThreadState|datastack_chunk")]),
     p("tstate_holds_gil", &[((3, 15), LAST, "off|PyThreadState|holds_gil")]),
     p("tstate_gil_requested", &[((3, 15), LAST, "off|PyThreadState|gil_requested")]),
     p("frame_back", &[

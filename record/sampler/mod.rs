@@ -170,6 +170,8 @@ pub struct Counters {
     pub checks_read: u64,
     /// Check words of frames taken from the program's cache (no code object freed since they were read).
     pub checks_cached: u64,
+    /// 3.11+ window reads of frames that faulted, and were made again smaller.
+    pub window_faults: u64,
 }
 
 impl Counters {
@@ -205,6 +207,7 @@ impl Counters {
             ("bpf_code_snap_failed", self.code_snap_failed),
             ("bpf_checks_read", self.checks_read),
             ("bpf_checks_cached", self.checks_cached),
+            ("bpf_window_faults", self.window_faults),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -838,6 +841,7 @@ impl Sampler {
             c.code_snap_failed += pc.code_snap_failed;
             c.checks_read += pc.checks_read;
             c.checks_cached += pc.checks_cached;
+            c.window_faults += pc.window_faults;
         }
         c
     }
