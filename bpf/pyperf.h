@@ -56,9 +56,10 @@ enum pyperf_limits {
 	 * ending at the end of a frame in ONE read and takes the callers that lie
 	 * in that window from the copy. A bpf_probe_read_user costs ~110 ns and
 	 * ~0.07 ns a byte (bench/RESULTS.md, round 2), so this replaces one read
-	 * per frame with one read per ~30 frames (4 KiB: ~380 ns, 1 KiB windows
-	 * cost a deep stack 4x as many reads). */
-	PYPERF_FRAME_WINDOW = 4096,
+	 * per frame with one read per ~70 frames (8 KiB: a 200-frame stack 6%
+	 * faster than with 4 KiB windows, 16 KiB no faster; 1 KiB windows cost
+	 * a deep stack 4x as many reads as 4 KiB). */
+	PYPERF_FRAME_WINDOW = 8192,
 	/* 3.11+: the least length of a data stack chunk (CPython's DATA_STACK_CHUNK_SIZE, 3.11-3.15; a chunk is longer
 	 * only for a frame that needs it): a frame less than this above a chunk's start is in that chunk. */
 	PYPERF_DATA_STACK_CHUNK = 16384,
