@@ -646,6 +646,43 @@ static __always_inline struct pyperf_check_entry *check_set(struct pyperf_scratc
 	return &s->checks[set * 2];
 }
 
+/* Code object `code`'s check word (and argument count) from the cache, in the sample's count (w->tag, see
+ * check_tag), into w->last_*: false = not there (w unchanged). Both walk paths look up through this. */
+static __always_inline bool check_cached(struct frame_walk *w, struct pyperf_scratch *s, __u64 code)
+{
+	struct pyperf_check_entry *e = check_set(s, code);
+
+	if (!w->tag)
+		return false;
+	if (e[0].code == code && e[0].tag == w->tag) {
+		w->last_check = e[0].check;
+		w->last_argcount = e[0].argcount;
+	} else if (e[1].code == code && e[1].tag == w->tag) {
+		w->last_check = e[1].check;
+		w->last_argcount = e[1].argcount;
+	} else {
+		return false;
+	}
+	w->last_code = code;
+	s->counters.checks_cached++;
+	return true;
+}
+
+/* The stack's hash (seen_stacks) with one more frame: both walk paths add frames through this. */
+static __always_inline void hash_frame(struct frame_walk *w, __u64 code, __u32 check)
+{
+	w->hash = (w->hash ^ code ^ ((__u64)check << 32)) * 0x9e3779b97f4a7c15ULL;
+	w->hash ^= w->hash >> 29;
+}
+
+/* Is a frame of `fsz` bytes at `cur` in the data stack chunk that starts at `chunk` (0: none)? One this near a
+ * chunk's start is: chunks are at least PYPERF_DATA_STACK_CHUNK long. (A stale or torn chunk address only moves where
+ * a copy starts, never which bytes are a frame.) */
+static __always_inline bool in_chunk(__u64 cur, __u32 fsz, __u64 chunk)
+{
+	return chunk && cur >= chunk && cur + fsz <= chunk + PYPERF_DATA_STACK_CHUNK;
+}
+
 /*
  * The cold parts of a frame, out of the walk's loop (global functions: each verified once, and the loop's body
  * stays small). 0 = go on, 1 = stop.
@@ -656,11 +693,12 @@ static __always_inline struct pyperf_check_entry *check_set(struct pyperf_scratc
  * from the same copy, but none below the chunk's start: what lies below a chunk is often unmapped, and a read that
  * faults costs ~1.7 us before the smaller one that follows. A window that starts at the chunk holds its header,
  * whose first word is the older chunk (w->chunk_prev). Any other frame (a generator's, a C-stack shim: its caller is
- * not below it) is copied alone; so is every frame before 3.11, or when a window read fails.
+ * not below it; or of a thread state without a chunk, which has no frame on a data stack) is copied alone; so is
+ * every frame before 3.11, or when a window read fails.
  */
 __noinline int pyperf_frame_window(struct frame_walk *w, const struct py_proc *proc, struct pyperf_scratch *s)
 {
-	__u64 cur, lo, o, len, chunk;
+	__u64 cur, lo, len, chunk;
 	__u32 fsz;
 	bool copied = false;
 
@@ -673,16 +711,13 @@ __noinline int pyperf_frame_window(struct frame_walk *w, const struct py_proc *p
 		w->status = STACK_STATUS_ERROR;
 		return 1;
 	}
-	/* In the older chunk: it becomes the walk's chunk. (A frame this near a chunk's start is in it: chunks are at
-	 * least PYPERF_DATA_STACK_CHUNK long. A stale or torn chunk address only moves where a copy starts, never which
-	 * bytes are a frame.) */
-	chunk = w->chunk_prev;
-	if (chunk && cur >= chunk && cur + fsz <= chunk + PYPERF_DATA_STACK_CHUNK) {
-		w->chunk = chunk;
+	/* In the older chunk: it becomes the walk's chunk. */
+	if (in_chunk(cur, fsz, w->chunk_prev)) {
+		w->chunk = w->chunk_prev;
 		w->chunk_prev = 0;
 	}
 	chunk = w->chunk;
-	if (proc->frame_window && chunk && cur >= chunk && cur + fsz <= chunk + PYPERF_DATA_STACK_CHUNK) {
+	if (proc->frame_window && in_chunk(cur, fsz, chunk)) {
 		lo = cur + fsz - chunk > PYPERF_FRAME_WINDOW ? cur + fsz - PYPERF_FRAME_WINDOW : chunk;
 		len = cur + fsz - lo;
 		barrier_var(len);
@@ -697,20 +732,6 @@ __noinline int pyperf_frame_window(struct frame_walk *w, const struct py_proc *p
 		if (!copied) {
 			PROF_COUNT(1);
 			s->counters.window_faults++;
-		}
-	} else if (proc->frame_window && !chunk && cur + fsz >= PYPERF_FRAME_WINDOW) {
-		/* No chunk known (the thread state holds none): the window, else (it would start in unmapped memory)
-		 * the frame's own page, which is mapped if the frame is. */
-		lo = cur + fsz - PYPERF_FRAME_WINDOW;
-		copied = !bpf_probe_read_user(s->wbuf, PYPERF_FRAME_WINDOW, (const void *)lo);
-		PROF_COUNT(0);
-		if (!copied) {
-			PROF_COUNT(1);
-			s->counters.window_faults++;
-			lo = cur & ~4095ULL;
-			o = cur + fsz - lo;
-			copied = o >= fsz && o <= PYPERF_FRAME_WINDOW &&
-				 !bpf_probe_read_user(s->wbuf, o, (const void *)lo);
 		}
 	}
 	if (!copied) {
@@ -792,7 +813,6 @@ __noinline int pyperf_first_local(struct frame_walk *w, const struct py_proc *pr
 static __always_inline int walk_frame(struct frame_walk *w, const struct py_proc *proc, struct pyperf_scratch *s)
 {
 	struct pyperf_frame *f;
-	struct pyperf_check_entry *e;
 	const __u8 *fb;
 	__u64 code, cur, o;
 	__u32 n, fsz;
@@ -852,28 +872,16 @@ static __always_inline int walk_frame(struct frame_walk *w, const struct py_proc
 	if (proc->off.frame_is_entry >= 0 && get_u8(fb, proc->off.frame_is_entry, PYPERF_FRAME_BUF) > 0)
 		f->instr |= PYPERF_INSTR_ENTRY;
 	/* The check word: the previous frame's (recursion), else the cache's, else read. */
-	if (code != w->last_code) {
+	if (code != w->last_code && !check_cached(w, s, code)) {
 		w->last_code = code;
-		e = check_set(s, code);
-		if (w->tag && e[0].code == code && e[0].tag == w->tag) {
-			w->last_check = e[0].check;
-			w->last_argcount = e[0].argcount;
-			s->counters.checks_cached++;
-		} else if (w->tag && e[1].code == code && e[1].tag == w->tag) {
-			w->last_check = e[1].check;
-			w->last_argcount = e[1].argcount;
-			s->counters.checks_cached++;
-		} else {
-			pyperf_check_read(w, proc, s);
-		}
+		pyperf_check_read(w, proc, s);
 	}
 	f->check = w->last_check;
 	f->first_local = 0;
 	f->first_local_type = 0;
 	if (proc->off.frame_localsplus >= 0 && w->last_argcount > 0)
 		pyperf_first_local(w, proc, s, o);
-	w->hash = (w->hash ^ code ^ ((__u64)f->check << 32)) * 0x9e3779b97f4a7c15ULL;
-	w->hash ^= w->hash >> 29;
+	hash_frame(w, code, f->check);
 	w->n = n + 1;
 	return 0;
 }
@@ -922,11 +930,10 @@ struct fast_offsets {
 static __always_inline int fast_frame(struct frame_walk *w, const struct py_proc *proc, struct pyperf_scratch *s,
 				      const struct fast_offsets *fo)
 {
-	struct pyperf_check_entry *e;
 	struct pyperf_frame *f;
 	const __u8 *fb;
 	__u64 cur = w->cur, code, o;
-	__u32 n = w->n, check;
+	__u32 n = w->n;
 
 	if (cur < w->wlo || cur + fo->fsz > w->whi || cur == w->base)
 		return 1;
@@ -939,19 +946,8 @@ static __always_inline int fast_frame(struct frame_walk *w, const struct py_proc
 	code = *(const __u64 *)(fb + fo->code) & proc->code_mask;
 	if (!code || code == proc->skip_code)
 		return 1;
-	if (code != w->last_code) {
-		e = check_set(s, code);
-		if (e[0].code == code && e[0].tag == w->tag)
-			check = e[0].check;
-		else if (e[1].code == code && e[1].tag == w->tag)
-			check = e[1].check;
-		else
-			return 1;
-		w->last_code = code;
-		w->last_check = check;
-		w->last_argcount = 0;
-		s->counters.checks_cached++;
-	}
+	if (code != w->last_code && !check_cached(w, s, code))
+		return 1;
 	/* (The barrier: else clang computes the address from n before the test, which the verifier refuses.) */
 	barrier_var(n);
 	if (n >= PYPERF_MAX_FRAMES)
@@ -963,8 +959,7 @@ static __always_inline int fast_frame(struct frame_walk *w, const struct py_proc
 	f->check = w->last_check;
 	f->first_local = 0;
 	f->first_local_type = 0;
-	w->hash = (w->hash ^ code ^ ((__u64)f->check << 32)) * 0x9e3779b97f4a7c15ULL;
-	w->hash ^= w->hash >> 29;
+	hash_frame(w, code, f->check);
 	w->cur = *(const __u64 *)(fb + fo->back);
 	w->n = n + 1;
 	PROF_COUNT(5);

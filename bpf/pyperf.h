@@ -286,8 +286,8 @@ struct py_offsets {
 	__s16 interp_code_gen;
 	__s16 gil_code_gen;
 	/* 3.11+: PyThreadState.datastack_chunk, the data stack chunk of the thread's newest frames; a window read
-	 * that would start below a chunk starts at it (below is often unmapped: such a read fails, ~1.7 us, and is
-	 * made again smaller), and the chunk's first word is the older chunk. -1 = unknown. */
+	 * that would start below a chunk starts at it (below is often unmapped: such a read faults, ~1.7 us), and the
+	 * chunk's first word is the older chunk. -1 = unknown. */
 	__s16 tstate_datastack_chunk;
 	__s16 _pad;
 };
@@ -474,7 +474,7 @@ struct pyperf_counters {
 	/* check words of frames (a code object not the previous frame's) */
 	__u64 checks_read;       /* read from the code object */
 	__u64 checks_cached;     /* taken from the cache (struct pyperf_check_entry) */
-	__u64 window_faults;     /* 3.11+ window reads that faulted (made again smaller): each costs ~1.7 us */
+	__u64 window_faults;     /* 3.11+ window reads that faulted (the frame then copied alone): ~1.7 us each */
 };
 
 /* Value of the off_cpu map (key: pid_tgid): a followed thread that went off CPU and has not ended the interval

@@ -170,7 +170,7 @@ pub struct Counters {
     pub checks_read: u64,
     /// Check words of frames taken from the program's cache (no code object freed since they were read).
     pub checks_cached: u64,
-    /// 3.11+ window reads of frames that faulted, and were made again smaller.
+    /// 3.11+ window reads of frames that faulted (the frame was then copied alone).
     pub window_faults: u64,
 }
 
