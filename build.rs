@@ -1,4 +1,5 @@
-//! Compiles the BPF sampler (bpf/pyperf.bpf.c, CO-RE against the vendored bpf/vmlinux.h) and
+//! Compiles the BPF sampler (bpf/pyperf.bpf.c, against the vendored bpf/vmlinux.h; no CO-RE relocations, see
+//! record/sampler/kernel.rs) and
 //! generates its Rust skeleton into OUT_DIR. The skeleton's `types` module carries the structs
 //! of bpf/pyperf.h, so Rust never hand-copies them.
 

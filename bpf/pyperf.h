@@ -505,6 +505,25 @@ struct pyperf_task_regs {
 	__s64 orig_ax; /* the system call it is in, -1 (or an interrupt's ~vector) outside one */
 };
 
+/* Where the kernel fields the programs read lie in this kernel (byte offsets), found by user space in the running
+ * kernel's BTF before loading (record/sampler/kernel.rs) and set as .rodata: the verifier sees constants and checks
+ * every access against the kernel's own types, as with CO-RE, but libbpf need not parse the kernel's 5 MB of BTF
+ * at each start (bench/RESULTS.md, round 2: ~15 ms of a ~40 ms start-up). */
+struct pyperf_kernel_layout {
+	__u32 task_pid;        /* task_struct.pid (int) */
+	__u32 task_tgid;       /* task_struct.tgid (int) */
+	__u32 task_thread_pid; /* task_struct.thread_pid (struct pid *) */
+	__u32 task_start_time; /* task_struct.start_time (u64) */
+	__u32 task_mm;         /* task_struct.mm (struct mm_struct *) */
+	__u32 task_fsbase;     /* task_struct.thread.fsbase (x86-64: the thread pointer; unsigned long) */
+	__u32 pid_level;       /* struct pid.level (unsigned int) */
+	__u32 pid_numbers;     /* struct pid.numbers (struct upid[]) */
+	__u32 upid_size;       /* sizeof(struct upid): the stride of numbers */
+	__u32 upid_nr;         /* struct upid.nr (int) */
+	__u32 mm_start_stack;  /* mm_struct.start_stack (unsigned long) */
+	__u32 _pad;
+};
+
 /* record --off-cpu --kernel: the kernel stack of a thread that blocked in a system call, taken when it blocked
  * (sched_switch) and written into the interval's record when the call returns (sys_exit), where only the return
  * path is on the stack. Value of the off_kstack map (key: pid_tgid). */

@@ -401,16 +401,26 @@ fn excessive_rate_is_one_line_with_the_kernel_limit() {
     assert!(!marker.exists() && !out.exists());
 }
 
-/// No BTF (or unreadable BTF): one line before anything starts. PYPERF_TEST_BTF_PATH moves the check (only).
+/// No BTF, unreadable BTF, or a file that is not BTF: one line before anything starts. PYPERF_TEST_BTF_PATH moves
+/// where pyperf reads the kernel's field offsets.
 #[test]
 fn missing_btf_is_one_line_before_anything_starts() {
     let _guard = serial();
     let (dir, out) = scratch("btf.pyp");
     let marker = dir.path().join("ran");
     let missing = dir.path().join("no-vmlinux");
+    let not_btf = dir.path().join("not-btf");
+    std::fs::write(&not_btf, b"this is not BTF, and long enough to hold a BTF header").unwrap();
     for (btf, expect) in [
         (missing.as_path(), format!("this kernel exposes no BTF ({} is missing)", missing.display())),
         (dir.path(), format!("cannot read the kernel's BTF ({}: ", dir.path().display())),
+        (
+            not_btf.as_path(),
+            format!(
+                "cannot find the kernel fields pyperf reads in the kernel's BTF ({}: not valid BTF",
+                not_btf.display()
+            ),
+        ),
     ] {
         let o = run(pyperf()
             .env("PYPERF_TEST_BTF_PATH", btf)
@@ -423,6 +433,28 @@ fn missing_btf_is_one_line_before_anything_starts() {
         assert_eq!(err.trim().lines().count(), 1, "{err}");
         assert!(err.contains(&expect) && err.contains("BTF"), "{err}");
         assert!(!marker.exists() && !out.exists());
+    }
+}
+
+/// Start-up: libbpf never parses the kernel's BTF (~15 ms) unless a program needs it to attach (the off-CPU
+/// tracepoints): the program has no CO-RE relocation, pyperf gives the kernel's field offsets itself
+/// (record/sampler/kernel.rs). A relocation that creeps back in fails this. The off-CPU run shows that the log line
+/// looked for is libbpf's.
+#[test]
+fn no_kernel_btf_parse_by_libbpf_at_start() {
+    let _guard = serial();
+    let (_dir, out) = scratch("nobtf.pyp");
+    for (extra, parsed) in [(None, false), (Some("--off-cpu"), true)] {
+        let o = run(pyperf()
+            .env("PYPERF_LIBBPF_DEBUG", "1")
+            .args(["record", "-d", "0.1", "-o"])
+            .arg(&out)
+            .args(extra)
+            .args(["--", "true"]));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        assert_eq!(err.contains("loaded kernel BTF"), parsed, "{extra:?}: {err}");
+        assert!(!err.contains("CO-RE relocating"), "{err}");
     }
 }
 

@@ -8,6 +8,7 @@
 //! callback as a [`RawSample`] that borrows the record (no copy, [`ring`]). libbpf's log is kept for load
 //! errors ([`log`]). The sampler knows nothing of Python versions, targets or files.
 
+mod kernel;
 mod log;
 mod perf;
 pub mod regs;
@@ -235,6 +236,14 @@ pub enum BpfError {
         /// Why (not a `source`: the message says it once).
         reason: io::Error,
     },
+    #[error("cannot find the kernel fields pyperf reads in the kernel's BTF ({}: {reason}): this kernel is not supported; please report it with `uname -r`", path.display())]
+    /// The kernel's BTF lacks a field the programs read (or is not BTF pyperf can read).
+    KernelLayout {
+        /// Where it is.
+        path: PathBuf,
+        /// What is missing.
+        reason: kernel::LayoutError,
+    },
     #[error("the kernel rejected the BPF program: {0}")]
     /// The kernel refused the program (with the verifier's reason).
     Load(String),
@@ -301,16 +310,16 @@ pub fn btf_path() -> PathBuf {
         .map_or_else(|| PathBuf::from("/sys/kernel/btf/vmlinux"), PathBuf::from)
 }
 
-/// Fails unless the kernel's BTF at `path` is there and readable (loading needs it; without this check libbpf's
-/// failure is a page of log).
-pub fn check_btf(path: &Path) -> Result<(), BpfError> {
-    use std::io::Read;
-    let mut byte = [0u8; 1];
-    match std::fs::File::open(path).and_then(|mut f| f.read(&mut byte)) {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(BpfError::NoBtf { path: path.to_path_buf() }),
-        Err(reason) => Err(BpfError::BtfUnreadable { path: path.to_path_buf(), reason }),
-    }
+/// Where this kernel's fields are (struct pyperf_kernel_layout), from its BTF at `path`: loading needs it, and
+/// without this libbpf's failure is a page of log.
+pub fn kernel_layout(path: &Path) -> Result<types::pyperf_kernel_layout, BpfError> {
+    kernel::read_layout(path).map_err(|e| match e {
+        kernel::LayoutError::Io(e) if e.kind() == io::ErrorKind::NotFound => {
+            BpfError::NoBtf { path: path.to_path_buf() }
+        }
+        kernel::LayoutError::Io(reason) => BpfError::BtfUnreadable { path: path.to_path_buf(), reason },
+        reason => BpfError::KernelLayout { path: path.to_path_buf(), reason },
+    })
 }
 
 pub(super) fn bpf_err(what: &'static str) -> impl FnOnce(libbpf_rs::Error) -> BpfError {
@@ -374,6 +383,9 @@ pub struct Sampler {
     wake: OwnedFd,
     woken: bool,
     _storage: Storage,
+    /// With per-task events: the dummy event that turned the kernel's per-task hooks on during the load
+    /// (perf::warm_task_events), held until the sampler goes.
+    _task_warmup: Option<OwnedFd>,
 }
 
 impl Drop for Sampler {
@@ -395,7 +407,8 @@ impl Drop for Sampler {
 impl Sampler {
     /// Loads the program and attaches it to a perf event on every online CPU; no process is sampled yet.
     pub fn new(opts: &SamplerOptions) -> Result<Sampler, BpfError> {
-        check_btf(&btf_path())?;
+        let layout = kernel_layout(&btf_path())?;
+        let warmup = opts.per_task.then(perf::warm_task_events);
         libbpf_rs::set_print(Some((PrintLevel::Debug, log::libbpf_print as libbpf_rs::PrintCallback)));
         log::LIBBPF_LOG.lock().unwrap_or_else(|e| e.into_inner()).clear();
 
@@ -435,6 +448,7 @@ impl Sampler {
             ro.native = u8::from(opts.native);
             ro.kernel = u8::from(opts.kernel);
             ro.ustack_bytes = ustack_size(opts.ustack_bytes);
+            ro.kl = layout;
         }
         // The off-CPU programs are verified only when used (start-up time).
         for prog in [&mut open.progs.pyperf_switch, &mut open.progs.pyperf_wakeup, &mut open.progs.pyperf_sys_exit] {
@@ -501,6 +515,7 @@ impl Sampler {
             wake,
             woken: false,
             _storage: storage,
+            _task_warmup: warmup.and_then(|h| h.join().ok().flatten()),
         })
     }
 

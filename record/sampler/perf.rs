@@ -104,6 +104,35 @@ pub(super) fn open_perf_event(event: SampleEvent, rate: Rate, on: On) -> Result<
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// Turns on the kernel's hooks for per-task events ahead of the first one. The first per-task event of the system
+/// switches on the scheduler's perf hooks (a static key: code patched on every CPU, 6-15 ms on the machines of
+/// bench/RESULTS.md), which stay on until ~1 s after the last such event closes. A dummy event, which counts
+/// nothing, opened on a thread of its own pays that while the caller verifies the BPF program; the real events then
+/// open in microseconds. None if it cannot be opened: the real events say why.
+pub(super) fn warm_task_events() -> std::thread::JoinHandle<Option<OwnedFd>> {
+    std::thread::spawn(|| {
+        // SAFETY: all-zero is a valid perf_event_attr.
+        let mut attr: libbpf_sys::perf_event_attr = unsafe { std::mem::zeroed() };
+        attr.size = std::mem::size_of::<libbpf_sys::perf_event_attr>() as u32;
+        attr.type_ = libbpf_sys::PERF_TYPE_SOFTWARE;
+        attr.config = libbpf_sys::PERF_COUNT_SW_DUMMY as u64;
+        attr.set_disabled(1);
+        // SAFETY: attr is a valid perf_event_attr of the size it declares; pid 0, cpu -1: this thread.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_perf_event_open,
+                &attr as *const libbpf_sys::perf_event_attr,
+                0 as libc::pid_t,
+                -1 as libc::c_int,
+                -1 as libc::c_int,
+                libbpf_sys::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+            )
+        };
+        // SAFETY: a fresh fd owned by us, when there is one.
+        (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    })
+}
+
 /// /proc/sys/kernel/perf_event_max_sample_rate: the highest `-F` the kernel takes now.
 fn max_sample_rate() -> Option<u64> {
     std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate").ok()?.trim().parse().ok()
