@@ -269,14 +269,19 @@ impl<W: Write> Writer<W> {
         b.cpu.push(s.cpu);
         b.pid.push(s.pid);
         b.tid.push(s.tid);
-        let comm = match self.batch_comms.get(s.comm) {
-            Some(&i) => i,
-            None => {
-                let i = b.comms.len() as u32;
-                b.comms.push(s.comm.to_string());
-                self.batch_comms.insert(s.comm.to_string(), i);
-                i
-            }
+        // Most samples have the previous one's command name: checked first, without hashing it.
+        let last = b.comm.last().copied();
+        let comm = match last.filter(|&i| b.comms.get(i as usize).is_some_and(|c| c == s.comm)) {
+            Some(i) => i,
+            None => match self.batch_comms.get(s.comm) {
+                Some(&i) => i,
+                None => {
+                    let i = b.comms.len() as u32;
+                    b.comms.push(s.comm.to_string());
+                    self.batch_comms.insert(s.comm.to_string(), i);
+                    i
+                }
+            },
         };
         b.comm.push(comm);
         b.thread_state.push(s.thread_state.as_u8());
