@@ -1163,11 +1163,13 @@ garbage line
         }
         let Ok(mut child) = Command::new("chroot").arg(root).args(["/bin/sleep", "5"]).spawn() else { return };
         let pid = child.id();
-        // Wait for chroot to exec sleep.
+        // Wait for chroot to exec sleep and for the dynamic loader to map its libc (right after the exec only sleep
+        // and the loader are mapped: a CI run caught that).
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-            if exe.ends_with("sleep") {
+            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+            if exe.ends_with("sleep") && maps.contains("libc.so") {
                 break;
             }
             std::thread::sleep(Duration::from_millis(10));
