@@ -1663,7 +1663,7 @@ int pyperf_switch(__u64 *ctx)
 		now = bpf_ktime_get_ns();
 	blocked = !(__u8)ctx[0] && prev_state != PYPERF_TASK_RUNNING;
 	/* orig_ax: the system call the task is in; -1 (or an interrupt's ~vector) outside one. */
-	regs = (struct pyperf_pt_regs *)bpf_task_pt_regs((struct task_struct *)prev);
+	regs = (struct pyperf_pt_regs *)bpf_task_pt_regs(prev);
 	if (regs && (long)regs->ax == -PYPERF_ENOSYS)
 		nr = (long)regs->orig_ax;
 	/* The same wait goes on: still in the call it began in, or returned from it but switched out before its

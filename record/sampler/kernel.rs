@@ -109,12 +109,10 @@ struct Btf<'a> {
     strings: &'a [u8],
     /// Byte offset in `types` of each type id (id 0, void, has none: offsets[id - 1]).
     offsets: Vec<u32>,
-    /// The first struct with members (a forward declaration has none) of each name in STRUCTS.
-    structs: [Option<u32>; STRUCTS.len()],
+    /// The first `struct task_struct` with members (a forward declaration has none): the one struct looked up by
+    /// name, the others are reached through its members.
+    task_struct: Option<u32>,
 }
-
-/// The structs looked up by name; the others are reached through their members.
-const STRUCTS: [&str; 1] = ["task_struct"];
 
 /// One type record's header.
 #[derive(Clone, Copy)]
@@ -145,17 +143,18 @@ impl<'a> Btf<'a> {
         let types = section(type_off, type_len).ok_or(LayoutError::Malformed("type section out of bounds"))?;
         let strings = section(str_off, str_len).ok_or(LayoutError::Malformed("string section out of bounds"))?;
         let mut offsets = Vec::with_capacity(type_len / 24);
-        let mut structs = [None; STRUCTS.len()];
+        let mut task_struct = None;
         let mut at = 0usize;
         while at < types.len() {
             let info = u32_at(types, at + 4).ok_or(LayoutError::Malformed("truncated type"))?;
             let vlen = (info & 0xffff) as usize;
             let kind = (info >> 24) & 0x1f;
-            if kind == KIND_STRUCT && vlen > 0 {
-                let name = name_at(strings, u32_at(types, at).unwrap_or(0));
-                if let Some(i) = STRUCTS.iter().position(|s| s.as_bytes() == name) {
-                    structs[i] = structs[i].or(Some(offsets.len() as u32 + 1));
-                }
+            if task_struct.is_none()
+                && kind == KIND_STRUCT
+                && vlen > 0
+                && name_at(strings, u32_at(types, at).unwrap_or(0)) == b"task_struct"
+            {
+                task_struct = Some(offsets.len() as u32 + 1);
             }
             let extra = match kind {
                 // INT, ARRAY, VAR, DECL_TAG: one fixed record.
@@ -175,7 +174,7 @@ impl<'a> Btf<'a> {
         if at != types.len() {
             return Err(LayoutError::Malformed("truncated type"));
         }
-        Ok(Btf { types, strings, offsets, structs })
+        Ok(Btf { types, strings, offsets, task_struct })
     }
 
     fn get(&self, id: u32) -> Option<Type> {
@@ -257,7 +256,7 @@ impl<'a> Btf<'a> {
 
 fn parse(b: &[u8]) -> Result<pyperf_kernel_layout, LayoutError> {
     let btf = Btf::new(b)?;
-    let task = btf.structs[0].ok_or(LayoutError::Missing("struct task_struct"))?;
+    let task = btf.task_struct.ok_or(LayoutError::Missing("struct task_struct"))?;
     let (task_thread_pid, pid_ty) = btf.ptr(task, "thread_pid")?;
     let (pid, _) = btf.strct(pid_ty, "struct pid")?;
     let (task_mm, mm_ty) = btf.ptr(task, "mm")?;
