@@ -75,11 +75,12 @@ enum pyperf_limits {
 	 *    runs once at import). With snapshots (every supported version) the
 	 *    program copies such code objects itself and nothing is urgent;
 	 *  - a ring filling past `wakeup_bytes` (always).
-	 * Otherwise user space takes the ring every PYPERF_POLL_NS on its own
-	 * timer, which fires on the recorder's CPU, not on the target's: 50 ms
-	 * (at 20 ms its wakeups were a fifth of its CPU per sample). */
+	 * Otherwise user space takes the ring on its own timer, which fires on
+	 * the recorder's CPU, not on the target's: every PYPERF_POLL_NS, 100 ms
+	 * (at 50 ms its wakeups were a fifth of its CPU per sample), or sooner
+	 * when samples flow fast enough to fill an eighth of the ring before. */
 	PYPERF_WAKEUP_NS = 2000000,
-	PYPERF_POLL_NS = 50000000,
+	PYPERF_POLL_NS = 100000000,
 	/* x86-64 system call number of futex(2): a thread blocked in it on an address inside the GIL is waiting
 	 * for the GIL (see py_proc.gil_wait_addr). */
 	PYPERF_NR_FUTEX = 202,

@@ -197,7 +197,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<types::pyperf_check_entry>(), 24);
         assert_eq!(std::mem::size_of::<types::off_kstack>(), 16 + 32 * 8);
         assert_eq!(MAX_FRAMES, 2048);
-        assert_eq!(POLL_NS, 50_000_000);
+        assert_eq!(POLL_NS, 100_000_000);
         assert_eq!((KSTACK_MAX, USTACK_MAX, INSTR_ENTRY, USER_REGS), (64, 65536, 1 << 31, 1));
     }
 

@@ -32,8 +32,9 @@ use crate::targets::{Event, Stop, Targets};
 /// would stall the loop on the disk, and only a crash of the whole machine loses unsynced pages; the file is
 /// synced once at the end.
 const FLUSH_EVERY: Duration = Duration::from_millis(500);
-/// Longest wait for samples. The BPF program wakes us within PYPERF_WAKEUP_NS (2 ms) of a sample; this only
-/// bounds how late the loop notices a signal, a deadline or an exited target.
+/// Longest wait for samples, and how late at most the periodic work (RESCAN_EVERY, FLUSH_EVERY) is done. The ring
+/// is taken at least as often (the sampler's `POLL_INTERVAL`, the same 100 ms); this also bounds how late the loop
+/// notices a signal or an exited target.
 const POLL_EVERY: Duration = Duration::from_millis(100);
 /// How often `-a` looks for new Python processes and `-p` / `--` for exited ones.
 const RESCAN_EVERY: Duration = Duration::from_millis(200);
@@ -256,11 +257,18 @@ impl Session {
         loop {
             let waiting = self.targets.waiting_for_python();
             let next_scan = last_scan + if waiting { waiting_scan } else { RESCAN_EVERY };
-            let mut wake = next_scan.min(last_flush + FLUSH_EVERY);
+            // The scan and flush below are done at the first poll that returns after they are due, not on timers
+            // of their own: while samples flow, the ring's poll wakes every POLL_EVERY anyway, and one wakeup
+            // fewer matters (wakeups were most of the recorder's kernel time). Only a command's start, watched
+            // closely, and the deadline are kept to the millisecond.
+            let mut wake = Instant::now() + POLL_EVERY;
+            if waiting {
+                wake = wake.min(next_scan);
+            }
             if let Some(d) = deadline {
                 wake = wake.min(d);
             }
-            let wait = wake.saturating_duration_since(Instant::now()).min(POLL_EVERY);
+            let wait = wake.saturating_duration_since(Instant::now());
             if wait < Duration::from_millis(1) {
                 // The ring's poll counts whole milliseconds: a shorter wait would spin there.
                 self.poll(Duration::ZERO)?;

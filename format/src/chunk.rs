@@ -147,7 +147,23 @@ pub fn chunk_header(kind: u16, flags: u16, stored: &[u8], raw_len: u32) -> [u8; 
 
 /// Compresses `raw` and writes one chunk. Returns the bytes written.
 pub fn write_chunk<W: Write>(out: &mut W, kind: Kind, raw: &[u8], level: i32) -> io::Result<u64> {
-    let stored = zstd::bulk::compress(raw, level)?;
+    // One zstd context per thread, reused (as for decompression below): the recorder writes a few small chunks a
+    // second, and a new context each time was ~1% of its CPU.
+    thread_local! {
+        static CCTX: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let stored = CCTX.with(|c| -> io::Result<Vec<u8>> {
+        let mut c = c.borrow_mut();
+        let c = match c.as_mut() {
+            Some(c) => {
+                c.set_compression_level(level)?;
+                c
+            }
+            None => c.insert(zstd::bulk::Compressor::new(level)?),
+        };
+        c.compress(raw)
+    })?;
     if raw.len() > MAX_CHUNK_BYTES as usize || stored.len() > MAX_CHUNK_BYTES as usize {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "chunk larger than MAX_CHUNK_BYTES"));
     }

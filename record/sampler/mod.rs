@@ -34,11 +34,16 @@ use ring::{Callback, CallbackGuard, Shared};
 
 pub use ring::{CodeSnap, OffCpu, OffCpuPart, RawSample, UserStack};
 
-/// How often [`Sampler::poll`] takes the ring while samples flow (`PYPERF_POLL_NS`, 50 ms). Without code
-/// snapshots, samples that may hold a code object not read yet (a new stack) wake it sooner, within
+/// How often at most [`Sampler::poll`] takes the ring while samples flow (`PYPERF_POLL_NS`, 100 ms). Without
+/// code snapshots, samples that may hold a code object not read yet (a new stack) wake it sooner, within
 /// `PYPERF_WAKEUP_NS` (2 ms).
 const POLL_INTERVAL: Duration = Duration::from_nanos(abi::POLL_NS);
-/// Empty polls in a row after which [`Sampler::poll`] sleeps until the program wakes it (150 ms).
+/// How often at least: a faster flow of samples is taken when it has filled [`POLL_FILL`] of the ring, before the
+/// program's own wakeup at a quarter (`wakeup_bytes`), which would interrupt a target's CPU.
+const POLL_MIN: Duration = Duration::from_millis(5);
+/// See [`POLL_MIN`].
+const POLL_FILL: u64 = 8;
+/// Empty polls in a row after which [`Sampler::poll`] sleeps until the program wakes it (300 ms).
 const IDLE_ROUNDS: u32 = 3;
 /// With [`SamplerOptions::native`] the ring is this many times [`SamplerOptions::ringbuf_bytes`]: each record
 /// carries up to `ustack_bytes` of user stack (16 KiB by default), and 1-2 kHz on a few CPUs is tens of MiB/s.
@@ -379,6 +384,12 @@ pub struct Sampler {
     polling: bool,
     /// Consecutive polls that found nothing.
     idle_rounds: u32,
+    /// The ring's size in bytes.
+    ring_bytes: u64,
+    /// When the ring was last taken while samples flowed, and `Shared::bytes` then: the flow's rate.
+    last_take: Option<(Instant, u64)>,
+    /// How long the next poll leaves the ring while samples flow: [`POLL_INTERVAL`], less for a fast flow.
+    interval: Duration,
     /// What `poll` sleeps on: the ring's own epoll set, and descriptors given to [`Sampler::wake_on`].
     wake: OwnedFd,
     woken: bool,
@@ -462,7 +473,12 @@ impl Sampler {
         }
         let skel = open.load().map_err(|e| load_error("loading", e))?;
 
-        let shared = Rc::new(Shared { callback: Cell::new(None), malformed: Cell::new(0), records: Cell::new(0) });
+        let shared = Rc::new(Shared {
+            callback: Cell::new(None),
+            malformed: Cell::new(0),
+            records: Cell::new(0),
+            bytes: Cell::new(0),
+        });
         let cb_shared = Rc::clone(&shared);
         let mut rb = RingBufferBuilder::new();
         rb.add(&skel.maps.events, move |data: &[u8]| {
@@ -512,6 +528,9 @@ impl Sampler {
             detaching: Vec::new(),
             polling: false,
             idle_rounds: 0,
+            ring_bytes: ring_bytes as u64,
+            last_take: None,
+            interval: POLL_INTERVAL,
             wake,
             woken: false,
             _storage: storage,
@@ -690,7 +709,8 @@ impl Sampler {
     /// a stack not seen before: it may hold a code object not read yet, which may be freed soon).
     /// `Duration::ZERO` drains what is pending without waiting.
     ///
-    /// While samples flow, this takes the ring every [`POLL_INTERVAL`] on its own timer and tells the
+    /// While samples flow, this takes the ring every [`POLL_INTERVAL`] (sooner for a fast flow, see
+    /// [`Sampler::pace`]) on its own timer and tells the
     /// program so (`consumer_polling`), which then wakes us only for new stacks or a filling ring: a
     /// wakeup from the program is an irq_work (a self-IPI) on the sampled CPU, paid by the target (a VM
     /// exit in a VM), while our timer fires on our own CPU. After [`IDLE_ROUNDS`] empty polls we sleep
@@ -721,6 +741,7 @@ impl Sampler {
             } else {
                 self.idle_rounds = self.idle_rounds.saturating_add(1);
             }
+            self.pace(now);
             let wait = if self.idle_rounds >= IDLE_ROUNDS {
                 if self.polling {
                     self.set_polling(false);
@@ -729,7 +750,7 @@ impl Sampler {
                 }
                 deadline - now
             } else {
-                POLL_INTERVAL.min(deadline - now)
+                self.interval.min(deadline - now)
             };
             // Returns early when the program wakes us (we sleep, or the ring is filling up), or a descriptor of
             // `wake_on` is ready; the next round's consume takes what is there.
@@ -749,6 +770,27 @@ impl Sampler {
                 return Ok(());
             }
         }
+    }
+
+    /// Sets [`Sampler::interval`] from the flow since the last take: the time the ring takes to fill
+    /// 1/[`POLL_FILL`] at that rate, between [`POLL_MIN`] and [`POLL_INTERVAL`]. A wakeup of ours costs our own CPU,
+    /// one from the program the target's; at 1 kHz of 20-frame stacks a take every 50 ms instead of 100 was a fifth
+    /// of the recorder's CPU.
+    fn pace(&mut self, now: Instant) {
+        let bytes = self.inner.shared.bytes.get();
+        if let Some((then, before)) = self.last_take {
+            let dt = now.saturating_duration_since(then);
+            if dt < POLL_MIN {
+                return; // too short to tell a rate
+            }
+            let flow = bytes - before;
+            self.interval = if flow == 0 {
+                POLL_INTERVAL
+            } else {
+                dt.mul_f64((self.ring_bytes / POLL_FILL) as f64 / flow as f64).clamp(POLL_MIN, POLL_INTERVAL)
+            };
+        }
+        self.last_take = Some((now, bytes));
     }
 
     fn consume(&self) -> Result<(), BpfError> {

@@ -122,11 +122,15 @@ pub(super) struct Shared {
     pub(super) malformed: Cell<u64>,
     /// Records handed over so far (to tell whether a consume found any).
     pub(super) records: Cell<u64>,
+    /// Their bytes (the pace of [`super::Sampler::poll`]).
+    pub(super) bytes: Cell<u64>,
 }
 
 impl Shared {
     pub(super) fn dispatch(&self, data: &[u8]) {
         self.records.set(self.records.get() + 1);
+        // With the ring's 8-byte record header.
+        self.bytes.set(self.bytes.get() + data.len() as u64 + 8);
         let hsize = std::mem::size_of::<types::pyperf_event_header>();
         let Ok(h) = plain::from_bytes::<types::pyperf_event_header>(data) else {
             self.malformed.set(self.malformed.get() + 1);

@@ -63,6 +63,51 @@ pub fn stat(pid: u32) -> Option<Stat> {
     parse_stat(&read_small(&format!("/proc/{pid}/stat"))?)
 }
 
+/// /proc/PID/stat files kept open, re-read from offset 0 (a /proc file regenerates then): a look every
+/// `RESCAN_EVERY` at a followed process was an open, a read and a close, and the path walk and file set-up were half
+/// of it. An open file stays with the process it was opened for: after its end it reads nothing, even once the pid is
+/// reused. At most [`StatFiles::KEEP`] are kept (a descriptor each); others are opened at each read as before.
+#[derive(Default)]
+pub struct StatFiles {
+    files: HashMap<u32, std::fs::File>,
+}
+
+impl StatFiles {
+    /// Enough for any `-p` list or command's tree; `-a` on a host with more Python processes opens the rest.
+    pub const KEEP: usize = 256;
+
+    /// /proc/PID/stat of `pid` now; None if it is gone.
+    pub fn stat(&mut self, pid: u32) -> Option<Stat> {
+        use std::os::unix::fs::FileExt;
+        if !self.files.contains_key(&pid) {
+            if self.files.len() >= Self::KEEP {
+                return stat(pid);
+            }
+            self.files.insert(pid, std::fs::File::open(format!("/proc/{pid}/stat")).ok()?);
+        }
+        let file = self.files.get(&pid)?;
+        // One read(2): /proc/PID/stat is a few hundred bytes (52 numbers and a name of at most 64).
+        let mut buf = [0u8; 4096];
+        let n = loop {
+            match file.read_at(&mut buf, 0) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    // ESRCH: the process it was opened for ended.
+                    self.files.remove(&pid);
+                    return None;
+                }
+            }
+        };
+        parse_stat(std::str::from_utf8(&buf[..n]).ok()?)
+    }
+
+    /// Closes the files of processes not in `keep`.
+    pub fn retain(&mut self, keep: impl Fn(u32) -> bool) {
+        self.files.retain(|&pid, _| keep(pid));
+    }
+}
+
 /// A small /proc file, read in one or two read(2) calls: scans read one per process, many times a second, and
 /// `read_to_string` spends a stat(2) and four reads on each (a /proc file says its size is 0).
 pub fn read_small(path: &str) -> Option<String> {
@@ -275,13 +320,8 @@ pub fn maps_digest(pid: u32) -> Option<u64> {
     Some(h.finish())
 }
 
-/// True when no followed process is alive (as the image it was set up for) any more.
-pub fn none_alive(live: &HashMap<u32, Identity>) -> bool {
-    changed(live, identity).len() == live.len()
-}
-
 /// The followed processes that ended or exec'd, `now` giving the identity of a pid now.
-pub fn changed(live: &HashMap<u32, Identity>, now: impl Fn(u32) -> Option<Identity>) -> Vec<u32> {
+pub fn changed(live: &HashMap<u32, Identity>, mut now: impl FnMut(u32) -> Option<Identity>) -> Vec<u32> {
     live.iter().filter(|(&pid, id)| now(pid).as_ref() != Some(*id)).map(|(&pid, _)| pid).collect()
 }
 
@@ -382,5 +422,52 @@ mod tests {
             assert_eq!(changed(&live, |pid| if pid == 4242 { Some(other) } else { Some(first) }), vec![4242]);
         }
         assert_eq!(changed(&live, |pid| if pid == 7 { None } else { Some(first) }), vec![7], "exited");
+    }
+
+    #[test]
+    fn kept_stat_files_read_fresh_and_end_with_their_process() {
+        use std::time::{Duration, Instant};
+        let mut child = std::process::Command::new("sleep").arg("100").spawn().expect("sleep");
+        let pid = child.id();
+        let mut files = StatFiles::default();
+        let wait_for = |files: &mut StatFiles, what: &str, ok: &dyn Fn(Option<Stat>) -> bool| {
+            let t = Instant::now();
+            while !ok(files.stat(pid)) {
+                assert!(t.elapsed() < Duration::from_secs(10), "{what}: {:?}", files.stat(pid));
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        let first = files.stat(pid).expect("a running child");
+        assert_eq!(first.ppid, std::process::id());
+        assert_eq!(files.files.len(), 1, "kept open");
+        // Stopped: the same open file shows the new state (it is regenerated at offset 0, not cached).
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+        wait_for(&mut files, "stopped", &|s| s.is_some_and(|s| s.state == 'T'));
+        assert_eq!(files.stat(pid).map(|s| s.identity), Some(first.identity));
+        child.kill().expect("kill");
+        wait_for(&mut files, "a zombie", &|s| s.is_some_and(|s| !s.running()));
+        child.wait().expect("reap");
+        wait_for(&mut files, "gone", &|s| s.is_none());
+        assert!(files.files.is_empty(), "closed once its process is gone");
+        files.retain(|_| false);
+    }
+
+    #[test]
+    fn stat_files_keep_a_bounded_number_open() {
+        let mut files = StatFiles::default();
+        let me = std::process::id();
+        for _ in 0..2 {
+            assert!(files.stat(me).is_some_and(|s| s.running()));
+        }
+        files.files.clear();
+        // Filled up with (any) open files: a new pid is read without keeping its file.
+        for k in 0..StatFiles::KEEP as u32 {
+            files.files.insert(u32::MAX - k, std::fs::File::open("/proc/self/stat").expect("open"));
+        }
+        assert!(files.stat(me).is_some());
+        assert!(!files.files.contains_key(&me));
+        files.retain(|pid| pid == u32::MAX);
+        assert_eq!(files.files.len(), 1);
     }
 }
