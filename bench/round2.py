@@ -17,6 +17,8 @@ Experiments (--only; default all; --quick leaves out slowdown unless it is named
   interrupts  interrupts per second taken by an idle CPU while the profiler samples a process on another CPU
   peers       py-spy, Tachyon and pyperf on Python 3.15: cost per sample, start-up, accuracy
   slowdown    bench/bench.py --only toggle (experiment 2b) for pyperf, the floor and plain perf
+  paired      the target slowdown again, both profilers at once: two identical processes share one CPU, one under
+              pyperf -p, the other under plain perf -p (then the other way round); their CPU time per chunk of work
 
 Prints a markdown block and writes it to OUT/round2.md; with --write also into bench/RESULTS.md, between the markers
 of the section "Performance round 2 (issue #18)" (the section is appended when the markers are absent).
@@ -44,7 +46,7 @@ SID315 = os.path.join(ROOT, "target", "tmp", "sid", "srv_pyperf-sid", "python3.1
 SECTION = "## Performance round 2 (issue #18)"
 BEGIN = "<!-- bench/round2.py: begin (generated) -->"
 END = "<!-- bench/round2.py: end -->"
-EXPERIMENTS = ["startup", "bpf", "symbols", "recorder", "interrupts", "peers", "slowdown"]
+EXPERIMENTS = ["startup", "bpf", "symbols", "recorder", "interrupts", "peers", "slowdown", "paired"]
 
 # The helpers bench.py has already (same directory: on sys.path when this script runs).
 from bench import fmt, fresh, loadavg, median, shares  # noqa: E402
@@ -749,6 +751,119 @@ def exp_slowdown(e, a):
             "windows": rows["pyperf"]["windows"]}
 
 
+# ---- 8. slowdown, paired ---------------------------------------------------------------------------------------------
+
+
+def irq_time_accounting():
+    """Whether the kernel charges interrupt time apart from the interrupted task (CONFIG_IRQ_TIME_ACCOUNTING); None
+    when its config cannot be read."""
+    for path in ("/boot/config-" + os.uname().release, "/proc/config.gz"):
+        try:
+            if path.endswith(".gz"):
+                import gzip
+                with gzip.open(path, "rt") as f:
+                    text = f.read()
+            else:
+                with open(path) as f:
+                    text = f.read()
+        except OSError:
+            continue
+        return "CONFIG_IRQ_TIME_ACCOUNTING=y" in text
+    return None
+
+
+def exp_paired(e, a):
+    """Two identical `work.py chunks 20 U` processes pinned to one CPU: the scheduler runs them in turns of a few ms,
+    so both see the machine's speed of the moment, which drifts by tens of percent within seconds here and is what
+    limits 2b. Each chunk's thread CPU time includes the sampling interrupt and the BPF program (charged to the
+    interrupted task when the kernel has no IRQ time accounting; checked). Per window, one process's median chunk
+    CPU over the other's: with pyperf on A and perf on B, then perf on A and pyperf on B, the ratio of the two
+    ratios is ((1 + pyperf) / (1 + perf))^2, whatever the two processes' own difference. The same with perf and
+    nothing gives the sampling interrupt's own cost."""
+    acct = irq_time_accounting()
+    if acct:
+        return {"failed": "this kernel has CONFIG_IRQ_TIME_ACCOUNTING: interrupt time is not in the target's CPU time"}
+    binary = a.pyperf
+    conds = [("none", "none"), ("pyperf", "perf"), ("perf", "pyperf"), ("perf", "none"), ("none", "perf")]
+    # A chunk of ~20 ms of CPU (as 2b): calibrated alone.
+    probe = Workload(e.py, ["chunks", 20, 20])
+    lines = [probe.p.stdout.readline() for _ in range(25)]
+    probe.kill()
+    cpus = [float(x.split()[1]) for x in lines[5:]]
+    units = max(int(0.020 / ((cpus[-1] - cpus[0]) / (len(cpus) - 1) / 20)), 1)
+    wls = [Workload(e.py, ["chunks", 20, units]) for _ in range(2)]
+    chunks = [[], []]
+
+    def reader(k):
+        for line in wls[k].p.stdout:
+            w, c = line.split()
+            chunks[k].append((float(w), float(c)))
+
+    import threading
+    ths = [threading.Thread(target=reader, args=(k,), daemon=True) for k in range(2)]
+    for th in ths:
+        th.start()
+    windows = []  # (cond, t0, t1)
+    try:
+        time.sleep(1.0)
+        for rep in range(a.paired_reps):
+            for cond in rotate(conds, rep):
+                procs = []
+                for k, tool in enumerate(cond):
+                    if tool == "pyperf":
+                        out = e.f("paired-%d.pyp" % k)
+                        procs.append((Proc([binary, "record", "-F", "1000", "-p", str(wls[k].pid), "-o", out],
+                                           TOOL_CPU), out))
+                    elif tool == "perf":
+                        out = e.f("paired-%d.data" % k)
+                        procs.append((Proc([e.perf, "record", "-q", "-e", "cpu-clock", "-F", "1000", "-p",
+                                            str(wls[k].pid), "-o", out], TOOL_CPU), out))
+                for pr, out in procs:
+                    wait_file(pr, out, 0)
+                time.sleep(0.3)
+                t0 = time.perf_counter()
+                time.sleep(a.paired_secs)
+                t1 = time.perf_counter()
+                for pr, _ in procs:
+                    pr.stop(60)
+                    if pr.rc not in (0, -2, 130):
+                        log("paired: %s exited %s: %s" % (pr.cmd[2 if pr.cmd[0] == "taskset" else 0], pr.rc,
+                                                          tail(pr.text)))
+                windows.append((cond, t0, t1))
+                time.sleep(0.2)
+            log("paired rep %d done" % rep)
+    finally:
+        for w in wls:
+            w.kill()
+    for th in ths:
+        th.join(5)
+
+    def per_chunk(k, t0, t1):
+        c = chunks[k]
+        return [c1 - c0 for (w0, c0), (w1, c1) in zip(c, c[1:]) if w0 >= t0 and w1 <= t1]
+
+    ratio = {}  # cond -> [A/B per window, in order]
+    n_chunks = []
+    for cond, t0, t1 in windows:
+        xa, xb = per_chunk(0, t0, t1), per_chunk(1, t0, t1)
+        if len(xa) < 5 or len(xb) < 5:
+            continue
+        n_chunks.append(min(len(xa), len(xb)))
+        ratio.setdefault(cond, []).append(median(xa) / median(xb))
+
+    def effect(x, y):
+        """(median, min, max, n) in % of ((x on A / y on B) / (y on A / x on B))^(1/2) - 1, paired by repetition."""
+        r1, r2 = ratio.get((x, y), []), ratio.get((y, x), [])
+        v = [100 * ((p / q) ** 0.5 - 1) for p, q in zip(r1, r2)]
+        return {"median": median(v), "min": min(v), "max": max(v), "n": len(v)} if v else None
+
+    nn = ratio.get(("none", "none"), [])
+    return {"units": units, "chunk_ms": 1e3 * median([c for k in range(2) for c in per_chunk(k, 0, 1e12)]),
+            "pyperf_perf": effect("pyperf", "perf"), "perf_none": effect("perf", "none"),
+            "none_spread": (100 * (max(nn) - min(nn)) / median(nn)) if nn else None,
+            "chunks": median(n_chunks) if n_chunks else None, "reps": a.paired_reps, "irq_acct": acct}
+
+
 # ---- report ---------------------------------------------------------------------------------------------------------
 
 
@@ -779,7 +894,7 @@ def machine(e, a):
 
 
 def render(e, a, meta, res):
-    st, bpf, sym, rec, irq, peers, slow = (res.get(k) for k in EXPERIMENTS)
+    st, bpf, sym, rec, irq, peers, slow, paired = (res.get(k) for k in EXPERIMENTS)
     after, before = a.label, a.before_label if a.pyperf_before else None
     L = [machine(e, a),
          "Run: `bench/round2.py%s` (%s), ended %s, took %.1f min; load average (1, 5, 15 min) %s at the start, %s at "
@@ -843,6 +958,12 @@ def render(e, a, meta, res):
                         "<= 0.3%", "%.2f%% (pyperf %.2f%%, %s %.2f%%, sleeping-process floor %.2f%%)" % (
                             d, slow["rows"]["pyperf"]["wall"], name, base["wall"], slow["rows"]["floor"]["wall"]),
                         d <= 0.3))
+    if paired and paired.get("pyperf_perf"):
+        pp, pn = paired["pyperf_perf"], paired["perf_none"]
+        summary.append(("Target slowdown at 1 kHz above plain perf -p, paired (both at once, two processes on one "
+                        "CPU; section 8)", "<= 0.3%", "%.2f%% (range %.2f%% - %.2f%%, %d pairs; plain perf -p itself "
+                        "%s over nothing)" % (pp["median"], pp["min"], pp["max"], pp["n"],
+                                               "%.2f%%" % pn["median"] if pn else "-"), pp["median"] <= 0.3))
     L.append("| target | bound | measured (%s) | |" % after)
     L.append("|---|---|---|---|")
     for what, bound, got, ok in summary:
@@ -1041,6 +1162,35 @@ def render(e, a, meta, res):
             if q:
                 L.append("| pyperf minus plain perf | %.2f%% | | %.2f%% | |" % (p["wall"] - q["wall"], p["cpu"] - q["cpu"]))
         L.append("")
+    if paired:
+        L.append("### 8. Target slowdown, paired (pyperf and plain perf at once, on one CPU)")
+        L.append("")
+        if "failed" in paired:
+            L.append("Not measured: %s." % paired["failed"])
+        else:
+            L.append("Two `work.py chunks 20 %d` processes (A, B; chunks of %s ms of CPU) pinned to CPU %s, so the "
+                     "scheduler runs them in turns of a few ms and both see the machine's speed of the moment (it "
+                     "drifts by tens of percent within seconds here: 2b's limit). Per %g s window (started 0.3 s "
+                     "after the profilers are ready, ~%s chunks each): A's median thread CPU per chunk over B's; the "
+                     "sampling interrupt and the BPF program are charged to the interrupted thread (this kernel %s "
+                     "IRQ time accounting). Windows in rotating order, %d repetitions: (nothing, nothing), (pyperf, "
+                     "perf), (perf, pyperf), (perf, nothing), (nothing, perf), every profiler at 1 kHz with `-p` "
+                     "(per-task events) and pinned to CPU %s. Slowdown of X over Y = sqrt(ratio(X on A, Y on B) / "
+                     "ratio(Y on A, X on B)) - 1, per repetition: the processes' own difference cancels. Unprofiled "
+                     "(nothing, nothing) windows' A/B ratio spread %s%%." % (
+                         paired["units"], fmt(paired["chunk_ms"], "%.1f"), BUSY_CPU, a.paired_secs,
+                         fmt(paired["chunks"], "%.0f"), "has no" if paired["irq_acct"] is False else "may have",
+                         paired["reps"], TOOL_CPU, fmt(paired["none_spread"], "%.2f")))
+            L.append("")
+            L.append("| slowdown of | over | median | min - max | repetitions |")
+            L.append("|---|---|---|---|---|")
+            for key, x, y in (("pyperf_perf", "pyperf " + after, "plain `perf record -e cpu-clock -p`"),
+                              ("perf_none", "plain `perf record -e cpu-clock -p`", "nothing")):
+                r = paired.get(key)
+                if r:
+                    L.append("| %s | %s | **%.2f%%** | %.2f%% - %.2f%% | %d |" % (x, y, r["median"], r["min"],
+                                                                              r["max"], r["n"]))
+        L.append("")
     return "\n".join(L).rstrip("\n") + "\n"
 
 
@@ -1106,12 +1256,14 @@ def main():
         a.bpf_secs, a.irq_secs, a.acc_secs, a.miss_secs = 3, 2, 3, 1
         a.rec_secs = (5, 1.5, 2)  # -d, window start, window length
         a.peer_secs = (4, 1.0, 2)
+        a.paired_reps, a.paired_secs = 2, 1.5
     else:
         a.reps = a.reps or 5
         a.startup_reps, a.symbol_reps = max(15, a.reps), 5
         a.bpf_secs, a.irq_secs, a.acc_secs, a.miss_secs = 8, 5, 8, 2
         a.rec_secs = (10, 2.0, 6)
         a.peer_secs = (8, 2.0, 5)
+        a.paired_reps, a.paired_secs = 10, 3.0
     for b in [a.pyperf, a.pyperf_before, a.py_spy, a.python]:
         if b and not os.access(b, os.X_OK):
             sys.exit("bench/round2.py: %s is not an executable" % b)
@@ -1123,7 +1275,7 @@ def main():
     load0 = loadavg()
     log("load average %s; experiments %s; scratch %s" % (load0, ",".join(only), e.tmp))
     fns = {"startup": exp_startup, "bpf": exp_bpf, "symbols": exp_symbols, "recorder": exp_recorder,
-           "interrupts": exp_interrupts, "peers": exp_peers, "slowdown": exp_slowdown}
+           "interrupts": exp_interrupts, "peers": exp_peers, "slowdown": exp_slowdown, "paired": exp_paired}
     res = {}
     try:
         for name in EXPERIMENTS:
