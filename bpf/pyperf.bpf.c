@@ -762,7 +762,7 @@ __noinline int pyperf_check_read(struct frame_walk *w, const struct py_proc *pro
  * struct pyperf_frame): one read. */
 __noinline int pyperf_first_local(struct frame_walk *w, const struct py_proc *proc, struct pyperf_scratch *s, __u64 o)
 {
-	struct pyperf_frame *f;
+	struct pyperf_frame_local *f;
 	__u64 obj, type = 0;
 	__u32 n;
 
@@ -771,7 +771,7 @@ __noinline int pyperf_first_local(struct frame_walk *w, const struct py_proc *pr
 	n = w->n;
 	if (n >= PYPERF_MAX_FRAMES || o > PYPERF_FRAME_WINDOW)
 		return 0;
-	f = &s->ev.frames[n];
+	f = &s->locals[n];
 	obj = get_u64(s->wbuf + o, proc->off.frame_localsplus, PYPERF_FRAME_BUF);
 	if (obj && !read_ptr(obj + proc->off.object_type, &type) && type) {
 		f->first_local = obj;
@@ -848,10 +848,12 @@ static __always_inline int walk_frame(struct frame_walk *w, const struct py_proc
 		pyperf_check_read(w, proc, s);
 	}
 	f->check = w->last_check;
-	f->first_local = 0;
-	f->first_local_type = 0;
-	if (proc->off.frame_localsplus >= 0 && w->last_argcount > 0)
-		pyperf_first_local(w, proc, s, o);
+	if (proc->off.frame_localsplus >= 0) {
+		s->locals[n].first_local = 0;
+		s->locals[n].first_local_type = 0;
+		if (w->last_argcount > 0)
+			pyperf_first_local(w, proc, s, o);
+	}
 	hash_frame(w, code, f->check);
 	w->n = n + 1;
 	return 0;
@@ -928,8 +930,6 @@ static __always_inline int fast_frame(struct frame_walk *w, const struct py_proc
 	f->instr = ((__u32)(*(const __u64 *)(fb + fo->instr) - code) & PYPERF_INSTR_VALUE) |
 		   ((((__u32)fb[fo->entry] + 0xff) >> 8 & fo->entry_mask) << PYPERF_INSTR_ENTRY_BIT); /* byte != 0 */
 	f->check = w->last_check;
-	f->first_local = 0;
-	f->first_local_type = 0;
 	hash_frame(w, code, f->check);
 	w->cur = *(const __u64 *)(fb + fo->back);
 	w->n = n + 1;
@@ -1000,8 +1000,10 @@ static long frame_walk_step(__u32 i, void *arg)
 }
 
 
-/* Where the kernel addresses start at most: after PYPERF_MAX_FRAMES frames. */
-#define PYPERF_KOFF_MAX (sizeof(struct pyperf_event_header) + PYPERF_MAX_FRAMES * sizeof(struct pyperf_frame))
+/* Where the first locals start at most: after PYPERF_MAX_FRAMES frames. */
+#define PYPERF_LOFF_MAX (sizeof(struct pyperf_event_header) + PYPERF_MAX_FRAMES * sizeof(struct pyperf_frame))
+/* Where the kernel addresses start at most: after as many first locals. */
+#define PYPERF_KOFF_MAX (PYPERF_LOFF_MAX + PYPERF_MAX_FRAMES * sizeof(struct pyperf_frame_local))
 /* Where the user stack starts at most: after PYPERF_KSTACK_MAX kernel addresses. */
 #define PYPERF_UOFF_MAX (PYPERF_KOFF_MAX + PYPERF_KSTACK_MAX * 8)
 
@@ -1289,6 +1291,7 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 	h->kind = !off ? PYPERF_EVENT_SAMPLE : off->walked ? PYPERF_EVENT_OFF_CPU_START : PYPERF_EVENT_OFF_CPU;
 	h->off_kind = 0;
 	h->off_flags = 0;
+	h->has_locals = 0;
 	h->off_start = 0;
 	h->off_duration = 0;
 	h->off_runnable = 0;
@@ -1395,6 +1398,12 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 	h->stack_status = c.w.status;
 
 	size = sizeof(struct pyperf_event_header) + (__u64)n * sizeof(struct pyperf_frame);
+	/* <= 3.10: the frames' first locals next (one copy; 3.11+ records have none). */
+	if (n && proc && proc->off.frame_localsplus >= 0 && size <= PYPERF_LOFF_MAX &&
+	    !bpf_probe_read_kernel((__u8 *)&s->ev + size, n * sizeof(struct pyperf_frame_local), s->locals)) {
+		h->has_locals = 1;
+		size += n * sizeof(struct pyperf_frame_local);
+	}
 	/* The rest of the record right after the frames: kernel addresses, then user stack. (Constants: the verifier
 	 * drops this code when they are off.) */
 	if (kernel && ksrc != KSTACK_NONE)

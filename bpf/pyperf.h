@@ -354,9 +354,12 @@ struct pyperf_frame {
 	 * Python frames into activations with it. */
 	__u32 instr;
 	__u32 check; /* pyperf_code_check() of the code object, to detect freed-and-reused addresses */
-	/* <= 3.10 only (0 on 3.11+, which has co_qualname): the frame's first local
-	 * variable, read at sample time, for the self/cls class-name heuristic.
-	 * Filled when the code object has co_argcount >= 1 (so localsplus[0] is the
+};
+
+/* <= 3.10 only (3.11+ has co_qualname, and its records have none: 16 bytes a frame, not 32, which was a tenth of
+ * a 200-frame sample's time): after a record's frames come as many of these when its header's `has_locals` is
+ * set, the frame's first local variable, read at sample time, for the self/cls class-name heuristic.
+ * Filled when the code object has co_argcount >= 1 (so localsplus[0] is the
 	 * first argument, not value-stack garbage) and the slot is not NULL (a `del`ed
 	 * argument, or one moved into a cell, reads as NULL: both fields 0).
 	 *   first_local      = f_localsplus[0], the object (e.g. the instance bound to
@@ -369,6 +372,7 @@ struct pyperf_frame {
 	 *      co_varnames[0] == "cls" and first_local_type is a metatype (== &PyType_Type,
 	 *      or its tp_flags has Py_TPFLAGS_TYPE_SUBCLASS) -> class name =
 	 *      ((PyTypeObject *)first_local)->tp_name. */
+struct pyperf_frame_local {
 	__u64 first_local;
 	__u64 first_local_type;
 };
@@ -388,7 +392,7 @@ struct pyperf_event_header {
 	__u8 kind;               /* enum pyperf_event_kind */
 	__u8 off_kind;           /* enum pyperf_off_kind (off-CPU records) */
 	__u8 off_flags;          /* off_cpu_entry.flags (off-CPU records) */
-	__u8 _pad;
+	__u8 has_locals;         /* 1: nframes pyperf_frame_local follow the frames (<= 3.10) */
 	/* Off-CPU records only (0 in samples): */
 	__u64 off_start;    /* ktime of the switch-out that began it */
 	__u64 off_duration; /* ns off CPU (a wait in a system call that went on CPU in between: its times off CPU) */
@@ -396,8 +400,9 @@ struct pyperf_event_header {
 	__u64 off_weight;   /* ns it counts for: its duration, or off_cpu_min_ns for a sampled short one */
 	__s32 off_syscall;  /* system call it blocked in, -1 none */
 	__u32 _pad2;
-	/* record --kernel / --native. The record is this header, nframes pyperf_frame, nkernel __u64 kernel
-	 * addresses, ustack_len bytes of user stack, in that order, with no gaps. */
+	/* record --kernel / --native. The record is this header, nframes pyperf_frame, nframes pyperf_frame_local
+	 * if has_locals, nkernel __u64 kernel addresses, ustack_len bytes of user stack, in that order, with no
+	 * gaps. */
 	__u16 nkernel;      /* kernel addresses after the frames (leaf first): 0 without --kernel or in user mode */
 	__u16 user_flags;   /* enum pyperf_user_flags */
 	__u32 ustack_len;   /* bytes of user stack copied from user_sp up */
@@ -411,7 +416,7 @@ struct pyperf_event_header {
 struct pyperf_event {
 	struct pyperf_event_header hdr;
 	struct pyperf_frame frames[PYPERF_MAX_FRAMES]; /* leaf first */
-	__u8 tail[PYPERF_KSTACK_MAX * 8 + PYPERF_USTACK_MAX];
+	__u8 tail[PYPERF_MAX_FRAMES * sizeof(struct pyperf_frame_local) + PYPERF_KSTACK_MAX * 8 + PYPERF_USTACK_MAX];
 };
 
 /* A region of the target's memory in a code snapshot: `len` bytes from `addr` (0: not copied). */
@@ -554,6 +559,8 @@ struct pyperf_scratch {
 	 * that ends the window are read with the same bounds as any other */
 	__u8 wbuf[PYPERF_FRAME_WINDOW + PYPERF_FRAME_BUF];
 	struct pyperf_event ev;
+	/* <= 3.10: the frames' first locals, copied after the frames when the record is written */
+	struct pyperf_frame_local locals[PYPERF_MAX_FRAMES];
 	struct pyperf_code_snap snap;
 	struct pyperf_check_entry checks[PYPERF_CHECK_SETS * 2]; /* set i: entries 2i, 2i + 1 (most recent first) */
 };

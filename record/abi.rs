@@ -81,13 +81,15 @@ pub const USER_REGS: u16 = types::pyperf_user_flags::PYPERF_USER_REGS.0 as u16;
 /// One Python frame of a sample, leaf first (the `struct pyperf_frame` of bpf/pyperf.h):
 /// - `code`: the code object's address; `instr`: raw instruction position; `check`: check word of the code
 ///   object (see `python::code::code_check`);
-/// - `first_local`, `first_local_type` (Python <= 3.10 only, 0 on 3.11+ which has `co_qualname`): the frame's
-///   first argument `f_localsplus[0]` and its type `Py_TYPE(f_localsplus[0])`, read at sample time, for the
-///   self/cls class-name heuristic. Both 0 when the code object takes no positional argument or the slot is
-///   NULL. `first_local_type` is a type object; `first_local` may be an instance that is freed by the time user
-///   space looks: dereference it only once `first_local_type` shows it is a class (`== &PyType_Type`, or a
-///   metatype), i.e. for `cls`.
 pub type RawFrame = types::pyperf_frame;
+
+/// What a <= 3.10 record holds for each frame after the frames (`struct pyperf_frame_local`; 3.11+, which has
+/// `co_qualname`, has none): `first_local`, `first_local_type`, the frame's first argument `f_localsplus[0]` and its
+/// type `Py_TYPE(f_localsplus[0])`, read at sample time, for the self/cls class-name heuristic. Both 0 when the code
+/// object takes no positional argument or the slot is NULL. `first_local_type` is a type object; `first_local` may
+/// be an instance that is freed by the time user space looks: dereference it only once `first_local_type` shows it
+/// is a class (`== &PyType_Type`, or a metatype), i.e. for `cls`.
+pub type RawLocal = types::pyperf_frame_local;
 
 impl RawFrame {
     /// 3.11+: this frame is the rootmost Python frame of one activation of the evaluation loop (3.11
@@ -116,6 +118,8 @@ unsafe impl plain::Plain for types::pyperf_event_header {}
 // SAFETY: as above.
 unsafe impl plain::Plain for types::pyperf_frame {}
 // SAFETY: as above.
+unsafe impl plain::Plain for types::pyperf_frame_local {}
+// SAFETY: as above.
 unsafe impl plain::Plain for types::pyperf_counters {}
 // SAFETY: as above.
 unsafe impl plain::Plain for types::pyperf_snap_region {}
@@ -128,11 +132,14 @@ const _: () = assert!(
     std::mem::size_of::<types::pyperf_event>()
         == std::mem::size_of::<types::pyperf_event_header>()
             + MAX_FRAMES * std::mem::size_of::<RawFrame>()
+            + MAX_FRAMES * std::mem::size_of::<RawLocal>()
             + KSTACK_MAX * 8
             + USTACK_MAX
 );
+// 16 bytes a frame in every record, 32 with the first locals of <= 3.10 (the ring's bytes per sample).
+const _: () = assert!(std::mem::size_of::<RawFrame>() == 16 && std::mem::size_of::<RawLocal>() == 16);
 const _: () = {
-    // counters + last_wakeup, last_pid_tgid, last_ts, last_start, new_stack, busy + tbuf + gbuf + cbuf + wbuf + event + snap: the scratch
+    // counters + last_wakeup, last_pid_tgid, last_ts, last_start, new_stack, busy + tbuf + gbuf + cbuf + wbuf + event + locals + snap: the scratch
     // slot is what the header says it is (a field added in C without updating this fails the build).
     let s = std::mem::size_of::<types::pyperf_scratch>();
     assert!(
@@ -140,6 +147,7 @@ const _: () = {
             + 6 * 8
             + (TSTATE_BUF + GIL_BUF + CODE_BUF + FRAME_WINDOW + FRAME_BUF)
             + std::mem::size_of::<types::pyperf_event>()
+            + MAX_FRAMES * std::mem::size_of::<RawLocal>()
             + std::mem::size_of::<types::pyperf_code_snap>()
             + CHECK_SETS * 2 * std::mem::size_of::<types::pyperf_check_entry>()
     );
@@ -192,7 +200,7 @@ mod tests {
     #[test]
     fn shared_struct_sizes() {
         assert_eq!(std::mem::size_of::<types::pyperf_event_header>(), 120);
-        assert_eq!(std::mem::size_of::<RawFrame>(), 32);
+        assert_eq!((std::mem::size_of::<RawFrame>(), std::mem::size_of::<RawLocal>()), (16, 16));
         assert_eq!(std::mem::size_of::<ProcConfig>(), 184);
         assert_eq!(std::mem::size_of::<types::pyperf_check_entry>(), 24);
         assert_eq!(std::mem::size_of::<types::off_kstack>(), 16 + 32 * 8);
@@ -203,7 +211,7 @@ mod tests {
 
     #[test]
     fn entry_flag_and_instruction_position() {
-        let f = |instr| RawFrame { code: 1, instr, check: 0, first_local: 0, first_local_type: 0 };
+        let f = |instr| RawFrame { code: 1, instr, check: 0 };
         assert!(!f(40).is_entry() && f(40).instr_value() == 40);
         assert!(f(40 | INSTR_ENTRY).is_entry() && f(40 | INSTR_ENTRY).instr_value() == 40);
         // f_lasti -1 as the program keeps it (31 bits), and as user space's walker reads it (32 bits).

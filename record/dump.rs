@@ -271,6 +271,7 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
                     pthread_id: w.pthread_id,
                     status: w.status,
                     frames: &w.frames,
+                    locals: &w.locals,
                     off_cpu: None,
                     code: None,
                     kernel: &[],

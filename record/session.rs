@@ -701,9 +701,9 @@ impl Session {
             };
             let walked = walker.zip(ns_tid).and_then(|(w, ns_tid)| w.walk(ns_tid).ok()).filter(|_| waiting());
             let error = types::pyperf_stack_status::STACK_STATUS_ERROR.0 as u8;
-            let (frames, status, thread_state, pthread_id) = match &walked {
-                Some(w) => (w.frames.as_slice(), w.status, w.thread_state, w.pthread_id),
-                None => (&[][..], error, 0, 0),
+            let (frames, locals, status, thread_state, pthread_id) = match &walked {
+                Some(w) => (w.frames.as_slice(), w.locals.as_slice(), w.status, w.thread_state, w.pthread_id),
+                None => (&[][..], &[][..], error, 0, 0),
             };
             // Blocked in futex(2) on the GIL (as the program decides at a system call's return).
             let lo = if config.gil_wait_addr != 0 {
@@ -732,6 +732,7 @@ impl Session {
                 pthread_id,
                 status,
                 frames,
+                locals,
                 // Read from user space at the end: no copy of the thread's stack (its native frames are marked
                 // missing with --native), no kernel stack.
                 kernel: &[],

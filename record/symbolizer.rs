@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use pyperf_format::Symbol;
 
-use crate::abi::{types, RawFrame};
+use crate::abi::types;
 use crate::native::stacks::NativeStacks;
 use crate::python::code::{unresolved, CodeReader, FirstLocal, ProcMem, Resolution, Snapshot};
 use crate::python::threads::{NamedThread, ThreadNameReader, ThreadNamesError};
@@ -54,9 +54,11 @@ const HIDDEN: u32 = u32::MAX;
 const STACK_COMPLETE: u8 = types::pyperf_stack_status::STACK_STATUS_COMPLETE.0 as u8;
 const STACK_IDLE: u8 = types::pyperf_stack_status::STACK_STATUS_IDLE.0 as u8;
 
-/// What BPF read of the frame's first argument, for the <= 3.10 self/cls heuristic (0 on 3.11+).
-fn first_local(f: &RawFrame) -> FirstLocal {
-    FirstLocal { object: f.first_local, type_addr: f.first_local_type }
+/// What BPF read of frame `i`'s first argument, for the <= 3.10 self/cls heuristic (none on 3.11+).
+fn first_local(s: &RawSample<'_>, i: usize) -> FirstLocal {
+    s.locals
+        .get(i)
+        .map_or(FirstLocal::default(), |l| FirstLocal { object: l.first_local, type_addr: l.first_local_type })
 }
 
 /// The thread names of one followed process: what was read, and when to read again.
@@ -322,18 +324,23 @@ impl Symbolizer {
                 }
             }
         }
-        // SAFETY: `struct pyperf_frame` is integers without padding (two u64, two u32, two u64): every byte is
-        // initialized.
-        let raw: &[u8] = unsafe { plain::as_bytes(s.frames) };
+        // SAFETY: `struct pyperf_frame` (a u64, two u32) and `struct pyperf_frame_local` (two u64) are integers
+        // without padding: every byte is initialized.
+        let (raw, raw_locals): (&[u8], &[u8]) = unsafe { (plain::as_bytes(s.frames), plain::as_bytes(s.locals)) };
         let raw_hash = if self.native.is_none() {
             let h = {
                 use std::hash::{BuildHasher, Hasher};
                 let mut h = rustc_hash::FxBuildHasher.build_hasher();
                 h.write(raw);
+                // <= 3.10: a frame's class comes from its first local.
+                h.write(raw_locals);
                 h.finish()
             };
             if let Some((bytes, ids)) = self.stacks.get(&(s.pid, h)) {
-                if **bytes == *raw {
+                if bytes.len() == raw.len() + raw_locals.len()
+                    && bytes[..raw.len()] == *raw
+                    && bytes[raw.len()..] == *raw_locals
+                {
                     self.stack.extend_from_slice(ids);
                     return &self.stack;
                 }
@@ -350,8 +357,8 @@ impl Symbolizer {
         let shared_activations = self.versions.get(&s.pid).is_some_and(|&(major, minor)| (major, minor) >= (3, 11));
         self.activations.clear();
         // BPF walks leaf to root; sinks want root first.
-        for f in s.frames.iter().rev() {
-            let first = first_local(f);
+        for (i, f) in s.frames.iter().enumerate().rev() {
+            let first = first_local(s, i);
             let class = match reader.as_deref_mut() {
                 Some(r) if first.type_addr != 0 => r.class_key(f.code, f.check, first),
                 _ => 0,
@@ -411,7 +418,7 @@ impl Symbolizer {
             if self.stacks.len() >= MAX_CACHED_STACKS {
                 self.stacks.clear();
             }
-            self.stacks.insert((s.pid, h), (raw.into(), self.stack.as_slice().into()));
+            self.stacks.insert((s.pid, h), ([raw, raw_locals].concat().into(), self.stack.as_slice().into()));
         }
         &self.stack
     }
@@ -547,7 +554,7 @@ mod tests {
 
     #[test]
     fn frames_of_an_unknown_process_are_lost_not_guessed() {
-        let frames = [RawFrame { code: 0x1000, instr: 4, check: 7, first_local: 0, first_local_type: 0 }; 2];
+        let frames = [crate::abi::RawFrame { code: 0x1000, instr: 4, check: 7 }; 2];
         let s = RawSample {
             pid: 42,
             tid: 42,
@@ -559,6 +566,7 @@ mod tests {
             pthread_id: 0,
             status: 0,
             frames: &frames,
+            locals: &[],
             kernel: &[],
             user: None,
             off_cpu: None,

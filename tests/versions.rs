@@ -537,8 +537,14 @@ fn a_thread_waiting_for_the_gil_is_its_own_state_on_3_15() {
         // The spinning threads wait for it, and so does the main thread, between starting and joining them (it
         // takes the GIL back after every blocking call): each with its own complete stack.
         let bootstrap = ["Thread._bootstrap", "Thread._bootstrap_inner", "Thread.run", "spin"];
-        let mut spinners = 0;
+        let (mut spinners, mut starting) = (0, 0);
         for s in &waiting {
+            if s.tid != pid && s.status == StackStatus::Idle && s.names.is_empty() {
+                // A new thread asks for the GIL before its first Python frame (seen once in a full run under
+                // load): waiting, with no Python stack yet. Idle, not an error, and rare (below).
+                starting += 1;
+                continue;
+            }
             assert_eq!(s.status, StackStatus::Complete, "{name}: {s:?}");
             if s.tid == pid {
                 assert_eq!(&s.names[..2], ["<module>", "main"], "{name}: the main thread's own stack");
@@ -548,6 +554,7 @@ fn a_thread_waiting_for_the_gil_is_its_own_state_on_3_15() {
             }
         }
         assert!(spinners >= 5, "{name}: {spinners} of {} spin samples waiting for the GIL", spin.len());
+        assert!(starting < spinners, "{name}: {starting} waiting samples without a stack, {spinners} with one");
         // Its own state in the report's breakdown and filters.
         let text = String::from_utf8(run(pyperf().args(["report", "--text", "-i"]).arg(&out)).stdout).unwrap();
         assert!(text.contains("waiting          this thread is waiting for the GIL"), "{text}");
@@ -555,7 +562,12 @@ fn a_thread_waiting_for_the_gil_is_its_own_state_on_3_15() {
         let folded = String::from_utf8(folded.stdout).unwrap();
         let total: usize = folded.lines().filter_map(|l| l.rsplit(' ').next()?.parse::<usize>().ok()).sum();
         assert_eq!(total, waiting.len(), "{folded}");
-        assert!(folded.lines().all(|l| l.contains(";spin (") || l.starts_with("<module> (")), "{folded}");
+        assert!(
+            folded.lines().all(|l| l.contains(";spin (")
+                || l.starts_with("<module> (")
+                || (starting > 0 && l.starts_with("[idle] "))),
+            "{folded}"
+        );
     }
 }
 

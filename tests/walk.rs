@@ -91,8 +91,11 @@ fn in_futex(pid: u32, tid: u32) -> bool {
 /// interpreter hides left out).
 fn symbolize(reader: &mut CodeReader<ProcMem>, stack: &WalkedStack) -> Vec<Frame> {
     let mut out = Vec::new();
-    for f in stack.frames.iter().rev() {
-        let first = FirstLocal { object: f.first_local, type_addr: f.first_local_type };
+    for (i, f) in stack.frames.iter().enumerate().rev() {
+        let first = stack
+            .locals
+            .get(i)
+            .map_or(FirstLocal::default(), |l| FirstLocal { object: l.first_local, type_addr: l.first_local_type });
         match reader.resolve(f.code, f.instr_value(), f.check, first) {
             Resolution::Frame(s) => out.push((s.qualified_name(), s.file.clone(), s.line)),
             Resolution::Hidden => {}

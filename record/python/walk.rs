@@ -39,7 +39,9 @@ use super::objects::{at, Budget, Metered};
 use super::threads::{PID_MAX_LIMIT, PTHREAD_TID_CANDIDATES, TCB_SELF};
 use super::versions::Row;
 use super::PythonProcess;
-use crate::abi::{types, ProcConfig, RawFrame, CODE_BUF, FRAME_BUF, GIL_BUF, INSTR_ENTRY, MAX_FRAMES, TSTATE_BUF};
+use crate::abi::{
+    types, ProcConfig, RawFrame, RawLocal, CODE_BUF, FRAME_BUF, GIL_BUF, INSTR_ENTRY, MAX_FRAMES, TSTATE_BUF,
+};
 
 /// Most interpreters (main and subinterpreters) whose thread lists are walked.
 pub const MAX_INTERPRETERS: usize = 16;
@@ -62,8 +64,11 @@ const INCOMPLETE: u8 = types::pyperf_stack_status::STACK_STATUS_INCOMPLETE.0 as 
 #[derive(Debug, Clone)]
 pub struct WalkedStack {
     /// Leaf first, as in a sample: code object address, raw instruction position, check word (0 when the code
-    /// object could not be read), first local and its type (<= 3.10).
+    /// object could not be read).
     pub frames: Vec<RawFrame>,
+    /// <= 3.10: each frame's first local and its type, as many as `frames` (as a record holds them); empty on
+    /// 3.11+.
+    pub locals: Vec<RawLocal>,
     /// `enum pyperf_stack_status` value (`pyperf_format::StackStatus`): `COMPLETE`, `ERROR` (the chain broke: an
     /// unreadable frame, a frame without code; `frames` holds those above it), `TRUNCATED` (more than
     /// [`MAX_FRAMES`] frames: the leaf-nearest kept), `IDLE` (no thread state, or no Python frame), `INCOMPLETE`
@@ -296,26 +301,23 @@ impl Proc {
             p::PTHREAD_ID_UNKNOWN
         }
         .0 as u8;
-        let (frames, mut status) = match chain {
+        let has_locals = self.config.off.frame_localsplus >= 0;
+        let (frames, locals, mut status) = match chain {
             Some(ch) => (
+                ch.frames.iter().map(|&(code, instr, check, _, _)| RawFrame { code, instr, check }).collect(),
                 ch.frames
                     .iter()
-                    .map(|&(code, instr, check, first_local, first_local_type)| RawFrame {
-                        code,
-                        instr,
-                        check,
-                        first_local,
-                        first_local_type,
-                    })
+                    .filter(|_| has_locals)
+                    .map(|&(_, _, _, first_local, first_local_type)| RawLocal { first_local, first_local_type })
                     .collect(),
                 ch.status,
             ),
-            None => (Vec::new(), COMPLETE),
+            None => (Vec::new(), Vec::new(), COMPLETE),
         };
         if status == COMPLETE && frames.is_empty() {
             status = IDLE;
         }
-        WalkedStack { frames, status, gil, thread_state, pthread_id, gil_wait_base }
+        WalkedStack { frames, locals, status, gil, thread_state, pthread_id, gil_wait_base }
     }
 
     /// The thread state of `ns_tid` and the `pthread_t` it was matched by (2.7-3.10), or `None` when it has none:
@@ -1019,7 +1021,8 @@ mod tests {
 
     /// (code, instr, check, first_local, first_local_type) of a stack's frames.
     fn tuples(s: &WalkedStack) -> Vec<(u64, u32, u32, u64, u64)> {
-        s.frames.iter().map(|f| (f.code, f.instr, f.check, f.first_local, f.first_local_type)).collect()
+        let local = |i: usize| s.locals.get(i).map_or((0, 0), |l| (l.first_local, l.first_local_type));
+        s.frames.iter().enumerate().map(|(i, f)| (f.code, f.instr, f.check, local(i).0, local(i).1)).collect()
     }
 
     /// On every row: a thread in `<module>` -> `f(self)` -> `g` -> `g` (recursion), with the interpreter's own

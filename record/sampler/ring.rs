@@ -3,7 +3,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use crate::abi::{self, types, RawFrame};
+use crate::abi::{self, types, RawFrame, RawLocal};
 
 /// One sample as the BPF program wrote it, borrowing the ring buffer record.
 #[derive(Debug, Clone, Copy)]
@@ -28,6 +28,8 @@ pub struct RawSample<'a> {
     pub status: u8,
     /// Leaf first.
     pub frames: &'a [RawFrame],
+    /// <= 3.10: each frame's first local (see [`RawLocal`]), as many as `frames`; empty on 3.11+.
+    pub locals: &'a [RawLocal],
     /// `Some` for the record of an off-CPU interval (`--off-cpu`) that ended at `time_ns`; `None` for a CPU sample.
     pub off_cpu: Option<OffCpu>,
     /// `--kernel`: kernel addresses, leaf first (the first is where the kernel was, the others return addresses).
@@ -152,6 +154,7 @@ impl Shared {
                 pthread_id: 0,
                 status: 0,
                 frames: &[],
+                locals: &[],
                 off_cpu: None,
                 kernel: &[],
                 user: None,
@@ -163,7 +166,7 @@ impl Shared {
             }
             return;
         }
-        let Some((frames, kernel, user)) = parts(h, data, hsize) else {
+        let Some(Parts { frames, locals, kernel, user }) = parts(h, data, hsize) else {
             self.malformed.set(self.malformed.get() + 1);
             return;
         };
@@ -182,6 +185,7 @@ impl Shared {
             pthread_id: h.pthread_id_match,
             status: h.stack_status,
             frames,
+            locals,
             off_cpu: off_cpu_part(h.kind).map(|part| OffCpu {
                 part,
                 start_ns: h.off_start,
@@ -204,16 +208,24 @@ impl Shared {
     }
 }
 
-/// The parts of a record after its header `h` (`hsize` bytes): frames, kernel addresses, user stack, each where the
-/// counts before it say (bpf/pyperf.h); `None` when the record is shorter than they say or misaligned.
-fn parts<'a>(
-    h: &types::pyperf_event_header,
-    data: &'a [u8],
-    hsize: usize,
-) -> Option<(&'a [RawFrame], &'a [u64], Option<UserStack<'a>>)> {
+/// A record's parts after its header.
+struct Parts<'a> {
+    frames: &'a [RawFrame],
+    locals: &'a [RawLocal],
+    kernel: &'a [u64],
+    user: Option<UserStack<'a>>,
+}
+
+/// The parts of a record after its header `h` (`hsize` bytes): frames, first locals, kernel addresses, user stack,
+/// each where the counts before it say (bpf/pyperf.h); `None` when the record is shorter than they say or
+/// misaligned.
+fn parts<'a>(h: &types::pyperf_event_header, data: &'a [u8], hsize: usize) -> Option<Parts<'a>> {
     let fend = hsize.checked_add((h.nframes as usize).checked_mul(std::mem::size_of::<RawFrame>())?)?;
     // Ring buffer records are 8-byte aligned and the header is 120 bytes: no copy needed.
     let frames = plain::slice_from_bytes::<RawFrame>(data.get(hsize..fend)?).ok()?;
+    let lend = if h.has_locals != 0 { fend.checked_add(frames.len() * std::mem::size_of::<RawLocal>())? } else { fend };
+    let locals = plain::slice_from_bytes::<RawLocal>(data.get(fend..lend)?).ok()?;
+    let fend = lend;
     let kend = fend.checked_add(usize::from(h.nkernel) * 8)?;
     let kernel = plain::slice_from_bytes::<u64>(data.get(fend..kend)?).ok()?;
     let user = if h.user_flags & abi::USER_REGS != 0 {
@@ -222,7 +234,7 @@ fn parts<'a>(
     } else {
         None
     };
-    Some((frames, kernel, user))
+    Some(Parts { frames, locals, kernel, user })
 }
 
 /// Clears the callback when `poll` returns or unwinds.
@@ -240,9 +252,15 @@ mod tests {
     /// The bytes of a record as the program writes it: header (with `nframes` etc. as given), frames, kernel
     /// addresses, user stack.
     fn record(nframes: u32, nkernel: u16, ustack_len: u32, user: bool) -> Vec<u8> {
+        record_with(nframes, false, nkernel, ustack_len, user)
+    }
+
+    /// As [`record`], with first locals after the frames (<= 3.10) when `locals`.
+    fn record_with(nframes: u32, locals: bool, nkernel: u16, ustack_len: u32, user: bool) -> Vec<u8> {
         // SAFETY: all-zero is a valid header (integers).
         let mut h: types::pyperf_event_header = unsafe { std::mem::zeroed() };
         h.nframes = nframes;
+        h.has_locals = u8::from(locals);
         h.nkernel = nkernel;
         h.user_flags = if user { abi::USER_REGS } else { 0 };
         h.ustack_len = ustack_len;
@@ -250,9 +268,14 @@ mod tests {
         // SAFETY: the header is plain integers without padding.
         let mut bytes = unsafe { plain::as_bytes(&h) }.to_vec();
         for i in 0..nframes.min(16) {
-            let f = RawFrame { code: 0x1000 + u64::from(i), instr: 2, check: 3, first_local: 0, first_local_type: 0 };
+            let f = RawFrame { code: 0x1000 + u64::from(i), instr: 2, check: 3 };
             // SAFETY: as above.
             bytes.extend_from_slice(unsafe { plain::as_bytes(&f) });
+        }
+        for i in 0..if locals { nframes.min(16) } else { 0 } {
+            let l = RawLocal { first_local: 0x5000 + u64::from(i), first_local_type: 0x6000 };
+            // SAFETY: as above.
+            bytes.extend_from_slice(unsafe { plain::as_bytes(&l) });
         }
         for i in 0..nkernel.min(16) {
             bytes.extend_from_slice(&(0xffff_ffff_8100_0000u64 + u64::from(i)).to_ne_bytes());
@@ -264,6 +287,18 @@ mod tests {
     /// Frames, kernel addresses, (user sp, stack bytes) of a parsed record.
     type Parsed = (usize, Vec<u64>, Option<(u64, usize)>);
 
+    /// The first locals of a parsed record: (first_local, first_local_type) each.
+    fn parse_locals(bytes: &[u8]) -> Option<Vec<(u64, u64)>> {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        // SAFETY: as in `parse`.
+        let buf = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, words.len() * 8) };
+        buf[..bytes.len()].copy_from_slice(bytes);
+        let data = &buf[..bytes.len()];
+        let h = plain::from_bytes::<types::pyperf_event_header>(data).ok()?;
+        let p = parts(h, data, std::mem::size_of::<types::pyperf_event_header>())?;
+        Some(p.locals.iter().map(|l| (l.first_local, l.first_local_type)).collect())
+    }
+
     /// `parts` of the first `len` bytes of `bytes`, copied to 8-byte aligned memory like a ring buffer record.
     fn parse(bytes: &[u8], len: usize) -> Option<Parsed> {
         let mut words = vec![0u64; bytes.len().div_ceil(8)];
@@ -272,8 +307,24 @@ mod tests {
         buf[..bytes.len()].copy_from_slice(bytes);
         let data = &buf[..len];
         let h = plain::from_bytes::<types::pyperf_event_header>(data).ok()?;
-        let (f, k, u) = parts(h, data, std::mem::size_of::<types::pyperf_event_header>())?;
-        Some((f.len(), k.to_vec(), u.map(|u| (u.sp, u.stack.len()))))
+        let p = parts(h, data, std::mem::size_of::<types::pyperf_event_header>())?;
+        Some((p.frames.len(), p.kernel.to_vec(), p.user.map(|u| (u.sp, u.stack.len()))))
+    }
+
+    #[test]
+    fn first_locals_sit_between_the_frames_and_the_kernel_addresses() {
+        let r = record_with(3, true, 2, 21, true);
+        let (n, k, u) = parse(&r, r.len()).expect("well formed");
+        assert_eq!((n, k.len(), k[0]), (3, 2, 0xffff_ffff_8100_0000), "kernel addresses after the locals");
+        assert_eq!(u, Some((0x7ffd_0000, 21)));
+        assert_eq!(parse_locals(&r), Some(vec![(0x5000, 0x6000), (0x5001, 0x6000), (0x5002, 0x6000)]));
+        // Without the flag (3.11+): none, and the same bytes read as kernel addresses would be wrong, so the
+        // flag alone decides.
+        let r = record_with(3, false, 2, 21, true);
+        assert_eq!(parse_locals(&r), Some(vec![]));
+        // Cut inside the locals: dropped.
+        let r = record_with(3, true, 0, 0, false);
+        assert!(parse(&r, r.len() - 8).is_none());
     }
 
     #[test]
