@@ -225,9 +225,8 @@ fn parts<'a>(h: &types::pyperf_event_header, data: &'a [u8], hsize: usize) -> Op
     let frames = plain::slice_from_bytes::<RawFrame>(data.get(hsize..fend)?).ok()?;
     let lend = if h.has_locals != 0 { fend.checked_add(frames.len() * std::mem::size_of::<RawLocal>())? } else { fend };
     let locals = plain::slice_from_bytes::<RawLocal>(data.get(fend..lend)?).ok()?;
-    let fend = lend;
-    let kend = fend.checked_add(usize::from(h.nkernel) * 8)?;
-    let kernel = plain::slice_from_bytes::<u64>(data.get(fend..kend)?).ok()?;
+    let kend = lend.checked_add(usize::from(h.nkernel) * 8)?;
+    let kernel = plain::slice_from_bytes::<u64>(data.get(lend..kend)?).ok()?;
     let user = if h.user_flags & abi::USER_REGS != 0 {
         let uend = kend.checked_add(h.ustack_len as usize)?;
         Some(UserStack { ip: h.user_ip, sp: h.user_sp, bp: h.user_bp, stack: data.get(kend..uend)? })
@@ -272,7 +271,7 @@ mod tests {
             // SAFETY: as above.
             bytes.extend_from_slice(unsafe { plain::as_bytes(&f) });
         }
-        for i in 0..if locals { nframes.min(16) } else { 0 } {
+        for i in (0..nframes.min(16)).filter(|_| locals) {
             let l = RawLocal { first_local: 0x5000 + u64::from(i), first_local_type: 0x6000 };
             // SAFETY: as above.
             bytes.extend_from_slice(unsafe { plain::as_bytes(&l) });
@@ -287,28 +286,25 @@ mod tests {
     /// Frames, kernel addresses, (user sp, stack bytes) of a parsed record.
     type Parsed = (usize, Vec<u64>, Option<(u64, usize)>);
 
-    /// The first locals of a parsed record: (first_local, first_local_type) each.
-    fn parse_locals(bytes: &[u8]) -> Option<Vec<(u64, u64)>> {
-        let mut words = vec![0u64; bytes.len().div_ceil(8)];
-        // SAFETY: as in `parse`.
-        let buf = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, words.len() * 8) };
-        buf[..bytes.len()].copy_from_slice(bytes);
-        let data = &buf[..bytes.len()];
-        let h = plain::from_bytes::<types::pyperf_event_header>(data).ok()?;
-        let p = parts(h, data, std::mem::size_of::<types::pyperf_event_header>())?;
-        Some(p.locals.iter().map(|l| (l.first_local, l.first_local_type)).collect())
-    }
-
-    /// `parts` of the first `len` bytes of `bytes`, copied to 8-byte aligned memory like a ring buffer record.
-    fn parse(bytes: &[u8], len: usize) -> Option<Parsed> {
+    /// `f` of the `parts` of the first `len` bytes of `bytes`, copied to 8-byte aligned memory like a ring buffer
+    /// record.
+    fn with_parts<T>(bytes: &[u8], len: usize, f: impl FnOnce(Parts<'_>) -> T) -> Option<T> {
         let mut words = vec![0u64; bytes.len().div_ceil(8)];
         // SAFETY: u64s viewed as bytes: no padding, any bit pattern is valid both ways.
         let buf = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, words.len() * 8) };
         buf[..bytes.len()].copy_from_slice(bytes);
         let data = &buf[..len];
         let h = plain::from_bytes::<types::pyperf_event_header>(data).ok()?;
-        let p = parts(h, data, std::mem::size_of::<types::pyperf_event_header>())?;
-        Some((p.frames.len(), p.kernel.to_vec(), p.user.map(|u| (u.sp, u.stack.len()))))
+        parts(h, data, std::mem::size_of::<types::pyperf_event_header>()).map(f)
+    }
+
+    fn parse(bytes: &[u8], len: usize) -> Option<Parsed> {
+        with_parts(bytes, len, |p| (p.frames.len(), p.kernel.to_vec(), p.user.map(|u| (u.sp, u.stack.len()))))
+    }
+
+    /// The first locals of a parsed record: (first_local, first_local_type) each.
+    fn parse_locals(bytes: &[u8]) -> Option<Vec<(u64, u64)>> {
+        with_parts(bytes, bytes.len(), |p| p.locals.iter().map(|l| (l.first_local, l.first_local_type)).collect())
     }
 
     #[test]
@@ -318,8 +314,7 @@ mod tests {
         assert_eq!((n, k.len(), k[0]), (3, 2, 0xffff_ffff_8100_0000), "kernel addresses after the locals");
         assert_eq!(u, Some((0x7ffd_0000, 21)));
         assert_eq!(parse_locals(&r), Some(vec![(0x5000, 0x6000), (0x5001, 0x6000), (0x5002, 0x6000)]));
-        // Without the flag (3.11+): none, and the same bytes read as kernel addresses would be wrong, so the
-        // flag alone decides.
+        // Without the flag (3.11+): no locals.
         let r = record_with(3, false, 2, 21, true);
         assert_eq!(parse_locals(&r), Some(vec![]));
         // Cut inside the locals: dropped.
