@@ -14,7 +14,7 @@ use crate::session::{self, Session};
 use crate::signals;
 use crate::sink::file::FileSink;
 use crate::sink::output::{self, Output};
-use crate::sink::push::{check_app, parse_label, Endpoint, PushOptions, PushSink};
+use crate::sink::push::{check_app, parse_labels, redacted_command_line, Endpoint, PushOptions, PushSink};
 use crate::sink::tee::Tee;
 use crate::sink::Sink;
 use crate::targets::{Targets, Workload};
@@ -78,10 +78,16 @@ pub struct RecordArgs {
     pub native_stack_kib: u32,
     /// Continuous profiling: every --push-every seconds, also send the profile of that window (gzip'd pprof) to a
     /// Pyroscope server's ingest API at URL (plain http, e.g. http://localhost:4040; user:password@ for Basic
-    /// authentication). The .pyp file keeps everything; a server that is down or slow never blocks the recording
-    /// (windows retried from a bounded queue; what is dropped is counted in the summary and the trailer).
+    /// authentication, stored and shown as user:***@, or see --push-auth-file). The .pyp file keeps everything; a
+    /// server that is down or slow never blocks the recording (windows retried from a bounded queue; what is
+    /// dropped is counted in the summary and the trailer).
     #[arg(long = "push", value_name = "URL")]
     pub push: Option<String>,
+    /// With --push: credentials kept out of the command line: the file's first line is `Bearer TOKEN`,
+    /// `USER:PASSWORD`, or the password of the URL's user (http://USER@host). The environment's
+    /// PYPERF_PUSH_PASSWORD (with the URL's user) or PYPERF_PUSH_TOKEN (Bearer) work too.
+    #[arg(long = "push-auth-file", value_name = "FILE", requires = "push")]
+    pub push_auth_file: Option<PathBuf>,
     /// With --push: window length in seconds (1-3600).
     #[arg(long = "push-every", value_name = "SECONDS", default_value_t = 10, requires = "push")]
     pub push_every: u64,
@@ -145,7 +151,8 @@ type PushTarget = (Endpoint, String, Vec<(String, String)>);
 /// `--push`, `--app`, `--label`, `--push-every`, checked: (endpoint, application name, labels).
 fn push_settings(args: &RecordArgs) -> Result<Option<PushTarget>> {
     let Some(url) = &args.push else { return Ok(None) };
-    let endpoint = Endpoint::parse(url)?;
+    let endpoint =
+        Endpoint::parse(url)?.with_credentials(args.push_auth_file.as_deref(), |k| std::env::var(k).ok())?;
     if !(1..=3600).contains(&args.push_every) {
         bail!("--push-every must be between 1 and 3600 seconds");
     }
@@ -159,7 +166,7 @@ fn push_settings(args: &RecordArgs) -> Result<Option<PushTarget>> {
             .unwrap_or_else(|| "python".to_string()),
     };
     check_app(&app)?;
-    let labels = args.label.iter().map(|l| parse_label(l)).collect::<Result<Vec<_>>>()?;
+    let labels = parse_labels(&args.label)?;
     Ok(Some((endpoint, app, labels)))
 }
 
@@ -229,7 +236,9 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
         }
     };
 
-    let header = session::header(&args.command, event, rate);
+    let mut header = session::header(&args.command, event, rate);
+    // A --push URL's password is not stored in the recording.
+    header.command_line = redacted_command_line(&header.command_line);
     let file: Box<dyn Sink> = Box::new(FileSink::new(output, &header)?);
     let sink: Box<dyn Sink> = match push {
         Some((endpoint, app, labels)) => {
@@ -246,6 +255,7 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
                 labels,
                 sample_rate,
                 period_ns,
+                off_cpu: args.off_cpu,
                 start_unix_ns: header.start_time_unix_ns,
                 arch: header.arch.clone(),
             };

@@ -18,18 +18,26 @@
 //! **A server that is down or slow never blocks the recording.** Windows are encoded on the recording thread
 //! (aggregated counts: cheap) and handed to an upload thread through a bounded queue. The upload thread retries a
 //! failed window with backoff (0.5 s doubling to 8 s) while newer windows wait behind it; when the queue is full
-//! the oldest window is dropped and counted. Every connection, read and write has a timeout. At the end of the
-//! recording the queue gets [`FINAL_ATTEMPT`] to drain; what is left is dropped and counted. A 4xx answer (other
-//! than 429) will not change on a retry: that window is dropped at once, and the answer is kept for the summary.
+//! the oldest window is dropped and counted. Every request has one deadline for all of it ([`REQUEST_TIMEOUT`]: name
+//! lookup, connection, sending, answer), so a server that trickles its answer byte by byte cannot hold it longer;
+//! the name lookup (getaddrinfo, which cannot be cancelled) runs on its own thread and is waited for only until
+//! that deadline. At the end of the recording the queue gets [`FINAL_ATTEMPT`] to drain (a signal ends the drain
+//! at once); the recording then goes on to its trailer without waiting for the upload thread, and what was not
+//! sent is dropped and counted. A 4xx answer (other than 429) will not change on a retry: that window is dropped at
+//! once, and the answer is kept for the summary.
 //! The counters go into the recording's trailer (`push_windows_sent`, `push_windows_dropped`, `push_retries`,
 //! `push_bytes_sent`) and the summary line.
 //!
 //! Plain HTTP only (a local Grafana Alloy or Pyroscope agent, or a server inside the cluster); `https://` is
-//! refused with a one-line error. `http://user:password@host/` sends Basic authentication.
+//! refused with a one-line error. Credentials: `http://user:password@host/` (Basic; the password is shown and stored
+//! as `***`), or, kept out of the command line (and so out of `ps` and the recording's header), the environment's
+//! `PYPERF_PUSH_PASSWORD` (Basic, with the URL's `user@`) or `PYPERF_PUSH_TOKEN` (Bearer), or `--push-auth-file`.
 
-use std::collections::{HashMap, VecDeque};
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::Path;
+use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -44,8 +52,13 @@ use super::{OffCpuSample, Sample, Sink};
 pub const QUEUE_WINDOWS: usize = 16;
 /// Time the queue gets to drain at the end of the recording.
 pub const FINAL_ATTEMPT: Duration = Duration::from_secs(5);
-/// Connect, read and write timeout of one request.
-const IO_TIMEOUT: Duration = Duration::from_secs(3);
+/// Deadline of one whole request: name lookup, connection, sending and the answer's status line.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long the end of the recording waits past [`FINAL_ATTEMPT`] for the upload thread to notice its deadline
+/// before leaving it behind (its requests are bounded by that deadline already).
+const STOP_GRACE: Duration = Duration::from_millis(300);
+/// Without an answer in this long at the end, say that pyperf waits for the server (and how to skip it).
+const SAY_WAITING_AFTER: Duration = Duration::from_millis(300);
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const LAST_BACKOFF: Duration = Duration::from_secs(8);
 
@@ -64,10 +77,40 @@ pub struct PushOptions {
     pub sample_rate: Option<u64>,
     /// Sampling period in ns when the event is a clock: the CPU time one sample stands for.
     pub period_ns: Option<u64>,
+    /// The recording has off-CPU intervals (`--off-cpu`): the profiles get an `off_cpu` sample type.
+    pub off_cpu: bool,
     /// Wall-clock start of the recording, ns since the Unix epoch.
     pub start_unix_ns: u64,
     /// The recording host's architecture (names system calls in off-CPU frames).
     pub arch: String,
+}
+
+/// Credentials of the push: what the `Authorization` header says. Its `Debug` never shows them.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Auth {
+    /// `user:password`, for Basic authentication.
+    Basic(String),
+    /// A token, for Bearer authentication.
+    Bearer(String),
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Auth::Basic(_) => f.write_str("Basic(***)"),
+            Auth::Bearer(_) => f.write_str("Bearer(***)"),
+        }
+    }
+}
+
+impl Auth {
+    /// The `Authorization` header's value.
+    fn header(&self) -> String {
+        match self {
+            Auth::Basic(userinfo) => format!("Basic {}", base64(userinfo.as_bytes())),
+            Auth::Bearer(token) => format!("Bearer {token}"),
+        }
+    }
 }
 
 /// An `http://` URL, parsed.
@@ -79,14 +122,69 @@ pub struct Endpoint {
     pub port: u16,
     /// Path before `/ingest`, without a trailing `/` (empty for the root).
     pub prefix: String,
-    /// `user:password` of the URL, for Basic authentication.
-    pub userinfo: Option<String>,
+    /// The URL's user (`http://user@host` or `http://user:password@host`).
+    pub user: Option<String>,
+    /// The credentials: the URL's `user:password`, or what [`Endpoint::with_credentials`] found.
+    pub auth: Option<Auth>,
+}
+
+/// `url` with the password of its `user:password@` shown as `***` (`http://user:***@host`), for everything that
+/// stores or prints a URL given to `--push`.
+pub fn redacted(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else { return url.to_string() };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else { return url.to_string() };
+    match rest[..at].find(':') {
+        Some(colon) => format!("{}{}:***{}", &url[..scheme_end], &rest[..colon], &rest[at..]),
+        None => url.to_string(),
+    }
+}
+
+/// The command line as the recording's header keeps it: the password of a `--push` URL shown as `***`.
+pub fn redacted_command_line(args: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut push_value = false;
+    for a in args {
+        if push_value {
+            out.push(redacted(a));
+            push_value = false;
+        } else if let Some(v) = a.strip_prefix("--push=") {
+            out.push(format!("--push={}", redacted(v)));
+        } else {
+            push_value = a == "--push";
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
+/// Environment variable with the password of the URL's user (Basic authentication).
+pub const PASSWORD_ENV: &str = "PYPERF_PUSH_PASSWORD";
+/// Environment variable with a token (Bearer authentication).
+pub const TOKEN_ENV: &str = "PYPERF_PUSH_TOKEN";
+/// Longest credentials file read.
+const MAX_AUTH_FILE: u64 = 64 * 1024;
+
+/// A password (base64'd into the header: anything but control characters) or, with `token`, a token (written into
+/// the header as it is: visible ASCII only, a line break would end the header).
+fn check_secret(what: &str, secret: &str, token: bool) -> Result<()> {
+    if secret.is_empty() {
+        bail!("{what} is empty");
+    }
+    let ok = if token { secret.bytes().all(|b| b.is_ascii_graphic()) } else { !secret.chars().any(char::is_control) };
+    if !ok {
+        bail!("{what} has characters a {} cannot hold", if token { "token" } else { "password" });
+    }
+    Ok(())
 }
 
 impl Endpoint {
-    /// Parses `http://[user:password@]host[:port][/path]`; the error says what is wrong, in one line.
+    /// Parses `http://[user[:password]@]host[:port][/path]`; the error says what is wrong, in one line (the
+    /// password shown as `***`).
     pub fn parse(url: &str) -> Result<Endpoint> {
-        let bad = |why: &str| anyhow::anyhow!("--push {url:?}: {why}");
+        let shown = redacted(url);
+        let bad = |why: &str| anyhow::anyhow!("--push {shown:?}: {why}");
         if url.starts_with("https://") {
             return Err(bad(
                 "https is not supported; push to a plain http endpoint (a local Grafana Alloy or Pyroscope agent, \
@@ -105,7 +203,7 @@ impl Endpoint {
             return Err(bad("give the server's base URL, without a query (pyperf adds /ingest?...)"));
         }
         let (userinfo, hostport) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u.to_string()), h),
+            Some((u, h)) => (Some(u), h),
             None => (None, authority),
         };
         let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
@@ -128,7 +226,75 @@ impl Endpoint {
             Some(p) => p.parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(|| bad("the port must be 1-65535"))?,
             None => 80,
         };
-        Ok(Endpoint { host: host.to_string(), port, prefix: path.trim_end_matches('/').to_string(), userinfo })
+        let (user, auth) = match userinfo {
+            None => (None, None),
+            Some(u) => match u.split_once(':') {
+                Some((name, _)) => (Some(name.to_string()), Some(Auth::Basic(u.to_string()))),
+                None => (Some(u.to_string()), None),
+            },
+        };
+        Ok(Endpoint { host: host.to_string(), port, prefix: path.trim_end_matches('/').to_string(), user, auth })
+    }
+
+    /// Takes the credentials from `--push-auth-file` or the environment (`env` reads a variable): at most one
+    /// way of giving them, the URL's password included. The file's first line is `Bearer TOKEN`, `USER:PASSWORD`,
+    /// or, with the URL's `user@`, the password alone.
+    pub fn with_credentials(
+        mut self,
+        auth_file: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Endpoint> {
+        let password = env(PASSWORD_ENV).filter(|v| !v.is_empty());
+        let token = env(TOKEN_ENV).filter(|v| !v.is_empty());
+        let mut ways = Vec::new();
+        if self.auth.is_some() {
+            ways.push("a password in the URL");
+        }
+        if password.is_some() {
+            ways.push(PASSWORD_ENV);
+        }
+        if token.is_some() {
+            ways.push(TOKEN_ENV);
+        }
+        if auth_file.is_some() {
+            ways.push("--push-auth-file");
+        }
+        if ways.len() > 1 {
+            bail!("--push: credentials given {} ways ({}); give them one way", ways.len(), ways.join(", "));
+        }
+        if let Some(p) = password {
+            let Some(user) = &self.user else {
+                bail!("{PASSWORD_ENV} is set: give the user in the URL, e.g. --push http://USER@host:4040");
+            };
+            check_secret(PASSWORD_ENV, &p, false)?;
+            self.auth = Some(Auth::Basic(format!("{user}:{p}")));
+        } else if let Some(t) = token {
+            check_secret(TOKEN_ENV, &t, true)?;
+            self.auth = Some(Auth::Bearer(t));
+        } else if let Some(path) = auth_file {
+            let what = format!("--push-auth-file {}", path.display());
+            let file = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("{what}: cannot open it: {e}"))?;
+            let mut text = String::new();
+            file.take(MAX_AUTH_FILE)
+                .read_to_string(&mut text)
+                .map_err(|e| anyhow::anyhow!("{what}: cannot read it as text: {e}"))?;
+            let line = text.lines().next().unwrap_or("").trim_end_matches('\r');
+            check_secret(&what, line, false)?;
+            self.auth = Some(if let Some(t) = line.strip_prefix("Bearer ") {
+                check_secret(&what, t.trim(), true)?;
+                Auth::Bearer(t.trim().to_string())
+            } else if let Some(user) = &self.user {
+                if line.contains(':') {
+                    bail!("{what}: the URL names the user already; put only the password in the file");
+                }
+                Auth::Basic(format!("{user}:{line}"))
+            } else if line.contains(':') {
+                Auth::Basic(line.to_string())
+            } else {
+                bail!("{what}: give `USER:PASSWORD` or `Bearer TOKEN` on its first line (or the user in the URL)");
+            });
+        }
+        Ok(self)
     }
 
     /// `http://host:port` for messages (never the password).
@@ -141,30 +307,84 @@ impl Endpoint {
     }
 }
 
-/// Checks a `--label k=v`: Pyroscope's label names are `[a-zA-Z_][a-zA-Z0-9_.]*`; values may not hold the
-/// characters that delimit the name's tags.
+/// Longest `--app` name, in bytes: Pyroscope's default limit of a label value is 2048 bytes (the name becomes the
+/// `service_name` label, and `APP.cpu` the metric name); far more than any real name.
+pub const MAX_APP: usize = 1024;
+/// Longest label name and value, in bytes (Pyroscope's defaults: 1024 and 2048).
+pub const MAX_LABEL_NAME: usize = 1024;
+/// Longest label value, in bytes.
+pub const MAX_LABEL_VALUE: usize = 2048;
+/// Most `--label`s: Pyroscope refuses a series with more than 30 label names by default, and adds its own
+/// (`__name__`, `service_name`, the profile type's, the samples' `pid`/`tid`/`thread`/`gil`).
+pub const MAX_LABELS: usize = 15;
+/// Label names the push sets itself (the samples' labels) or that Pyroscope derives from the request: a
+/// `--label` of that name would clash with them. Names starting with `__` are Pyroscope's (and Prometheus's) too.
+const RESERVED_LABELS: &[&str] = &["service_name", "pyroscope_spy", "pid", "tid", "thread", "gil", "process"];
+
+/// Checks a `--label k=v`: Pyroscope's label names are `[a-zA-Z_][a-zA-Z0-9_.]*`, not reserved; values may not hold
+/// the characters that delimit the name's tags.
 pub fn parse_label(text: &str) -> Result<(String, String)> {
+    let shown: String = text.chars().take(40).collect();
+    let shown = if shown.len() < text.len() { format!("{shown}...") } else { shown };
     let Some((k, v)) = text.split_once('=') else {
-        bail!("--label {text:?}: give KEY=VALUE, e.g. --label env=staging");
+        bail!("--label {shown:?}: give KEY=VALUE, e.g. --label env=staging");
     };
     let mut chars = k.chars();
     let key_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
     if !key_ok {
-        bail!("--label {text:?}: a label name is letters, digits, _ and . (not starting with a digit)");
+        bail!("--label {shown:?}: a label name is letters, digits, _ and . (not starting with a digit)");
+    }
+    if k.starts_with("__") || RESERVED_LABELS.contains(&k) {
+        bail!(
+            "--label {shown:?}: {k:?} is a reserved label name (names starting with __, and {}); choose another name",
+            RESERVED_LABELS.join(", ")
+        );
     }
     if v.is_empty() || v.chars().any(|c| "{},=".contains(c) || c.is_control()) {
-        bail!("--label {text:?}: a label value is not empty and has none of {{ }} , = nor control characters");
+        bail!("--label {shown:?}: a label value is not empty and has none of {{ }} , = nor control characters");
+    }
+    if k.len() > MAX_LABEL_NAME || v.len() > MAX_LABEL_VALUE {
+        bail!("--label {shown:?}: at most {MAX_LABEL_NAME} bytes of name and {MAX_LABEL_VALUE} of value");
     }
     Ok((k.to_string(), v.to_string()))
 }
 
-/// Checks `--app NAME`: the name's prefix, without the characters of the tag syntax.
+/// Checks every `--label` and the set of them: no name twice, at most [`MAX_LABELS`].
+pub fn parse_labels(texts: &[String]) -> Result<Vec<(String, String)>> {
+    if texts.len() > MAX_LABELS {
+        bail!("--label: {} labels, at most {MAX_LABELS} (Pyroscope limits the labels of a series)", texts.len());
+    }
+    let labels = texts.iter().map(|l| parse_label(l)).collect::<Result<Vec<_>>>()?;
+    let mut seen = HashSet::new();
+    for (k, _) in &labels {
+        if !seen.insert(k.as_str()) {
+            bail!("--label {k}=...: the label {k:?} is given twice; give each name once");
+        }
+    }
+    Ok(labels)
+}
+
+/// Checks `--app NAME`: the name's prefix, without the characters of the tag syntax, at most [`MAX_APP`] bytes.
 pub fn check_app(name: &str) -> Result<()> {
+    if name.len() > MAX_APP {
+        bail!("--app: a name of {} bytes; give at most {MAX_APP}", name.len());
+    }
     if name.is_empty() || name.chars().any(|c| "{},=".contains(c) || c.is_whitespace() || c.is_control()) {
         bail!("--app {name:?}: give a name without spaces and without {{ }} , =, e.g. --app checkout-service");
     }
     Ok(())
+}
+/// How the drain at the end of the recording ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DrainEnd {
+    /// Everything queued was sent or given up on before the deadline.
+    #[default]
+    Done,
+    /// [`FINAL_ATTEMPT`] passed with windows unsent.
+    TimedOut,
+    /// A signal (Ctrl-C) ended it.
+    Interrupted,
 }
 
 /// What the upload thread counted.
@@ -174,6 +394,10 @@ pub struct PushCounts {
     pub sent: u64,
     /// Windows given up: queue full, refused by the server, or still queued when the final attempt ended.
     pub dropped: u64,
+    /// Of `dropped`: windows still unsent when the drain at the end stopped.
+    pub unsent_at_end: u64,
+    /// How the drain at the end ended.
+    pub drain: DrainEnd,
     /// Failed attempts (each retried or dropped).
     pub retries: u64,
     /// Bytes of accepted request bodies.
@@ -194,6 +418,10 @@ struct Shared {
     counts: PushCounts,
     /// Set at the end: send what is queued until then, then stop.
     deadline: Option<Instant>,
+    /// Set when the end stops waiting: the thread must stop at once and count nothing more.
+    stop: bool,
+    /// The upload thread has not returned yet.
+    running: bool,
 }
 
 struct Uploader {
@@ -206,15 +434,33 @@ fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Clears [`Shared::running`] when the upload thread returns (or panics), so the end stops waiting for it.
+struct Exit<'a>(&'a (Mutex<Shared>, Condvar));
+
+impl Drop for Exit<'_> {
+    fn drop(&mut self) {
+        lock(&self.0 .0).running = false;
+        self.0 .1.notify_all();
+    }
+}
+
 impl Uploader {
     fn start(target: Target) -> Result<Uploader> {
         let shared = Arc::new((
-            Mutex::new(Shared { queue: VecDeque::new(), counts: PushCounts::default(), deadline: None }),
+            Mutex::new(Shared {
+                queue: VecDeque::new(),
+                counts: PushCounts::default(),
+                deadline: None,
+                stop: false,
+                running: true,
+            }),
             Condvar::new(),
         ));
         let theirs = Arc::clone(&shared);
-        let thread =
-            std::thread::Builder::new().name("pyperf-push".into()).spawn(move || upload_loop(&theirs, &target))?;
+        let thread = std::thread::Builder::new().name("pyperf-push".into()).spawn(move || {
+            let _exit = Exit(&theirs);
+            upload_loop(&theirs, &target, &mut Resolver::new());
+        })?;
         Ok(Uploader { shared, thread: Some(thread) })
     }
 
@@ -230,22 +476,129 @@ impl Uploader {
         cv.notify_all();
     }
 
-    /// Gives the queue [`FINAL_ATTEMPT`], then stops the thread; returns the counts.
-    fn finish(mut self) -> PushCounts {
+    /// Gives the queue `drain` to empty, less when `interrupted` says so (checked every 50 ms), then leaves the
+    /// upload thread behind whatever it is doing (its requests end at that deadline anyway; a name lookup may not,
+    /// and the process ends soon after); returns the counts. `waiting` is called once if the drain takes a while,
+    /// with the windows still queued.
+    fn finish(mut self, drain: Duration, interrupted: &dyn Fn() -> bool, waiting: &mut dyn FnMut(usize)) -> PushCounts {
         let (m, cv) = &*self.shared;
-        lock(m).deadline = Some(Instant::now() + FINAL_ATTEMPT);
+        let start = Instant::now();
+        let end = start + drain;
+        let mut s = lock(m);
+        s.deadline = Some(end);
+        cv.notify_all();
+        let mut said = false;
+        let how = loop {
+            if !s.running {
+                break DrainEnd::Done;
+            }
+            if interrupted() {
+                break DrainEnd::Interrupted;
+            }
+            let now = Instant::now();
+            if now >= end + STOP_GRACE {
+                break DrainEnd::TimedOut;
+            }
+            if !said && now >= start + SAY_WAITING_AFTER {
+                said = true;
+                let n = s.queue.len();
+                drop(s);
+                waiting(n);
+                s = lock(m);
+                continue;
+            }
+            let slice = (end + STOP_GRACE - now).min(Duration::from_millis(50));
+            s = cv.wait_timeout(s, slice).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+        };
+        s.stop = true;
+        let left = s.queue.len() as u64;
+        s.queue.clear();
+        s.counts.dropped += left;
+        s.counts.unsent_at_end = left;
+        s.counts.drain = if how == DrainEnd::Done && left > 0 { DrainEnd::TimedOut } else { how };
+        let running = s.running;
+        let counts = s.counts.clone();
+        drop(s);
         cv.notify_all();
         if let Some(t) = self.thread.take() {
-            // Bounded: the thread stops at the deadline, after at most one more request's timeouts.
-            let _ = t.join();
+            // Joined only when it has returned already; otherwise it is left to end on its own.
+            if !running {
+                let _ = t.join();
+            }
         }
-        let mut s = lock(m);
-        let left = s.queue.len() as u64;
-        if left > 0 {
-            s.counts.dropped += left;
-            s.queue.clear();
+        counts
+    }
+}
+
+/// The time one request may take, all of it.
+struct Budget {
+    until: Instant,
+    allowed: Duration,
+}
+
+impl Budget {
+    fn new(allowed: Duration) -> Budget {
+        Budget { until: Instant::now() + allowed, allowed }
+    }
+
+    /// What is left, None when nothing is.
+    fn left(&self) -> Option<Duration> {
+        self.until.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())
+    }
+
+    fn timed_out(&self, what: &str) -> String {
+        let s = self.allowed.as_secs_f64();
+        if (s - s.round()).abs() < 0.05 {
+            format!("{what}: timed out after {s:.0} s")
+        } else {
+            format!("{what}: timed out after {s:.1} s")
         }
-        s.counts.clone()
+    }
+}
+
+/// A name lookup's result.
+type Lookup = io::Result<Vec<SocketAddr>>;
+
+/// Name lookups, each on a thread of its own: getaddrinfo cannot be cancelled, and a dead DNS server makes it take
+/// some 10 s; a request waits for it only until its deadline. At most one lookup runs: the next request waits for
+/// the same one.
+struct Resolver {
+    lookup: fn(&str, u16) -> Lookup,
+    pending: Option<mpsc::Receiver<Lookup>>,
+}
+
+impl Resolver {
+    fn new() -> Resolver {
+        Resolver { lookup: |h, p| (h, p).to_socket_addrs().map(Iterator::collect), pending: None }
+    }
+
+    fn resolve(&mut self, host: &str, port: u16, budget: &Budget) -> Result<Vec<SocketAddr>, String> {
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return Ok(vec![SocketAddr::new(ip, port)]);
+        }
+        let rx = match self.pending.take() {
+            Some(rx) => rx,
+            None => {
+                let (tx, rx) = mpsc::channel();
+                let (h, lookup) = (host.to_string(), self.lookup);
+                std::thread::Builder::new()
+                    .name("pyperf-resolve".into())
+                    .spawn(move || {
+                        let _ = tx.send(lookup(&h, port));
+                    })
+                    .map_err(|e| format!("cannot resolve {host}: {e}"))?;
+                rx
+            }
+        };
+        match rx.recv_timeout(budget.left().unwrap_or_default()) {
+            Ok(Ok(a)) => Ok(a),
+            Ok(Err(e)) => Err(format!("cannot resolve {host}: {e}")),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                self.pending = Some(rx);
+                Err(budget.timed_out(&format!("cannot resolve {host}")))
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(format!("cannot resolve {host}: the lookup failed")),
+        }
     }
 }
 
@@ -255,12 +608,41 @@ struct Target {
     endpoint: Endpoint,
     name: String,
     sample_rate: Option<u64>,
+    /// The `sample_type_config` field's JSON.
+    sample_type_config: String,
 }
 
 const BOUNDARY: &str = "pyperf-7d3f0a19b2c84e6c";
 
-/// Pyroscope's sample type configuration for the types pyperf sends (docs: "Sample Type Configuration").
-const SAMPLE_TYPE_CONFIG: &str = r#"{"samples":{"units":"samples","aggregation":"sum","display-name":"cpu_samples","sampled":true},"cpu":{"units":"samples","aggregation":"sum","display-name":"cpu","sampled":true},"off_cpu":{"units":"samples","aggregation":"sum","display-name":"off_cpu","sampled":false}}"#;
+/// The pprof sample types of the pushed profiles, as (type, unit); the last is the default one (what `go tool pprof`
+/// shows): `samples`, then `off_cpu` with `--off-cpu`, then `cpu` (samples x period) when the event is a clock, as
+/// `pyperf report --pprof` has them.
+fn sample_types(period_ns: Option<u64>, off_cpu: bool) -> Vec<(&'static str, &'static str)> {
+    let mut types = vec![("samples", "count")];
+    if off_cpu {
+        types.push(("off_cpu", "nanoseconds"));
+    }
+    if period_ns.is_some() {
+        types.push(("cpu", "nanoseconds"));
+    }
+    types
+}
+
+/// Pyroscope's sample type configuration for `types` (docs: "Sample Type Configuration"): `samples` is sampled
+/// (the server takes the rate from the profile's period), `cpu` and `off_cpu` are nanoseconds already.
+fn sample_type_config(types: &[(&str, &str)]) -> String {
+    let entries: Vec<String> = types
+        .iter()
+        .map(|(t, _)| match *t {
+            "samples" => r#""samples":{"units":"samples","aggregation":"sum","display-name":"cpu_samples","sampled":true}"#
+                .to_string(),
+            other => format!(
+                r#""{other}":{{"units":"nanoseconds","aggregation":"sum","display-name":"{other}","sampled":false}}"#
+            ),
+        })
+        .collect();
+    format!("{{{}}}", entries.join(","))
+}
 
 fn percent_encode(s: &str, out: &mut String) {
     for b in s.bytes() {
@@ -304,7 +686,7 @@ fn request(t: &Target, w: &Window) -> (Vec<u8>, Vec<u8>) {
         body.extend_from_slice(b"\r\n");
     };
     part(&mut body, "profile", "profile.pb.gz", "application/octet-stream", &w.body);
-    part(&mut body, "sample_type_config", "sample_type_config.json", "application/json", SAMPLE_TYPE_CONFIG.as_bytes());
+    part(&mut body, "sample_type_config", "sample_type_config.json", "application/json", t.sample_type_config.as_bytes());
     body.extend_from_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
     let mut query = String::from("name=");
     percent_encode(&t.name, &mut query);
@@ -321,8 +703,8 @@ fn request(t: &Target, w: &Window) -> (Vec<u8>, Vec<u8>) {
         env!("CARGO_PKG_VERSION"),
         body.len()
     );
-    if let Some(u) = &t.endpoint.userinfo {
-        head.push_str(&format!("Authorization: Basic {}\r\n", base64(u.as_bytes())));
+    if let Some(a) = &t.endpoint.auth {
+        head.push_str(&format!("Authorization: {}\r\n", a.header()));
     }
     head.push_str("\r\n");
     (head.into_bytes(), body)
@@ -337,33 +719,57 @@ enum Sent {
     Refused(String),
 }
 
-fn send(t: &Target, w: &Window, timeout: Duration) -> Sent {
-    let addrs = match (t.endpoint.host.as_str(), t.endpoint.port).to_socket_addrs() {
-        Ok(a) => a.collect::<Vec<_>>(),
-        Err(e) => return Sent::Retry(format!("cannot resolve {}: {e}", t.endpoint.host)),
+/// A socket's timeout ran out (Linux says EAGAIN: "Resource temporarily unavailable").
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+}
+
+/// One attempt, all of it within `budget`: name lookup, connection, sending, the answer's status line.
+fn send(t: &Target, w: &Window, budget: &Budget, resolver: &mut Resolver) -> Sent {
+    let addrs = match resolver.resolve(&t.endpoint.host, t.endpoint.port, budget) {
+        Ok(a) => a,
+        Err(e) => return Sent::Retry(e),
     };
     let mut last = String::from("no address");
     let mut stream = None;
     for a in addrs {
-        match TcpStream::connect_timeout(&a, timeout) {
+        let Some(left) = budget.left() else {
+            last = budget.timed_out("cannot connect");
+            break;
+        };
+        match TcpStream::connect_timeout(&a, left) {
             Ok(s) => {
                 stream = Some(s);
                 break;
             }
+            Err(e) if is_timeout(&e) => last = budget.timed_out("cannot connect"),
             Err(e) => last = format!("cannot connect: {e}"),
         }
     }
     let Some(mut s) = stream else { return Sent::Retry(last) };
-    let _ = s.set_read_timeout(Some(timeout));
-    let _ = s.set_write_timeout(Some(timeout));
     let (head, body) = request(t, w);
-    if let Err(e) = s.write_all(&head).and_then(|()| s.write_all(&body)).and_then(|()| s.flush()) {
-        return Sent::Retry(format!("sending failed: {e}"));
+    // Each write and read waits at most what is left of the budget: a server taking a byte at a time cannot
+    // stretch the request past it.
+    for part in [&head, &body] {
+        let mut at = 0;
+        while at < part.len() {
+            let Some(left) = budget.left() else { return Sent::Retry(budget.timed_out("sending failed")) };
+            let _ = s.set_write_timeout(Some(left));
+            match s.write(&part[at..]) {
+                Ok(0) => return Sent::Retry("sending failed: the server closed the connection".to_string()),
+                Ok(n) => at += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if is_timeout(&e) => return Sent::Retry(budget.timed_out("sending failed")),
+                Err(e) => return Sent::Retry(format!("sending failed: {e}")),
+            }
+        }
     }
     // The status line is all that matters; the body is read up to a bound and ignored.
     let mut answer = Vec::new();
     let mut buf = [0u8; 1024];
     loop {
+        let Some(left) = budget.left() else { return Sent::Retry(budget.timed_out("no answer")) };
+        let _ = s.set_read_timeout(Some(left));
         match s.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
@@ -372,6 +778,8 @@ fn send(t: &Target, w: &Window, timeout: Duration) -> Sent {
                     break;
                 }
             }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if is_timeout(&e) => return Sent::Retry(budget.timed_out("no answer")),
             Err(e) => return Sent::Retry(format!("no answer: {e}")),
         }
     }
@@ -387,7 +795,7 @@ fn send(t: &Target, w: &Window, timeout: Duration) -> Sent {
     }
 }
 
-fn upload_loop(shared: &(Mutex<Shared>, Condvar), target: &Target) {
+fn upload_loop(shared: &(Mutex<Shared>, Condvar), target: &Target, resolver: &mut Resolver) {
     let (m, cv) = shared;
     let mut backoff = FIRST_BACKOFF;
     loop {
@@ -395,6 +803,9 @@ fn upload_loop(shared: &(Mutex<Shared>, Condvar), target: &Target) {
         let (from_s, until_s, body, deadline) = {
             let mut s = lock(m);
             loop {
+                if s.stop {
+                    return;
+                }
                 if let Some(w) = s.queue.front() {
                     break (w.from_s, w.until_s, w.body.clone(), s.deadline);
                 }
@@ -404,16 +815,21 @@ fn upload_loop(shared: &(Mutex<Shared>, Condvar), target: &Target) {
                 s = cv.wait(s).unwrap_or_else(|p| p.into_inner());
             }
         };
-        let timeout = match deadline {
+        // The whole request within REQUEST_TIMEOUT, and within the end's deadline once there is one.
+        let budget = match deadline {
             Some(d) => match d.checked_duration_since(Instant::now()) {
-                Some(left) if !left.is_zero() => left.min(IO_TIMEOUT),
+                Some(left) if !left.is_zero() => Budget::new(left.min(REQUEST_TIMEOUT)),
                 _ => return,
             },
-            None => IO_TIMEOUT,
+            None => Budget::new(REQUEST_TIMEOUT),
         };
         let w = Window { from_s, until_s, body };
-        let outcome = send(target, &w, timeout);
+        let outcome = send(target, &w, &budget, resolver);
         let mut s = lock(m);
+        if s.stop {
+            // The end has counted what is left as unsent and gone on.
+            return;
+        }
         // The window may have been dropped meanwhile (queue full): only the same one is taken off.
         let same = s.queue.front().is_some_and(|f| f.from_s == from_s && f.until_s == until_s);
         match outcome {
@@ -497,7 +913,12 @@ impl PushSink {
         name.push('{');
         name.push_str(&options.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","));
         name.push('}');
-        let target = Target { endpoint: options.endpoint.clone(), name, sample_rate: options.sample_rate };
+        let target = Target {
+            endpoint: options.endpoint.clone(),
+            name,
+            sample_rate: options.sample_rate,
+            sample_type_config: sample_type_config(&sample_types(options.period_ns, options.off_cpu)),
+        };
         Ok(PushSink {
             uploader: Uploader::start(target)?,
             options,
@@ -539,12 +960,12 @@ impl PushSink {
     }
 
     fn encode(&self, counts: &HashMap<Key, (u64, u64)>, from_ns: u64, duration_ns: u64) -> Vec<u8> {
-        let period = self.options.period_ns.unwrap_or(0) as i64;
-        let mut b = Builder::new(
-            &[("samples", "count"), ("cpu", "nanoseconds"), ("off_cpu", "nanoseconds")],
-            ("cpu", "nanoseconds"),
-            period,
-        );
+        let types = sample_types(self.options.period_ns, self.options.off_cpu);
+        // The period as `pyperf report --pprof` gives it: CPU time per sample for a clock, else one sample.
+        let mut b = match self.options.period_ns {
+            Some(p) => Builder::new(&types, ("cpu", "nanoseconds"), p as i64),
+            None => Builder::new(&types, ("samples", "count"), 1),
+        };
         b.set_time(from_ns as i64, duration_ns as i64);
         match &self.main {
             Some((path, id)) => b.set_main(path, id),
@@ -565,6 +986,7 @@ impl PushSink {
             ))
         });
         let mut locations = Vec::new();
+        let mut values = Vec::with_capacity(types.len());
         for (k, &(samples, off_ns)) in keys {
             locations.clear();
             if !k.reason.is_empty() {
@@ -587,8 +1009,15 @@ impl PushSink {
                 Label::Str("thread", thread),
                 Label::Str("gil", &gil),
             ];
-            let cpu = (samples as i64).saturating_mul(period);
-            b.add_sample(&locations, &[samples as i64, cpu, off_ns as i64], &labels);
+            values.clear();
+            for (t, _) in &types {
+                values.push(match *t {
+                    "samples" => samples as i64,
+                    "off_cpu" => off_ns as i64,
+                    _ => (samples as i64).saturating_mul(self.options.period_ns.unwrap_or(0) as i64),
+                });
+            }
+            b.add_sample(&locations, &values, &labels);
         }
         let mut out = Vec::new();
         // Writing to memory does not fail.
@@ -605,17 +1034,44 @@ impl PushSink {
         }
         let windows = self.windows;
         let shown = self.options.endpoint.shown();
-        let c = self.uploader.finish();
+        // A signal from here on (a Ctrl-C after the one that ended the recording, or the first one after -d)
+        // ends the drain at once.
+        let signals_before = crate::signals::received();
+        let interrupted = || crate::signals::received() > signals_before;
+        let drain = FINAL_ATTEMPT;
+        let mut waiting = |queued: usize| {
+            crate::say!(
+                "pyperf: push: waiting up to {} s for {shown} to take the last {queued} window{} (Ctrl-C to skip)",
+                drain.as_secs(),
+                if queued == 1 { "" } else { "s" }
+            );
+        };
+        let c = self.uploader.finish(drain, &interrupted, &mut waiting);
         let counters = vec![
             ("push_windows".to_string(), windows),
             ("push_windows_sent".to_string(), c.sent),
             ("push_windows_dropped".to_string(), c.dropped),
+            ("push_windows_unsent_at_end".to_string(), c.unsent_at_end),
             ("push_retries".to_string(), c.retries),
             ("push_bytes_sent".to_string(), c.bytes),
         ];
         let mut line = format!("pyperf: push: {} of {windows} windows sent to {shown}", c.sent);
         if c.dropped > 0 {
             line.push_str(&format!(", {} dropped", c.dropped));
+        }
+        if c.unsent_at_end > 0 {
+            match c.drain {
+                DrainEnd::Interrupted => line.push_str(&format!(
+                    " ({} of them unsent: the final {} s drain was interrupted)",
+                    c.unsent_at_end,
+                    drain.as_secs()
+                )),
+                _ => line.push_str(&format!(
+                    " ({} of them unsent when the final {} s drain ran out)",
+                    c.unsent_at_end,
+                    drain.as_secs()
+                )),
+            }
         }
         if c.retries > 0 {
             line.push_str(&format!(", {} failed attempts", c.retries));
@@ -696,10 +1152,11 @@ mod tests {
     #[test]
     fn urls() {
         let e = Endpoint::parse("http://localhost:4040").unwrap();
-        assert_eq!((e.host.as_str(), e.port, e.prefix.as_str(), e.userinfo), ("localhost", 4040, "", None));
+        assert_eq!((e.host.as_str(), e.port, e.prefix.as_str(), e.auth), ("localhost", 4040, "", None));
         let e = Endpoint::parse("http://u:p@10.0.0.1/pyroscope/").unwrap();
         assert_eq!((e.host.as_str(), e.port, e.prefix.as_str()), ("10.0.0.1", 80, "/pyroscope"));
-        assert_eq!(e.userinfo.as_deref(), Some("u:p"));
+        assert_eq!((e.user.as_deref(), &e.auth), (Some("u"), &Some(Auth::Basic("u:p".into()))));
+        assert!(!format!("{e:?}").contains("u:p"), "{e:?}");
         assert_eq!(e.shown(), "http://10.0.0.1:80/pyroscope");
         let e = Endpoint::parse("http://[::1]:4040").unwrap();
         assert_eq!((e.host.as_str(), e.port), ("::1", 4040));
@@ -716,8 +1173,19 @@ mod tests {
         for bad in ["env", "=v", "1x=v", "e nv=v", "env=", "env=a,b", "env=a}", "env=a=b"] {
             assert!(parse_label(bad).is_err(), "{bad}");
         }
+        for reserved in ["__name__=x", "__anything=x", "service_name=x", "tid=1", "gil=x", "pid=1", "thread=x"] {
+            let e = parse_label(reserved).unwrap_err().to_string();
+            assert!(e.contains("reserved label name"), "{reserved}: {e}");
+        }
+        assert!(parse_label(&format!("k={}", "v".repeat(MAX_LABEL_VALUE + 1))).is_err());
+        let twice = parse_labels(&["a=1".into(), "a=2".into()]).unwrap_err().to_string();
+        assert!(twice.contains("given twice"), "{twice}");
+        let many: Vec<String> = (0..=MAX_LABELS).map(|i| format!("k{i}=v")).collect();
+        assert!(parse_labels(&many).is_err());
+        assert_eq!(parse_labels(&many[..MAX_LABELS]).unwrap().len(), MAX_LABELS);
         assert!(check_app("svc.api").is_ok());
-        for bad in ["", "a b", "a{", "a,b"] {
+        assert!(check_app(&"a".repeat(MAX_APP)).is_ok());
+        for bad in ["", "a b", "a{", "a,b", &"a".repeat(MAX_APP + 1)] {
             assert!(check_app(bad).is_err(), "{bad}");
         }
     }
@@ -737,6 +1205,7 @@ mod tests {
             endpoint: Endpoint::parse("http://user:pw@example:4040/base").unwrap(),
             name: "app{env=a b}".into(),
             sample_rate: Some(99),
+            sample_type_config: sample_type_config(&sample_types(Some(1), false)),
         };
         let (head, body) = request(&t, &Window { from_s: 10, until_s: 20, body: b"PPROF".to_vec() });
         let head = String::from_utf8(head).unwrap();
@@ -754,7 +1223,16 @@ mod tests {
         assert!(body.ends_with(&format!("--{BOUNDARY}--\r\n")));
     }
 
-    /// A server that never answers costs the recording at most the final attempt (plus one timeout).
+    fn target(port: u16) -> Target {
+        Target {
+            endpoint: Endpoint::parse(&format!("http://127.0.0.1:{port}")).unwrap(),
+            name: "x{}".into(),
+            sample_rate: None,
+            sample_type_config: "{}".into(),
+        }
+    }
+
+    /// A server that never answers costs the recording at most the final attempt.
     #[test]
     fn a_hanging_server_is_bounded() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -765,19 +1243,132 @@ mod tests {
                 held.push(s);
             }
         });
-        let target = Target {
-            endpoint: Endpoint::parse(&format!("http://127.0.0.1:{port}")).unwrap(),
-            name: "x{}".into(),
-            sample_rate: None,
-        };
-        let up = Uploader::start(target).unwrap();
+        let up = Uploader::start(target(port)).unwrap();
         for i in 0..(QUEUE_WINDOWS as u64 + 4) {
             up.push(Window { from_s: i, until_s: i + 1, body: vec![0; 10] });
         }
         let t = Instant::now();
-        let c = up.finish();
-        assert!(t.elapsed() < FINAL_ATTEMPT + IO_TIMEOUT + Duration::from_secs(1), "{:?}", t.elapsed());
+        let c = up.finish(FINAL_ATTEMPT, &|| false, &mut |_| {});
+        assert!(t.elapsed() < FINAL_ATTEMPT + Duration::from_secs(1), "{:?}", t.elapsed());
         assert_eq!(c.sent, 0);
         assert_eq!(c.dropped, QUEUE_WINDOWS as u64 + 4, "{c:?}");
+        assert_eq!((c.unsent_at_end, c.drain), (QUEUE_WINDOWS as u64, DrainEnd::TimedOut), "{c:?}");
+    }
+
+    /// A server that answers one byte every 2 s: each request ends at its own deadline (no read timeout ever
+    /// fires), and the end of the recording at the drain's, or at once when interrupted.
+    #[test]
+    fn a_trickling_server_is_bounded_by_the_request_deadline() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Arc::clone(&connections);
+        std::thread::spawn(move || {
+            for mut s in listener.incoming().flatten() {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    while s.write_all(b"H").is_ok() {
+                        std::thread::sleep(Duration::from_secs(2));
+                    }
+                });
+            }
+        });
+        let up = Uploader::start(target(port)).unwrap();
+        up.push(Window { from_s: 0, until_s: 1, body: vec![0; 10] });
+        // The first attempt fails by its deadline, and the second one starts: wait for that (generous limit).
+        let t = Instant::now();
+        while connections.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+            assert!(t.elapsed() < Duration::from_secs(30), "no second attempt");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(t.elapsed() >= REQUEST_TIMEOUT, "{:?}", t.elapsed());
+        let e = lock(&up.shared.0).counts.last_error.clone().unwrap_or_default();
+        assert_eq!(e, "no answer: timed out after 3 s");
+        // Interrupted: the end does not wait for the drain.
+        let t = Instant::now();
+        let c = up.finish(FINAL_ATTEMPT, &|| t.elapsed() > Duration::from_millis(200), &mut |_| {});
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert_eq!((c.sent, c.dropped, c.unsent_at_end, c.drain), (0, 1, 1, DrainEnd::Interrupted), "{c:?}");
+    }
+
+    /// A name lookup that hangs (a dead DNS server) costs a request its deadline only, and one lookup runs at a
+    /// time.
+    #[test]
+    fn a_slow_name_lookup_is_bounded() {
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let mut r = Resolver {
+            lookup: |_, _| {
+                STARTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                std::thread::sleep(Duration::from_secs(30));
+                Ok(Vec::new())
+            },
+            pending: None,
+        };
+        for _ in 0..2 {
+            let t = Instant::now();
+            let e = r.resolve("pyroscope.example", 4040, &Budget::new(Duration::from_millis(300))).unwrap_err();
+            assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+            assert_eq!(e, "cannot resolve pyroscope.example: timed out after 0.3 s");
+        }
+        assert_eq!(STARTED.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(r.resolve("::1", 80, &Budget::new(Duration::ZERO)).unwrap(), vec!["[::1]:80".parse().unwrap()]);
+    }
+
+    #[test]
+    fn passwords_are_redacted_and_credentials_come_one_way() {
+        assert_eq!(redacted("http://u:secret@h:4040/x"), "http://u:***@h:4040/x");
+        assert_eq!(redacted("http://u@h"), "http://u@h");
+        assert_eq!(redacted("http://h/a@b"), "http://h/a@b");
+        let argv: Vec<String> =
+            ["pyperf", "record", "--push", "http://u:pw@h", "--push=http://v:pw2@h", "--", "x", "http://w:keep@h"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        let shown = redacted_command_line(&argv);
+        assert_eq!(shown[3], "http://u:***@h");
+        assert_eq!(shown[4], "--push=http://v:***@h");
+        assert!(!shown.join(" ").contains("pw"), "{shown:?}");
+        let err = Endpoint::parse("http://u:secret@h:0").unwrap_err().to_string();
+        assert!(!err.contains("secret") && err.contains("u:***@"), "{err}");
+
+        let none = |_: &str| None;
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        let url = Endpoint::parse("http://ops@h").unwrap();
+        let e = url.clone().with_credentials(None, env(&[(PASSWORD_ENV, "pw")])).unwrap();
+        assert_eq!(e.auth, Some(Auth::Basic("ops:pw".into())));
+        let e = Endpoint::parse("http://h").unwrap().with_credentials(None, env(&[(TOKEN_ENV, "t0k")])).unwrap();
+        assert_eq!(e.auth.unwrap().header(), "Bearer t0k");
+        let bare = Endpoint::parse("http://h").unwrap();
+        assert!(bare.clone().with_credentials(None, env(&[(PASSWORD_ENV, "pw")])).is_err());
+        assert!(bare.clone().with_credentials(None, env(&[(TOKEN_ENV, "a\r\nX: y")])).is_err());
+        let both = Endpoint::parse("http://u:p@h").unwrap().with_credentials(None, env(&[(TOKEN_ENV, "t")]));
+        assert!(both.unwrap_err().to_string().contains("give them one way"));
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("auth");
+        for (text, base, want) in [
+            ("Bearer abc\n", "http://h", Auth::Bearer("abc".into())),
+            ("u:p w\n", "http://h", Auth::Basic("u:p w".into())),
+            ("pw\r\n", "http://ops@h", Auth::Basic("ops:pw".into())),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            let e = Endpoint::parse(base).unwrap().with_credentials(Some(&file), none).unwrap();
+            assert_eq!(e.auth, Some(want), "{text:?}");
+        }
+        std::fs::write(&file, "justapassword").unwrap();
+        assert!(bare.with_credentials(Some(&file), none).is_err());
+    }
+
+    #[test]
+    fn sample_types_default_to_cpu_and_units_match() {
+        assert_eq!(sample_types(Some(10), false), [("samples", "count"), ("cpu", "nanoseconds")]);
+        assert_eq!(
+            sample_types(Some(10), true),
+            [("samples", "count"), ("off_cpu", "nanoseconds"), ("cpu", "nanoseconds")]
+        );
+        assert_eq!(sample_types(None, false), [("samples", "count")]);
+        let c = sample_type_config(&sample_types(Some(10), true));
+        assert!(c.contains(r#""cpu":{"units":"nanoseconds""#) && c.contains(r#""off_cpu":{"units":"nanoseconds""#), "{c}");
     }
 }
