@@ -94,7 +94,8 @@ pub struct RecordArgs {
     /// With --push: the application name on the server [default: the command's program name, else "python"]
     #[arg(long = "app", value_name = "NAME", requires = "push")]
     pub app: Option<String>,
-    /// With --push: a label of every pushed profile (repeat: --label env=prod --label region=eu).
+    /// With --push: a label of every pushed profile (repeat: --label env=prod --label region=eu); each name once, at
+    /// most 15, none of the reserved ones (__..., service_name, pyroscope_spy, pid, tid, thread, gil, process).
     #[arg(long = "label", value_name = "KEY=VALUE", requires = "push")]
     pub label: Vec<String>,
     /// Measure the BPF program's own run time (kernel BPF statistics) and print it in the summary.
@@ -151,8 +152,7 @@ type PushTarget = (Endpoint, String, Vec<(String, String)>);
 /// `--push`, `--app`, `--label`, `--push-every`, checked: (endpoint, application name, labels).
 fn push_settings(args: &RecordArgs) -> Result<Option<PushTarget>> {
     let Some(url) = &args.push else { return Ok(None) };
-    let endpoint =
-        Endpoint::parse(url)?.with_credentials(args.push_auth_file.as_deref(), |k| std::env::var(k).ok())?;
+    let endpoint = Endpoint::parse(url)?.with_credentials(args.push_auth_file.as_deref(), |k| std::env::var(k).ok())?;
     if !(1..=3600).contains(&args.push_every) {
         bail!("--push-every must be between 1 and 3600 seconds");
     }

@@ -264,8 +264,9 @@ fn windows_arrive_in_order_and_hold_the_samples() {
     assert_eq!(counter(&rec, "push_windows_dropped"), 0);
     // A CPU recording's profile opens on its CPU time (not an all-zero off_cpu), in units that are its values'.
     for w in &got {
-        assert_eq!(w.default_type, "cpu", "{w:?}");
-        assert_eq!(w.types, [("samples".into(), "count".into()), ("cpu".into(), "nanoseconds".into())], "{w:?}");
+        assert_eq!(w.default_type, "cpu", "window from {}", w.from);
+        let want = [("samples".into(), "count".into()), ("cpu".into(), "nanoseconds".into())];
+        assert_eq!(w.types, want, "window from {}", w.from);
     }
     let busiest = got.iter().max_by_key(|w| w.samples).expect("a window");
     if let Some(top) = go_pprof_top(&busiest.gz) {
@@ -565,7 +566,9 @@ fn push_credentials_stay_out_of_the_recording() {
         let b = userinfo.as_bytes();
         let mut out = String::from("Basic ");
         for c in b.chunks(3) {
-            let n = (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
+            let n = (u32::from(c[0]) << 16)
+                | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+                | u32::from(*c.get(2).unwrap_or(&0));
             for i in 0..4 {
                 out.push(if i <= c.len() { T[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' });
             }

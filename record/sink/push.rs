@@ -634,8 +634,10 @@ fn sample_type_config(types: &[(&str, &str)]) -> String {
     let entries: Vec<String> = types
         .iter()
         .map(|(t, _)| match *t {
-            "samples" => r#""samples":{"units":"samples","aggregation":"sum","display-name":"cpu_samples","sampled":true}"#
-                .to_string(),
+            "samples" => {
+                r#""samples":{"units":"samples","aggregation":"sum","display-name":"cpu_samples","sampled":true}"#
+                    .to_string()
+            }
             other => format!(
                 r#""{other}":{{"units":"nanoseconds","aggregation":"sum","display-name":"{other}","sampled":false}}"#
             ),
@@ -686,7 +688,13 @@ fn request(t: &Target, w: &Window) -> (Vec<u8>, Vec<u8>) {
         body.extend_from_slice(b"\r\n");
     };
     part(&mut body, "profile", "profile.pb.gz", "application/octet-stream", &w.body);
-    part(&mut body, "sample_type_config", "sample_type_config.json", "application/json", t.sample_type_config.as_bytes());
+    part(
+        &mut body,
+        "sample_type_config",
+        "sample_type_config.json",
+        "application/json",
+        t.sample_type_config.as_bytes(),
+    );
     body.extend_from_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
     let mut query = String::from("name=");
     percent_encode(&t.name, &mut query);
@@ -1369,6 +1377,9 @@ mod tests {
         );
         assert_eq!(sample_types(None, false), [("samples", "count")]);
         let c = sample_type_config(&sample_types(Some(10), true));
-        assert!(c.contains(r#""cpu":{"units":"nanoseconds""#) && c.contains(r#""off_cpu":{"units":"nanoseconds""#), "{c}");
+        assert!(
+            c.contains(r#""cpu":{"units":"nanoseconds""#) && c.contains(r#""off_cpu":{"units":"nanoseconds""#),
+            "{c}"
+        );
     }
 }
