@@ -548,7 +548,10 @@ impl Budget {
 
     fn timed_out(&self, what: &str) -> String {
         let s = self.allowed.as_secs_f64();
-        if (s - s.round()).abs() < 0.05 {
+        if s < 0.1 {
+            // What was left of the drain at the end.
+            format!("{what}: timed out after {} ms", self.allowed.as_millis())
+        } else if (s - s.round()).abs() < 0.05 {
             format!("{what}: timed out after {s:.0} s")
         } else {
             format!("{what}: timed out after {s:.1} s")
@@ -1318,6 +1321,8 @@ mod tests {
             assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
             assert_eq!(e, "cannot resolve pyroscope.example: timed out after 0.3 s");
         }
+        assert_eq!(Budget::new(Duration::from_millis(40)).timed_out("x"), "x: timed out after 40 ms");
+        assert_eq!(Budget::new(Duration::from_secs(3)).timed_out("x"), "x: timed out after 3 s");
         assert_eq!(STARTED.load(std::sync::atomic::Ordering::SeqCst), 1);
         assert_eq!(r.resolve("::1", 80, &Budget::new(Duration::ZERO)).unwrap(), vec!["[::1]:80".parse().unwrap()]);
     }
