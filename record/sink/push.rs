@@ -25,8 +25,8 @@
 //! at once); the recording then goes on to its trailer without waiting for the upload thread, and what was not
 //! sent is dropped and counted. A 4xx answer (other than 429) will not change on a retry: that window is dropped at
 //! once, and the answer is kept for the summary.
-//! The counters go into the recording's trailer (`push_windows_sent`, `push_windows_dropped`, `push_retries`,
-//! `push_bytes_sent`) and the summary line.
+//! The counters go into the recording's trailer (`push_windows`, `push_windows_sent`, `push_windows_dropped`,
+//! `push_windows_unsent_at_end`, `push_retries`, `push_bytes_sent`) and the summary line.
 //!
 //! Plain HTTP only (a local Grafana Alloy or Pyroscope agent, or a server inside the cluster); `https://` is
 //! refused with a one-line error. Credentials: `http://user:password@host/` (Basic; the password is shown and stored
