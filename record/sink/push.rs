@@ -618,17 +618,14 @@ struct Target {
 const BOUNDARY: &str = "pyperf-7d3f0a19b2c84e6c";
 
 /// The pprof sample types of the pushed profiles, as (type, unit); the last is the default one (what `go tool pprof`
-/// shows): `samples`, then `off_cpu` with `--off-cpu`, then `cpu` (samples x period) when the event is a clock, as
-/// `pyperf report --pprof` has them.
+/// shows), the CPU one as `pyperf report --pprof` has it: `cpu` (samples x period) when the event is a clock, else
+/// `samples`. `off_cpu` with `--off-cpu`, before it.
 fn sample_types(period_ns: Option<u64>, off_cpu: bool) -> Vec<(&'static str, &'static str)> {
-    let mut types = vec![("samples", "count")];
-    if off_cpu {
-        types.push(("off_cpu", "nanoseconds"));
+    let off = off_cpu.then_some(("off_cpu", "nanoseconds"));
+    match period_ns {
+        Some(_) => [Some(("samples", "count")), off, Some(("cpu", "nanoseconds"))].into_iter().flatten().collect(),
+        None => [off, Some(("samples", "count"))].into_iter().flatten().collect(),
     }
-    if period_ns.is_some() {
-        types.push(("cpu", "nanoseconds"));
-    }
-    types
 }
 
 /// Pyroscope's sample type configuration for `types` (docs: "Sample Type Configuration"): `samples` is sampled
@@ -1381,6 +1378,7 @@ mod tests {
             [("samples", "count"), ("off_cpu", "nanoseconds"), ("cpu", "nanoseconds")]
         );
         assert_eq!(sample_types(None, false), [("samples", "count")]);
+        assert_eq!(sample_types(None, true), [("off_cpu", "nanoseconds"), ("samples", "count")]);
         let c = sample_type_config(&sample_types(Some(10), true));
         assert!(
             c.contains(r#""cpu":{"units":"nanoseconds""#) && c.contains(r#""off_cpu":{"units":"nanoseconds""#),
