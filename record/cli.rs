@@ -25,7 +25,8 @@ use crate::targets::{Targets, Workload};
 #[command(group(clap::ArgGroup::new("what").required(true).args(["pid", "all", "cgroup", "command"])))]
 pub struct RecordArgs {
     /// Output file. An existing recording there is kept as FILE.old, as perf does. Created before anything starts;
-    /// under sudo it belongs to the user who ran sudo.
+    /// under sudo it belongs to the user who ran sudo where they could have created it (else it stays root's). A
+    /// second pyperf writing the same FILE is refused.
     #[arg(short = 'o', long = "output", default_value = "prof.pyp")]
     pub output: PathBuf,
     /// Samples per second: of each running thread of the targets with -p and -- CMD, of each CPU with -a and -G [default: 99]
@@ -166,13 +167,12 @@ fn push_settings(args: &RecordArgs) -> Result<Option<PushTarget>> {
 }
 
 /// Fails if a signal asked pyperf to stop before the recording started: nothing is started then, and the output
-/// is left as it was (once `created`, by the start guard, which removes the new file and puts the previous one back).
-fn stopped_during_start(output: &std::path::Path, created: bool) -> Result<()> {
+/// is left as it was.
+fn stopped_during_start(output: &std::path::Path) -> Result<()> {
     if !signals::stop_requested() {
         return Ok(());
     }
-    let left = if created { "the previous file, if any, is back in place" } else { "nothing was written" };
-    bail!("stopped by a signal before recording started: {} {left}", output.display())
+    bail!("stopped by a signal before recording started: {} is left as it was", output.display())
 }
 
 /// Samples per second per CPU without `-F` / `-c`.
@@ -232,12 +232,13 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
         sampler.enable_bpf_stats().context("cannot measure the BPF program")?;
     }
     let targets = Targets::chosen(args.cgroup.as_deref(), args.all, &args.pid)?;
-    stopped_during_start(&args.output, false)?;
+    stopped_during_start(&args.output)?;
     // A failure from here to the end of the start removes the new file and puts the previous one back (and
     // dropping the targets ends a command it started).
     let output = Output::create(&args.output)?;
     let created = output.guard();
-    stopped_during_start(&args.output, true)?;
+    // A start guard is armed: on the way out it removes the new file and puts the previous one back.
+    stopped_during_start(&args.output)?;
     let targets = match targets {
         Some(t) => t,
         None => {

@@ -24,9 +24,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{
-    libbpf_sys, ErrorKind, Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder,
-};
+use libbpf_rs::{libbpf_sys, ErrorKind, Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
 
 use crate::abi::skel::{PyperfSkel, PyperfSkelBuilder};
 use crate::abi::{self, types, ProcConfig};

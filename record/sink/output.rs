@@ -72,7 +72,10 @@ impl Output {
                     Some(((uid, gid), Ok(()))) => {
                         // On the descriptor, not the path: the file we made, whatever is renamed meanwhile.
                         if let Err(e) = std::os::unix::fs::fchown(&file, Some(uid), gid) {
-                            crate::say!("pyperf: warning: cannot give {} to the sudo user (uid {uid}): {e}", path.display());
+                            crate::say!(
+                                "pyperf: warning: cannot give {} to the sudo user (uid {uid}): {e}",
+                                path.display()
+                            );
                         }
                     }
                     Some(((uid, _), Err(why))) => crate::say!(
@@ -210,7 +213,10 @@ fn refuse_if_recording(dir: &File, name: &OsStr, path: &Path) -> Result<()> {
         Some(pid) => format!("another pyperf (pid {pid})"),
         None => "another pyperf".to_string(),
     };
-    bail!("{} is being recorded by {by}: give this recording another -o FILE, or wait for that one to end", path.display())
+    bail!(
+        "{} is being recorded by {by}: give this recording another -o FILE, or wait for that one to end",
+        path.display()
+    )
 }
 
 /// The pid holding an exclusive flock on inode `ino`, from /proc/locks (`1: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE
@@ -363,9 +369,7 @@ fn user_groups(uid: u32, gid: Option<u32>) -> Vec<u32> {
 /// The directory has a POSIX access ACL.
 fn has_acl(dir: &File) -> bool {
     // SAFETY: a size query (no buffer) on a descriptor we hold, with a NUL-terminated attribute name.
-    let r = unsafe {
-        libc::fgetxattr(dir.as_raw_fd(), c"system.posix_acl_access".as_ptr(), std::ptr::null_mut(), 0)
-    };
+    let r = unsafe { libc::fgetxattr(dir.as_raw_fd(), c"system.posix_acl_access".as_ptr(), std::ptr::null_mut(), 0) };
     r > 0
 }
 
