@@ -86,8 +86,8 @@ fn permission_denied(pid: u32) -> String {
     let ptrace = crate::privileges::effective().is_some_and(|eff| eff & (1 << 19) != 0);
     if ptrace {
         format!(
-            "the kernel denies pyperf access to process {pid} even with CAP_SYS_PTRACE: it is guarded beyond it (it \
-             holds capabilities pyperf lacks, or a security module protects it); pick another process"
+            "process {pid} cannot be inspected: the kernel denies it even with CAP_SYS_PTRACE (the process holds \
+             capabilities pyperf lacks, or a security module protects it)"
         )
     } else {
         format!("permission denied inspecting process {pid} (run as root or with CAP_SYS_PTRACE)")

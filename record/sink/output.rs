@@ -58,6 +58,10 @@ impl Output {
         // Among pyperfs, the look at a live recording, the move aside and the new file's lock are one step.
         let _serial = lock_dir(&dir);
         refuse_if_recording(&dir, &name, path)?;
+        if lstat_at(&dir, &name).is_some() {
+            // The move aside replaces PATH.old: not if a pyperf is writing that one (`-o PATH.old`).
+            refuse_if_recording(&dir, &old_name(&name), &old_path(path))?;
+        }
         let owner = sudo_user().map(|user| {
             let allowed = may_create(&dir, &name, user);
             (user, allowed)
@@ -163,7 +167,15 @@ fn old_name(name: &OsStr) -> OsString {
 
 fn open_dir(dir: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC).open(dir)
+    let open = |flags| std::fs::OpenOptions::new().read(true).custom_flags(flags).open(dir);
+    match open(libc::O_DIRECTORY | libc::O_CLOEXEC) {
+        // A directory one may write and search but not list (mode -wx): O_PATH needs neither, and serves the
+        // *at calls (only the best-effort lock and the ACL look, for root's sudo handover, need more).
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            open(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+        }
+        r => r,
+    }
 }
 
 /// flock(2) on the directory, waiting up to a second; unlocked when the returned file (a second descriptor) is
@@ -370,7 +382,12 @@ fn user_groups(uid: u32, gid: Option<u32>) -> Vec<u32> {
 fn has_acl(dir: &File) -> bool {
     // SAFETY: a size query (no buffer) on a descriptor we hold, with a NUL-terminated attribute name.
     let r = unsafe { libc::fgetxattr(dir.as_raw_fd(), c"system.posix_acl_access".as_ptr(), std::ptr::null_mut(), 0) };
-    r > 0
+    if r > 0 {
+        return true;
+    }
+    // No ACL, or a file system without them; anything else (an O_PATH descriptor): unknown, so assume one.
+    let errno = io::Error::last_os_error().raw_os_error();
+    !(r == 0 || errno == Some(libc::ENODATA) || errno == Some(libc::EOPNOTSUPP))
 }
 
 /// Removes a just-created output file and restores the previous one, unless the start succeeded.
@@ -527,6 +544,14 @@ mod tests {
         let second = Output::create(&p).unwrap();
         second.guard().keep();
         assert!(old_path(&p).exists());
+        // A pyperf writing PATH.old (`-o prof.pyp.old`): the move aside would replace it, so no.
+        drop(second.into_file());
+        std::fs::remove_file(old_path(&p)).unwrap();
+        let on_old = Output::create(&old_path(&p)).unwrap();
+        let err = Output::create(&p).err().unwrap().to_string();
+        assert!(err.contains("prof.pyp.old is being recorded by another pyperf"), "{err}");
+        assert!(p.exists() && old_path(&p).exists());
+        drop(on_old);
     }
 
     #[test]
