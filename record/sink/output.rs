@@ -146,7 +146,7 @@ fn split(path: &Path) -> Result<(&Path, OsString)> {
     let name = match path.file_name() {
         // `Path` drops a trailing `/` and `.`: `x/` names a directory, not the file `x`.
         Some(n) if !bytes.ends_with(b"/") && !bytes.ends_with(b"/.") => n.to_owned(),
-        _ => bail!("{} is a directory: give the recording a file name (-o DIR/prof.pyp)", path.display()),
+        _ => bail!("{} names a directory: give the recording a file name (-o DIR/prof.pyp)", path.display()),
     };
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -616,7 +616,7 @@ mod tests {
     fn a_trailing_slash_names_a_directory() {
         for bad in ["x/", "x/.", "/", "."] {
             let err = split(Path::new(bad)).err().unwrap().to_string();
-            assert!(err.contains("is a directory"), "{bad}: {err}");
+            assert!(err.contains("names a directory"), "{bad}: {err}");
         }
         assert_eq!(split(Path::new("p.pyp")).unwrap(), (Path::new("."), OsString::from("p.pyp")));
         assert_eq!(split(Path::new("/a/p.pyp")).unwrap(), (Path::new("/a"), OsString::from("p.pyp")));
