@@ -686,7 +686,7 @@ fn a_signal_during_the_start_leaves_a_complete_recording_or_the_previous_one() {
     for sig in [libc::SIGHUP, libc::SIGTERM, libc::SIGINT] {
         // None: as soon as pyperf handles the signal; else that long after the previous file was moved aside.
         for delay_ms in [None, Some(0), Some(2), Some(20)] {
-            let _ = std::fs::remove_file(&old);
+            std::fs::write(&old, b"older").unwrap();
             std::fs::write(&out, b"previous").unwrap();
             let mut p = Watched::spawn(pyperf().args(["record", "-o"]).arg(&out).arg("--").args(busy(&py)));
             let pid = p.child.id();
@@ -694,7 +694,7 @@ fn a_signal_during_the_start_leaves_a_complete_recording_or_the_previous_one() {
                 None => until("pyperf handles the signal", || catches(pid, sig)),
                 Some(ms) => {
                     // The previous file moved aside: the new one is being made (the start goes on from there).
-                    until("the previous file moved aside", || old.exists());
+                    until("the previous file moved aside", || std::fs::read(&old).is_ok_and(|b| b == b"previous"));
                     std::thread::sleep(Duration::from_millis(ms));
                 }
             }
@@ -702,7 +702,7 @@ fn a_signal_during_the_start_leaves_a_complete_recording_or_the_previous_one() {
             let (status, _, lines) = p.wait(Duration::from_secs(30));
             let what = format!("signal {sig} {delay_ms:?} ms after the start: {status:?} {lines:?}");
             if std::fs::read(&out).unwrap() == b"previous" {
-                assert!(!old.exists(), "{what}");
+                assert_eq!(std::fs::read(&old).unwrap(), b"older", "the older .old was lost: {what}");
                 assert!(lines.iter().any(|l| l.contains("stopped by a signal before recording started")), "{what}");
                 untouched += 1;
             } else {
@@ -710,6 +710,7 @@ fn a_signal_during_the_start_leaves_a_complete_recording_or_the_previous_one() {
                 assert_eq!(std::fs::read(&old).unwrap(), b"previous", "{what}");
             }
             assert_ne!(status.code(), None, "pyperf was killed by the signal: {what}");
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2, "{what}");
             if let Some(w) = p.workload() {
                 signal(w, libc::SIGKILL);
             }
@@ -809,4 +810,22 @@ fn libbpf_lines_are_not_printed_when_a_load_fails() {
     // The iterator's load failed (what this test is about), and pyperf said so in its own words.
     assert!(err.contains("frame pointers"), "{err}");
     assert!(String::from_utf8_lossy(&o.stdout).contains("Thread "), "the stacks were dumped all the same");
+}
+
+/// A start that fails once the output exists (here: the command cannot be run) leaves the directory as it was,
+/// the older FILE.old included. Before: FILE was put back, but FILE.old had been replaced by it.
+#[test]
+fn a_failed_start_keeps_the_older_old_file() {
+    let _guard = serial();
+    let (dir, out) = scratch("fails.pyp");
+    let old = dir.path().join("fails.pyp.old");
+    std::fs::write(&out, b"previous").unwrap();
+    std::fs::write(&old, b"older").unwrap();
+    let o = run(pyperf().args(["record", "-o"]).arg(&out).arg("--").arg(dir.path().join("no-such-command")));
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("cannot run") && err.trim().lines().count() == 1, "{err}");
+    assert_eq!(std::fs::read(&out).unwrap(), b"previous");
+    assert_eq!(std::fs::read(&old).unwrap(), b"older");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
 }

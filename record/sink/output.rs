@@ -19,8 +19,9 @@
 //!   and, in a sticky directory (/tmp), the files replaced are theirs. Elsewhere it stays root's, with a note: a
 //!   sudo rule for `pyperf record` alone must not let the user plant files of theirs where root's are
 //!   (`-o /etc/profile.d/x.sh`). A previous recording moved to `PATH.old` keeps its owner;
-//! - a start that fails after the file was created ([`StartGuard`]) removes it and puts the previous recording
-//!   back, so a failed `pyperf record` leaves the directory as it found it.
+//! - a start that fails (or is stopped by a signal) after the file was created ([`StartGuard`]) removes it and puts
+//!   the previous recording back, and the older `PATH.old` too (kept meanwhile as a hard link `PATH.old.PID~`), so a
+//!   failed `pyperf record` leaves the directory as it found it.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
@@ -39,6 +40,8 @@ pub struct Output {
     file: File,
     /// Where the previous file at `path` went, if there was one.
     kept: Option<PathBuf>,
+    /// A second link to the `path.old` that moving the previous file aside replaced, until the start succeeds.
+    backup: Option<PathBuf>,
 }
 
 /// `path` with `.old` appended (`prof.pyp` -> `prof.pyp.old`).
@@ -66,7 +69,14 @@ impl Output {
             let allowed = may_create(&dir, &name, user);
             (user, allowed)
         });
-        let kept = move_aside(&dir, &name, path)?;
+        let backup = keep_older(&dir, &name, path);
+        let kept = match move_aside(&dir, &name, path) {
+            Ok(kept) => kept,
+            Err(e) => {
+                drop_backup(&backup);
+                return Err(e);
+            }
+        };
         match create_new(&dir, &name) {
             Ok(file) => {
                 // Held while the file is open (until pyperf exits): another pyperf refuses this path meanwhile.
@@ -89,12 +99,16 @@ impl Output {
                     ),
                     None => {}
                 }
-                Ok(Output { path: path.to_path_buf(), file, kept })
+                Ok(Output { path: path.to_path_buf(), file, kept, backup })
             }
             Err(e) => {
                 // Put the previous file back where it was (replacing whatever was planted there meanwhile).
-                if kept.is_some() {
-                    let _ = rename_at(&dir, &old_name(&name), &name);
+                if kept.is_some() && rename_at(&dir, &old_name(&name), &name).is_ok() {
+                    if let Some(b) = &backup {
+                        let _ = std::fs::rename(b, old_path(path));
+                    }
+                } else {
+                    drop_backup(&backup);
                 }
                 Err(e).with_context(cannot)
             }
@@ -110,7 +124,7 @@ impl Output {
     /// still fail once the file exists.
     pub fn guard(&self) -> StartGuard {
         let id = self.file.metadata().map(|m| (m.dev(), m.ino())).ok();
-        StartGuard { path: self.path.clone(), kept: self.kept.clone(), id, armed: true }
+        StartGuard { path: self.path.clone(), kept: self.kept.clone(), backup: self.backup.clone(), id, armed: true }
     }
 
     /// The open file, for writing.
@@ -248,6 +262,30 @@ fn parse_flock_holder(locks: &str, ino: u64) -> Option<u32> {
         let inode: u64 = f[5].rsplit(':').next()?.parse().ok()?;
         (inode == ino).then(|| f[4].parse().ok()).flatten().filter(|&pid| pid != 0)
     })
+}
+
+/// When moving `name` aside will replace an existing `name.old`: a second (hard) link to that one, `name.old.PID~`,
+/// so that a start that fails can put it back. Best effort: none where hard links are not possible.
+fn keep_older(dir: &File, name: &OsStr, path: &Path) -> Option<PathBuf> {
+    lstat_at(dir, name)?;
+    let old = old_name(name);
+    lstat_at(dir, &old)?;
+    let mut backup = old.clone();
+    backup.push(format!(".{}~", std::process::id()));
+    let (from, to) = (cstr(&old).ok()?, cstr(&backup).ok()?);
+    // SAFETY: linkat with NUL-terminated names that live through the call, relative to a directory we hold; flags
+    // 0: a symlink is linked itself, not followed; an existing target makes it fail (EEXIST), never replaced.
+    let r = unsafe { libc::linkat(dir.as_raw_fd(), from.as_ptr(), dir.as_raw_fd(), to.as_ptr(), 0) };
+    let mut at = old_path(path).into_os_string();
+    at.push(format!(".{}~", std::process::id()));
+    (r == 0).then(|| PathBuf::from(at))
+}
+
+/// Removes the second link of [`keep_older`]: the start succeeded (or nothing was replaced).
+fn drop_backup(backup: &Option<PathBuf>) {
+    if let Some(b) = backup {
+        let _ = std::fs::remove_file(b);
+    }
 }
 
 /// Moves a regular file or symlink at `name` to `name.old`; refuses anything else. Returns where it went.
@@ -394,6 +432,8 @@ fn has_acl(dir: &File) -> bool {
 pub struct StartGuard {
     path: PathBuf,
     kept: Option<PathBuf>,
+    /// The `PATH.old` that `kept` replaced (see [`keep_older`]).
+    backup: Option<PathBuf>,
     /// (device, inode) of the file we created: only that file is removed.
     id: Option<(u64, u64)>,
     armed: bool,
@@ -403,6 +443,7 @@ impl StartGuard {
     /// The start succeeded: keep the new file (and say where the previous one went).
     pub fn keep(mut self) {
         self.armed = false;
+        drop_backup(&self.backup);
         if let Some(old) = &self.kept {
             crate::say!("pyperf: kept the previous {} as {}", self.path.display(), old.display());
         }
@@ -419,10 +460,14 @@ impl Drop for StartGuard {
             let _ = std::fs::remove_file(&self.path);
         }
         if let Some(old) = &self.kept {
-            if std::fs::symlink_metadata(&self.path).is_err() {
-                let _ = std::fs::rename(old, &self.path);
+            if std::fs::symlink_metadata(&self.path).is_err() && std::fs::rename(old, &self.path).is_ok() {
+                if let Some(b) = &self.backup {
+                    let _ = std::fs::rename(b, old);
+                }
+                return;
             }
         }
+        drop_backup(&self.backup);
     }
 }
 
@@ -508,6 +553,25 @@ mod tests {
         let err = Output::create(Path::new("/dev/null")).err().unwrap().to_string();
         assert!(err.contains("not a regular file"), "{err}");
         assert!(Path::new("/dev/null").exists());
+    }
+
+    #[test]
+    fn failed_start_restores_the_older_old_file_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("prof.pyp");
+        std::fs::write(&p, b"first").unwrap();
+        std::fs::write(old_path(&p), b"older").unwrap();
+        let out = Output::create(&p).unwrap();
+        assert_eq!(std::fs::read(old_path(&p)).unwrap(), b"first");
+        drop(out.guard()); // the start failed
+        assert_eq!(std::fs::read(&p).unwrap(), b"first");
+        assert_eq!(std::fs::read(old_path(&p)).unwrap(), b"older");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2, "a backup link was left behind");
+        // A start that succeeds replaces the older one, as before, and leaves no backup behind.
+        let out = Output::create(&p).unwrap();
+        out.guard().keep();
+        assert_eq!(std::fs::read(old_path(&p)).unwrap(), b"first");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2, "a backup link was left behind");
     }
 
     #[test]
