@@ -1,5 +1,6 @@
 //! `pyperf record`: its arguments, checked, and the session they set up.
 
+use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,7 +25,8 @@ use crate::targets::{Targets, Workload};
 #[command(group(clap::ArgGroup::new("what").required(true).args(["pid", "all", "cgroup", "command"])))]
 pub struct RecordArgs {
     /// Output file. An existing recording there is kept as FILE.old, as perf does. Created before anything starts;
-    /// under sudo it belongs to the user who ran sudo.
+    /// under sudo it belongs to the user who ran sudo where they could have created it (else it stays root's). A
+    /// second pyperf writing the same FILE is refused.
     #[arg(short = 'o', long = "output", default_value = "prof.pyp")]
     pub output: PathBuf,
     /// Samples per second: of each running thread of the targets with -p and -- CMD, of each CPU with -a and -G [default: 99]
@@ -109,9 +111,10 @@ pub struct RecordArgs {
     pub no_uprobe: bool,
     /// Start this command and profile it until it exits; pyperf exits with its status. `--` before it is
     /// optional (needed only when the command's first word starts with `-`). Ctrl-C stops the recording and the
-    /// command; a full disk stops the recording only (pyperf waits for the command, then exits 1).
+    /// command; a full disk stops the recording only (pyperf waits for the command, then exits 1). Arguments that
+    /// are not UTF-8 are passed as they are (the recording's header shows them with U+FFFD for each bad byte).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    pub command: Vec<OsString>,
 }
 
 /// Longest `--off-cpu-min`: 4 s (the kernel's draw multiplies a 32-bit random number by it, which must fit 64 bits;
@@ -161,13 +164,22 @@ fn push_settings(args: &RecordArgs) -> Result<Option<PushTarget>> {
         None => args
             .command
             .first()
-            .map(|c| c.rsplit('/').next().unwrap_or(c).to_string())
+            .map(|c| c.to_string_lossy().rsplit('/').next().unwrap_or_default().to_string())
             .filter(|c| check_app(c).is_ok())
             .unwrap_or_else(|| "python".to_string()),
     };
     check_app(&app)?;
     let labels = parse_labels(&args.label)?;
     Ok(Some((endpoint, app, labels)))
+}
+
+/// Fails if a signal asked pyperf to stop before the recording started: nothing is started then, and the output
+/// is left as it was.
+fn stopped_during_start(output: &std::path::Path) -> Result<()> {
+    if !signals::stop_requested() {
+        return Ok(());
+    }
+    bail!("stopped by a signal before recording started: {} is left as it was", output.display())
 }
 
 /// Samples per second per CPU without `-F` / `-c`.
@@ -179,6 +191,10 @@ pub const MAX_RINGBUF_KIB: usize = 1 << 20;
 
 /// Runs `pyperf record`; its exit code is the workload's, if it started one.
 pub fn record(args: &RecordArgs) -> Result<ExitCode> {
+    // First of all: a SIGINT, SIGTERM or SIGHUP during the start must not kill pyperf half way (a file created and
+    // never written). One before the command is started undoes the start (see `stopped_during_start`); one after
+    // it ends the recording at once, complete.
+    signals::install();
     let rate = match (args.freq, args.period) {
         (_, Some(0)) | (Some(0), _) => bail!("the sampling rate must be above 0"),
         (Some(f), _) => Rate::Frequency(f),
@@ -223,11 +239,13 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
         sampler.enable_bpf_stats().context("cannot measure the BPF program")?;
     }
     let targets = Targets::chosen(args.cgroup.as_deref(), args.all, &args.pid)?;
+    stopped_during_start(&args.output)?;
     // A failure from here to the end of the start removes the new file and puts the previous one back (and
     // dropping the targets ends a command it started).
     let output = Output::create(&args.output)?;
     let created = output.guard();
-    signals::install();
+    // A start guard is armed: on the way out it removes the new file and puts the previous one back.
+    stopped_during_start(&args.output)?;
     let targets = match targets {
         Some(t) => t,
         None => {
@@ -236,7 +254,8 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
         }
     };
 
-    let mut header = session::header(&args.command, event, rate);
+    let workload: Vec<String> = args.command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let mut header = session::header(&workload, event, rate);
     // A --push URL's password is not stored in the recording.
     header.command_line = redacted_command_line(&header.command_line);
     let file: Box<dyn Sink> = Box::new(FileSink::new(output, &header)?);

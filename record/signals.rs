@@ -1,4 +1,4 @@
-//! SIGINT and SIGTERM end a recording cleanly: the loop sees the count go up, drains the ring buffer, writes the
+//! SIGINT, SIGTERM and SIGHUP (a closed terminal) end a recording cleanly: the loop sees the count go up, drains the ring buffer, writes the
 //! trailer. Every further one hurries the end of a command pyperf started (straight to SIGKILL), so that pyperf's
 //! own Ctrl-C always works.
 
@@ -18,10 +18,11 @@ extern "C" fn on_signal(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
     RECEIVED.fetch_add(1, Ordering::SeqCst);
 }
 
-/// Installs the handlers of SIGINT and SIGTERM.
+/// Installs the handlers of SIGINT, SIGTERM and SIGHUP. SIGHUP is SIGTERM here: a closed terminal or ssh session
+/// must not lose the recording (by default it killed pyperf before the trailer was written).
 pub fn install() {
     let handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = on_signal;
-    for sig in [libc::SIGINT, libc::SIGTERM] {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: the handler only stores to atomics, which is async-signal-safe.
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
@@ -45,7 +46,7 @@ pub fn stop_requested() -> bool {
     received() > 0
 }
 
-/// SIGINT and SIGTERM received so far.
+/// SIGINT, SIGTERM and SIGHUP received so far.
 pub fn received() -> usize {
     RECEIVED.load(Ordering::SeqCst)
 }

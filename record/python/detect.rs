@@ -51,7 +51,7 @@ pub enum InspectError {
         /// Empty, or ": " and the reason.
         why: String,
     },
-    #[error("permission denied inspecting process {0} (run as root or with CAP_SYS_PTRACE)")]
+    #[error("{}", permission_denied(*.0))]
     /// Not allowed to look at the process.
     PermissionDenied(u32),
     /// The process may be looked at, but the file holding its interpreter may not be read (a directory on the way
@@ -77,6 +77,21 @@ pub enum InspectError {
         #[source]
         source: io::Error,
     },
+}
+
+/// Why the kernel refused to let pyperf look at `pid`: without CAP_SYS_PTRACE, that; with it (root), the process
+/// is guarded beyond it (it holds capabilities pyperf lacks, e.g. a container's or sandbox's init, or a security
+/// module protects it), and "run as root" would be wrong.
+fn permission_denied(pid: u32) -> String {
+    let ptrace = crate::privileges::effective().is_some_and(|eff| eff & (1 << 19) != 0);
+    if ptrace {
+        format!(
+            "process {pid} cannot be inspected: the kernel denies it even with CAP_SYS_PTRACE (the process holds \
+             capabilities pyperf lacks, or a security module protects it)"
+        )
+    } else {
+        format!("permission denied inspecting process {pid} (run as root or with CAP_SYS_PTRACE)")
+    }
 }
 
 /// Addresses in the target's address space (load bias applied) of the interpreter globals the

@@ -9,6 +9,13 @@ use libbpf_rs::PrintLevel;
 pub(super) static LIBBPF_LOG: Mutex<String> = Mutex::new(String::new());
 const LOG_CAP: usize = 256 * 1024;
 
+/// Sends libbpf's messages to [`libbpf_print`] (kept, shown only on failure or with `PYPERF_LIBBPF_DEBUG`), before
+/// any BPF object is opened: libbpf's own default prints its warnings to stderr (e.g. `dump --native` without
+/// every privilege printed them among the user's output).
+pub(super) fn capture() {
+    libbpf_rs::set_print(Some((PrintLevel::Debug, libbpf_print as libbpf_rs::PrintCallback)));
+}
+
 pub(super) fn libbpf_print(level: PrintLevel, msg: String) {
     if std::env::var_os("PYPERF_LIBBPF_DEBUG").is_some() {
         crate::say_raw!("libbpf: {msg}");

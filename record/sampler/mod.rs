@@ -24,9 +24,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{
-    libbpf_sys, ErrorKind, Link, MapCore, MapFlags, OpenObject, PrintLevel, RingBuffer, RingBufferBuilder,
-};
+use libbpf_rs::{libbpf_sys, ErrorKind, Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
 
 use crate::abi::skel::{PyperfSkel, PyperfSkelBuilder};
 use crate::abi::{self, types, ProcConfig};
@@ -420,7 +418,7 @@ impl Sampler {
     pub fn new(opts: &SamplerOptions) -> Result<Sampler, BpfError> {
         let layout = kernel_layout(&btf_path())?;
         let warmup = opts.per_task.then(perf::warm_task_events);
-        libbpf_rs::set_print(Some((PrintLevel::Debug, log::libbpf_print as libbpf_rs::PrintCallback)));
+        log::capture();
         log::LIBBPF_LOG.lock().unwrap_or_else(|e| e.into_inner()).clear();
 
         let storage = Storage::new();

@@ -27,6 +27,7 @@ pub struct TaskRegs {
 
 /// The saved user registers of each thread of `pid`, by tid.
 pub fn task_regs(pid: u32) -> Result<HashMap<u32, TaskRegs>, String> {
+    super::log::capture();
     let mut storage = MaybeUninit::uninit();
     let mut open = RegsSkelBuilder::default().open(&mut storage).map_err(|e| format!("opening: {e}"))?;
     if let Some(ro) = open.maps.rodata_data.as_deref_mut() {

@@ -58,10 +58,11 @@ pub struct Workload {
 
 impl Workload {
     /// Starts `cmd` (program and arguments).
-    pub fn spawn(cmd: &[String]) -> Result<Workload> {
+    pub fn spawn<S: AsRef<std::ffi::OsStr>>(cmd: &[S]) -> Result<Workload> {
         let (prog, args) = cmd.split_first().context("no command given after --")?;
-        let child = Command::new(prog).args(args).spawn().with_context(|| format!("cannot run {prog}"))?;
-        Ok(Workload { child, argv0: prog.clone(), status: None })
+        let argv0 = prog.as_ref().to_string_lossy().into_owned();
+        let child = Command::new(prog).args(args).spawn().with_context(|| format!("cannot run {argv0}"))?;
+        Ok(Workload { child, argv0, status: None })
     }
 
     /// Starts `cmd` with this stdin and this stdout (stderr inherited).
