@@ -80,11 +80,8 @@ pub fn process_of(pid: u32) -> Result<u32> {
         anyhow::bail!("pid {pid} is a kernel thread, not a Python process");
     }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let tgid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .unwrap_or(pid);
+    let tgid =
+        status.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse::<u32>().ok()).unwrap_or(pid);
     if tgid != pid {
         crate::say!("pyperf: note: pid {pid} is a thread of process {tgid}; dumping process {tgid}");
         return process_of(tgid);
@@ -221,8 +218,8 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
     symbolizer.add_process(&p).with_context(|| format!("cannot read process {pid}"))?;
     // Without the permission to read the threads' saved registers or stacks (pyperf with only its capabilities,
     // another user's process), native frames are marked not read, not the whole dump refused.
-    let native_refused = native
-        && (refused(&format!("/proc/{pid}/mem")) || refused(&format!("/proc/{pid}/task/{pid}/syscall")));
+    let native_refused =
+        native && (refused(&format!("/proc/{pid}/mem")) || refused(&format!("/proc/{pid}/task/{pid}/syscall")));
     let native_denied = format!(
         "permission denied (process {pid} is another user's: its memory and registers need root, or \
          CAP_DAC_READ_SEARCH too)"
@@ -462,7 +459,8 @@ pub fn dump(args: &DumpArgs) -> Result<std::process::ExitCode> {
     let pid = process_of(args.pid)?;
     let threads = threads(pid, args.kernel, args.native)?;
     // Said once on stderr too, with how many threads it cost.
-    let denied = threads.iter().filter(|t| t.native_missing.as_deref().is_some_and(|m| m.starts_with("permission"))).count();
+    let denied =
+        threads.iter().filter(|t| t.native_missing.as_deref().is_some_and(|m| m.starts_with("permission"))).count();
     if denied > 0 {
         crate::say!(
             "pyperf: warning: --native: native frames of {denied} threads not read: process {pid} is another user's \

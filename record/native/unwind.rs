@@ -1199,6 +1199,97 @@ garbage line
         assert_eq!((info.symbols.name(i), info.cold_parts), ("pyperf_c_split.cold", 1));
     }
 
+    /// A stripped library whose `.gnu_debuglink` names a debug file next to it: the worker finds and parses it and
+    /// the static function is named by it; the debug file's FIFO-named twin is refused and counted.
+    #[test]
+    fn the_debug_file_worker_names_a_stripped_library() {
+        let Some((dir, lib, stripped)) = c_library() else {
+            absent("gcc, strip and objcopy");
+            return;
+        };
+        let d = dir.path();
+        let linked = d.join("libpyperf_l.so");
+        std::fs::copy(&stripped, &linked).expect("copy");
+        let debug = d.join("libpyperf_l.debug");
+        let run = |c: &mut Command| c.status().is_ok_and(|s| s.success());
+        assert!(run(Command::new("objcopy").arg("--only-keep-debug").arg(&lib).arg(&debug)));
+        assert!(run(Command::new("objcopy").arg("--add-gnu-debuglink").arg(&debug).arg(&linked)));
+        // In the library's .debug/: a FIFO by the same name, looked at after the real one is found (never opened).
+        std::fs::create_dir(d.join(".debug")).expect("mkdir");
+        let fifo = std::ffi::CString::new(d.join(".debug/libpyperf_l.debug").to_str().expect("utf-8")).expect("path");
+        // SAFETY: mkfifo of a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let cpath = std::ffi::CString::new(linked.to_str().expect("utf-8")).expect("path");
+        // SAFETY: dlopen of a library this test built; it has no constructors.
+        let handle = unsafe { libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(!handle.is_null(), "dlopen failed");
+        let pid = std::process::id();
+        let mut u = NativeUnwinder::new();
+        u.add_process(pid).expect("own maps");
+        // Usually in within the unwinding's wait; on a loaded machine it may come later.
+        assert!(u.wait_for_debug_files(Duration::from_secs(60)), "the worker never answered");
+        let full = ElfInfo::open(&lib).expect("parse");
+        let hidden = address_of(&full, "pyperf_c_hidden").expect("hidden symbol");
+        let base = {
+            let p = &u.processes[&pid];
+            let m = p.mappings.iter().find(|m| m.path.ends_with("libpyperf_l.so")).expect("mapped");
+            m.bias
+        };
+        let s = u.symbol(pid, hidden + base + 5, false);
+        assert_eq!((s.name.as_str(), s.resolved), ("pyperf_c_hidden", true));
+        let counters: HashMap<String, u64> = u.counters().into_iter().collect();
+        assert!(counters["native_debug_files"] >= 1, "{counters:?}");
+        // A FIFO in the first place looked: refused at once, then the real file found further on.
+        std::fs::remove_file(&debug).expect("rm");
+        let first = std::ffi::CString::new(debug.to_str().expect("utf-8")).expect("path");
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::mkfifo(first.as_ptr(), 0o600) }, 0);
+        std::fs::remove_file(d.join(".debug/libpyperf_l.debug")).expect("rm");
+        assert!(run(Command::new("objcopy")
+            .arg("--only-keep-debug")
+            .arg(&lib)
+            .arg(d.join(".debug/libpyperf_l.debug"))));
+        let mut refused = 0;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (root, build_id) = (d.to_owned(), full.build_id.to_string());
+        std::thread::spawn(move || {
+            let found = find_debug_file(&root, "/libpyperf_l.so", &build_id, Some("libpyperf_l.debug"), &mut refused);
+            let _ = tx.send((found.is_some(), refused));
+        });
+        let (found, refused) = rx.recv_timeout(Duration::from_secs(60)).expect("blocked on the FIFO");
+        assert!(found && refused >= 1, "found {found}, refused {refused}");
+        // SAFETY: the handle came from dlopen above and nothing of the library is in use.
+        unsafe { libc::dlclose(handle) };
+    }
+
+    /// [`elf::open_in_root`]: only regular files, never blocking, no link followed at the end, the rest resolved
+    /// inside the root.
+    #[test]
+    fn open_in_root_takes_only_regular_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        std::fs::create_dir(root.join("real")).expect("mkdir");
+        std::fs::write(root.join("real/f"), b"\x7fELF").expect("write");
+        std::os::unix::fs::symlink("/real", root.join("abs")).expect("symlink");
+        std::os::unix::fs::symlink(root.join("real/f"), root.join("link")).expect("symlink");
+        let fifo = std::ffi::CString::new(root.join("fifo").to_str().expect("utf-8")).expect("path");
+        // SAFETY: mkfifo of a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert!(elf::open_in_root(root, "/real/f", 1 << 20).is_ok());
+        // An absolute link on the way is the root's (a container's /usr/lib/debug), not the host's.
+        assert!(elf::open_in_root(root, "/abs/f", 1 << 20).is_ok());
+        assert!(elf::open_in_root(root, "/link", 1 << 20).is_err());
+        assert!(elf::open_in_root(root, "/real", 1 << 20).is_err());
+        assert!(elf::open_in_root(root, "/real/f", 2).is_err());
+        assert!(elf::open_in_root(root, "/", 1 << 20).is_err());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let root = root.to_owned();
+        std::thread::spawn(move || {
+            let _ = tx.send(elf::open_in_root(&root, "/fifo", 1 << 20).is_err());
+        });
+        assert_eq!(rx.recv_timeout(Duration::from_secs(60)), Ok(true), "a FIFO blocked or was taken");
+    }
+
     /// Real files' indexes pass the check that keeps damaged ones from framehop (else every unwinding would
     /// search .eh_frame instead of its index).
     #[test]
