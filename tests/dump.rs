@@ -290,3 +290,38 @@ fn dump_with_only_capabilities_marks_what_it_cannot_read() {
     assert_eq!(said.len(), 1, "{err}");
     assert!(said[0].contains("CAP_SYSLOG"), "{err}");
 }
+
+/// The interpreter's file replaced by a FIFO after it started, read by pyperf with only its capabilities (so
+/// /proc/PID/map_files is closed and the path is what is left): `dump` ends with an error instead of blocking in
+/// open() forever.
+#[test]
+fn an_interpreter_replaced_by_a_fifo_does_not_block_dump() {
+    let _guard = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chmod = |p: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+    };
+    chmod(dir.path(), 0o777);
+    let bin = dir.path().join("pyperf");
+    std::fs::copy(env!("CARGO_BIN_EXE_pyperf"), &bin).unwrap();
+    chmod(&bin, 0o755);
+    let set = std::process::Command::new("setcap")
+        .arg("cap_bpf,cap_perfmon,cap_sys_ptrace+ep")
+        .arg(&bin)
+        .output()
+        .expect("setcap (scripts/setup installs it)");
+    assert!(set.status.success(), "setcap: {}", String::from_utf8_lossy(&set.stderr));
+    let exe = dir.path().join("python3.11");
+    std::fs::copy(interpreter("debian-3.11"), &exe).unwrap();
+    let mut child = start_workload(&exe, "dump.py", &[]);
+    std::fs::remove_file(&exe).unwrap();
+    assert!(std::process::Command::new("mkfifo").arg(&exe).status().is_ok_and(|s| s.success()));
+    let o = run(std::process::Command::new("timeout")
+        .args(["-s", "KILL", "60", "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg(&bin)
+        .args(["dump", "-p", &child.id().to_string()]));
+    let _ = child.kill();
+    let _ = child.wait();
+    // Killed by the timeout (a signal status, or 137); a refusal is an ordinary failure.
+    assert!(o.status.code().is_some_and(|c| c != 137), "dump blocked: {:?}", o.status);
+}
