@@ -23,11 +23,12 @@ use crate::targets::procfs::{namespaces, parse_nspid};
 /// `pyperf dump`'s arguments.
 #[derive(Args, Debug, Clone)]
 pub struct DumpArgs {
-    /// The Python process to dump.
+    /// The Python process to dump (a thread's id: its whole process, with a note saying so)
     #[arg(short = 'p', long = "pid")]
     pub pid: u32,
-    /// JSON for tools instead of text: {"pid", "python", "threads": [{"tid", "name", "os_name", "state",
-    /// "syscall", "gil", "frames": [{"function", "file", "line"}] leaf first, "error"}]}
+    /// JSON for tools instead of text: {"pid", "threads": [{"tid", "name", "os_name", "state", "syscall", "gil",
+    /// "frames": [{"function", "file", "line", "kind"}] leaf first, "error", "native_missing",
+    /// "kernel_missing"}]}
     #[arg(long)]
     pub json: bool,
     /// Also the kernel frames of each thread that is not running (/proc/PID/task/TID/stack: where it waits in the
@@ -65,6 +66,60 @@ pub struct DumpedThread {
     pub kernel: Vec<String>,
     /// With `--native`: why its native frames are not among `frames`, if they are not.
     pub native_missing: Option<String>,
+    /// With `--kernel`: why its kernel frames are not in `kernel`, if they could not be read.
+    pub kernel_missing: Option<String>,
+}
+
+/// What `dump -p PID` is to dump: the process of `pid` (itself, or the process of which it is a thread), or why
+/// there is nothing to dump (a kernel thread, a zombie), in a line that says what it is.
+pub fn process_of(pid: u32) -> Result<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|_| anyhow::anyhow!("no process or thread {pid}"))?;
+    let (state, flags) = stat_state_flags(&stat);
+    if flags & PF_KTHREAD != 0 {
+        anyhow::bail!("pid {pid} is a kernel thread, not a Python process");
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let tgid =
+        status.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse::<u32>().ok()).unwrap_or(pid);
+    if tgid != pid {
+        crate::say!("pyperf: note: pid {pid} is a thread of process {tgid}; dumping process {tgid}");
+        return process_of(tgid);
+    }
+    // A leader that exited while its other threads run is Z too: a zombie only when every thread is.
+    let live_thread = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten().any(|e| {
+        std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| !matches!(stat_state_flags(&s).0, 'Z' | 'X'))
+    });
+    if matches!(state, 'Z' | 'X') && !live_thread {
+        anyhow::bail!("pid {pid} is a zombie (exited, not reaped by its parent): there is nothing to dump");
+    }
+    Ok(pid)
+}
+
+/// `PF_KTHREAD` of the flags in /proc/PID/stat: a kernel thread.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// The state letter and the flags of a /proc/PID/stat line (they follow the command, which is in parentheses and
+/// may hold anything).
+fn stat_state_flags(stat: &str) -> (char, u64) {
+    let Some((_, rest)) = stat.rsplit_once(')') else { return ('?', 0) };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first().and_then(|f| f.chars().next()).unwrap_or('?');
+    let flags = fields.get(6).and_then(|f| f.parse().ok()).unwrap_or(0);
+    (state, flags)
+}
+
+/// Whether reading `path` is refused for want of a permission (the file is the process owner's: /proc/PID/mem,
+/// /proc/PID/task/TID/syscall and stack are readable by their owner only, or with CAP_DAC_READ_SEARCH).
+fn refused(path: &str) -> bool {
+    match std::fs::File::open(path) {
+        Ok(mut f) => {
+            let mut b = [0u8; 1];
+            // /proc/PID/task/TID/stack checks CAP_SYS_ADMIN at the read.
+            std::io::Read::read(&mut f, &mut b).is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+        }
+        Err(e) => e.kind() == std::io::ErrorKind::PermissionDenied,
+    }
 }
 
 /// Where a thread blocked in a system call is in user space: the whole /proc/PID/task/TID/syscall line (number,
@@ -144,6 +199,9 @@ fn task_state(pid: u32, tid: u32) -> (char, Option<(i64, u64)>) {
     (state, syscall)
 }
 
+/// Why a thread's kernel frames are not shown when /proc/PID/task/TID/stack is refused.
+const KERNEL_DENIED: &str = "permission denied (/proc/PID/task/TID/stack needs root or CAP_SYS_ADMIN)";
+
 /// Attempts at a running thread's stack: each reads it two or three times and keeps it only if the reads agree.
 const ATTEMPTS: usize = 50;
 
@@ -158,7 +216,15 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
         symbolizer.set_native(crate::native::stacks::NativeStacks::new(true, false).0);
     }
     symbolizer.add_process(&p).with_context(|| format!("cannot read process {pid}"))?;
-    let (mem, maps) = if native {
+    // Without the permission to read the threads' saved registers or stacks (pyperf with only its capabilities,
+    // another user's process), native frames are marked not read, not the whole dump refused.
+    let native_refused =
+        native && (refused(&format!("/proc/{pid}/mem")) || refused(&format!("/proc/{pid}/task/{pid}/syscall")));
+    let native_denied = format!(
+        "permission denied (process {pid} is another user's: its memory and registers need root, or \
+         CAP_DAC_READ_SEARCH too)"
+    );
+    let (mem, maps) = if native && !native_refused {
         let mem =
             std::fs::File::open(format!("/proc/{pid}/mem")).with_context(|| format!("cannot read process {pid}"))?;
         let maps =
@@ -167,6 +233,8 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
     } else {
         (None, Vec::new())
     };
+    // /proc/PID/task/TID/stack needs CAP_SYS_ADMIN: without it every read fails, said once and per thread.
+    let kernel_refused = kernel && refused(&format!("/proc/{pid}/task/{pid}/stack"));
     let mut symbols: Vec<Symbol> = Vec::new();
     let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .with_context(|| format!("process {pid} is gone"))?
@@ -178,7 +246,7 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
     // and checked against a second one after its copy (see below).
     let mut first_look: HashMap<u32, Look> = HashMap::new();
     let mut regs = HashMap::new();
-    if native {
+    if native && !native_refused {
         for &tid in &tids {
             first_look.insert(tid, (blocked_at(pid, tid), switches(pid, tid)));
         }
@@ -233,6 +301,8 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
                 }
                 native_missing = Some("the thread ran while its stack was read".to_string());
             }
+        } else if native_refused {
+            native_missing = Some(native_denied.clone());
         } else if native {
             native_missing = Some("the thread is running (its native frames would need stopping it)".to_string());
         }
@@ -300,10 +370,19 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
             Err(e) => (Err(e), GilState::NoInfo),
         };
         // A running thread's kernel stack says nothing about where it is (it is in user space, or moving).
+        let mut kernel_missing = None;
         let kernel = if kernel && state != 'R' {
-            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stack"))
-                .map(|t| parse_kernel_stack(&t))
-                .unwrap_or_default()
+            match std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stack")) {
+                Ok(t) => parse_kernel_stack(&t),
+                Err(e) => {
+                    kernel_missing = Some(if kernel_refused || e.kind() == std::io::ErrorKind::PermissionDenied {
+                        KERNEL_DENIED.to_string()
+                    } else {
+                        e.to_string()
+                    });
+                    Vec::new()
+                }
+            }
         } else {
             Vec::new()
         };
@@ -318,6 +397,7 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
             frames,
             kernel,
             native_missing,
+            kernel_missing,
         });
     }
     let mut names: HashMap<u32, String> = HashMap::new();
@@ -376,7 +456,24 @@ pub fn dump(args: &DumpArgs) -> Result<std::process::ExitCode> {
             "--kernel: this kernel has no /proc/PID/task/TID/stack (CONFIG_STACKTRACE); dump without --kernel"
         );
     }
-    let threads = threads(args.pid, args.kernel, args.native)?;
+    let pid = process_of(args.pid)?;
+    let threads = threads(pid, args.kernel, args.native)?;
+    // Said once on stderr too, with how many threads it cost.
+    let denied =
+        threads.iter().filter(|t| t.native_missing.as_deref().is_some_and(|m| m.starts_with("permission"))).count();
+    if denied > 0 {
+        crate::say!(
+            "pyperf: warning: --native: native frames of {denied} threads not read: process {pid} is another user's \
+             and reading its memory and registers needs root, or CAP_DAC_READ_SEARCH too"
+        );
+    }
+    let denied = threads.iter().filter(|t| t.kernel_missing.as_deref() == Some(KERNEL_DENIED)).count();
+    if denied > 0 {
+        crate::say!(
+            "pyperf: warning: --kernel: kernel frames of {denied} threads not read: /proc/PID/task/TID/stack needs \
+             root or CAP_SYS_ADMIN"
+        );
+    }
     if args.json {
         let list: Vec<serde_json::Value> = threads
             .iter()
@@ -422,10 +519,11 @@ pub fn dump(args: &DumpArgs) -> Result<std::process::ExitCode> {
                     "frames": frames,
                     "error": error,
                     "native_missing": t.native_missing,
+                    "kernel_missing": t.kernel_missing,
                 })
             })
             .collect();
-        let doc = serde_json::json!({ "pid": args.pid, "threads": list });
+        let doc = serde_json::json!({ "pid": pid, "threads": list });
         let mut text = serde_json::to_string_pretty(&doc)?;
         text.push('\n');
         return write_out(&text);
@@ -452,6 +550,9 @@ pub fn dump(args: &DumpArgs) -> Result<std::process::ExitCode> {
                 pyperf_report::names::escape_text(k),
                 pyperf_report::names::KERNEL_SUFFIX
             ));
+        }
+        if let Some(why) = &t.kernel_missing {
+            out.push_str(&format!("    [kernel frames not read: {why}]\n"));
         }
         if let Some(why) = &t.native_missing {
             out.push_str(&format!("    [native frames not read: {why}]\n"));

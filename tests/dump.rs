@@ -143,3 +143,185 @@ fn dump_sid_3_14() {
 fn dump_sid_3_15() {
     dump_of("sid-3.15");
 }
+
+/// Every JSON key `dump --help` names is one a real `--json` output has, and every key the output has is named.
+#[test]
+fn help_names_the_json_keys() {
+    let _guard = serial();
+    let help = pyperf().args(["dump", "--help"]).output().expect("pyperf dump --help");
+    let help = String::from_utf8_lossy(&help.stdout).to_string();
+    // The --json paragraph (wrapped or not): up to the next option.
+    let start = help.find("--json").expect("--json in the help");
+    let end = help[start..].find("--kernel").map_or(help.len(), |e| start + e);
+    let named: std::collections::BTreeSet<String> =
+        help[start..end].split('"').skip(1).step_by(2).map(str::to_string).collect();
+    assert!(named.contains("tid") && named.contains("frames"), "{help}");
+    let mut child = start_workload(&interpreter("3.11.7"), "dump.py", &[]);
+    let o = pyperf()
+        .args(["dump", "-p", &child.id().to_string(), "--json", "--native", "--kernel"])
+        .output()
+        .expect("run pyperf dump");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    fn keys(v: &Value, out: &mut std::collections::BTreeSet<String>) {
+        match v {
+            Value::Object(m) => {
+                for (k, v) in m {
+                    out.insert(k.clone());
+                    keys(v, out);
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|v| keys(v, out)),
+            _ => {}
+        }
+    }
+    let mut produced = std::collections::BTreeSet::new();
+    keys(&doc, &mut produced);
+    assert_eq!(named, produced, "dump --help against a real --json output");
+}
+
+/// The state letter of /proc/PID/stat.
+fn state_of(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// `dump -p` of what is not a Python process says what it is; a thread's id dumps its process, with a note.
+#[test]
+fn dump_says_what_a_pid_is() {
+    let _guard = serial();
+    // kthreadd.
+    let o = pyperf().args(["dump", "-p", "2"]).output().expect("run pyperf dump");
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("pid 2 is a kernel thread, not a Python process"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    // A child that exited and that this test does not reap (yet).
+    let mut zombie = std::process::Command::new("true").spawn().expect("spawn true");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while state_of(zombie.id()) != Some('Z') {
+        assert!(std::time::Instant::now() < deadline, "true did not exit");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let o = pyperf().args(["dump", "-p", &zombie.id().to_string()]).output().expect("run pyperf dump");
+    let _ = zombie.wait();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&format!("pid {} is a zombie (exited, not reaped", zombie.id())), "{err}");
+    // A thread of a Python process: the process, said.
+    let mut child = start_workload(&interpreter("3.11.7"), "dump.py", &[]);
+    let pid = child.id();
+    let tid: u32 = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("tasks")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .find(|&t| t != pid)
+        .expect("a thread");
+    let o = pyperf().args(["dump", "-p", &tid.to_string(), "--json"]).output().expect("run pyperf dump");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&format!("pid {tid} is a thread of process {pid}; dumping process {pid}")), "{err}");
+    let doc: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(doc["pid"].as_u64(), Some(u64::from(pid)), "{doc:#}");
+    let threads = doc["threads"].as_array().expect("threads");
+    assert!(threads.iter().any(|t| t["tid"].as_u64() == Some(u64::from(tid))), "{doc:#}");
+}
+
+/// pyperf with only CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE, run by another user than the process's: `dump
+/// --native` and `dump --kernel` give the Python stacks, the frames they cannot read marked so with the reason (and
+/// said once on stderr), instead of failing on "Permission denied" or showing nothing; `record --kernel` says at
+/// the start, in one line, that kernel frames will be unnamed and what to do.
+#[test]
+fn dump_with_only_capabilities_marks_what_it_cannot_read() {
+    let _guard = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("pyperf");
+    std::fs::copy(env!("CARGO_BIN_EXE_pyperf"), &bin).unwrap();
+    let chmod = |p: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+    };
+    chmod(dir.path(), 0o777);
+    chmod(&bin, 0o755);
+    let set = std::process::Command::new("setcap")
+        .arg("cap_bpf,cap_perfmon,cap_sys_ptrace+ep")
+        .arg(&bin)
+        .output()
+        .expect("setcap (scripts/setup installs it)");
+    assert!(set.status.success(), "setcap: {}", String::from_utf8_lossy(&set.stderr));
+    // Debian's interpreter: every file it maps is readable by anyone.
+    let mut child = start_workload(&interpreter("debian-3.11"), "dump.py", &[]);
+    let pid = child.id().to_string();
+    let as_nobody = |args: &[&str]| {
+        run(std::process::Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+            .arg(&bin)
+            .args(args))
+    };
+    let native = as_nobody(&["dump", "-p", &pid, "--json", "--native"]);
+    let kernel = as_nobody(&["dump", "-p", &pid, "--json", "--kernel"]);
+    let out = dir.path().join("k.pyp");
+    let record = as_nobody(&["record", "-p", &pid, "-d", "1", "--kernel", "-o", out.to_str().unwrap()]);
+    let _ = child.kill();
+    let _ = child.wait();
+    for (what, o, key, warning) in [
+        ("--native", &native, "native_missing", "warning: --native: native frames of"),
+        ("--kernel", &kernel, "kernel_missing", "warning: --kernel: kernel frames of"),
+    ] {
+        assert!(o.status.success(), "{what}: {}", String::from_utf8_lossy(&o.stderr));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.lines().filter(|l| l.contains(warning)).count(), 1, "{what}: {err}");
+        let doc: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+        for &(name, leaf, _) in EXPECTED {
+            let t = doc["threads"]
+                .as_array()
+                .and_then(|t| t.iter().find(|t| t["name"].as_str() == Some(name)))
+                .unwrap_or_else(|| panic!("{what}: no {name}: {doc:#}"));
+            assert!(t[key].as_str().is_some_and(|m| m.contains("permission denied")), "{what} {name}: {t:#}");
+            let frames = t["frames"].as_array().unwrap_or_else(|| panic!("{what} {name}: {t:#}"));
+            assert_eq!(frames[0]["function"].as_str(), Some(leaf), "{what} {name}: {t:#}");
+        }
+    }
+    assert!(record.status.success(), "{}", String::from_utf8_lossy(&record.stderr));
+    let err = String::from_utf8_lossy(&record.stderr);
+    let said: Vec<&str> = err.lines().filter(|l| l.contains("kernel frames will be unnamed")).collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(said[0].contains("CAP_SYSLOG"), "{err}");
+}
+
+/// The interpreter's file replaced by a FIFO after it started, read by pyperf with only its capabilities (so
+/// /proc/PID/map_files is closed and the path is what is left): `dump` ends with an error instead of blocking in
+/// open() forever.
+#[test]
+fn an_interpreter_replaced_by_a_fifo_does_not_block_dump() {
+    let _guard = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chmod = |p: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+    };
+    chmod(dir.path(), 0o777);
+    let bin = dir.path().join("pyperf");
+    std::fs::copy(env!("CARGO_BIN_EXE_pyperf"), &bin).unwrap();
+    chmod(&bin, 0o755);
+    let set = std::process::Command::new("setcap")
+        .arg("cap_bpf,cap_perfmon,cap_sys_ptrace+ep")
+        .arg(&bin)
+        .output()
+        .expect("setcap (scripts/setup installs it)");
+    assert!(set.status.success(), "setcap: {}", String::from_utf8_lossy(&set.stderr));
+    let exe = dir.path().join("python3.11");
+    std::fs::copy(interpreter("debian-3.11"), &exe).unwrap();
+    let mut child = start_workload(&exe, "dump.py", &[]);
+    std::fs::remove_file(&exe).unwrap();
+    assert!(std::process::Command::new("mkfifo").arg(&exe).status().is_ok_and(|s| s.success()));
+    let o = run(std::process::Command::new("timeout")
+        .args(["-s", "KILL", "60", "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg(&bin)
+        .args(["dump", "-p", &child.id().to_string()]));
+    let _ = child.kill();
+    let _ = child.wait();
+    // Killed by the timeout (a signal status, or 137); a refusal is an ordinary failure.
+    assert!(o.status.code().is_some_and(|c| c != 137), "dump blocked: {:?}", o.status);
+}

@@ -349,3 +349,87 @@ fn off_cpu_3_11_7() {
 fn off_cpu_sid_3_15() {
     check_off_cpu("sid-3.15");
 }
+
+/// Removes a directory the test made outside its temp dir (under the system's /usr/lib/debug), even on a panic.
+struct RemoveDir(PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// pyperf run under `timeout`: killed after `secs` seconds (status 137) instead of hanging the test.
+fn bounded(secs: u32, args: &[&str]) -> std::process::Output {
+    run(Command::new("timeout").args(["-s", "KILL", &secs.to_string()]).arg(env!("CARGO_BIN_EXE_pyperf")).args(args))
+}
+
+/// A stripped library whose `.gnu_debuglink` names a FIFO (in its directory, in its `.debug/` through a symbolic
+/// link, and under /usr/lib/debug/<dir>/), loaded into a Python process: `record -p --native`, `record -a
+/// --native` and `dump --native` finish (they used to block in open() forever) and give their output, and the
+/// refused candidates are counted in the recording's trailer.
+#[test]
+fn a_fifo_named_as_debug_file_never_blocks() {
+    let _guard = serial();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path();
+    std::fs::write(
+        d.join("fifo.c"),
+        "void pyperf_fifo_spin(long n) { volatile long x = 0; for (long i = 0; i < n; i++) x += i; }\n",
+    )
+    .unwrap();
+    let ok = |c: &mut Command| assert!(c.status().is_ok_and(|s| s.success()), "{c:?}");
+    ok(Command::new("gcc").args(["-shared", "-fPIC", "-O1", "-o"]).arg(d.join("libfull.so")).arg(d.join("fifo.c")));
+    ok(Command::new("objcopy").arg("--only-keep-debug").arg(d.join("libfull.so")).arg(d.join("libfifo.debug")));
+    ok(Command::new("strip").arg("--strip-all").arg("-o").arg(d.join("libfifo.so")).arg(d.join("libfull.so")));
+    // objcopy reads the named file for its checksum; it becomes a FIFO afterwards.
+    ok(Command::new("objcopy")
+        .arg(format!("--add-gnu-debuglink={}", d.join("libfifo.debug").display()))
+        .arg(d.join("libfifo.so")));
+    let mkfifo = |p: &Path| {
+        let _ = std::fs::remove_file(p);
+        ok(Command::new("mkfifo").arg(p));
+    };
+    mkfifo(&d.join("libfifo.debug"));
+    std::fs::create_dir(d.join(".debug")).unwrap();
+    std::os::unix::fs::symlink(d.join("libfifo.debug"), d.join(".debug/libfifo.debug")).unwrap();
+    let system = PathBuf::from(format!("/usr/lib/debug{}", d.display()));
+    std::fs::create_dir_all(&system).unwrap();
+    let _remove = RemoveDir(system.clone());
+    mkfifo(&system.join("libfifo.debug"));
+
+    let script = "import ctypes, sys, time\n\
+                  lib = ctypes.CDLL(sys.argv[1])\n\
+                  print('ready', flush=True)\n\
+                  while True:\n    lib.pyperf_fifo_spin(2000000)\n    time.sleep(0.01)\n";
+    let mut target = Command::new(interpreter("3.11.7"))
+        .args(["-c", script])
+        .arg(d.join("libfifo.so"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start python");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(target.stdout.as_mut().unwrap()), &mut line).unwrap();
+    assert!(line.starts_with("ready"), "{line:?}");
+    let pid = target.id().to_string();
+    let out = d.join("fifo.pyp");
+    let out_all = d.join("fifo-all.pyp");
+    let rec = bounded(60, &["record", "-p", &pid, "--native", "-d", "2", "-o", out.to_str().unwrap()]);
+    let all = bounded(90, &["record", "-a", "--native", "-d", "2", "-o", out_all.to_str().unwrap()]);
+    let dump = bounded(60, &["dump", "-p", &pid, "--native"]);
+    let _ = target.kill();
+    let _ = target.wait();
+    assert!(rec.status.success(), "record -p: {:?}", rec.status);
+    assert!(all.status.success(), "record -a: {:?}", all.status);
+    assert!(dump.status.success(), "dump: {:?}", dump.status);
+    let text = String::from_utf8_lossy(&dump.stdout);
+    assert!(text.contains(&format!("Thread {pid} ")), "{text}");
+    for path in [&out, &out_all] {
+        let (samples, tables) = samples(path);
+        let mine = samples.iter().filter(|s| s.pid.to_string() == pid).count();
+        assert!(mine > 0, "{}: no samples of {pid}", path.display());
+        let refused =
+            tables.stats.as_ref().and_then(|s| s.counters.iter().find(|c| c.0 == "native_debug_files_refused"));
+        assert!(refused.is_some_and(|c| c.1 >= 3), "{}: {refused:?}", path.display());
+    }
+}

@@ -510,28 +510,97 @@ pub fn hex(bytes: &[u8]) -> String {
     s
 }
 
-/// Where a separate debug file for a binary may be, under `root` (a process's root, or `/`): by build id
+/// A separate debug file larger than this is not read (its symbol table is read whole: a crafted file could
+/// make that gigabytes).
+pub const MAX_DEBUG_FILE: u64 = 2 << 30;
+
+/// Opens `path` as seen from `root` (a process's root, `/proc/PID/root`, or `/`) for reading, where the path
+/// comes from the target (its maps, its `.gnu_debuglink`) and so may name anything: never blocks in `open()`
+/// (`O_NONBLOCK`: a FIFO or a device would wait for a writer forever), never follows a symbolic link in the last
+/// component (`O_NOFOLLOW`), resolves the others inside `root` as the process itself sees them (`openat2`'s
+/// `RESOLVE_IN_ROOT`, where the kernel has it: an absolute link in a container must not lead to the host's file),
+/// and gives only a regular file of at most `max_len` bytes.
+pub fn open_in_root(root: &Path, path: &str, max_len: u64) -> std::io::Result<File> {
+    use std::ffi::CString;
+    use std::os::fd::{FromRawFd as _, OwnedFd};
+    use std::os::unix::ffi::OsStrExt as _;
+    let invalid = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_string());
+    let rel = path.trim_start_matches('/');
+    if rel.is_empty() {
+        return Err(invalid("no file name"));
+    }
+    let c_root = CString::new(root.as_os_str().as_bytes()).map_err(|_| invalid("NUL in the path"))?;
+    let c_rel = CString::new(rel).map_err(|_| invalid("NUL in the path"))?;
+    // The root itself is the kernel's (the /proc/PID/root magic link): followed.
+    // SAFETY: c_root is a NUL-terminated string that outlives the call.
+    let dir = unsafe { libc::open(c_root.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if dir < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: dir is a descriptor just opened and owned by nothing else.
+    let dir = unsafe { OwnedFd::from_raw_fd(dir) };
+    let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY | libc::O_CLOEXEC;
+    // SAFETY: open_how is plain integers, for which all zeroes is a valid value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = flags as u64;
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: openat2 with a valid directory descriptor, a NUL-terminated path and an open_how of the size given,
+    // all of which outlive the call.
+    let mut fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            c_rel.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    } as i32;
+    if fd < 0 {
+        let err = std::io::Error::last_os_error();
+        // No openat2 (before Linux 5.6, or filtered by a sandbox): the last component still is not followed.
+        if !matches!(err.raw_os_error(), Some(libc::ENOSYS) | Some(libc::EPERM)) {
+            return Err(err);
+        }
+        // SAFETY: openat with a valid directory descriptor and a NUL-terminated path that outlive the call.
+        fd = unsafe { libc::openat(dir.as_raw_fd(), c_rel.as_ptr(), flags) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    // SAFETY: fd is a descriptor just opened and owned by nothing else.
+    let file = unsafe { File::from_raw_fd(fd) };
+    let md = file.metadata()?;
+    if !md.file_type().is_file() {
+        return Err(invalid("not a regular file"));
+    }
+    if md.len() > max_len {
+        return Err(invalid("too large"));
+    }
+    Ok(file)
+}
+
+/// Where a separate debug file for a binary may be, as paths inside the process's root: by build id
 /// (`/usr/lib/debug/.build-id/ab/cdef….debug`), then by `.gnu_debuglink` next to the binary, in its `.debug/`
-/// and under `/usr/lib/debug/<dir>/`, then `/usr/lib/debug/<path>.debug` and `/usr/lib/debug/<path>`.
-pub fn debug_file_candidates(root: &Path, path: &str, build_id: &str, debuglink: Option<&str>) -> Vec<PathBuf> {
-    let under = |p: &str| root.join(p.trim_start_matches('/'));
+/// and under `/usr/lib/debug/<dir>/`, then `/usr/lib/debug/<path>.debug` and `/usr/lib/debug/<path>`. Open them
+/// with [`open_in_root`]: they are the target's to choose.
+pub fn debug_file_candidates(path: &str, build_id: &str, debuglink: Option<&str>) -> Vec<String> {
     let mut out = Vec::new();
     if build_id.len() > 2 && build_id.bytes().all(|b| b.is_ascii_hexdigit()) {
-        out.push(under(&format!("/usr/lib/debug/.build-id/{}/{}.debug", &build_id[..2], &build_id[2..])));
+        out.push(format!("/usr/lib/debug/.build-id/{}/{}.debug", &build_id[..2], &build_id[2..]));
     }
     let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
     if let Some(link) = debuglink.filter(|l| !l.is_empty() && !l.contains('/')) {
-        out.push(under(&format!("{dir}/{link}")));
-        out.push(under(&format!("{dir}/.debug/{link}")));
-        out.push(under(&format!("/usr/lib/debug{dir}/{link}")));
+        out.push(format!("{dir}/{link}"));
+        out.push(format!("{dir}/.debug/{link}"));
+        out.push(format!("/usr/lib/debug{dir}/{link}"));
     }
     if path.starts_with('/') {
-        out.push(under(&format!("/usr/lib/debug{path}.debug")));
-        out.push(under(&format!("/usr/lib/debug{path}")));
+        out.push(format!("/usr/lib/debug{path}.debug"));
+        out.push(format!("/usr/lib/debug{path}"));
     }
     // The binary itself is never its own debug file.
-    let me = under(path);
-    out.retain(|p| *p != me);
+    out.retain(|p| p != path);
     out
 }
 
@@ -621,8 +690,9 @@ mod tests {
 
     #[test]
     fn debug_candidates() {
-        let c = debug_file_candidates(Path::new("/proc/1/root"), "/usr/lib/libx.so", "abcdef", Some("libx.debug"));
-        assert_eq!(c[0], Path::new("/proc/1/root/usr/lib/debug/.build-id/ab/cdef.debug"));
-        assert!(c.contains(&PathBuf::from("/proc/1/root/usr/lib/debug/usr/lib/libx.debug")));
+        let c = debug_file_candidates("/usr/lib/libx.so", "abcdef", Some("libx.debug"));
+        assert_eq!(c[0], "/usr/lib/debug/.build-id/ab/cdef.debug");
+        assert!(c.iter().any(|p| p == "/usr/lib/debug/usr/lib/libx.debug"));
+        assert!(debug_file_candidates("/usr/lib/libx.so", "", Some("libx.so")).iter().all(|p| p != "/usr/lib/libx.so"));
     }
 }

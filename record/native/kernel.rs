@@ -22,10 +22,11 @@ pub enum KernelSymbolsError {
     /// The file could not be read.
     #[error("cannot read /proc/kallsyms: {0}; kernel frames will be shown as {UNKNOWN}")]
     Io(#[from] std::io::Error),
-    /// Every address is 0: `kernel.kptr_restrict` hides them from this process.
+    /// Every address is 0: `kernel.kptr_restrict` (with `kernel.perf_event_paranoid` above 1) hides them from a
+    /// process without CAP_SYSLOG, as pyperf run with only CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE is.
     #[error(
-        "kernel addresses are hidden (/proc/sys/kernel/kptr_restrict): run as root or set it to 0; kernel frames \
-         will be shown as {UNKNOWN}"
+        "kernel frames will be unnamed ({UNKNOWN}): /proc/kallsyms hides kernel addresses from pyperf; run as root, \
+         grant CAP_SYSLOG too, or set kernel.kptr_restrict=0 and kernel.perf_event_paranoid=1"
     )]
     Hidden,
     /// No text symbol at all.

@@ -65,6 +65,8 @@ pub struct NativeStacks {
     addrs: Vec<u64>,
     keys: Vec<(u32, u64, bool)>,
     counts: Counts,
+    /// The unwinder's [`NativeUnwinder::generation`] the names in `frames` are of.
+    generation: u64,
 }
 
 #[derive(Default)]
@@ -102,6 +104,7 @@ impl NativeStacks {
             addrs: Vec::with_capacity(256),
             keys: Vec::with_capacity(256),
             counts: Counts::default(),
+            generation: 0,
         };
         (stacks, warning)
     }
@@ -224,6 +227,12 @@ impl NativeStacks {
         self.addrs.clear();
         let end =
             unwinder.unwind(s.pid, UserRegs { ip: user.ip, sp: user.sp, bp: user.bp }, user.stack, &mut self.addrs);
+        // A separate debug file came late: frames named before by offset get their names from here on.
+        let generation = unwinder.generation();
+        if generation != self.generation {
+            self.generation = generation;
+            self.frames.clear();
+        }
         // Root first from here on.
         self.keys.clear();
         self.keys.extend(self.addrs.iter().enumerate().rev().map(|(i, &a)| (s.pid, a, i > 0)));

@@ -29,6 +29,13 @@ pub const UNKNOWN: &str = "[unknown]";
 /// The address-to-symbol cache is emptied when it grows past this many entries (bounds memory on long
 /// recordings of code with many distinct leaf addresses).
 const ADDR_CACHE_MAX: usize = 1 << 20;
+/// How long the unwinding waits for one file's separate debug file (looked for and parsed by a worker thread):
+/// a usual one is in well before, so names are right from the first sample; a slow or huge one comes later, its
+/// file's frames named by offset meanwhile.
+pub const DEBUG_FILE_WAIT: Duration = Duration::from_millis(500);
+/// How long the unwinding waits for debug files in all: past it, they only come as they come (a process mapping
+/// many libraries with slow debug files cannot stall a recording for long).
+pub const DEBUG_FILE_WAIT_TOTAL: Duration = Duration::from_secs(3);
 
 /// The user registers an unwind starts from (x86-64: rip, rsp, rbp).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,6 +217,8 @@ struct Counts {
     files_parsed: u64,
     files_unusable: u64,
     debug_files: u64,
+    debug_files_late: u64,
+    debug_files_rejected: u64,
     cold_parts: u64,
     cache_hits: u64,
     cache_misses: u64,
@@ -226,6 +235,95 @@ pub struct NativeUnwinder {
     names: HashMap<(usize, u32), Arc<str>>,
     empty: Arc<str>,
     counts: Counts,
+    debug: DebugLoader,
+    /// Bumped when a file's symbols changed (a debug file came late): names given before may be stale.
+    generation: u64,
+}
+
+/// A request to the debug file worker: the separate debug file of `file` (its parsed self `info`, `path` as
+/// mapped, the process's `root`), and the file itself to parse again with those symbols.
+struct DebugRequest {
+    file: usize,
+    root: PathBuf,
+    path: String,
+    build_id: Arc<str>,
+    debuglink: Option<String>,
+    data: File,
+}
+
+/// The worker thread that finds and parses separate debug files off the unwinding path: a debug file is the
+/// target's to choose (it may be huge, or slow to read), so waiting for it is bounded.
+#[derive(Default)]
+struct DebugLoader {
+    /// Started on first use.
+    worker: Option<(std::sync::mpsc::Sender<DebugRequest>, std::sync::mpsc::Receiver<DebugReply>)>,
+    /// Files asked for and not answered yet.
+    pending: usize,
+    /// Waited so far in all (see [`DEBUG_FILE_WAIT_TOTAL`]).
+    waited: Duration,
+}
+
+/// The worker's answer for a file: the file parsed again with its debug file's symbols (`None`: no usable debug
+/// file), and how many candidates were refused (not regular files, too large).
+struct DebugReply {
+    file: usize,
+    info: Option<ElfInfo>,
+    rejected: u64,
+}
+
+impl DebugLoader {
+    /// Asks for the debug file of a file; false when the worker cannot be started.
+    fn request(&mut self, req: DebugRequest) -> bool {
+        if self.worker.is_none() {
+            let (req_tx, req_rx) = std::sync::mpsc::channel::<DebugRequest>();
+            let (reply_tx, reply_rx) = std::sync::mpsc::channel();
+            let spawned = std::thread::Builder::new().name("pyperf-debugfiles".into()).spawn(move || {
+                for r in req_rx {
+                    let reply = load_debug(r);
+                    if reply_tx.send(reply).is_err() {
+                        break;
+                    }
+                }
+            });
+            if spawned.is_err() {
+                return false;
+            }
+            self.worker = Some((req_tx, reply_rx));
+        }
+        let Some((tx, _)) = &self.worker else { return false };
+        if tx.send(req).is_err() {
+            return false;
+        }
+        self.pending += 1;
+        true
+    }
+
+    /// An answer, waiting at most `wait` (and never past the total budget); `None` when none came.
+    fn reply(&mut self, wait: Duration) -> Option<DebugReply> {
+        let (_, rx) = self.worker.as_ref()?;
+        if self.pending == 0 {
+            return None;
+        }
+        let wait = wait.min(DEBUG_FILE_WAIT_TOTAL.saturating_sub(self.waited));
+        let started = Instant::now();
+        let got = if wait.is_zero() { rx.try_recv().ok() } else { rx.recv_timeout(wait).ok() };
+        self.waited += started.elapsed();
+        if got.is_some() {
+            self.pending -= 1;
+        }
+        got
+    }
+}
+
+/// The worker's part: finds the debug file of a request and parses the file again with its symbols.
+fn load_debug(r: DebugRequest) -> DebugReply {
+    let mut rejected = 0;
+    let debug = find_debug_file(&r.root, &r.path, &r.build_id, r.debuglink.as_deref(), &mut rejected);
+    let info = debug.and_then(|d| {
+        let mut d = Some(d);
+        ElfInfo::parse_file_with(r.data, &mut |_| d.take()).ok().filter(|i| i.has_debug_file)
+    });
+    DebugReply { file: r.file, info, rejected }
 }
 
 impl Default for NativeUnwinder {
@@ -245,7 +343,56 @@ impl NativeUnwinder {
             names: HashMap::new(),
             empty: Arc::from(""),
             counts: Counts::default(),
+            debug: DebugLoader::default(),
+            generation: 0,
         }
+    }
+
+    /// Bumped each time symbols of a file changed since names were given (a separate debug file parsed late):
+    /// names cached by the caller from before are then stale.
+    pub fn generation(&mut self) -> u64 {
+        self.take_debug_replies(Duration::ZERO);
+        self.generation
+    }
+
+    /// Waits up to `wait` for the debug files asked for (a one-shot reader such as `dump` can afford it; the
+    /// total wait stays bounded). Whether none is pending any more.
+    pub fn wait_for_debug_files(&mut self, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        while self.debug.pending > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match self.debug.reply(left) {
+                Some(reply) => self.apply_debug(reply),
+                None => break,
+            }
+        }
+        self.debug.pending == 0
+    }
+
+    /// Takes the worker's answers that have come (waiting at most `wait` for the first).
+    fn take_debug_replies(&mut self, wait: Duration) {
+        let mut wait = wait;
+        while let Some(reply) = self.debug.reply(wait) {
+            self.apply_debug(reply);
+            wait = Duration::ZERO;
+        }
+    }
+
+    /// Installs a debug file's symbols in its file.
+    fn apply_debug(&mut self, reply: DebugReply) {
+        self.counts.debug_files_rejected += reply.rejected;
+        let Some(info) = reply.info else { return };
+        let Some(entry) = self.files.get_mut(reply.file) else { return };
+        self.counts.debug_files += 1;
+        self.counts.cold_parts += info.cold_parts as u64;
+        entry.info = Some(Arc::new(info));
+        // Names given from the file's own symbols are stale.
+        self.addr_cache.clear();
+        self.names.clear();
+        self.generation += 1;
     }
 
     /// Follows process `pid`: reads its `/proc/PID/maps` and parses the files it maps (those not seen yet).
@@ -312,40 +459,71 @@ impl NativeUnwinder {
             return i;
         }
         let info = match key {
-            FileKey::Vdso => own_vdso(),
+            FileKey::Vdso => own_vdso().map(|i| (i, None)),
             FileKey::Inode { inode, .. } => self.parse_file(pid, root, e, inode),
         };
         self.counts.files_parsed += 1;
         if info.is_none() {
             self.counts.files_unusable += 1;
         }
+        let (info, data) = info.map_or((None, None), |(i, d)| (Some(i), d));
         let build_id = info.as_ref().map_or_else(|| Arc::from(""), |i| i.build_id.clone());
+        // A stripped file: its separate debug file is looked for by the worker.
+        let request = match (&info, data) {
+            (Some(i), Some(data)) if !i.has_symtab => Some(DebugRequest {
+                file: self.files.len(),
+                root: root.to_owned(),
+                path: e.path.strip_suffix(" (deleted)").unwrap_or(&e.path).to_string(),
+                build_id: build_id.clone(),
+                debuglink: i.debuglink.clone(),
+                data,
+            }),
+            _ => None,
+        };
+        let i = self.files.len();
         self.files.push(FileEntry { info: info.map(Arc::new), build_id });
-        let i = self.files.len() - 1;
         self.file_ids.insert(key, i);
+        if let Some(req) = request {
+            if self.debug.request(req) {
+                // Waited for a little (usually enough); else its frames get their names when it comes.
+                let deadline = Instant::now() + DEBUG_FILE_WAIT;
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let Some(reply) = self.debug.reply(left) else {
+                        self.counts.debug_files_late += 1;
+                        break;
+                    };
+                    let done = reply.file == i;
+                    self.apply_debug(reply);
+                    if done {
+                        break;
+                    }
+                }
+            }
+        }
         i
     }
 
     /// Opens and parses a mapped file: through the process's root when the file there is the one mapped (same
-    /// inode), else through `map_files` (the mapping itself, even of a deleted or replaced file).
-    fn parse_file(&mut self, pid: u32, root: &Path, e: &MapsEntry, inode: u64) -> Option<ElfInfo> {
+    /// inode), else through `map_files` (the mapping itself, even of a deleted or replaced file). The path is the
+    /// target's: opened as [`elf::open_in_root`] opens it (a FIFO or a link put in its place is refused). With
+    /// it, a second handle on the file, for parsing it again with a separate debug file's symbols.
+    fn parse_file(&mut self, pid: u32, root: &Path, e: &MapsEntry, inode: u64) -> Option<(ElfInfo, Option<File>)> {
         let deleted = e.path.ends_with(" (deleted)");
         let path = e.path.strip_suffix(" (deleted)").unwrap_or(&e.path);
-        let in_root = root.join(path.trim_start_matches('/'));
-        let by_root = if deleted { None } else { File::open(&in_root).ok() };
+        let by_root = if deleted { None } else { elf::open_in_root(root, path, u64::MAX).ok() };
         let same = by_root.as_ref().and_then(|f| f.metadata().ok()).is_some_and(|m| m.ino() == inode);
         let file = if same {
             by_root
         } else {
+            // The kernel's link to the mapping (followed: it is no path of the target's), still not blocking.
             let mapped = format!("/proc/{pid}/map_files/{:x}-{:x}", e.start, e.end);
-            File::open(mapped).ok().or(by_root)
+            open_regular(Path::new(&mapped)).ok().or(by_root)
         }?;
-        let info = ElfInfo::parse_file_with(file, &mut |info| find_debug_file(root, path, info)).ok()?;
-        if info.has_debug_file {
-            self.counts.debug_files += 1;
-        }
+        let again = file.try_clone().ok();
+        let info = ElfInfo::parse_file_with(file, &mut |_| None).ok()?;
         self.counts.cold_parts += info.cold_parts as u64;
-        Some(info)
+        Some((info, again))
     }
 
     /// Re-reads the maps of `pid` unless read less than [`REREAD_INTERVAL`] ago. Whether it did.
@@ -526,6 +704,8 @@ impl NativeUnwinder {
             ("native_files_parsed".to_string(), c.files_parsed),
             ("native_files_unusable".to_string(), c.files_unusable),
             ("native_debug_files".to_string(), c.debug_files),
+            ("native_debug_files_late".to_string(), c.debug_files_late),
+            ("native_debug_files_refused".to_string(), c.debug_files_rejected),
             ("native_cold_parts_named".to_string(), c.cold_parts),
             ("native_symbol_cache_hits".to_string(), c.cache_hits),
             ("native_symbol_cache_misses".to_string(), c.cache_misses),
@@ -603,20 +783,46 @@ fn eh_frame_hdr_is_sound(hdr: &elf::SectionData, eh: &elf::SectionData) -> bool 
     })
 }
 
-/// The separate debug file of a stripped file (`path` as mapped, `info` its parsed self): the first candidate
-/// (see [`elf::debug_file_candidates`]) with symbols and the same build id, in the process's `root`, then in this
-/// system's.
-fn find_debug_file(root: &Path, path: &str, info: &ElfInfo) -> Option<ElfInfo> {
+/// The separate debug file of a stripped file (`path` as mapped, with its build id and `.gnu_debuglink`): the
+/// first candidate (see [`elf::debug_file_candidates`]) with symbols and the same build id, in the process's
+/// `root`, then in this system's. Candidates that are not regular files (or too large) are refused, and counted in
+/// `rejected`.
+fn find_debug_file(
+    root: &Path,
+    path: &str,
+    build_id: &str,
+    debuglink: Option<&str>,
+    rejected: &mut u64,
+) -> Option<ElfInfo> {
     for r in [root, Path::new("/")] {
-        for candidate in elf::debug_file_candidates(r, path, &info.build_id, info.debuglink.as_deref()) {
-            let Ok(debug) = ElfInfo::open(&candidate) else { continue };
-            let matches = info.build_id.is_empty() || debug.build_id == info.build_id;
+        for candidate in elf::debug_file_candidates(path, build_id, debuglink) {
+            let file = match elf::open_in_root(r, &candidate, elf::MAX_DEBUG_FILE) {
+                Ok(f) => f,
+                Err(e) => {
+                    if e.kind() == std::io::ErrorKind::InvalidInput || e.raw_os_error() == Some(libc::ELOOP) {
+                        *rejected += 1;
+                    }
+                    continue;
+                }
+            };
+            let Ok(debug) = ElfInfo::parse_file_with(file, &mut |_| None) else { continue };
+            let matches = build_id.is_empty() || *debug.build_id == *build_id;
             if matches && !debug.symbols.is_empty() {
                 return Some(debug);
             }
         }
     }
     None
+}
+
+/// Opens a file pyperf trusts the name of (a kernel's link) without blocking, if it is a regular file.
+fn open_regular(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)?;
+    if !file.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"));
+    }
+    Ok(file)
 }
 
 /// The recorder's own vDSO, parsed: the kernel maps the same image into every process.
@@ -978,8 +1184,11 @@ garbage line
         let info = ElfInfo::open(&stripped).expect("stripped");
         assert!(!info.has_symtab && info.symbols.lookup(hidden).is_none());
         let file = File::open(&stripped).expect("open");
-        let info = ElfInfo::parse_file_with(file, &mut |i| find_debug_file(dir.path(), "/nowhere/libpyperf_s.so", i))
-            .expect("parse");
+        let mut refused = 0;
+        let info = ElfInfo::parse_file_with(file, &mut |i| {
+            find_debug_file(dir.path(), "/nowhere/libpyperf_s.so", &i.build_id, None, &mut refused)
+        })
+        .expect("parse");
         assert!(info.has_debug_file);
         let i = info.symbols.lookup(hidden + 1).expect("debug symbols");
         assert_eq!(info.symbols.name(i), "pyperf_c_hidden");
@@ -988,6 +1197,97 @@ garbage line
         let info = ElfInfo::open(&stripped).expect("stripped");
         let i = info.symbols.lookup(cold + 2).expect("cold part named");
         assert_eq!((info.symbols.name(i), info.cold_parts), ("pyperf_c_split.cold", 1));
+    }
+
+    /// A stripped library whose `.gnu_debuglink` names a debug file next to it: the worker finds and parses it and
+    /// the static function is named by it; the debug file's FIFO-named twin is refused and counted.
+    #[test]
+    fn the_debug_file_worker_names_a_stripped_library() {
+        let Some((dir, lib, stripped)) = c_library() else {
+            absent("gcc, strip and objcopy");
+            return;
+        };
+        let d = dir.path();
+        let linked = d.join("libpyperf_l.so");
+        std::fs::copy(&stripped, &linked).expect("copy");
+        let debug = d.join("libpyperf_l.debug");
+        let run = |c: &mut Command| c.status().is_ok_and(|s| s.success());
+        assert!(run(Command::new("objcopy").arg("--only-keep-debug").arg(&lib).arg(&debug)));
+        assert!(run(Command::new("objcopy").arg("--add-gnu-debuglink").arg(&debug).arg(&linked)));
+        // In the library's .debug/: a FIFO by the same name, looked at after the real one is found (never opened).
+        std::fs::create_dir(d.join(".debug")).expect("mkdir");
+        let fifo = std::ffi::CString::new(d.join(".debug/libpyperf_l.debug").to_str().expect("utf-8")).expect("path");
+        // SAFETY: mkfifo of a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let cpath = std::ffi::CString::new(linked.to_str().expect("utf-8")).expect("path");
+        // SAFETY: dlopen of a library this test built; it has no constructors.
+        let handle = unsafe { libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(!handle.is_null(), "dlopen failed");
+        let pid = std::process::id();
+        let mut u = NativeUnwinder::new();
+        u.add_process(pid).expect("own maps");
+        // Usually in within the unwinding's wait; on a loaded machine it may come later.
+        assert!(u.wait_for_debug_files(Duration::from_secs(60)), "the worker never answered");
+        let full = ElfInfo::open(&lib).expect("parse");
+        let hidden = address_of(&full, "pyperf_c_hidden").expect("hidden symbol");
+        let base = {
+            let p = &u.processes[&pid];
+            let m = p.mappings.iter().find(|m| m.path.ends_with("libpyperf_l.so")).expect("mapped");
+            m.bias
+        };
+        let s = u.symbol(pid, hidden + base + 5, false);
+        assert_eq!((s.name.as_str(), s.resolved), ("pyperf_c_hidden", true));
+        let counters: HashMap<String, u64> = u.counters().into_iter().collect();
+        assert!(counters["native_debug_files"] >= 1, "{counters:?}");
+        // A FIFO in the first place looked: refused at once, then the real file found further on.
+        std::fs::remove_file(&debug).expect("rm");
+        let first = std::ffi::CString::new(debug.to_str().expect("utf-8")).expect("path");
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::mkfifo(first.as_ptr(), 0o600) }, 0);
+        std::fs::remove_file(d.join(".debug/libpyperf_l.debug")).expect("rm");
+        assert!(run(Command::new("objcopy")
+            .arg("--only-keep-debug")
+            .arg(&lib)
+            .arg(d.join(".debug/libpyperf_l.debug"))));
+        let mut refused = 0;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (root, build_id) = (d.to_owned(), full.build_id.to_string());
+        std::thread::spawn(move || {
+            let found = find_debug_file(&root, "/libpyperf_l.so", &build_id, Some("libpyperf_l.debug"), &mut refused);
+            let _ = tx.send((found.is_some(), refused));
+        });
+        let (found, refused) = rx.recv_timeout(Duration::from_secs(60)).expect("blocked on the FIFO");
+        assert!(found && refused >= 1, "found {found}, refused {refused}");
+        // SAFETY: the handle came from dlopen above and nothing of the library is in use.
+        unsafe { libc::dlclose(handle) };
+    }
+
+    /// [`elf::open_in_root`]: only regular files, never blocking, no link followed at the end, the rest resolved
+    /// inside the root.
+    #[test]
+    fn open_in_root_takes_only_regular_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        std::fs::create_dir(root.join("real")).expect("mkdir");
+        std::fs::write(root.join("real/f"), b"\x7fELF").expect("write");
+        std::os::unix::fs::symlink("/real", root.join("abs")).expect("symlink");
+        std::os::unix::fs::symlink(root.join("real/f"), root.join("link")).expect("symlink");
+        let fifo = std::ffi::CString::new(root.join("fifo").to_str().expect("utf-8")).expect("path");
+        // SAFETY: mkfifo of a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert!(elf::open_in_root(root, "/real/f", 1 << 20).is_ok());
+        // An absolute link on the way is the root's (a container's /usr/lib/debug), not the host's.
+        assert!(elf::open_in_root(root, "/abs/f", 1 << 20).is_ok());
+        assert!(elf::open_in_root(root, "/link", 1 << 20).is_err());
+        assert!(elf::open_in_root(root, "/real", 1 << 20).is_err());
+        assert!(elf::open_in_root(root, "/real/f", 2).is_err());
+        assert!(elf::open_in_root(root, "/", 1 << 20).is_err());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let root = root.to_owned();
+        std::thread::spawn(move || {
+            let _ = tx.send(elf::open_in_root(&root, "/fifo", 1 << 20).is_err());
+        });
+        assert_eq!(rx.recv_timeout(Duration::from_secs(60)), Ok(true), "a FIFO blocked or was taken");
     }
 
     /// Real files' indexes pass the check that keeps damaged ones from framehop (else every unwinding would

@@ -360,7 +360,16 @@ pub(super) fn parse_maps(maps: &str) -> Vec<Mapping> {
 /// itself (a file deleted or replaced since, or a path the host names differently, as for a chroot); else, where
 /// map_files is closed (it needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE), the rooted path as it is.
 fn open_mapped_file(pid: u32, path: &str, maps: &[&Mapping]) -> io::Result<fs::File> {
-    fs::File::open(mapped_file_path(pid, path, maps))
+    use std::os::unix::fs::OpenOptionsExt as _;
+    // The rooted path is the target's to replace: a FIFO put there must not block the open forever.
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(mapped_file_path(pid, path, maps))?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file (replaced since it was mapped)"));
+    }
+    Ok(file)
 }
 
 /// The path [`open_mapped_file`] opens (also what a uprobe on the file is attached through, see
