@@ -516,10 +516,12 @@ pub const MAX_DEBUG_FILE: u64 = 2 << 30;
 
 /// Opens `path` as seen from `root` (a process's root, `/proc/PID/root`, or `/`) for reading, where the path
 /// comes from the target (its maps, its `.gnu_debuglink`) and so may name anything: never blocks in `open()`
-/// (`O_NONBLOCK`: a FIFO or a device would wait for a writer forever), never follows a symbolic link in the last
-/// component (`O_NOFOLLOW`), resolves the others inside `root` as the process itself sees them (`openat2`'s
-/// `RESOLVE_IN_ROOT`, where the kernel has it: an absolute link in a container must not lead to the host's file),
-/// and gives only a regular file of at most `max_len` bytes.
+/// (`O_NONBLOCK`: a FIFO or a device would wait for a writer forever), resolves every component, symbolic links
+/// included, inside `root` as the process itself sees them (`openat2`'s `RESOLVE_IN_ROOT`: an absolute link in a
+/// container must not lead to the host's file; build-id links such as Fedora's `/usr/lib/debug/.build-id/xx/y.debug
+/// -> ../../../../usr/bin/y.debug` still work), and gives only a regular file of at most `max_len` bytes. Where the
+/// kernel has no `openat2` a link cannot be kept inside `root`, so the last component is not followed there
+/// (`O_NOFOLLOW`).
 pub fn open_in_root(root: &Path, path: &str, max_len: u64) -> std::io::Result<File> {
     use std::ffi::CString;
     use std::os::fd::{FromRawFd as _, OwnedFd};
@@ -539,7 +541,7 @@ pub fn open_in_root(root: &Path, path: &str, max_len: u64) -> std::io::Result<Fi
     }
     // SAFETY: dir is a descriptor just opened and owned by nothing else.
     let dir = unsafe { OwnedFd::from_raw_fd(dir) };
-    let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY | libc::O_CLOEXEC;
+    let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
     // SAFETY: open_how is plain integers, for which all zeroes is a valid value.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = flags as u64;
@@ -563,7 +565,7 @@ pub fn open_in_root(root: &Path, path: &str, max_len: u64) -> std::io::Result<Fi
             return Err(err);
         }
         // SAFETY: openat with a valid directory descriptor and a NUL-terminated path that outlive the call.
-        fd = unsafe { libc::openat(dir.as_raw_fd(), c_rel.as_ptr(), flags) };
+        fd = unsafe { libc::openat(dir.as_raw_fd(), c_rel.as_ptr(), flags | libc::O_NOFOLLOW) };
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }

@@ -1278,14 +1278,26 @@ garbage line
         assert!(elf::open_in_root(root, "/real/f", 1 << 20).is_ok());
         // An absolute link on the way is the root's (a container's /usr/lib/debug), not the host's.
         assert!(elf::open_in_root(root, "/abs/f", 1 << 20).is_ok());
+        // A link in the last component is followed inside the root too: a build-id link (relative, as Fedora's
+        // `.build-id/xx/y.debug -> ../../../../usr/bin/y.debug`) or an absolute one; a link to the host's own path
+        // of the file names nothing inside the root.
+        std::fs::create_dir_all(root.join("d/.build-id/ab")).expect("mkdir");
+        std::os::unix::fs::symlink("../../../real/f", root.join("d/.build-id/ab/cd.debug")).expect("symlink");
+        std::os::unix::fs::symlink("/real/f", root.join("abslink")).expect("symlink");
+        assert!(elf::open_in_root(root, "/d/.build-id/ab/cd.debug", 1 << 20).is_ok());
+        assert!(elf::open_in_root(root, "/abslink", 1 << 20).is_ok());
         assert!(elf::open_in_root(root, "/link", 1 << 20).is_err());
+        std::os::unix::fs::symlink("/fifo", root.join("fifolink")).expect("symlink");
         assert!(elf::open_in_root(root, "/real", 1 << 20).is_err());
         assert!(elf::open_in_root(root, "/real/f", 2).is_err());
         assert!(elf::open_in_root(root, "/", 1 << 20).is_err());
         let (tx, rx) = std::sync::mpsc::channel();
         let root = root.to_owned();
         std::thread::spawn(move || {
-            let _ = tx.send(elf::open_in_root(&root, "/fifo", 1 << 20).is_err());
+            let _ = tx.send(
+                elf::open_in_root(&root, "/fifo", 1 << 20).is_err()
+                    && elf::open_in_root(&root, "/fifolink", 1 << 20).is_err(),
+            );
         });
         assert_eq!(rx.recv_timeout(Duration::from_secs(60)), Ok(true), "a FIFO blocked or was taken");
     }
