@@ -149,6 +149,12 @@ impl Tmux {
         String::from_utf8_lossy(&out.stdout).trim() == "1"
     }
 
+    /// The pane's title, which an OSC 0 or 2 written to the terminal sets.
+    fn title(&self) -> String {
+        let out = self.cmd(&["display", "-p", "-t", "top", "#{pane_title}"]).output().expect("tmux display");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
     /// Waits up to `limit` for `pred` on the screen; the screen and the time it took.
     fn wait(&self, limit: Duration, what: &str, pred: impl Fn(&str) -> bool) -> (String, Duration) {
         let t0 = Instant::now();
@@ -320,6 +326,102 @@ fn terminal_view_keys_and_every_way_out() {
     start_top(&t, dir.path(), 5, "-p 999999999");
     let screen = check_restored(&t, dir.path(), 5, "an error");
     assert!(screen.contains("pyperf: "), "{screen}");
+}
+
+/// What the functions of testdata/workloads/hostile_names.py look like, escaped: (a part of the name before
+/// anything to escape, the escaped name).
+const HOSTILE: [(&str, &str); 6] = [
+    ("title", r"title\x1b]0;PWNED\x07"),
+    ("clear", r"clear\x1b[2J\x1b[H"),
+    ("csi", r"csi\x9b31mred"),
+    ("bidi", r"bidi\u{202e}evil"),
+    ("fake", r"fake\n  99.9    99.9        999        999   100  FAKEROW (x.py:1)"),
+    ("in_hostile_file", r"in_hostile_file (/tmp/file\x1b]0;FILEPWNED\x07.py:"),
+];
+
+/// Whether `c` could drive a terminal or reorder what it shows (a line end aside).
+fn unsafe_char(c: char) -> bool {
+    c != '\n' && pyperf_report::names::is_unsafe(c)
+}
+
+/// Function names that hold an OSC setting the title, a clear-screen, a C1 CSI, a bidi override, a newline and a
+/// fake row, and wide characters, in the terminal view (tmux): shown escaped, one row each, the pane's title and
+/// the screen untouched, a wide name cut by columns so that it does not wrap.
+#[test]
+fn hostile_names_cannot_drive_the_terminal() {
+    let _guard = serial();
+    let python = interpreter(PYTHON);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = Tmux::start();
+    t.wait(STEP, "bash's prompt", |s| !s.trim().is_empty());
+    let title = t.title();
+    let cmd = format!("-- {} {} 120", python.display(), workload("hostile_names.py").display());
+    start_top(&t, dir.path(), 1, &cmd);
+    t.wait(STEP, "the view", |s| s.starts_with("pyperf top - "));
+    // Since the start: every function stays on the table once sampled.
+    t.keys(&["w"]);
+    let (screen, _) = t.wait(STEP, "every hostile name escaped, in a whole view", |s| {
+        s.starts_with("pyperf top - ")
+            && head(s).is_some_and(|l| l.contains("since start"))
+            && s.contains("q quit")
+            && HOSTILE.iter().all(|(_, escaped)| s.contains(escaped))
+            && s.contains("emoji_\u{1f525}\u{1f525}")
+            && s.contains("wide_計算")
+    });
+    eprintln!("{screen}");
+    assert_eq!(t.title(), title, "a name set the pane's title");
+    // The fake row is part of its name's line; no table row is made of it.
+    for l in screen.lines().filter(|l| l.contains("FAKEROW")) {
+        assert!(l.contains(r"fake\n"), "a line of its own: {l}\n{screen}");
+    }
+    assert!(!rows(&screen).iter().any(|r| r.2 == "FAKEROW"), "{screen}");
+    // 60 CJK characters twice: more than the 150 columns, cut to them (a cut by characters would wrap).
+    let wide = screen.lines().find(|l| l.contains("wide_")).expect("the wide name");
+    assert!(wide.ends_with('~'), "the wide name cut at the pane's width: {wide}\n{screen}");
+    assert!(pyperf_report::names::display_width(wide) <= 150, "{wide}");
+    t.keys(&["q"]);
+    let screen = check_restored(&t, dir.path(), 1, "q");
+    assert!(screen.contains(HOSTILE[0].1), "the since-start table, escaped: {screen}");
+    assert_eq!(t.title(), title, "the since-start table set the pane's title");
+}
+
+/// The same names in the plain tables (stdout not a terminal): nothing in them that could drive a terminal, each
+/// name on its own row, escaped as everywhere.
+#[test]
+fn hostile_names_in_the_plain_tables() {
+    let _guard = serial();
+    let python = interpreter(PYTHON);
+    let out = pyperf()
+        .args(["top", "-d", "4", "--interval", "1", "--rows", "40", "--"])
+        .arg(&python)
+        .arg(workload("hostile_names.py"))
+        .arg("20")
+        .stdin(Stdio::null())
+        .output()
+        .expect("pyperf top");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!out.stdout.contains(&0x1b), "an ESC on stdout: {}", String::from_utf8_lossy(&out.stdout));
+    let stdout = String::from_utf8(out.stdout).expect("UTF-8 tables");
+    eprintln!("{stdout}\n{stderr}");
+    let bad: Vec<&str> = stdout.lines().filter(|l| l.chars().any(unsafe_char)).collect();
+    assert!(bad.is_empty(), "control or bidi characters: {bad:?}");
+    // Each name that was sampled is shown escaped, whole, on its line (the fake row too).
+    let mut seen = 0;
+    for (start, escaped) in HOSTILE {
+        let lines: Vec<&str> = stdout.lines().filter(|l| l.contains(&format!("  {start}"))).collect();
+        for l in &lines {
+            assert!(l.contains(escaped), "{start}: {l}");
+        }
+        seen += usize::from(!lines.is_empty());
+    }
+    assert!(seen >= 3, "hostile names sampled: {seen}\n{stdout}");
+    for l in stdout.lines().filter(|l| l.contains("FAKEROW")) {
+        assert!(l.contains(r"fake\n"), "a line of its own: {l}");
+    }
+    for l in stdout.lines() {
+        assert!(pyperf_report::names::display_width(l) <= 200, "wider than the table's 200 columns: {l}");
+    }
 }
 
 /// VmRSS of `pid`, KiB.
