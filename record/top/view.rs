@@ -161,8 +161,8 @@ fn pct(part: u64, whole: u64) -> f64 {
     }
 }
 
-/// The lines of the view, at most `rows` (the table is cut to fit), each at most `width` terminal columns. `what` names
-/// the targets; `elapsed_s` is the time since the start.
+/// The lines of the view, at most `rows` (the table is cut to fit), each at most `width` terminal columns. `what`
+/// names the targets; `elapsed_s` is the time since the start.
 pub fn render(live: &Live, st: &ViewState, what: &str, elapsed_s: f64, width: usize, rows: usize) -> Vec<String> {
     let keep = |k: ThreadKey| st.filter.keeps(k);
     let sums = live.sums(st.recent, &keep);
