@@ -283,7 +283,7 @@ fn draw(lines: &[String], help: &str, width: usize, height: usize) -> std::io::R
     }
     s.push_str("\x1b[J");
     // The key help on the last row, in reverse video.
-    let help: String = help.chars().take(width).collect();
+    let help = pyperf_report::names::fit_width(help, width);
     s.push_str(&format!("\x1b[{height};1H\x1b[7m{help}\x1b[0m\x1b[K"));
     let mut out = std::io::stdout().lock();
     out.write_all(s.as_bytes())?;

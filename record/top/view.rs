@@ -1,7 +1,12 @@
 //! What `pyperf top` shows: a header (targets, rates, GIL and idle shares) and functions by own or total share,
-//! from a [`Live`] state. Plain text lines, the same for the terminal view and the periodic table.
+//! from a [`Live`] state. Plain text lines, the same for the terminal view and the periodic table. Every name that
+//! comes from a target (functions, files, threads, processes, the command) is escaped as in every human-facing
+//! output ([`escape_text`]: with `top -a` any user's program names them, and the view writes them to a terminal),
+//! and lines are cut by terminal columns ([`fit_width`]: CJK and emoji take two).
 
 use std::fmt::Write as _;
+
+use pyperf_report::names::{escape_text, fit_width};
 
 use crate::sink::live::{Counts, Live, ThreadKey, ThreadSums};
 
@@ -156,17 +161,8 @@ fn pct(part: u64, whole: u64) -> f64 {
     }
 }
 
-/// Cuts `s` to `width` characters.
-fn fit(s: &str, width: usize) -> String {
-    if s.chars().count() <= width {
-        s.to_string()
-    } else {
-        s.chars().take(width.saturating_sub(1)).collect::<String>() + "~"
-    }
-}
-
-/// The lines of the view, at most `rows` (the table is cut to fit), each at most `width` characters. `what` names
-/// the targets; `elapsed_s` is the time since the start.
+/// The lines of the view, at most `rows` (the table is cut to fit), each at most `width` terminal columns. `what`
+/// names the targets; `elapsed_s` is the time since the start.
 pub fn render(live: &Live, st: &ViewState, what: &str, elapsed_s: f64, width: usize, rows: usize) -> Vec<String> {
     let keep = |k: ThreadKey| st.filter.keeps(k);
     let sums = live.sums(st.recent, &keep);
@@ -176,9 +172,11 @@ pub fn render(live: &Live, st: &ViewState, what: &str, elapsed_s: f64, width: us
     let mut out = Vec::new();
     let filter = match st.filter {
         Filter::All => "all threads".to_string(),
-        Filter::Process(p) => format!("process {} [{p}]", live.processes.get(&p).map_or("?", |s| s.as_str())),
+        Filter::Process(p) => {
+            format!("process {} [{p}]", escape_text(live.processes.get(&p).map_or("?", |s| s.as_str())))
+        }
         Filter::Thread(p, t) => {
-            format!("thread {} [{t}] of [{p}]", live.thread_names.get(&(p, t)).map_or("?", |s| s.as_str()))
+            format!("thread {} [{t}] of [{p}]", escape_text(live.thread_names.get(&(p, t)).map_or("?", |s| s.as_str())))
         }
     };
     let period = if st.recent { format!("last {} s", live.window) } else { "since start".to_string() };
@@ -192,7 +190,7 @@ pub fn render(live: &Live, st: &ViewState, what: &str, elapsed_s: f64, width: us
         Sort::Total => "total",
         Sort::Name => "name",
     };
-    out.push(format!("pyperf top - {what}"));
+    out.push(format!("pyperf top - {}", escape_text(what)));
     out.push(format!(
         "{elapsed_s:.0} s - {period} - {mode} time - sort: {sort} - {filter}{}",
         if st.paused { " - PAUSED" } else { "" }
@@ -256,12 +254,13 @@ pub fn render(live: &Live, st: &ViewState, what: &str, elapsed_s: f64, width: us
     let time = |w: u64| if seconds { format!("{:.2}", w as f64 / 1e9) } else { w.to_string() };
     for (f, c) in rows_v.iter().take(room) {
         let func = &live.functions[*f as usize];
-        let place = if func.file.is_empty() {
-            func.name.clone()
+        let (name, file) = (escape_text(&func.name), escape_text(&func.file));
+        let place = if file.is_empty() {
+            name
         } else if func.line > 0 {
-            format!("{} ({}:{})", func.name, func.file, func.line)
+            format!("{name} ({file}:{})", func.line)
         } else {
-            format!("{} ({})", func.name, func.file)
+            format!("{name} ({file})")
         };
         let gil = if c.total > 0 { format!("{:.0}", pct(c.gil, c.total)) } else { "-".to_string() };
         out.push(format!(
@@ -276,7 +275,7 @@ pub fn render(live: &Live, st: &ViewState, what: &str, elapsed_s: f64, width: us
     if rows_v.is_empty() {
         out.push("  (no samples yet)".to_string());
     }
-    out.into_iter().map(|l| fit(&l, width)).collect()
+    out.into_iter().map(|l| fit_width(&l, width)).collect()
 }
 
 /// The key help line of the terminal view.
@@ -317,5 +316,46 @@ mod tests {
         // Cut to the rows and width given.
         assert!(render(&l, &ViewState::new(false), "x", 1.0, 20, 5).iter().all(|l| l.chars().count() <= 20));
         assert_eq!(render(&l, &ViewState::new(false), "x", 1.0, 200, 5).len(), 5);
+    }
+
+    /// Names with terminal controls, bidi overrides, newlines and backslashes are shown escaped, on one line each;
+    /// wide names are cut by columns.
+    #[test]
+    fn hostile_and_wide_names() {
+        let mut l = Live::new(5, 1_000_000, "x86_64");
+        let names = [
+            "title\u{1b}]0;PWNED\u{7}",
+            "csi\u{9b}31m",
+            "bidi\u{202e}x",
+            "fake\n 99.9 FAKEROW",
+            r"lit\x1b",
+            &format!("wide_{}", "計算".repeat(60)),
+            "emoji_\u{1f525}\u{1f525}",
+        ];
+        for (i, n) in names.iter().enumerate() {
+            let file = if i == 0 { "/tmp/f\u{1b}[2J.py" } else { "m.py" };
+            l.symbol(
+                i as u32,
+                &Symbol { scope: String::new(), name: n.to_string(), file: file.into(), line: 1, flags: 0 },
+            );
+            l.add_for_test(0, (1, 1), &[i as u32], pyperf_format::GilState::ThisThread);
+        }
+        let lines = render(&l, &ViewState::new(false), "py\u{1b}[2J x", 1.0, 100, 40);
+        let all = lines.join("\n");
+        for l in &lines {
+            assert!(!l.chars().any(pyperf_report::names::is_unsafe), "{l:?}");
+            assert!(pyperf_report::names::display_width(l) <= 100, "{l:?}");
+        }
+        assert_eq!(lines.len(), 5 + names.len(), "one line a function: {lines:#?}");
+        for want in
+            [r"title\x1b]0;PWNED\x07 (/tmp/f\x1b[2J.py:1)", r"csi\x9b31m", r"bidi\u{202e}x", r"fake\n 99.9 FAKEROW"]
+        {
+            assert!(all.contains(want), "{want} in {lines:#?}");
+        }
+        assert!(all.contains(r"lit\\x1b"), "{lines:#?}");
+        assert!(lines[0].ends_with(r"py\x1b[2J x"), "{lines:#?}");
+        let wide = lines.iter().find(|l| l.contains("wide_")).expect("the wide name");
+        assert!(wide.ends_with('~') && pyperf_report::names::display_width(wide) >= 99, "{wide}");
+        assert!(all.contains("emoji_\u{1f525}\u{1f525}"), "{lines:#?}");
     }
 }

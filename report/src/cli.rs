@@ -322,6 +322,7 @@ impl ReportArgs {
                 "standard input (-) can be read once; give the other recordings by name".to_string(),
             ));
         }
+        check_distinct(&inputs)?;
         if self.diff.is_some() {
             let format = self.output_format();
             if !matches!(format, Format::Folded | Format::Flamegraph) {
@@ -482,6 +483,36 @@ fn shown(input: &Path) -> String {
     } else {
         input.display().to_string()
     }
+}
+
+/// Refuses a recording given twice (`-i a.pyp -i a.pyp`, or as `a.pyp` and `./a.pyp`, a hard link, or a file and
+/// standard input redirected from it): its samples would silently count twice. One file is one (device, inode);
+/// a file that cannot be looked at is left to loading, which says why.
+fn check_distinct(inputs: &[&Path]) -> Result<(), ReportError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let mut seen: Vec<((u64, u64), &Path)> = Vec::with_capacity(inputs.len());
+        for &input in inputs {
+            // Standard input's file when it is redirected from one; a pipe is read once anyway.
+            let meta = if input == Path::new("-") { std::fs::metadata("/dev/stdin") } else { std::fs::metadata(input) };
+            let Ok(meta) = meta else { continue };
+            if !meta.is_file() {
+                continue;
+            }
+            let id = (meta.dev(), meta.ino());
+            if let Some((_, first)) = seen.iter().find(|(i, _)| *i == id) {
+                let (a, b) = (names::escape_text(&shown(first)), names::escape_text(&shown(input)));
+                let what =
+                    if a == b { format!("{a} is given twice") } else { format!("{a} and {b} are the same file") };
+                return Err(ReportError::Combine(format!("{what}: a recording counts once in a report; give it once")));
+            }
+            seen.push((id, input));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = inputs;
+    Ok(())
 }
 
 /// The header and format version of the recording at `path`, read alone (the preamble and the header chunk);

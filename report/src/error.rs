@@ -55,6 +55,16 @@ pub enum ReportError {
         /// The keys that exist, comma-separated.
         valid: String,
     },
+    /// A filter flag given an empty value (`--gil ''`), which would otherwise filter nothing.
+    #[error("{flag} needs a {what}, got an empty one; valid: {valid}")]
+    EmptyKey {
+        /// The flag (`--gil`).
+        flag: &'static str,
+        /// Which kind of state (`GIL state`, `stack status`, ...).
+        what: &'static str,
+        /// The keys that exist, comma-separated.
+        valid: String,
+    },
     /// Nothing left to draw (e.g. the filters matched no sample) where an empty output would be useless.
     #[error("{0}")]
     Empty(String),

@@ -28,13 +28,17 @@ pub struct Filter {
 }
 
 macro_rules! key_parser {
-    ($fn_name:ident, $ty:ident, $what:literal) => {
+    ($fn_name:ident, $ty:ident, $what:literal, $flag:literal) => {
         /// Parses state keys (see the format crate's `key()`), each item possibly a comma-separated list.
-        /// `unknown-N` names a raw value a newer recorder may write.
+        /// `unknown-N` names a raw value a newer recorder may write. An empty key (`--gil ''`, `--gil held,`) is
+        /// refused: taken as no key, it would silently mean no filter at all.
         pub fn $fn_name<S: AsRef<str>>(keys: &[S]) -> Result<Vec<$ty>, ReportError> {
             let mut out = Vec::new();
             for item in keys {
-                for key in item.as_ref().split(',').map(str::trim).filter(|k| !k.is_empty()) {
+                for key in item.as_ref().split(',').map(str::trim) {
+                    if key.is_empty() {
+                        return Err(ReportError::EmptyKey { flag: $flag, what: $what, valid: $ty::keys().join(", ") });
+                    }
                     let parsed = $ty::from_key(key).or_else(|| {
                         key.strip_prefix("unknown-")
                             .and_then(|n| n.parse::<u8>().ok())
@@ -63,10 +67,10 @@ macro_rules! key_parser {
 }
 
 impl Filter {
-    key_parser!(parse_gil, GilState, "GIL state");
-    key_parser!(parse_thread_state, ThreadStateMatch, "thread state");
-    key_parser!(parse_pthread_id, PthreadIdMatch, "pthread id match");
-    key_parser!(parse_status, StackStatus, "stack status");
+    key_parser!(parse_gil, GilState, "GIL state", "--gil");
+    key_parser!(parse_thread_state, ThreadStateMatch, "thread state", "--thread-state");
+    key_parser!(parse_pthread_id, PthreadIdMatch, "pthread id match", "--pthread-id");
+    key_parser!(parse_status, StackStatus, "stack status", "--status");
 
     /// True when every sample passes.
     pub fn is_empty(&self) -> bool {
@@ -222,6 +226,24 @@ mod tests {
         // A known value spelled as unknown-N is not accepted as "unknown".
         assert!(Filter::parse_gil(&["unknown-4"]).is_err());
         assert!(Filter::parse_pthread_id(&["nope"]).unwrap_err().to_string().contains("match, mismatch"));
+    }
+
+    #[test]
+    fn an_empty_key_is_refused_not_taken_for_no_filter() {
+        let err = Filter::parse_gil(&[""]).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "--gil needs a GIL state, got an empty one; valid: no-info, error, uninitialized, released, held, \
+             held-by-current, other-thread, held-no-holder, waiting"
+        );
+        for keys in [&["held,"][..], &[" "], &[","], &["held", ""], &["held,,released"]] {
+            assert!(Filter::parse_gil(keys).is_err(), "{keys:?}");
+        }
+        assert!(Filter::parse_status(&[""]).unwrap_err().to_string().starts_with("--status needs a stack status"));
+        assert!(Filter::parse_thread_state(&[""]).unwrap_err().to_string().starts_with("--thread-state needs"));
+        assert!(Filter::parse_pthread_id(&[""]).unwrap_err().to_string().starts_with("--pthread-id needs"));
+        // No flag at all is no filter.
+        assert_eq!(Filter::parse_gil::<&str>(&[]).unwrap(), vec![]);
     }
 
     #[test]

@@ -170,21 +170,58 @@ pub fn escape_folded(name: &str, out: &mut String) {
     }
 }
 
-/// `name` made safe for one line of the text report or of a message on a terminal: unsafe characters
-/// ([`is_unsafe`]) escaped visibly as in [`escape_folded`] (`\x1b`, `\n`, `\u{202e}`), so that a name read
-/// from a recording can neither drive the terminal nor reorder or hide what is shown around it.
+/// `name` made safe for one line of human-facing output (the text report, `dump`, `top`'s view and tables,
+/// messages on a terminal): unsafe characters ([`is_unsafe`]) escaped visibly as in [`escape_folded`] (`\x1b`,
+/// `\n`, `\u{202e}`), and a backslash doubled (`\\`), so that a name read from a recording or a process can
+/// neither drive the terminal nor reorder or hide what is shown around it, and a name spelling `\x1b` itself
+/// cannot pass for an escaped ESC.
 pub fn escape_text(name: &str) -> String {
-    if !name.chars().any(is_unsafe) {
+    if !name.chars().any(|c| c == '\\' || is_unsafe(c)) {
         return name.to_string();
     }
     let mut out = String::with_capacity(name.len() + 8);
     for c in name.chars() {
-        if is_unsafe(c) {
+        if c == '\\' {
+            out.push_str(r"\\");
+        } else if is_unsafe(c) {
             escape_char(c, &mut out);
         } else {
             out.push(c);
         }
     }
+    out
+}
+
+/// The columns `s` takes on a terminal: two for wide characters (CJK, most emoji), none for combining marks.
+/// `s` should be escaped ([`escape_text`]): control characters have no width of their own.
+pub fn display_width(s: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(s)
+}
+
+/// `s` (escaped, [`escape_text`]) cut to at most `width` terminal columns ([`display_width`]), a cut one ending
+/// in `~`.
+pub fn fit_width(s: &str, width: usize) -> String {
+    if display_width(s) <= width {
+        return s.to_string();
+    }
+    if width == 0 {
+        return String::new();
+    }
+    let mut out = String::with_capacity(width * 2);
+    let mut used = 0;
+    for c in s.chars() {
+        let w = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+        if used + w > width - 1 {
+            break;
+        }
+        used += w;
+        out.push(c);
+    }
+    // A sequence (emoji with a variation selector, joined emoji) may take more than its characters' sum.
+    while display_width(&out) > width - 1 {
+        out.pop();
+    }
+    out.push('~');
     out
 }
 
@@ -261,6 +298,40 @@ mod tests {
         escape_folded("größe (/tmp/計算.py:3)", &mut plain);
         assert_eq!(plain, "größe (/tmp/計算.py:3)");
         assert_eq!(escape_text("a;b\nc"), r"a;b\nc");
+    }
+
+    #[test]
+    fn a_backslash_is_escaped_so_escapes_are_unambiguous() {
+        // A name spelling `\x1b` (four characters) and one holding ESC must not read the same.
+        assert_eq!(escape_text(r"a\x1b"), r"a\\x1b");
+        assert_eq!(escape_text("a\u{1b}"), r"a\x1b");
+        assert_ne!(escape_text(r"a\x1b"), escape_text("a\u{1b}"));
+        assert_eq!(escape_text(r"C:\dir\n"), r"C:\\dir\\n");
+        // The same as the folded output's escaping, but for `;`.
+        let mut folded = String::new();
+        escape_folded("x\\y\u{1b}\u{202e}", &mut folded);
+        assert_eq!(escape_text("x\\y\u{1b}\u{202e}"), folded);
+    }
+
+    #[test]
+    fn widths_count_terminal_columns() {
+        assert_eq!(display_width("hot_a"), 5);
+        assert_eq!(display_width("計算"), 4, "CJK: two columns each");
+        assert_eq!(display_width("\u{1f525}x"), 3, "an emoji: two columns");
+        assert_eq!(display_width("e\u{301}"), 1, "a combining mark: none");
+        assert_eq!(fit_width("hot_a", 5), "hot_a");
+        assert_eq!(fit_width("hot_a", 4), "hot~");
+        // Cut by columns, not characters: 計算計算 (8 columns) in 5 is 計算 and the mark.
+        assert_eq!(fit_width("計算計算", 5), "計算~");
+        assert_eq!(fit_width("計算計算", 6), "計算~", "a wide character does not fit in the one column left");
+        assert_eq!(fit_width("\u{1f525}\u{1f525}\u{1f525}", 4), "\u{1f525}~");
+        assert_eq!(fit_width("ae\u{301}bcd", 3), "ae\u{301}~", "the combining mark stays with its letter");
+        for w in 0..12 {
+            for s in ["計算_関数_計算", "\u{1f525}a\u{1f525}b", "plain_name_x", "e\u{301}e\u{301}e\u{301}e\u{301}"]
+            {
+                assert!(display_width(&fit_width(s, w)) <= w, "{s:?} in {w}: {:?}", fit_width(s, w));
+            }
+        }
     }
 
     #[test]

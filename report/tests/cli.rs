@@ -147,6 +147,24 @@ fn bad_filter_keys_list_the_valid_ones() {
         &run(dir.path(), &["--status", "running"]),
         "pyperf-report: unknown stack status 'running'; valid: complete, error, truncated, idle, incomplete",
     );
+    // An empty value is refused, not taken for no filter.
+    assert_error(
+        &run(dir.path(), &["--gil", ""]),
+        "pyperf-report: --gil needs a GIL state, got an empty one; valid: no-info, error, uninitialized, released, \
+         held, held-by-current, other-thread, held-no-holder, waiting",
+    );
+    for (flag, what) in [("--status", "stack status"), ("--thread-state", "thread state"), ("--pthread-id", "pthread")]
+    {
+        let o = run(dir.path(), &[flag, ""]);
+        assert_eq!(o.status.code(), Some(1), "{flag} ''");
+        assert!(stderr(&o).starts_with(&format!("pyperf-report: {flag} needs a {what}")), "{}", stderr(&o));
+        assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    }
+    for empty in [&["--gil", "held,"][..], &["--gil=,"], &["--pid", ""], &["--tid", ""]] {
+        let o = run(dir.path(), empty);
+        assert_ne!(o.status.code(), Some(0), "{empty:?}");
+        assert!(o.stdout.is_empty(), "{empty:?}");
+    }
     // Not a number: clap's usage error, exit code 2.
     let o = run(dir.path(), &["--pid", "abc"]);
     assert_eq!(o.status.code(), Some(2));

@@ -155,3 +155,36 @@ fn differences_are_warnings_and_what_cannot_be_added_up_is_refused() {
     let o = run(dir.path(), &["-i", "clock.pyp", "-i", "absent.pyp"]);
     assert!(String::from_utf8_lossy(&o.stderr).starts_with("pyperf-report: cannot open absent.pyp"), "{o:?}");
 }
+
+/// The same recording given twice (by the same name, another spelling, a hard link, standard input redirected
+/// from it) would count its samples twice: one line saying so, nothing on stdout. A copy is another file: two
+/// recordings, as given.
+#[test]
+fn the_same_recording_twice_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = write(dir.path(), "a.pyp", &synth::recording("mixed"));
+    std::fs::hard_link(&a, dir.path().join("link.pyp")).expect("hard link");
+    let refused = |o: Output, line: &str| {
+        assert_eq!(o.status.code(), Some(1), "{o:?}");
+        assert_eq!(String::from_utf8_lossy(&o.stderr), format!("pyperf-report: {line}\n"));
+        assert!(o.stdout.is_empty());
+    };
+    let twice = "a.pyp is given twice: a recording counts once in a report; give it once";
+    refused(run(dir.path(), &["-i", "a.pyp", "-i", "a.pyp"]), twice);
+    refused(run(dir.path(), &["a.pyp", "a.pyp", "--folded"]), twice);
+    let same = |b: &str| format!("a.pyp and {b} are the same file: a recording counts once in a report; give it once");
+    refused(run(dir.path(), &["-i", "a.pyp", "-i", "./a.pyp"]), &same("./a.pyp"));
+    refused(run(dir.path(), &["-i", "a.pyp", "-i", "link.pyp", "--folded"]), &same("link.pyp"));
+    let o = Command::new(BIN)
+        .args(["-i", "a.pyp", "-i", "-", "--folded"])
+        .current_dir(dir.path())
+        .stdin(std::fs::File::open(&a).expect("open"))
+        .output()
+        .expect("run pyperf-report");
+    refused(o, &same("standard input"));
+    // A copy: counted as given.
+    std::fs::copy(&a, dir.path().join("copy.pyp")).expect("copy");
+    let one = folded(&ok(dir.path(), &["-i", "a.pyp", "--folded"]));
+    let both = folded(&ok(dir.path(), &["-i", "a.pyp", "-i", "copy.pyp", "--folded"]));
+    assert_eq!(both.values().sum::<u64>(), 2 * one.values().sum::<u64>());
+}

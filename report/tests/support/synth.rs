@@ -592,7 +592,8 @@ pub fn hostile_names() -> Vec<u8> {
     w.add_warning(&pyperf_format::RecorderWarning { pid: 7, text: "newer \u{1b}[5m\u{202e}blink".into() })
         .expect("warning");
     let f = w.intern_symbol(&sym("C\u{200f}", "f\u{1b}[31m\u{202e}red", "/tmp/\u{2066}x\u{2069}.py\u{1b}[0m", 3));
-    let g = w.intern_symbol(&sym("", "g\u{61c}\u{200e}", "/tmp/b\u{2028}c.py", 4));
+    // g's name ends in a backslash, x, 1, b: text that must not read as an escaped ESC.
+    let g = w.intern_symbol(&sym("", "g\u{61c}\u{200e}\\x1b", "/tmp/b\u{2028}c.py", 4));
     let s = w.intern_stack(&[f, g]);
     for t in 0..4 {
         push(&mut w, t, 7, 7 + (t % 2) as u32, "th\u{1b}[7m\u{202e}read", s);
