@@ -2,7 +2,9 @@
 #   <module> -> main -> Runner.run -> heavy -> burn   (3 units of work)
 #   <module> -> main -> Runner.run -> light -> burn   (1 unit of work)
 # then, with --threads N, N threads each running spin() for the same time.
-# Usage: split.py SECONDS [--threads N [--thread-seconds S]]
+# Usage: split.py SECONDS [--threads N [--thread-seconds S]] [--go PATH]
+# With --go, it waits (after printing `ready`) until PATH exists before it starts: a test attaching with -p starts
+# the work once the recorder records, whatever time a loaded machine takes to start it.
 #
 # At the end of the Runner.run phase it prints `cpu heavy=SECONDS light=SECONDS`: the CPU time this thread really
 # spent in each (thread CPU clock; wall clock on 2.7), the truth a profile's split is checked against. The nominal
@@ -12,6 +14,7 @@
 # Each round's size is drawn at random (light n, heavy 3n): with a fixed size one round takes a fixed time, and
 # a sampler with a fixed period then hits the same few phases of it again and again (aliasing). CI saw a 0.696
 # share for a 0.75 split that way on an interpreter whose round took 1.6 sample periods.
+import os
 import random
 import sys
 import threading
@@ -72,15 +75,20 @@ def main():
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 2.0
     threads = 0
     thread_seconds = seconds
+    go = None
     args = sys.argv[2:]
     while args:
         if args[0] == "--threads":
             threads = int(args[1])
         elif args[0] == "--thread-seconds":
             thread_seconds = float(args[1])
+        elif args[0] == "--go":
+            go = args[1]
         args = args[2:]
     sys.stdout.write("ready %d\n" % threads)
     sys.stdout.flush()
+    while go is not None and not os.path.exists(go):
+        time.sleep(0.01)
     Runner().run(seconds)
     if threads:
         ts = [threading.Thread(target=spin, args=(thread_seconds,), name="spin-%d" % i) for i in range(threads)]
