@@ -42,15 +42,6 @@ impl Drop for Kid {
     }
 }
 
-fn spawn(python: &Path, args: &[&str]) -> Kid {
-    assert!(python.exists(), "interpreter {} not installed", python.display());
-    Kid(Command::new(python)
-        .args(args)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {}: {e}", python.display())))
-}
-
 /// Starts a workload that prints `ready` once it is in the state the test samples (past start-up, at its depth,
 /// its threads started), and waits for that line: a loaded machine can take seconds to get there, so a fixed
 /// sleep would let start-up samples into the shares the tests check.

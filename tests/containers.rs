@@ -388,9 +388,9 @@ fn p_of_a_thread_a_kernel_thread_or_a_zombie() {
     let _guard = serial();
     let py = interpreter("3.12.1");
     // The threads run until killed: the recording below waits for their CPU time.
-    let mut target = start_workload(&py, "split.py", &["3", "--threads", "2", "--thread-seconds", "3600"]);
+    let mut target = start_workload(&py, "split.py", &["1", "--threads", "2", "--thread-seconds", "3600"]);
     let pid = target.id();
-    // A thread of it: wait for the spin threads (after the 3 s of Runner.run, more on a loaded machine).
+    // A thread of it: wait for the spin threads (after the 1 s of CPU of Runner.run).
     let end = Instant::now() + Duration::from_secs(60);
     let tid = loop {
         let tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))

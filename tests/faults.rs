@@ -909,7 +909,7 @@ fn full_disk_stops_the_recording_in_one_line_and_keeps_what_was_written() {
         .arg("--")
         .arg(&py)
         .arg(common::workload("split.py"))
-        .arg("8")
+        .arg("4")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

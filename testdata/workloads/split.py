@@ -1,6 +1,7 @@
 # A workload with a known shape, for end-to-end tests (runs on Python 2.7 and 3.6+).
 #   <module> -> main -> Runner.run -> heavy -> burn   (3 units of work)
 #   <module> -> main -> Runner.run -> light -> burn   (1 unit of work)
+# for SECONDS of the main thread's CPU time (wall time on 2.7, which has no thread clock),
 # then, with --threads N, N threads each running spin() for the same time.
 # Usage: split.py SECONDS [--threads N [--thread-seconds S]] [--go PATH]
 # With --go, it waits (after printing `ready`) until PATH exists before it starts: a test attaching with -p starts
@@ -51,8 +52,9 @@ class Runner(object):
     def run(self, seconds):
         rng = random.Random(1)
         in_heavy = in_light = 0.0
-        end = time.time() + seconds
-        while time.time() < end:
+        # SECONDS of this thread's CPU time (wall time on 2.7): as many samples however busy the machine is.
+        end = cpu_now() + seconds
+        while cpu_now() < end:
             n = rng.randint(UNIT // 2, 3 * UNIT // 2)
             t0 = cpu_now()
             light(n)
