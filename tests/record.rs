@@ -204,7 +204,7 @@ fn command_without_dashes_next_step_long_duration_and_closed_stderr() {
 
     let (_dir2, closed) = scratch("closed.pyp");
     let script = format!(
-        "exec '{}' record -d 1 -o '{}' '{}' '{}' 2 2>&-",
+        "exec '{}' record -o '{}' '{}' '{}' 2 2>&-",
         env!("CARGO_BIN_EXE_pyperf"),
         closed.display(),
         py.display(),
