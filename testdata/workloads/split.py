@@ -2,7 +2,7 @@
 #   <module> -> main -> Runner.run -> heavy -> burn   (3 units of work)
 #   <module> -> main -> Runner.run -> light -> burn   (1 unit of work)
 # for SECONDS of the main thread's CPU time (wall time on 2.7, which has no thread clock),
-# then, with --threads N, N threads each running spin() for the same time.
+# then, with --threads N, N threads each running spin() for the same time (of its own CPU time).
 # Usage: split.py SECONDS [--threads N [--thread-seconds S]] [--go PATH]
 # With --go, it waits (after printing `ready`) until PATH exists before it starts: a test attaching with -p starts
 # the work once the recorder records, whatever time a loaded machine takes to start it.
@@ -68,8 +68,9 @@ class Runner(object):
 
 
 def spin(seconds):
-    end = time.time() + seconds
-    while time.time() < end:
+    # SECONDS of this thread's CPU time (wall time on 2.7), as Runner.run.
+    end = cpu_now() + seconds
+    while cpu_now() < end:
         burn(UNIT)
 
 
