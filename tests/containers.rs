@@ -136,7 +136,8 @@ fn contained_processes_by_host_pid() {
         // The work starts once the recorder records (its start can take seconds on a loaded machine).
         let go = out.with_file_name("go");
         let (child, pid) = start_contained(&py, false, "2", Some(&go));
-        let mut rec = pyperf().args(["record", "-F", "499", "-p"]).arg(pid.to_string()).arg("-o").arg(&out).spawn().unwrap();
+        let mut rec =
+            pyperf().args(["record", "-F", "499", "-p"]).arg(pid.to_string()).arg("-o").arg(&out).spawn().unwrap();
         wait_recording(&out);
         std::fs::write(&go, b"").unwrap();
         let status = rec.wait().unwrap();
@@ -301,7 +302,12 @@ fn an_interpreter_replaced_on_disk_is_read_through_its_mapping() {
     std::fs::rename(&other, &exe).unwrap();
     let (_d, out) = scratch("replaced.pyp");
     // Until the target has had 1 s of CPU (~99 samples), however long a loaded machine takes.
-    let o = record_for_cpu(pyperf().args(["record", "-p"]).arg(target.id().to_string()).arg("-o").arg(&out), &out, target.id(), 1.0);
+    let o = record_for_cpu(
+        pyperf().args(["record", "-p"]).arg(target.id().to_string()).arg("-o").arg(&out),
+        &out,
+        target.id(),
+        1.0,
+    );
     let _ = target.kill();
     let _ = target.wait();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -343,13 +349,8 @@ fn cgroup_limits_recording_to_its_processes() {
     let mut outside = start_workload(&py, "split.py", &["3600"]);
     std::fs::write(dir.join("cgroup.procs"), inside.id().to_string()).unwrap();
     let (_d, out) = scratch("cgroup.pyp");
-    let mut rec_cmd = pyperf()
-        .args(["record", "-F", "499", "-G"])
-        .arg(format!("/{name}"))
-        .arg("-o")
-        .arg(&out)
-        .spawn()
-        .unwrap();
+    let mut rec_cmd =
+        pyperf().args(["record", "-F", "499", "-G"]).arg(format!("/{name}")).arg("-o").arg(&out).spawn().unwrap();
     wait_recording(&out);
     // One more, started in the cgroup while recording; the recording ends after it (not at a fixed -d a loaded
     // machine could reach first).

@@ -103,7 +103,8 @@ fn attach_to_running_pid() {
     let mut child = start_workload(&py, "split.py", &["30"]);
     let (_dir, out) = scratch("pid.pyp");
     // Until the target has had 2 s of CPU (~400 samples at 199 Hz), however long a loaded machine takes.
-    let mut rec = pyperf().args(["record", "-F", "199", "-p", &child.id().to_string(), "-o"]).arg(&out).spawn().unwrap();
+    let mut rec =
+        pyperf().args(["record", "-F", "199", "-p", &child.id().to_string(), "-o"]).arg(&out).spawn().unwrap();
     wait_recording(&out);
     wait_cpu(child.id(), 2.0);
     let status = interrupt(&mut rec);

@@ -194,7 +194,8 @@ fn no_uprobe_reads_every_check_word() {
     for extra in [&[][..], &["--no-uprobe"][..]] {
         let (_dir, out) = scratch("p.pyp");
         // Until the target has had a second of CPU (~1000 samples at 999 Hz), however long a loaded machine takes.
-        let mut rec = pyperf().args(["record", "-F", "999", "-p", &pid]).args(extra).arg("-o").arg(&out).spawn().unwrap();
+        let mut rec =
+            pyperf().args(["record", "-F", "999", "-p", &pid]).args(extra).arg("-o").arg(&out).spawn().unwrap();
         wait_recording(&out);
         wait_cpu(target.id(), 1.0);
         let status = interrupt(&mut rec);

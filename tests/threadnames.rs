@@ -580,7 +580,12 @@ fn names_in_a_pid_namespace_are_mapped_to_the_samples_tids() {
         };
         let (_out_dir, out) = scratch("ns.pyp");
         // Until its three threads have had 3 s of CPU (~600 samples at 199 Hz), however long a loaded machine takes.
-        let o = record_for_cpu(pyperf().args(["record", "-F", "199", "-o"]).arg(&out).args(["-p", &pid.to_string()]), &out, pid, 3.0);
+        let o = record_for_cpu(
+            pyperf().args(["record", "-F", "199", "-o"]).arg(&out).args(["-p", &pid.to_string()]),
+            &out,
+            pid,
+            3.0,
+        );
         // The namespace's init: its end ends the namespace (unshare's alone would not).
         let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
         let _ = unshare.kill();
