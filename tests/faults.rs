@@ -658,9 +658,10 @@ fn load_many_busy_threads_at_1khz() {
         r.tables.symbols.len(),
         r.tables.nodes.len(),
     );
-    // One sample per 1/HZ of a busy thread's CPU time (per-task events): as many as the CPU time the workers got
-    // from the first flush to the end (a lower bound: sampling starts before that flush), whatever else a busy
-    // machine runs (the seconds x HZ x CPUs of an idle machine is not reached on a shared one).
+    // One sample per 1/HZ of a busy thread's CPU time (per-task events): about as many as the CPU time the workers
+    // got from the first flush to the recorder's exit (sampling starts a little before that flush and ends a
+    // little before that exit), whatever else a busy machine runs (the seconds x HZ x CPUs of an idle machine is
+    // not reached on a shared one).
     let expected = workers_cpu_recorded * hz as f64;
     eprintln!(
         "workers' CPU while recording {workers_cpu_recorded:.1} s (an idle machine: {:.1} s)",
