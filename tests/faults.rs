@@ -341,7 +341,13 @@ fn churn_in_all_processes_mode_keeps_samples_with_their_process() {
     let r = load(&out);
     assert!(r.warnings.is_empty(), "{:?}", r.warnings);
     let mut per_token: std::collections::HashMap<String, Vec<&Smp>> = Default::default();
-    for s in &r.samples {
+    // This test's processes only: -a records every Python on the host, where another run of this test may be
+    // running the same tokens meanwhile. Ours are those it started, and any running its script (in its temp dir).
+    let ours = |s: &Smp| {
+        c.pids.iter().any(|&(_, p)| p == s.pid)
+            || r.process_at(s.pid, s.time_ns).is_some_and(|p| p.command.iter().any(|a| a.contains(&script)))
+    };
+    for s in r.samples.iter().filter(|s| ours(s)) {
         let names = r.names(s);
         for n in &names {
             if let Some(t) = token_of(n) {
