@@ -342,9 +342,12 @@ impl Rec {
 /// `pyperf record -F 499 -o OUT -- PYTHON main.py DUMP SECONDS PHASES...` in a UTF-8 locale (3.6 needs it
 /// for the non-ASCII paths).
 fn record_workload(python: &Path, out: &Path, dump: &Path, seconds: &str, phases: &[&str]) {
+    // A 64 MiB ring: the deep phases' records are ~32 KiB each, and a debug-build recorder on a loaded machine
+    // falls seconds behind (a 4 MiB ring lost 39% of the samples, whole phases, once); this test checks stacks,
+    // faults.rs a full ring.
     let status = run(pyperf()
         .env("LC_ALL", "C.UTF-8")
-        .args(["record", "-F", "499", "-o"])
+        .args(["record", "-F", "499", "--ringbuf-kib", "65536", "-o"])
         .arg(out)
         .arg("--")
         .arg(python)
