@@ -822,8 +822,9 @@ fn a_dead_dummy_thread_names_no_live_thread() {
 
 /// A dummy thread (started with `_thread.start_new_thread`, calls `threading.current_thread()`) burns in
 /// `dummy_burn` and ends; then a raw thread is started with the dead thread's tid (/proc/sys/kernel/ns_last_pid, as
-/// CRIU does; retried until the kernel gives it) and burns in `raw_burn`, each for SECONDS of CPU time. Prints
-/// `reused True` when it got the tid.
+/// CRIU does; retried until the kernel gives it) and burns in `raw_burn`. Prints `reused True` when it got the tid.
+/// (Each burns SECONDS of wall time, not of CPU time: the test tells the two threads apart by the time of the
+/// samples, which CPU-timed burns of unequal wall length would blur.)
 const REUSE: &str = r#"
 import os, sys, threading, time
 try:
@@ -832,9 +833,6 @@ except ImportError:
     import thread
 
 SECONDS = float(sys.argv[1])
-# The process's CPU time (time.clock on 2.7): each burn gets as many samples on a loaded machine (the other threads
-# sleep meanwhile).
-cpu = getattr(time, "process_time", None) or time.clock
 
 def tid():
     if hasattr(threading, "get_native_id"):
@@ -843,9 +841,9 @@ def tid():
     return ctypes.CDLL(None).syscall(186)
 
 def burn(seconds):
-    end = cpu() + seconds
+    end = time.time() + seconds
     n = 0
-    while cpu() < end:
+    while time.time() < end:
         for i in range(2000):
             n += i
     return n
