@@ -614,12 +614,14 @@ fn load_many_busy_threads_at_1khz() {
     // The workers' CPU time, summed: at the first flush (sampling has started) and after the recording.
     let workers_cpu = |w: &[Child]| w.iter().filter_map(|c| common::cpu_time(c.id())).map(|d| d.as_secs_f64()).sum();
     let mut cpu_at_start: f64 = 0.0;
+    let mut flush_at = std::time::Instant::now();
     loop {
         std::thread::sleep(Duration::from_millis(500));
         let now = started.elapsed().as_secs_f64();
         if recording_since.is_none() && std::fs::metadata(&out).is_ok_and(|m| m.len() > 0) {
             recording_since = Some(now);
             cpu_at_start = workers_cpu(&workers);
+            flush_at = std::time::Instant::now();
         }
         let exited = std::fs::read_to_string(format!("/proc/{}/stat", rec.id()))
             .map_or(true, |st| st.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')));
@@ -632,6 +634,7 @@ fn load_many_busy_threads_at_1khz() {
     }
     let (status, usage) = wait_with_rusage(rec.id());
     let workers_cpu_recorded = workers_cpu(&workers) - cpu_at_start;
+    let window = flush_at.elapsed().as_secs_f64();
     let startup = recording_since.expect("the recording never started") - 0.5;
     let wall = started.elapsed().as_secs_f64();
     for w in &mut workers {
@@ -664,13 +667,15 @@ fn load_many_busy_threads_at_1khz() {
         r.tables.symbols.len(),
         r.tables.nodes.len(),
     );
-    // One sample per 1/HZ of a busy thread's CPU time (per-task events): about as many as the CPU time the workers
-    // got from the first flush to the recorder's exit (sampling starts a little before that flush and ends a
-    // little before that exit), whatever else a busy machine runs (the seconds x HZ x CPUs of an idle machine is
-    // not reached on a shared one).
-    let expected = workers_cpu_recorded * hz as f64;
+    // One sample per 1/HZ of a busy thread's CPU time (per-task events): as many as the CPU time the workers got
+    // while sampling, whatever else a busy machine runs (the seconds x HZ x CPUs of an idle machine is not reached
+    // on a shared one). Their rate of CPU time from the first flush to the recorder's exit, over the recording's
+    // duration (the exit comes after the file is written, which takes long on a loaded machine).
+    let duration = stats.duration_ns as f64 / 1e9;
+    let expected = workers_cpu_recorded / window.max(1e-3) * duration * hz as f64;
     eprintln!(
-        "workers' CPU while recording {workers_cpu_recorded:.1} s (an idle machine: {:.1} s)",
+        "workers' CPU {workers_cpu_recorded:.1} s over the {window:.1} s from the first flush to the end, recording \
+         {duration:.1} s (an idle machine: {:.1} s of CPU)",
         seconds * cpus.min(procs * threads) as f64
     );
     assert!(workers_cpu_recorded > 0.25 * seconds, "the workers got only {workers_cpu_recorded:.1} s of CPU");
