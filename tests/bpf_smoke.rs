@@ -8,8 +8,10 @@
 //! (THIS_THREAD). A second test checks 1000+ frame stacks: complete below PYPERF_MAX_FRAMES,
 //! leaf-nearest frames kept and TRUNCATED above.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
+use std::io::{BufRead, BufReader};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -40,13 +42,20 @@ impl Drop for Kid {
     }
 }
 
-fn spawn(python: &Path, args: &[&str]) -> Kid {
+/// Starts a workload that prints `ready` once it is in the state the test samples (past start-up, at its depth,
+/// its threads started), and waits for that line: a loaded machine can take seconds to get there, so a fixed
+/// sleep would let start-up samples into the shares the tests check.
+fn spawn_ready(python: &Path, args: &[&str]) -> Kid {
     assert!(python.exists(), "interpreter {} not installed", python.display());
-    Kid(Command::new(python)
+    let mut kid = Kid(Command::new(python)
         .args(args)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("starting {}: {e}", python.display())))
+        .unwrap_or_else(|e| panic!("starting {}: {e}", python.display())));
+    let mut line = String::new();
+    BufReader::new(kid.0.stdout.as_mut().expect("piped stdout")).read_line(&mut line).expect("read the workload");
+    assert_eq!(line.trim(), "ready", "{} {args:?} said {line:?}", python.display());
+    kid
 }
 
 /// Waits until the interpreter is mapped and recognisable.
@@ -127,8 +136,9 @@ struct Sample {
 /// Samples by pid, the BPF counters, and the kernel's `(run_time_ns, run_cnt)` of the program.
 type Sampled = (HashMap<u32, Vec<Sample>>, sampler::Counters, Option<(u64, u64)>);
 
-/// Samples the given processes for `secs`.
-fn sample(procs: &[&PythonProcess], rate: Rate, secs: f64) -> Sampled {
+/// Samples the given processes until each has `each` samples (at most a minute): how long that takes depends on
+/// how much CPU a loaded machine leaves them, so a fixed time would not say how many samples there are.
+fn sample(procs: &[&PythonProcess], rate: Rate, each: usize) -> Sampled {
     let mut sampler = Sampler::new(&SamplerOptions {
         event: SampleEvent::CpuClock,
         rate,
@@ -140,7 +150,8 @@ fn sample(procs: &[&PythonProcess], rate: Rate, secs: f64) -> Sampled {
     for p in procs {
         sampler.add_process(p.pid, &bpf_config(p, false).unwrap()).unwrap_or_else(|e| panic!("add_process: {e}"));
     }
-    let mut out: HashMap<u32, Vec<Sample>> = HashMap::new();
+    // Shared by the callback and the loop's check between polls.
+    let out: RefCell<HashMap<u32, Vec<Sample>>> = RefCell::default();
     let t = Instant::now();
     let mut on = |s: &sampler::RawSample<'_>| {
         // Code snapshots (PYPERF_EVENT_CODE) are not samples.
@@ -148,7 +159,7 @@ fn sample(procs: &[&PythonProcess], rate: Rate, secs: f64) -> Sampled {
             return;
         }
         let comm_len = s.comm.iter().position(|&c| c == 0).unwrap_or(16);
-        out.entry(s.pid).or_default().push(Sample {
+        out.borrow_mut().entry(s.pid).or_default().push(Sample {
             status: s.status,
             gil: s.gil,
             thread_state: s.thread_state,
@@ -158,14 +169,15 @@ fn sample(procs: &[&PythonProcess], rate: Rate, secs: f64) -> Sampled {
             frames: s.frames.to_vec(),
         });
     };
-    while t.elapsed().as_secs_f64() < secs {
+    let enough = || procs.iter().all(|p| out.borrow().get(&p.pid).is_some_and(|v| v.len() >= each));
+    while !enough() && t.elapsed() < Duration::from_secs(60) {
         sampler.poll(Duration::from_millis(100), &mut on).expect("poll");
     }
     for p in procs {
         sampler.remove_process(p.pid);
     }
     sampler.poll(Duration::ZERO, &mut on).expect("poll");
-    (out, sampler.counters(), sampler.bpf_stats())
+    (out.take(), sampler.counters(), sampler.bpf_stats())
 }
 
 fn frac(n: usize, d: usize) -> f64 {
@@ -181,7 +193,7 @@ fn callchain_on_pyenv_and_debian_python311() {
     let script = workload("callchain.py");
     let script = script.to_str().unwrap();
     let pythons = [interpreter("3.11.7"), interpreter("debian-3.11")];
-    let kids: Vec<Kid> = pythons.iter().map(|py| spawn(py, &[script, "30"])).collect();
+    let kids: Vec<Kid> = pythons.iter().map(|py| spawn_ready(py, &[script, "3600"])).collect();
     let procs: Vec<PythonProcess> = kids.iter().map(|k| inspect_when_ready(k.0.id())).collect();
     for p in &procs {
         eprintln!("target: {p} build-id {:?} bias {:#x} addrs {:x?}", p.build_id, p.load_bias, p.addrs);
@@ -190,10 +202,7 @@ fn callchain_on_pyenv_and_debian_python311() {
     assert_eq!(procs[0].version, (3, 11, 7));
     assert_eq!(procs[1].load_bias, 0, "Debian's python3.11 is not PIE");
     assert_ne!(procs[0].load_bias, 0, "pyenv's libpython is relocated");
-    // Let the interpreters get past start-up into the workload.
-    std::thread::sleep(Duration::from_millis(300));
-
-    let (by_pid, counters, stats) = sample(&procs.iter().collect::<Vec<_>>(), Rate::Frequency(499), 2.0);
+    let (by_pid, counters, stats) = sample(&procs.iter().collect::<Vec<_>>(), Rate::Frequency(499), 1000);
     eprintln!("counters: {counters:?}");
     if let Some((ns, cnt)) = stats {
         eprintln!(
@@ -207,7 +216,7 @@ fn callchain_on_pyenv_and_debian_python311() {
     for p in &procs {
         let samples = by_pid.get(&p.pid).cloned().unwrap_or_default();
         let n = samples.len();
-        // 499 Hz for 2 s, one busy thread: ~1000 samples (less if the CPUs are shared).
+        // Sampled until 1000 each (a minute at most).
         assert!(n >= 200, "{p}: only {n} samples");
         let mut names = Names::new(p);
         let complete = samples.iter().filter(|s| s.status == StackStatus::Complete.as_u8()).count();
@@ -270,13 +279,13 @@ fn deep_stacks_complete_and_truncated() {
     let script = script.to_str().unwrap();
     let py = interpreter("3.11.7");
     // <module> + main + 1500 x recurse + spin = 1503 frames; 3000 recursions exceed MAX_FRAMES.
-    let deep = spawn(&py, &[script, "1500", "30"]);
-    let deeper = spawn(&py, &[script, "3000", "30"]);
+    // Each says `ready` once at its depth.
+    let deep = spawn_ready(&py, &[script, "1500", "3600"]);
+    let deeper = spawn_ready(&py, &[script, "3000", "3600"]);
     let p1 = inspect_when_ready(deep.0.id());
     let p2 = inspect_when_ready(deeper.0.id());
-    std::thread::sleep(Duration::from_millis(500));
 
-    let (by_pid, counters, stats) = sample(&[&p1, &p2], Rate::Frequency(199), 2.0);
+    let (by_pid, counters, stats) = sample(&[&p1, &p2], Rate::Frequency(199), 300);
     eprintln!("counters: {counters:?}");
     if let Some((ns, cnt)) = stats {
         eprintln!(
@@ -333,7 +342,7 @@ fn thread_without_thread_state_is_idle() {
         addrs: python::PythonAddrs { runtime: Some(0x1000), ..Default::default() },
         row: pyperf::python::row_for(3, 11).unwrap(),
     };
-    let (by_pid, counters, _) = sample(&[&fake], Rate::Frequency(199), 1.0);
+    let (by_pid, counters, _) = sample(&[&fake], Rate::Frequency(199), 200);
     let s = by_pid.get(&pid).cloned().unwrap_or_default();
     eprintln!("idle: {} samples, {counters:?}", s.len());
     assert!(s.len() >= 50, "only {} samples", s.len());
@@ -403,18 +412,21 @@ fn native_and_kernel_stacks() {
     let py = interpreter("3.11.7");
     // A busy main thread and a busy second thread (a glibc pthread: its stack ends at its control block); a
     // reader of /dev/urandom (in the kernel most of the time); a sleeper (off CPU in a system call).
-    let busy = spawn(
+    // Each says `ready` once in its loop (the busy one: with its thread started).
+    let busy = spawn_ready(
         &py,
         &[
             "-c",
             "import threading\ndef spin():\n    while True: sum(i*i for i in range(1000))\n\
-               threading.Thread(target=spin, daemon=True).start()\nspin()",
+               threading.Thread(target=spin, daemon=True).start()\nprint('ready', flush=True)\nspin()",
         ],
     );
-    let reader = spawn(&py, &["-c", "f = open('/dev/urandom', 'rb', buffering=0)\nwhile True: f.read(1 << 20)"]);
-    let sleeper = spawn(&py, &["-c", "import time\nwhile True: time.sleep(0.02)"]);
+    let reader = spawn_ready(
+        &py,
+        &["-c", "f = open('/dev/urandom', 'rb', buffering=0)\nprint('ready', flush=True)\nwhile True: f.read(1 << 20)"],
+    );
+    let sleeper = spawn_ready(&py, &["-c", "import time\nprint('ready', flush=True)\nwhile True: time.sleep(0.02)"]);
     let procs: Vec<PythonProcess> = [&busy, &reader, &sleeper].iter().map(|k| inspect_when_ready(k.0.id())).collect();
-    std::thread::sleep(Duration::from_millis(300));
 
     const USTACK: u32 = 32768;
     let mut sampler = Sampler::new(&SamplerOptions {
@@ -430,12 +442,13 @@ fn native_and_kernel_stacks() {
     for p in &procs {
         sampler.add_process(p.pid, &bpf_config(p, false).unwrap()).unwrap_or_else(|e| panic!("add_process: {e}"));
     }
-    let mut records = Vec::new();
+    // Shared by the callback and the loop's check between polls.
+    let records: RefCell<Vec<NativeRecord>> = RefCell::default();
     let mut on = |s: &sampler::RawSample<'_>| {
         if s.code.is_some() {
             return;
         }
-        records.push(NativeRecord {
+        records.borrow_mut().push(NativeRecord {
             pid: s.pid,
             tid: s.tid,
             off_cpu: s.off_cpu,
@@ -443,14 +456,25 @@ fn native_and_kernel_stacks() {
             user: s.user.map(|u| (u.ip, u.sp, u.bp, u.stack.to_vec())),
         });
     };
+    // Until each target has twice what the checks below need (at most a minute): how long that takes depends on
+    // how much CPU a loaded machine leaves them.
+    let enough = || {
+        let r = records.borrow();
+        let busy = r.iter().filter(|r| r.pid == procs[0].pid && r.off_cpu.is_none());
+        let busy_thread = busy.clone().filter(|r| r.tid != r.pid).count();
+        let reader = r.iter().filter(|r| r.pid == procs[1].pid && r.off_cpu.is_none() && !r.kernel.is_empty());
+        let blocked = r.iter().filter(|r| r.pid == procs[2].pid && r.off_cpu.is_some_and(|o| o.syscall >= 0));
+        busy.count() >= 200 && busy_thread >= 50 && reader.count() >= 40 && blocked.count() >= 20
+    };
     let t = Instant::now();
-    while t.elapsed() < Duration::from_millis(1000) {
+    while !enough() && t.elapsed() < Duration::from_secs(60) {
         sampler.poll(Duration::from_millis(100), &mut on).expect("poll");
     }
     for p in &procs {
         sampler.remove_process(p.pid);
     }
     sampler.poll(Duration::ZERO, &mut on).expect("poll");
+    let records = records.take();
     let counters = sampler.counters();
     eprintln!("counters: {counters:?}");
     assert_eq!((counters.lost, counters.malformed), (0, 0), "records lost");
@@ -553,13 +577,12 @@ fn entry_frames_flagged() {
 
     let script = "def leaf(x):\n    s = 0\n    for i in range(3000): s += i\n    return s\n\
                   def via_c():\n    return sum(map(leaf, range(50)))\n\
-                  def main():\n    while True: via_c()\n\
+                  def main():\n    print('ready', flush=True)\n    while True: via_c()\n\
                   main()";
     let names = ["3.10.13", "3.11.7", "3.12.1", "3.13.0", "sid-3.14", "sid-3.15"];
-    let kids: Vec<Kid> = names.iter().map(|n| spawn(&interpreter(n), &["-c", script])).collect();
+    let kids: Vec<Kid> = names.iter().map(|n| spawn_ready(&interpreter(n), &["-c", script])).collect();
     let procs: Vec<PythonProcess> = kids.iter().map(|k| inspect_when_ready(k.0.id())).collect();
-    std::thread::sleep(Duration::from_millis(300));
-    let (by_pid, _, _) = sample(&procs.iter().collect::<Vec<_>>(), Rate::Frequency(499), 1.5);
+    let (by_pid, _, _) = sample(&procs.iter().collect::<Vec<_>>(), Rate::Frequency(499), 300);
     for (name, p) in names.iter().zip(&procs) {
         let samples = by_pid.get(&p.pid).cloned().unwrap_or_default();
         let mut code_names = Names::new(p);

@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -766,12 +766,17 @@ fn this_process_has_an_identity_that_stays() {
 
 #[test]
 fn exec_is_seen_in_a_real_process() {
-    // sh sleeps, then execs into another program: same pid and start time, new identity.
-    let mut child = Command::new("sh").args(["-c", "sleep 0.3; exec sleep 5"]).spawn().unwrap();
+    // sh waits for a line, then execs into another program: same pid and start time, new identity. (Told when,
+    // and the exec seen through /proc/PID/exe: fixed sleeps raced it on a loaded machine.)
+    let mut child = Command::new("sh").args(["-c", "read x; exec sleep 5"]).stdin(Stdio::piped()).spawn().unwrap();
     let pid = child.id();
-    std::thread::sleep(Duration::from_millis(100));
     let before = identity(pid).unwrap();
-    std::thread::sleep(Duration::from_millis(600));
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"go\n").unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    while std::fs::read_link(format!("/proc/{pid}/exe")).map_or(true, |e| !e.ends_with("sleep")) {
+        assert!(std::time::Instant::now() < until, "sh did not exec sleep within a minute");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let after = identity(pid).unwrap();
     let _ = child.kill();
     let _ = child.wait();

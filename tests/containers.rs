@@ -69,11 +69,13 @@ fn descends(mut pid: u32, ancestor: u32) -> bool {
     false
 }
 
-/// The split workload in a container, started and running: `(unshare, python's host pid)`.
-fn start_contained(python: &Path, nested: bool, seconds: &str) -> (Child, u32) {
+/// The split workload in a container, started and running: `(unshare, python's host pid)`. With `go`, it starts
+/// its work once that file exists (split.py --go; the temp dir is at the same path inside).
+fn start_contained(python: &Path, nested: bool, seconds: &str, go: Option<&Path>) -> (Child, u32) {
     let mut child = contained(python, nested)
         .arg(workload("split.py"))
         .args([seconds, "--threads", "2", "--thread-seconds", "1"])
+        .args(go.map(|g| ["--go".as_ref(), g.as_os_str()]).into_iter().flatten())
         .stdout(Stdio::piped())
         .spawn()
         .expect("unshare");
@@ -130,11 +132,17 @@ fn contained_processes_by_host_pid() {
     let _guard = serial();
     for name in ["3.8.18", "3.11.7", "3.12.1", "sid-3.13", "sid-3.14", "sid-3.15"] {
         let py = interpreter(name);
-        let (child, pid) = start_contained(&py, false, "2");
         let (_dir, out) = scratch("contained.pyp");
-        let o = run(pyperf().args(["record", "-F", "499", "-p"]).arg(pid.to_string()).arg("-o").arg(&out));
+        // The work starts once the recorder records (its start can take seconds on a loaded machine).
+        let go = out.with_file_name("go");
+        let (child, pid) = start_contained(&py, false, "2", Some(&go));
+        let mut rec =
+            pyperf().args(["record", "-F", "499", "-p"]).arg(pid.to_string()).arg("-o").arg(&out).spawn().unwrap();
+        wait_recording(&out);
+        std::fs::write(&go, b"").unwrap();
+        let status = rec.wait().unwrap();
         let rest = child.wait_with_output().expect("workload");
-        assert!(o.status.success() && rest.status.success(), "{name}");
+        assert!(status.success() && rest.status.success(), "{name}");
         let rec = read(&out);
         check_split(name, &rec, pid, &rest.stdout, 1);
     }
@@ -187,13 +195,14 @@ fn all_processes_finds_every_container_and_keeps_their_pids_apart() {
     let _guard = serial();
     let (a_py, b_py) = (interpreter("3.8.18"), interpreter("sid-3.14"));
     let (_dir, out) = scratch("all.pyp");
-    let mut rec_cmd =
-        pyperf().args(["record", "-a", "-F", "499", "-d", "4", "-o"]).arg(&out).stderr(Stdio::piped()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    let (a, a_pid) = start_contained(&a_py, false, "2");
-    let (b, b_pid) = start_contained(&b_py, true, "2");
+    // Recording from before the containers start to after they end (not a fixed -d a loaded machine could
+    // outlast).
+    let mut rec_cmd = pyperf().args(["record", "-a", "-F", "499", "-o"]).arg(&out).spawn().unwrap();
+    wait_recording(&out);
+    let (a, a_pid) = start_contained(&a_py, false, "2", None);
+    let (b, b_pid) = start_contained(&b_py, true, "2", None);
     let (a_out, b_out) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
-    let status = rec_cmd.wait().unwrap();
+    let status = interrupt(&mut rec_cmd);
     assert!(status.success());
     let rec = read(&out);
     check_split("-a, 3.8 in a container", &rec, a_pid, &a_out.stdout, 1);
@@ -234,17 +243,23 @@ fn runs_as_a_user_with_only_the_needed_capabilities() {
         let set = Command::new("setcap").arg(caps).arg(&bin).output().expect("setcap (scripts/setup installs it)");
         assert!(set.status.success(), "setcap: {}", String::from_utf8_lossy(&set.stderr));
         let py = interpreter(python);
-        let mut target = start_workload(&py, "split.py", &["3"]);
+        let mut target = start_workload(&py, "split.py", &["30"]);
         let pid = target.id();
         let out = dir.path().join("user.pyp");
         let _ = std::fs::remove_file(&out);
-        let o = run(Command::new("setpriv")
-            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
-            .arg(&bin)
-            .args(["record", "-d", "1", "-p"])
-            .arg(pid.to_string())
-            .arg("-o")
-            .arg(&out));
+        // Until the target has had 1 s of CPU (~99 samples), however long a loaded machine takes.
+        let o = record_for_cpu(
+            Command::new("setpriv")
+                .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+                .arg(&bin)
+                .args(["record", "-p"])
+                .arg(pid.to_string())
+                .arg("-o")
+                .arg(&out),
+            &out,
+            pid,
+            1.0,
+        );
         let _ = target.kill();
         let _ = target.wait();
         (o, pid)
@@ -280,13 +295,19 @@ fn an_interpreter_replaced_on_disk_is_read_through_its_mapping() {
     let dir = tempfile::tempdir().expect("tempdir");
     let exe = dir.path().join("python3.11");
     std::fs::copy(interpreter("debian-3.11"), &exe).unwrap();
-    let mut target = start_workload(&exe, "split.py", &["3"]);
+    let mut target = start_workload(&exe, "split.py", &["30"]);
     // Replaced by another program at the same path (a new inode; the process keeps the old one mapped).
     let other = dir.path().join("other");
     std::fs::copy("/bin/ls", &other).unwrap();
     std::fs::rename(&other, &exe).unwrap();
     let (_d, out) = scratch("replaced.pyp");
-    let o = run(pyperf().args(["record", "-d", "1", "-p"]).arg(target.id().to_string()).arg("-o").arg(&out));
+    // Until the target has had 1 s of CPU (~99 samples), however long a loaded machine takes.
+    let o = record_for_cpu(
+        pyperf().args(["record", "-p"]).arg(target.id().to_string()).arg("-o").arg(&out),
+        &out,
+        target.id(),
+        1.0,
+    );
     let _ = target.kill();
     let _ = target.wait();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -324,19 +345,15 @@ fn cgroup_limits_recording_to_its_processes() {
     }
     let _cleanup = Cleanup(base.clone(), dir.clone());
     let py = interpreter("3.12.1");
-    let mut inside = start_workload(&py, "split.py", &["3"]);
-    let mut outside = start_workload(&py, "split.py", &["3"]);
+    let mut inside = start_workload(&py, "split.py", &["3600"]);
+    let mut outside = start_workload(&py, "split.py", &["3600"]);
     std::fs::write(dir.join("cgroup.procs"), inside.id().to_string()).unwrap();
     let (_d, out) = scratch("cgroup.pyp");
-    let mut rec_cmd = pyperf()
-        .args(["record", "-F", "499", "-d", "2.5", "-G"])
-        .arg(format!("/{name}"))
-        .arg("-o")
-        .arg(&out)
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
-    // One more, started in the cgroup while recording.
+    let mut rec_cmd =
+        pyperf().args(["record", "-F", "499", "-G"]).arg(format!("/{name}")).arg("-o").arg(&out).spawn().unwrap();
+    wait_recording(&out);
+    // One more, started in the cgroup while recording; the recording ends after it (not at a fixed -d a loaded
+    // machine could reach first).
     let later = Command::new("sh")
         .arg("-c")
         .arg(format!("echo $$ > {}/cgroup.procs && exec \"$0\" \"$1\" 1", dir.display()))
@@ -345,9 +362,9 @@ fn cgroup_limits_recording_to_its_processes() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    assert!(rec_cmd.wait().unwrap().success());
     let later_pid = later.id();
     let _ = later.wait_with_output();
+    assert!(interrupt(&mut rec_cmd).success());
     for c in [&mut inside, &mut outside] {
         let _ = c.kill();
         let _ = c.wait();
@@ -371,10 +388,11 @@ fn cgroup_limits_recording_to_its_processes() {
 fn p_of_a_thread_a_kernel_thread_or_a_zombie() {
     let _guard = serial();
     let py = interpreter("3.12.1");
-    let mut target = start_workload(&py, "split.py", &["3", "--threads", "2", "--thread-seconds", "2"]);
+    // The threads run until killed: the recording below waits for their CPU time.
+    let mut target = start_workload(&py, "split.py", &["1", "--threads", "2", "--thread-seconds", "3600"]);
     let pid = target.id();
-    // A thread of it: wait for the spin threads.
-    let end = Instant::now() + Duration::from_secs(10);
+    // A thread of it: wait for the spin threads (after the 1 s of CPU of Runner.run).
+    let end = Instant::now() + Duration::from_secs(60);
     let tid = loop {
         let tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
             .unwrap()
@@ -388,7 +406,8 @@ fn p_of_a_thread_a_kernel_thread_or_a_zombie() {
         std::thread::sleep(Duration::from_millis(50));
     };
     let (_d, out) = scratch("thread.pyp");
-    let o = run(pyperf().args(["record", "-d", "1", "-p"]).arg(tid.to_string()).arg("-o").arg(&out));
+    // Until the process has had 1 s of CPU (~99 samples), however long a loaded machine takes.
+    let o = record_for_cpu(pyperf().args(["record", "-p"]).arg(tid.to_string()).arg("-o").arg(&out), &out, pid, 1.0);
     let _ = target.kill();
     let _ = target.wait();
     assert!(o.status.success());

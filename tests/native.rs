@@ -299,17 +299,34 @@ fn python_sid_3_15() {
 fn check_off_cpu(name: &str) {
     let _guard = serial();
     let python = interpreter(name);
-    let (_dir, out) = scratch("native-offcpu.pyp");
-    // Settling first: pyperf follows the process once it has found its interpreter and read its files (slower in a
-    // debug build), and waits before that are not seen.
-    let script = "import time\ndef settle():\n    time.sleep(1.5)\ndef nap():\n    time.sleep(0.2)\nsettle()\nfor i in range(5):\n    nap()\n";
-    let o = run(pyperf()
-        .args(["record", "--off-cpu", "--native", "--kernel", "-o"])
+    let (dir, out) = scratch("native-offcpu.pyp");
+    // Settling first, until pyperf follows the process (it has found its interpreter and read its files, which
+    // takes seconds in a debug build on a loaded machine): told by a file the test writes once pyperf records, so
+    // that no nap begins before (a fixed sleep here once let one nap's interval go missing in CI).
+    let go = dir.path().join("go");
+    let script = "import os, sys, time\ndef settle(go):\n    while not os.path.exists(go):\n        time.sleep(0.01)\n\
+                  def nap():\n    time.sleep(0.2)\nprint('ready', flush=True)\nsettle(sys.argv[1])\n\
+                  for i in range(5):\n    nap()\n";
+    let mut target = std::process::Command::new(&python)
+        .args(["-c", script])
+        .arg(&go)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the workload");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(target.stdout.as_mut().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "{name}: the workload said {line:?}");
+    let mut rec = pyperf()
+        .args(["record", "--off-cpu", "--native", "--kernel", "-p", &target.id().to_string(), "-o"])
         .arg(&out)
-        .arg("--")
-        .arg(&python)
-        .args(["-c", script]));
-    assert!(o.status.success(), "pyperf record failed: {:?}", o.status);
+        .spawn()
+        .expect("start pyperf record");
+    common::wait_recording(&out);
+    std::fs::write(&go, b"").expect("write the go file");
+    // pyperf ends once its target has.
+    let status = rec.wait().expect("pyperf record");
+    let _ = target.wait();
+    assert!(status.success(), "pyperf record failed: {status:?}");
     let r = pyperf().arg("report").arg("-i").arg(&out).args(["--mode", "off-cpu", "--folded", "--no-lines"]).output();
     let r = r.expect("run pyperf report");
     assert!(r.status.success(), "report: {}", String::from_utf8_lossy(&r.stderr));

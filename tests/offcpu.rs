@@ -2,7 +2,8 @@
 //! through `pyperf report --mode wall|off-cpu|cpu` against what the workload measured itself.
 //!
 //! The workload (testdata/workloads/offcpu/phases.py) runs five phases on its main thread, each in a function of
-//! its own and each about 0.7 s of wall time: `phase_cpu` (a pure Python loop), `phase_sleep` (time.sleep),
+//! its own and each about 0.7 s of wall time: `phase_cpu` (a pure Python loop, for 0.7 s of its CPU time, so
+//! longer on a busy machine), `phase_sleep` (time.sleep),
 //! `phase_pipe` (os.read on a pipe a helper writes to later), `phase_lock` (a threading.Lock a helper holds) and
 //! `phase_gil` (a pure Python loop while two other threads run pure Python loops: the main thread is off the CPU
 //! about two thirds of the phase; waiting for the GIL 35-65% of it on 3.x, 17-40% on 2.7, whose woken waiters

@@ -102,10 +102,15 @@ fn attach_to_running_pid() {
     let py = interpreter("3.11.7");
     let mut child = start_workload(&py, "split.py", &["30"]);
     let (_dir, out) = scratch("pid.pyp");
-    let o = run(pyperf().args(["record", "-F", "199", "-d", "2", "-p", &child.id().to_string(), "-o"]).arg(&out));
+    // Until the target has had 2 s of CPU (~400 samples at 199 Hz), however long a loaded machine takes.
+    let mut rec =
+        pyperf().args(["record", "-F", "199", "-p", &child.id().to_string(), "-o"]).arg(&out).spawn().unwrap();
+    wait_recording(&out);
+    wait_cpu(child.id(), 2.0);
+    let status = interrupt(&mut rec);
     let _ = child.kill();
     let _ = child.wait();
-    assert!(o.status.success());
+    assert!(status.success());
     let rec = read(&out);
     let mine = rec.of_pid(child.id());
     assert!(mine.len() > 200, "{} samples", mine.len());
@@ -117,13 +122,17 @@ fn attach_to_running_pid() {
 fn all_processes_picks_up_a_process_started_later() {
     let _guard = serial();
     let (_dir, out) = scratch("all.pyp");
-    let mut rec_proc = pyperf().args(["record", "-a", "-F", "199", "-d", "4", "-o"]).arg(&out).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(1200));
+    let mut rec_proc = pyperf().args(["record", "-a", "-F", "199", "-o"]).arg(&out).spawn().unwrap();
+    // Started once the recorder records, and recorded to its end (not a fixed -d a loaded machine could outlast).
+    wait_recording(&out);
     let py = interpreter("3.11.7");
-    let mut child = start_workload(&py, "split.py", &["1.5"]);
+    let mut child = start_workload(&py, "split.py", &["30"]);
     let pid = child.id();
-    child.wait().unwrap();
-    assert!(rec_proc.wait().unwrap().success());
+    // 1.5 s of its CPU: ~300 samples at 199 Hz, less the time until a scan finds it.
+    wait_cpu(pid, 1.5);
+    assert!(interrupt(&mut rec_proc).success());
+    let _ = child.kill();
+    let _ = child.wait();
     let rec = read(&out);
     assert!(rec.tables.processes.iter().any(|p| p.pid == pid), "{:?}", rec.tables.processes);
     let mine = rec.of_pid(pid);
@@ -180,7 +189,8 @@ fn command_without_dashes_next_step_long_duration_and_closed_stderr() {
     let _guard = serial();
     let py = interpreter("3.11.7");
     let (_dir, out) = scratch("nodash.pyp");
-    let o = run(pyperf().args(["record", "-d", "1", "-o"]).arg(&out).arg(&py).arg(workload("split.py")).arg("2"));
+    // To the command's end: a -d of 1 s could end before a loaded machine got the command to `burn`.
+    let o = run(pyperf().args(["record", "-o"]).arg(&out).arg(&py).arg(workload("split.py")).arg("2"));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains(&format!("pyperf: next: pyperf report {}", out.display())), "{err}");
     let rec = read(&out);
@@ -195,7 +205,7 @@ fn command_without_dashes_next_step_long_duration_and_closed_stderr() {
 
     let (_dir2, closed) = scratch("closed.pyp");
     let script = format!(
-        "exec '{}' record -d 1 -o '{}' '{}' '{}' 2 2>&-",
+        "exec '{}' record -o '{}' '{}' '{}' 2 2>&-",
         env!("CARGO_BIN_EXE_pyperf"),
         closed.display(),
         py.display(),
@@ -553,7 +563,8 @@ fn waiting_for_a_command_to_become_python_costs_little_and_counts_from_its_start
     let _guard = serial();
     let py = interpreter("3.11.7");
     let (_dir, out) = scratch("late.pyp");
-    let script = "import time\nt = time.time()\nwhile time.time() - t < 0.3:\n    pass\n";
+    // 0.3 s of its CPU time (not of wall time, which a loaded machine would give a varying share of the CPU).
+    let script = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3:\n    pass\n";
     let late = format!("sleep 1.5; exec '{}' -c '{script}'", py.display());
     let (status, late_cpu, err) =
         run_with_cpu(pyperf().args(["record", "-o"]).arg(&out).args(["--", "sh", "-c", &late]));

@@ -342,9 +342,12 @@ impl Rec {
 /// `pyperf record -F 499 -o OUT -- PYTHON main.py DUMP SECONDS PHASES...` in a UTF-8 locale (3.6 needs it
 /// for the non-ASCII paths).
 fn record_workload(python: &Path, out: &Path, dump: &Path, seconds: &str, phases: &[&str]) {
+    // A 64 MiB ring: the deep phases' records are ~32 KiB each, and a debug-build recorder on a loaded machine
+    // falls seconds behind (a 4 MiB ring lost 39% of the samples, whole phases, once); this test checks stacks,
+    // faults.rs a full ring.
     let status = run(pyperf()
         .env("LC_ALL", "C.UTF-8")
-        .args(["record", "-F", "499", "-o"])
+        .args(["record", "-F", "499", "--ringbuf-kib", "65536", "-o"])
         .arg(out)
         .arg("--")
         .arg(python)
@@ -594,7 +597,7 @@ fn same_function_is_one_symbol_across_processes_and_versions() {
             .arg(stacks_dir().join("main.py"))
             .args(["-", "0.2"])
             .args(phases)
-            .args(["--ready", "--repeat", "6"])
+            .args(["--ready", "--repeat", "3600"])
             .stdout(std::process::Stdio::piped());
         let mut child = cmd.spawn().expect("start workload");
         let mut line = String::new();
@@ -606,12 +609,17 @@ fn same_function_is_one_symbol_across_processes_and_versions() {
     let mut b = start(&new);
     let (_dir, out) = scratch("two.pyp");
     let pids = format!("{},{}", a.id(), b.id());
-    let o = run(pyperf().args(["record", "-F", "499", "-d", "3", "-p", &pids, "-o"]).arg(&out));
+    // Until each has had 2.5 s of CPU (two rounds of the six 0.2 s phases), however long a loaded machine takes.
+    let mut rec = pyperf().args(["record", "-F", "499", "-p", &pids, "-o"]).arg(&out).spawn().unwrap();
+    wait_recording(&out);
+    wait_cpu(a.id(), 2.5);
+    wait_cpu(b.id(), 2.5);
+    let status = interrupt(&mut rec);
     for c in [&mut a, &mut b] {
         let _ = c.kill();
         let _ = c.wait();
     }
-    assert!(o.status.success());
+    assert!(status.success());
     let rec = Rec::read(&out);
 
     // Symbol ids used per pid, by (qualified name, file, line).

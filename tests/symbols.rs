@@ -186,15 +186,20 @@ per_interpreter! {
 fn no_uprobe_reads_every_check_word() {
     let _g = serial();
     let python = interpreter("3.11.7");
-    let mut target =
-        std::process::Command::new(&python).arg(workload("deep.py")).args(["20", "6"]).spawn().expect("start deep.py");
+    // It says `ready` at its depth; then older than 0.5 s whatever the load (the age is wall time).
+    let mut target = start_workload(&python, "deep.py", &["20", "3600"]);
     std::thread::sleep(std::time::Duration::from_millis(900));
     let pid = target.id().to_string();
     let mut counts = Vec::new();
     for extra in [&[][..], &["--no-uprobe"][..]] {
         let (_dir, out) = scratch("p.pyp");
-        let o = run(pyperf().args(["record", "-F", "999", "-d", "1", "-p", &pid]).args(extra).arg("-o").arg(&out));
-        assert!(o.status.success(), "pyperf record {extra:?} failed: {:?}", o.status);
+        // Until the target has had a second of CPU (~1000 samples at 999 Hz), however long a loaded machine takes.
+        let mut rec =
+            pyperf().args(["record", "-F", "999", "-p", &pid]).args(extra).arg("-o").arg(&out).spawn().unwrap();
+        wait_recording(&out);
+        wait_cpu(target.id(), 1.0);
+        let status = interrupt(&mut rec);
+        assert!(status.success(), "pyperf record {extra:?} failed: {status:?}");
         let rec = read(&out);
         let stats = rec.tables.stats.as_ref().expect("trailer");
         let counter = |k: &str| stats.counters.iter().find(|(n, _)| n == k).map_or(0, |(_, v)| *v);

@@ -22,7 +22,7 @@ use common::*;
 use pyperf::python::code::{ProcMem, ReadMem};
 use pyperf::python::threads::ThreadNameReader;
 
-/// The workload: `python WORKLOAD SECONDS`. Runs on 2.7 and 3.x alike. The workers' functions are told apart in the
+/// The workload: `python WORKLOAD SECONDS`. Runs on 2.7 and 3.x alike; prints `ready` once its threads started. The workers' functions are told apart in the
 /// stacks (`burn_a`, `burn_b`); the main thread burns in `main_burn`.
 const WORKLOAD: &str = r#"
 import sys, threading, time
@@ -49,6 +49,8 @@ def main_burn():
 threads = [threading.Thread(target=burn_a, name="worker-a"), threading.Thread(target=burn_b, name="worker-b")]
 for t in threads:
     t.start()
+sys.stdout.write("ready\n")
+sys.stdout.flush()
 main_burn()
 for t in threads:
     t.join()
@@ -553,11 +555,15 @@ fn names_in_a_pid_namespace_are_mapped_to_the_samples_tids() {
             .args(["--pid", "--fork", "--mount-proc"])
             .arg(&python)
             .arg(&workload)
-            .arg("6")
+            .arg("600")
+            .stdout(Stdio::piped())
             .spawn()
             .expect("unshare");
+        let mut line = String::new();
+        BufReader::new(unshare.stdout.as_mut().expect("stdout")).read_line(&mut line).expect("read");
+        assert_eq!(line.trim(), "ready", "{name}: the workload said {line:?}");
         // The interpreter: unshare's child, pid 1 in the new namespace.
-        let until = Instant::now() + Duration::from_secs(5);
+        let until = Instant::now() + Duration::from_secs(30);
         let pid = loop {
             let child = std::fs::read_to_string(format!("/proc/{}/task/{}/children", unshare.id(), unshare.id()))
                 .ok()
@@ -572,9 +578,16 @@ fn names_in_a_pid_namespace_are_mapped_to_the_samples_tids() {
             assert!(Instant::now() < until, "{name}: no interpreter in a new PID namespace");
             std::thread::sleep(Duration::from_millis(20));
         };
-        std::thread::sleep(Duration::from_millis(500)); // the threads started
         let (_out_dir, out) = scratch("ns.pyp");
-        let o = run(pyperf().args(["record", "-F", "199", "-d", "2", "-o"]).arg(&out).args(["-p", &pid.to_string()]));
+        // Until its three threads have had 3 s of CPU (~600 samples at 199 Hz), however long a loaded machine takes.
+        let o = record_for_cpu(
+            pyperf().args(["record", "-F", "199", "-o"]).arg(&out).args(["-p", &pid.to_string()]),
+            &out,
+            pid,
+            3.0,
+        );
+        // The namespace's init: its end ends the namespace (unshare's alone would not).
+        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
         let _ = unshare.kill();
         let _ = unshare.wait();
         assert!(o.status.success(), "{name}: pyperf record failed");
@@ -810,6 +823,8 @@ fn a_dead_dummy_thread_names_no_live_thread() {
 /// A dummy thread (started with `_thread.start_new_thread`, calls `threading.current_thread()`) burns in
 /// `dummy_burn` and ends; then a raw thread is started with the dead thread's tid (/proc/sys/kernel/ns_last_pid, as
 /// CRIU does; retried until the kernel gives it) and burns in `raw_burn`. Prints `reused True` when it got the tid.
+/// (Each burns SECONDS of wall time, not of CPU time: the test tells the two threads apart by the time of the
+/// samples, which CPU-timed burns of unequal wall length would blur.)
 const REUSE: &str = r#"
 import os, sys, threading, time
 try:

@@ -128,7 +128,7 @@ fn wanted() -> (Vec<Frame>, Vec<Frame>) {
 }
 
 /// Walks the workload's two threads in process `pid` (host pid; `ns_pid`, `main` and `worker` are its pid and
-/// tids in its own PID namespace) until both sleep in futex(2) with the stacks expected, within 10 s; then checks
+/// tids in its own PID namespace) until both sleep in futex(2) with the stacks expected, within 60 s; then checks
 /// them exactly, and walks again. Returns the longest walk of the main thread.
 fn check(name: &str, pid: u32, ns_pid: u32, main: u32, worker: u32) -> Duration {
     let (main_want, worker_leaf) = wanted();
@@ -163,7 +163,7 @@ fn check(name: &str, pid: u32, ns_pid: u32, main: u32, worker: u32) -> Duration 
             break;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(10),
+            started.elapsed() < Duration::from_secs(60),
             "{name}: blocked {blocked}, main thread {last_main:?}, worker {last_worker:?}"
         );
         std::thread::sleep(Duration::from_millis(20));

@@ -1419,7 +1419,7 @@ garbage line
     #[test]
     fn unwinds_a_sleeping_debian_python_through_its_activations() {
         let root = Path::new("/srv/pyperf-sid");
-        let script = "import time\ndef f(n):\n    if n == 0:\n        time.sleep(30)\n    return list(map(f, [n - 1] if n else []))\nf(5)\n";
+        let script = "import time\ndef f(n):\n    if n == 0:\n        time.sleep(600)\n    return list(map(f, [n - 1] if n else []))\nf(5)\n";
         let mut ran = 0;
         for v in ["3.13", "3.14", "3.15"] {
             if !root.join(format!("usr/bin/python{v}")).exists() {
@@ -1431,7 +1431,8 @@ garbage line
                 continue;
             };
             let pid = child.id();
-            let deadline = Instant::now() + Duration::from_secs(10);
+            // A generous limit: a loaded machine can take seconds to start the interpreter.
+            let deadline = Instant::now() + Duration::from_secs(60);
             let mut capture = None;
             while Instant::now() < deadline && capture.is_none() {
                 std::thread::sleep(Duration::from_millis(20));
@@ -1473,11 +1474,11 @@ garbage line
             absent("the chroot at /srv/pyperf-sid (scripts/setup)");
             return;
         }
-        let Ok(mut child) = Command::new("chroot").arg(root).args(["/bin/sleep", "5"]).spawn() else { return };
+        let Ok(mut child) = Command::new("chroot").arg(root).args(["/bin/sleep", "600"]).spawn() else { return };
         let pid = child.id();
         // Wait for chroot to exec sleep and for the dynamic loader to map its libc (right after the exec only sleep
-        // and the loader are mapped: a CI run caught that).
-        let deadline = Instant::now() + Duration::from_secs(5);
+        // and the loader are mapped: a CI run caught that); a generous limit for a loaded machine.
+        let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
             let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();

@@ -1,7 +1,7 @@
 """CPU-bound workload with a known call chain, for the BPF smoke test.
 
 Root to leaf the Python stack is: <module> -> main -> outer_frame -> middle_frame -> leaf_spin.
-Runs until killed, or for argv[1] seconds.
+Runs until killed, or for argv[1] seconds. Prints `ready` as it enters the loop.
 """
 import sys
 import time
@@ -24,6 +24,8 @@ def outer_frame(n):
 
 def main():
     deadline = time.time() + (float(sys.argv[1]) if len(sys.argv) > 1 else 3600.0)
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
     while time.time() < deadline:
         outer_frame(200000)
 

@@ -1,13 +1,15 @@
 """CPU-bound workload running at a known recursion depth, for the BPF smoke test.
 
 Usage: deep.py DEPTH SECONDS
-Root to leaf: <module> -> main -> recurse x DEPTH -> spin.
+Root to leaf: <module> -> main -> recurse x DEPTH -> spin. Prints `ready` once at that depth.
 """
 import sys
 import time
 
 
 def spin(deadline):
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
     while time.time() < deadline:
         total = 0
         for i in range(20000):

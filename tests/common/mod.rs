@@ -379,3 +379,85 @@ impl Recording {
         self.samples.iter().filter(|s| s.names.iter().any(|n| n == name)).collect()
     }
 }
+
+/// The CPU time `pid` has used so far (all its threads, user and system; /proc/PID/stat in clock ticks), or `None`
+/// once it is gone.
+pub fn cpu_time(pid: u32) -> Option<std::time::Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start at state, field 3; utime and stime are 14, 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut f = rest.split_whitespace().skip(14 - 3);
+    let ticks: u64 = f.next()?.parse::<u64>().ok()? + f.next()?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(std::time::Duration::from_nanos(ticks * 1_000_000_000 / hz))
+}
+
+/// Waits until `pid` has used `seconds` more CPU time than when called (at most two minutes): the number of
+/// samples a recording holds follows the CPU time the target got, which a loaded machine makes any fixed wall time
+/// fall short of.
+pub fn wait_cpu(pid: u32, seconds: f64) {
+    let start = cpu_time(pid).unwrap_or_else(|| panic!("process {pid} is gone"));
+    let want = start + std::time::Duration::from_secs_f64(seconds);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let now = cpu_time(pid).unwrap_or_else(|| panic!("process {pid} ended before using {seconds} s of CPU"));
+        if now >= want {
+            return;
+        }
+        assert!(std::time::Instant::now() < until, "process {pid} used only {:?} of CPU in two minutes", now - start);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Waits until the recorder writing `out` is recording: its first flush (after the sampling loop starts) has put
+/// the header on disk. Starting (loading the BPF program, inspecting the targets) takes from a few hundred
+/// milliseconds to many seconds on a loaded machine.
+pub fn wait_recording(out: &Path) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !std::fs::metadata(out).is_ok_and(|m| m.len() > 0) {
+        assert!(std::time::Instant::now() < until, "the recorder did not start within two minutes");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Ends a recorder as Ctrl-C does (SIGINT) and waits for it.
+pub fn interrupt(recorder: &mut Child) -> std::process::ExitStatus {
+    // SAFETY: plain kill(2) of a child this test started and has not waited for yet.
+    assert_eq!(unsafe { libc::kill(recorder.id() as i32, libc::SIGINT) }, 0, "SIGINT to the recorder");
+    let status = recorder.wait().expect("wait for the recorder");
+    eprintln!("recorder status after SIGINT: {status:?}");
+    status
+}
+
+/// Runs a recorder (`pyperf record -p PID ... -o OUT` without `-d`, through `cmd`) until the target has used
+/// `cpu_seconds` of CPU after the recording started, then ends it with SIGINT; a recorder that exits by itself
+/// (a refused start) is just waited for. Returns its output, as [`run`] does.
+pub fn record_for_cpu(cmd: &mut Command, out: &Path, pid: u32, cpu_seconds: f64) -> Output {
+    let mut rec = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run pyperf");
+    // Its stderr drained meanwhile, so that a chatty recorder never blocks on a full pipe.
+    let mut stderr = rec.stderr.take().expect("piped stderr");
+    let drain = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut stderr, &mut buf);
+        buf
+    });
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        if rec.try_wait().expect("wait for pyperf").is_some() {
+            break;
+        }
+        if std::fs::metadata(out).is_ok_and(|m| m.len() > 0) {
+            wait_cpu(pid, cpu_seconds);
+            // SAFETY: plain kill(2) of a child this test started and has not reaped yet.
+            unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "the recorder neither started nor ended within two minutes");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut o = rec.wait_with_output().expect("wait for pyperf");
+    o.stderr = drain.join().expect("stderr reader");
+    eprintln!("status: {:?}\nstderr:\n{}", o.status, String::from_utf8_lossy(&o.stderr));
+    o
+}

@@ -277,13 +277,8 @@ def speedscope(chromium, index, profile, screenshot):
         # speedscope names the page after the profile once it has loaded it.
         while b.eval(SPEEDSCOPE_STATE)["title"].strip().lower() == "speedscope" and time.time() < deadline:
             time.sleep(0.25)
-        time.sleep(0.5)
-        report["loaded"] = b.eval(SPEEDSCOPE_STATE)
-        b.screenshot(screenshot)
-        # The profile menu (the name in the middle of the toolbar) lists every profile: one per thread. Opened
-        # with a real click.
-        box = b.eval(
-            r"""
+        # Then draws the flame chart and its toolbar: waited for (a loaded machine takes its time), at most 30 s.
+        menu_box = r"""
 (() => {
   const hits = [...document.querySelectorAll('body *')].filter(e => /\(1\/\d+\)/.test(e.textContent));
   if (!hits.length) return null;
@@ -291,11 +286,24 @@ def speedscope(chromium, index, profile, screenshot):
   return [r.x, r.y, r.width, r.height];
 })()
 """
-        )
+        deadline = time.time() + 30
+        while time.time() < deadline and not (b.eval(SPEEDSCOPE_STATE)["canvases"] and b.eval(menu_box)):
+            time.sleep(0.25)
+        time.sleep(0.5)
+        report["loaded"] = b.eval(SPEEDSCOPE_STATE)
+        b.screenshot(screenshot)
+        # The profile menu (the name in the middle of the toolbar) lists every profile: one per thread. Opened
+        # with a real click.
+        box = b.eval(menu_box)
         report["menu"] = {"opened": box is not None, "text": ""}
         if box:
+            before = b.eval("document.body.innerText")
             b.click(box[0] + box[2] / 2, box[1] + box[3] / 2)
-            time.sleep(0.5)
+            # Until the menu shows (the page's text changes), at most 10 s.
+            deadline = time.time() + 10
+            while b.eval("document.body.innerText") == before and time.time() < deadline:
+                time.sleep(0.1)
+            time.sleep(0.2)
             report["menu"]["text"] = b.eval("document.body.innerText")
         b.screenshot(screenshot.replace(".png", "-menu.png"))
         report["dialogs"] = b.dialogs

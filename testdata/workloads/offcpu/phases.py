@@ -18,7 +18,9 @@
 # Before the phases the main thread sleeps SETTLE seconds in `settle` (a recorder that starts the workload follows
 # it only once it has found its interpreter, a few hundred ms into the run on a busy machine with a debug build).
 # Each phase lasts about SECONDS of wall time (every thread's loop stops at a deadline, not after a fixed amount
-# of work, so a busy machine stretches nothing). Helper threads start inside their phase's function.
+# of work, so a busy machine stretches nothing), but phase_cpu, which runs until the main thread has had SECONDS of
+# CPU time (so that its CPU samples do not depend on the machine's load). Helper threads start inside their phase's
+# function.
 #
 # What it prints (one line each, `key=value` fields, seconds as decimals), the truth the tests check against:
 #   tid main TID                                   the main thread's tid (get_native_id, or syscall(186) before 3.8)
@@ -134,8 +136,13 @@ class core(object):
 
 
 def phase_cpu(seconds):
-    with core(native_tid()):
-        spin(clock() + seconds)
+    tid = native_tid()
+    with core(tid):
+        # SECONDS of this thread's time on a CPU (longer in wall time on a busy machine): as many CPU samples
+        # however busy the machine is.
+        c0 = schedstat(tid)[0]
+        while schedstat(tid)[0] - c0 < seconds:
+            spin(clock() + 0.01)
 
 
 def phase_sleep(seconds):
