@@ -99,6 +99,9 @@ pub fn top(args: &TopArgs) -> Result<ExitCode> {
     let off_cpu_min_ns = if args.off_cpu { Some(crate::cli::parse_min_duration(&args.off_cpu_min)?) } else { None };
     let interactive = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
 
+    // Before anything is created: a SIGINT, SIGTERM or SIGHUP during the start ends the view at its first turn,
+    // with a complete -o file, instead of killing pyperf between the file's creation and its header.
+    signals::install();
     if let Some(o) = &args.output {
         output::check(o)?;
     }
@@ -130,7 +133,6 @@ pub fn top(args: &TopArgs) -> Result<ExitCode> {
         None => None,
     };
     let created = file.as_ref().map(|f| f.guard());
-    signals::install();
 
     // From here the screen is the view's: messages are kept aside (see `Aside`) until it ends.
     let aside = if interactive { Some(Aside::start()?) } else { None };
