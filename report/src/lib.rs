@@ -48,6 +48,7 @@ pub mod gecko;
 pub mod pprof;
 pub mod speedscope;
 pub mod text;
+pub mod tracks;
 pub mod tree;
 
 pub use cli::{exit_for_clap_error, run, write_report, Format, FormatFlags, ReportArgs};

@@ -1,0 +1,115 @@
+//! Timeline exports (`--gecko`, `--speedscope`) stream with bounded memory: a small crafted file with a million
+//! thread ids, and a long recording, exported by the `pyperf-report` binary with its peak RSS (the child's
+//! `ru_maxrss`) and time measured.
+
+#[path = "support/crafted.rs"]
+mod crafted;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// What one run of the binary took.
+struct Run {
+    rss_mib: f64,
+    seconds: f64,
+    stderr: String,
+    output: u64,
+}
+
+/// Runs `pyperf-report FORMAT -i INPUT -o OUTPUT` and measures its peak RSS through wait4.
+fn report(format: &str, input: &Path, output: &Path) -> Run {
+    let start = Instant::now();
+    let child = Command::new(env!("CARGO_BIN_EXE_pyperf-report"))
+        .arg(format)
+        .arg("-i")
+        .arg(input)
+        .arg("-o")
+        .arg(output)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start pyperf-report");
+    let pid = child.id() as libc::pid_t;
+    let mut stderr = child.stderr.expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
+        s
+    });
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our own child, not waited for elsewhere; both pointers are to live locals.
+    let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(rc, pid, "wait4: {}", std::io::Error::last_os_error());
+    let seconds = start.elapsed().as_secs_f64();
+    let stderr = reader.join().expect("stderr reader");
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{format} failed ({status}): {stderr}");
+    let output = std::fs::metadata(output).map(|m| m.len()).unwrap_or(0);
+    Run { rss_mib: usage.ru_maxrss as f64 / 1024.0, seconds, stderr, output }
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).expect("write recording");
+    path
+}
+
+/// The file: a million thread ids in a few MB. Each export must stay within 300 MiB (the unbounded
+/// versions took 3.5 GB) and a time that a loaded debug build keeps (they took 49 s in release), show a bounded
+/// number of threads and say on stderr how many it merged.
+#[test]
+fn a_million_thread_ids_stay_bounded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bytes = crafted::many_threads(1_000_000);
+    let input = write(dir.path(), "threads.pyp", &bytes);
+    for format in ["--gecko", "--speedscope"] {
+        let output = dir.path().join("out.json");
+        let r = report(format, &input, &output);
+        eprintln!(
+            "{format}: {} bytes in, {:.1} MiB peak RSS, {:.1} s, {} bytes out",
+            bytes.len(),
+            r.rss_mib,
+            r.seconds,
+            r.output
+        );
+        assert!(r.rss_mib < 300.0, "{format}: {:.1} MiB peak RSS", r.rss_mib);
+        assert!(r.seconds < 120.0, "{format}: {:.1} s", r.seconds);
+        assert!(r.stderr.contains("other threads"), "{format}: no note of the merged threads: {}", r.stderr);
+        // A bounded number of tracks: far from a million.
+        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&output).expect("read")).expect("JSON");
+        let tracks = doc["threads"].as_array().or(doc["profiles"].as_array()).map_or(0, Vec::len);
+        assert!((1..=1_000).contains(&tracks), "{format}: {tracks} tracks");
+    }
+}
+
+/// A long recording of few threads: what an export holds must not grow with the samples. Four times the samples
+/// (1 M, then 4 M, on 4 threads) may add little to the peak RSS (the unbounded versions held some 13 bytes per
+/// sample in the profile, and Firefox Profiler's writer 30 more until the end).
+#[test]
+fn memory_does_not_grow_with_samples() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let small = write(dir.path(), "small.pyp", &crafted::many_samples(1_000_000, 4));
+    let large = write(dir.path(), "large.pyp", &crafted::many_samples(4_000_000, 4));
+    for format in ["--gecko", "--speedscope"] {
+        let output = dir.path().join("out.json");
+        let a = report(format, &small, &output);
+        let b = report(format, &large, &output);
+        eprintln!(
+            "{format}: 1 M samples {:.1} MiB, {:.1} s ({} bytes out); 4 M samples {:.1} MiB, {:.1} s ({} bytes out)",
+            a.rss_mib, a.seconds, a.output, b.rss_mib, b.seconds, b.output
+        );
+        assert!(b.rss_mib < a.rss_mib + 24.0, "{format}: {:.1} MiB, then {:.1} MiB", a.rss_mib, b.rss_mib);
+        assert!(b.seconds < 300.0, "{format}: {:.1} s", b.seconds);
+    }
+}
+
+#[test]
+#[ignore]
+fn dump_files_tmp() {
+    std::fs::write("/tmp/gk/threads.pyp", crafted::many_threads(1_000_000)).unwrap();
+    std::fs::write("/tmp/gk/samples4m.pyp", crafted::many_samples(4_000_000, 4)).unwrap();
+    std::fs::write("/tmp/gk/samples1m.pyp", crafted::many_samples(1_000_000, 4)).unwrap();
+}
