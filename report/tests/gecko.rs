@@ -66,7 +66,7 @@ fn every_thread_with_its_samples_and_the_required_fields() {
         let threads = p["threads"].as_array().expect("threads");
         // Each recorded thread with samples is a thread of the profile with all of them.
         let mut want: BTreeMap<u32, u64> = BTreeMap::new();
-        let per_thread = pyperf_report::tracks::entries_per_thread(&profile);
+        let per_thread = pyperf_report::tracks::entries_per_thread(&profile).expect("timeline");
         for (t, &n) in profile.threads.iter().zip(&per_thread) {
             if n > 0 {
                 *want.entry(t.tid).or_default() += n;

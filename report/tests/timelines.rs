@@ -105,11 +105,3 @@ fn memory_does_not_grow_with_samples() {
         assert!(b.seconds < 300.0, "{format}: {:.1} s", b.seconds);
     }
 }
-
-#[test]
-#[ignore]
-fn dump_files_tmp() {
-    std::fs::write("/tmp/gk/threads.pyp", crafted::many_threads(1_000_000)).unwrap();
-    std::fs::write("/tmp/gk/samples4m.pyp", crafted::many_samples(4_000_000, 4)).unwrap();
-    std::fs::write("/tmp/gk/samples1m.pyp", crafted::many_samples(1_000_000, 4)).unwrap();
-}
