@@ -22,8 +22,13 @@
 //! a thread in the same GIL state (`GIL held`, `GIL released`, `waiting for the GIL`, ...), from the first entry of
 //! the run to the end of its last, with the state in the marker's `state` field.
 //!
-//! Memory: the crate keeps every sample (some 30 bytes each) until the file is written; the profile must have
-//! been loaded with [`crate::LoadOptions::timeline`].
+//! **Memory.** The tracks are [`crate::tracks`]'s: the 256 busiest threads, the others merged into one "other
+//! threads" track (in a process of its own). The crate (fxprof-processed-profile) makes each track's tables
+//! (stacks, frames, functions, strings) but holds no sample and no marker: each thread is written without samples
+//! and with one template GIL marker per state, then its samples and markers are streamed in place of its empty
+//! tables, each column made in one pass over the track's entries into a temporary file and copied out. So memory
+//! is the tables, whatever the number of samples; the output is byte for byte what the crate writes with every
+//! sample. The profile must have been loaded with [`crate::LoadOptions::timeline`].
 
 use std::collections::HashMap;
 use std::io::{self, Seek, Write};
@@ -141,10 +146,9 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
         None => (1, 0, true, 0, 0),
     });
     // Each track as a thread without samples: its tables (stacks, frames, functions, strings) and one GIL marker
-    // per state it has, which the streamed markers copy. (thread handle, its stack indices by timeline stack, its
-    // GIL states in the order of their template markers.)
+    // per state it has, which the streamed markers copy.
     let mut first = true;
-    let mut made: Vec<(usize, fx::ThreadHandle, FxMap<u32, Option<usize>>, Vec<u8>)> = Vec::new();
+    let mut made: Vec<Made> = Vec::new();
     for k in order {
         let handle = match tracks.thread(k).map(|i| &profile.threads[i]) {
             Some(thread) => {
@@ -159,7 +163,9 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
                 handle
             }
             None => {
-                let start = Timestamp::from_nanos_since_reference(0);
+                // Started when the first of its threads was seen.
+                let first_ns = tracks.merged.iter().map(|&t| profile.threads[t].first_ns).min().unwrap_or(0);
+                let start = Timestamp::from_nanos_since_reference(first_ns);
                 let process = fxp.add_process(OTHER_THREADS, 0, start);
                 let handle = fxp.add_thread(process, 0, start, false);
                 fxp.set_thread_name(handle, &format!("{OTHER_THREADS} ({} threads)", tracks.merged.len()));
@@ -186,9 +192,9 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
         };
         let mut run: Option<u8> = None;
         for e in tracks.entries(k) {
-            if !stacks.contains_key(&e.stack) {
+            if let std::collections::hash_map::Entry::Vacant(slot) = stacks.entry(e.stack) {
                 let s = stack_of(profile, &mut fxp, handle, &categories, &mut memo, e.stack);
-                stacks.insert(e.stack, s.and_then(|h| memo.index.get(&h).copied()));
+                slot.insert(s.and_then(|h| memo.index.get(&h).copied()));
             }
             match run {
                 Some(state) if state == e.gil => {}
@@ -200,7 +206,7 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
         if let Some(state) = run {
             template(&mut fxp, state);
         }
-        made.push((k, handle, stacks, states));
+        made.push(Made { track: k, stacks, states });
     }
     tracks.check()?;
 
@@ -217,7 +223,7 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
         let Some(&m) = tid.and_then(|t| tid_strings.get(&t)) else {
             return Err(io::Error::other("Firefox Profiler export: a thread of the writer is unknown"));
         };
-        let (k, _, stacks, states) = &made[m];
+        let Made { track: k, stacks, states } = &made[m];
         // The empty sample table: up to its first closing brace (it has no nested object).
         let close = rest[at..].iter().position(|&b| b == b'}').map(|i| at + i + 1).unwrap_or(rest.len());
         // Markers come before samples in a thread: find this thread's markers object before `at`.
@@ -292,15 +298,11 @@ fn matching_brace(b: &[u8]) -> Option<usize> {
 
 /// The tid each thread has in the file (the crate makes them unique as `124`, `124.1`, ... in the order threads
 /// are added), to its index in `made`.
-fn unique_tids(
-    profile: &Profile,
-    tracks: &Tracks,
-    made: &[(usize, fx::ThreadHandle, FxMap<u32, Option<usize>>, Vec<u8>)],
-) -> HashMap<String, usize> {
+fn unique_tids(profile: &Profile, tracks: &Tracks, made: &[Made]) -> HashMap<String, usize> {
     let mut next: HashMap<u32, u32> = HashMap::new();
     let mut out = HashMap::new();
-    for (m, (k, _, _, _)) in made.iter().enumerate() {
-        let tid = tracks.thread(*k).map_or(0, |i| profile.threads[i].tid);
+    for (m, made) in made.iter().enumerate() {
+        let tid = tracks.thread(made.track).map_or(0, |i| profile.threads[i].tid);
         let text = match next.get_mut(&tid) {
             Some(n) => {
                 let t = format!("{tid}.{n}");
@@ -315,6 +317,16 @@ fn unique_tids(
         out.insert(text, m);
     }
     out
+}
+
+/// A track's thread as made in the writer without samples.
+struct Made {
+    /// The track (index in [`Tracks`]).
+    track: usize,
+    /// Its stack index of each timeline stack (`None`: no frame).
+    stacks: FxMap<u32, Option<usize>>,
+    /// Its GIL states, in the order of their template markers.
+    states: Vec<u8>,
 }
 
 /// One track being written.
@@ -392,7 +404,8 @@ impl Track<'_> {
 
     /// The samples table, as the crate writes it for samples in time order.
     fn write_samples(&self, o: &mut impl Write, stacks: &FxMap<u32, Option<usize>>) -> io::Result<()> {
-        let (mut stack, mut time, mut weight, mut cpu) = (Column::new()?, Column::new()?, Column::new()?, Column::new()?);
+        let (mut stack, mut time, mut weight, mut cpu) =
+            (Column::new()?, Column::new()?, Column::new()?, Column::new()?);
         let (mut n, mut prev) = (0u64, 0u64);
         self.for_each(|t, s, c, w, _, _| {
             n += 1;

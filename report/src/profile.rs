@@ -277,8 +277,8 @@ impl StateCounts {
     }
 }
 
-pub use crate::tracks::Timeline;
 use crate::tracks::Entry;
+pub use crate::tracks::Timeline;
 
 /// Off-CPU time of some intervals (one thread's, or all those read or matched), in ns. An interval's weight is
 /// split between runnable and its kind in proportion `runnable_ns / duration_ns` ([`split_weight`]).
@@ -480,12 +480,7 @@ fn remove_hidden_frames(tables: &mut Tables, show: ShowFrames) -> Option<Vec<u32
 
 /// The timelines' stacks with their leaves mapped through `map` ([`remove_hidden_frames`]); stacks that became the
 /// same are merged, and the timeline renumbers its entries as they are read.
-fn remap_timelines(
-    map: &[u32],
-    timeline: &mut Timeline,
-    stacks: &mut Vec<(StackStatus, u32)>,
-    reasons: &mut Vec<u32>,
-) {
+fn remap_timelines(map: &[u32], timeline: &mut Timeline, stacks: &mut Vec<(StackStatus, u32)>, reasons: &mut Vec<u32>) {
     let mut ids: FxMap<(u8, u32, u32), u32> = FxMap::default();
     let mut renumber: Vec<u32> = Vec::with_capacity(stacks.len());
     let (mut kept_stacks, mut kept_reasons) = (Vec::new(), Vec::new());

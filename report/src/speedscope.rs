@@ -47,9 +47,11 @@
 //! Names: control characters and bidirectional-text controls (which could make a frame read as another) are
 //! shown as visible escapes (`\n`, `\x01`, `\u202e`); see [`visible`].
 //!
-//! Memory: the frames, a frame number per symbol and a flag per stack-table node, and, for the thread being
-//! written, its samples' order; the file is written as it is made, each sample's frames read from the stack table
-//! (time linear in the input and the output, however deep the stacks). For an event that is not a clock, 4 bytes per sample more while P is estimated.
+//! Memory: the frames, a frame number per symbol and a flag per stack-table node; the samples are read from the
+//! tracks' temporary file ([`crate::tracks`]: the 256 busiest threads, the others merged into one "other threads"
+//! profile, last) and the file is written as it is made, each sample's frames read from the stack table (time
+//! linear in the input and the output, however deep the stacks). For an event that is not a clock, 4 bytes per
+//! sample more while P is estimated.
 //!
 //! The profile must have been loaded with [`crate::LoadOptions::timeline`].
 

@@ -195,9 +195,8 @@ impl Timeline {
             self.error = other.error;
         }
         for s in other.segments {
-            let renumber = s.renumber.map(|r| {
-                Arc::new(r.iter().map(|&x| x.saturating_add(s.stack_base)).collect::<Vec<u32>>())
-            });
+            let renumber =
+                s.renumber.map(|r| Arc::new(r.iter().map(|&x| x.saturating_add(s.stack_base)).collect::<Vec<u32>>()));
             self.segments.push(Segment {
                 thread_base: s.thread_base.saturating_add(thread_base),
                 shift: s.shift.saturating_add(shift),
@@ -332,7 +331,8 @@ impl Tracks {
         let counts = entries_per_thread(profile)?;
         let busy = busy.unwrap_or(&counts);
         let mut candidates: Vec<usize> = (0..profile.threads.len()).filter(|&t| counts[t] > 0).collect();
-        let key = |t: usize| (Reverse(busy.get(t).copied().unwrap_or(0)), profile.threads[t].pid, profile.threads[t].tid);
+        let key =
+            |t: usize| (Reverse(busy.get(t).copied().unwrap_or(0)), profile.threads[t].pid, profile.threads[t].tid);
         candidates.sort_by_key(|&t| key(t));
         let merged = candidates.split_off(candidates.len().min(MAX_TRACKS));
         let threads = candidates;

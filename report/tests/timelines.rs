@@ -6,6 +6,9 @@
 mod crafted;
 
 use std::path::Path;
+
+use pyperf_report::{write_report, Format, Profile, ReportArgs};
+use serde_json::Value;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -18,6 +21,8 @@ struct Run {
 }
 
 /// Runs `pyperf-report FORMAT -i INPUT -o OUTPUT` and measures its peak RSS through wait4.
+// Waited for with wait4 (for its rusage), not Child::wait.
+#[allow(clippy::zombie_processes)]
 fn report(format: &str, input: &Path, output: &Path) -> Run {
     let start = Instant::now();
     let child = Command::new(env!("CARGO_BIN_EXE_pyperf-report"))
@@ -104,4 +109,60 @@ fn memory_does_not_grow_with_samples() {
         assert!(b.rss_mib < a.rss_mib + 24.0, "{format}: {:.1} MiB, then {:.1} MiB", a.rss_mib, b.rss_mib);
         assert!(b.seconds < 300.0, "{format}: {:.1} s", b.seconds);
     }
+}
+
+/// Exports `bytes` in `format` through the library.
+fn export(bytes: &[u8], format: Format) -> Value {
+    let args = ReportArgs::with_format(format);
+    let profile = Profile::load(bytes, &args.load_options().expect("options")).expect("load");
+    let mut out = Vec::new();
+    write_report(&args, &profile, &mut out).expect("write");
+    serde_json::from_slice(&out).expect("JSON")
+}
+
+/// 300 threads: the 256 busiest have a track each, the 44 others share the last one, "other threads", with all
+/// their samples; nothing is lost.
+#[test]
+fn threads_past_the_cap_share_one_track() {
+    let bytes = crafted::many_threads(300);
+    let doc = export(&bytes, Format::Speedscope);
+    let profiles = doc["profiles"].as_array().expect("profiles");
+    assert_eq!(profiles.len(), 257);
+    assert_eq!(profiles[256]["name"], "other threads (44 threads)");
+    let busy: usize = profiles
+        .iter()
+        .map(|p| {
+            p["samples"]
+                .as_array()
+                .expect("samples")
+                .iter()
+                .filter(|s| s.as_array().is_some_and(|a| !a.is_empty()))
+                .count()
+        })
+        .sum();
+    assert!(busy >= 257, "{busy} samples with frames");
+    let doc = export(&bytes, Format::Gecko);
+    let threads = doc["threads"].as_array().expect("threads");
+    assert_eq!(threads.len(), 257);
+    let total: u64 = threads.iter().map(|t| t["samples"]["length"].as_u64().expect("length")).sum();
+    assert_eq!(total, 300, "every sample in some track");
+    let other = threads.iter().find(|t| t["name"] == "other threads (44 threads)").expect("other threads");
+    assert_eq!(other["samples"]["length"], 44);
+    // The thread selected first is a real one.
+    let selected = doc["meta"]["initialSelectedThreads"][0].as_u64().expect("selected") as usize;
+    assert_eq!(threads[selected]["name"], "thread 1000 (python3)");
+}
+
+/// Entries far out of time order (a crafted file) still make tracks in time order.
+#[test]
+fn entries_far_out_of_order_stay_in_time_order() {
+    let bytes = crafted::reversed(5_000);
+    let doc = export(&bytes, Format::Gecko);
+    let samples = &doc["threads"][0]["samples"];
+    assert_eq!(samples["length"], 5_000);
+    let deltas = samples["timeDeltas"].as_array().expect("deltas");
+    assert!(deltas.iter().all(|d| d.as_f64().is_some_and(|d| d >= 0.0)), "time goes forward");
+    let doc = export(&bytes, Format::Speedscope);
+    let weights = doc["profiles"][0]["weights"].as_array().expect("weights");
+    assert!(weights.iter().all(|w| w.as_u64().is_some()), "no negative weight");
 }

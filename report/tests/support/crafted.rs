@@ -146,3 +146,15 @@ pub fn many_samples(samples: u64, threads: u32) -> Vec<u8> {
     }
     w.finish(&Stats { samples, duration_ns: samples * 1_000_000, ..Default::default() }).expect("finish")
 }
+
+/// `samples` samples of one thread in reverse time order (the last first): far more out of order than any
+/// recorder writes them.
+pub fn reversed(samples: u64) -> Vec<u8> {
+    let mut w = writer();
+    let module = w.intern_symbol(&symbol("<module>".into(), 1));
+    let node = w.intern_node(0, module);
+    for i in (0..samples).rev() {
+        sample(&mut w, i, 1, node);
+    }
+    w.finish(&Stats { samples, duration_ns: samples * 1_000_000, ..Default::default() }).expect("finish")
+}
