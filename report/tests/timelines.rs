@@ -1,6 +1,6 @@
 //! Timeline exports (`--gecko`, `--speedscope`) stream with bounded memory: a small crafted file with a million
-//! thread ids, and a long recording, exported by the `pyperf-report` binary with its peak RSS (the child's
-//! `ru_maxrss`) and time measured.
+//! thread ids, and a long recording, exported by the `pyperf-report` binary with its peak RSS (the child's VmHWM)
+//! and time measured.
 
 #[path = "support/crafted.rs"]
 mod crafted;
@@ -10,7 +10,7 @@ use std::path::Path;
 use pyperf_report::{write_report, Format, Profile, ReportArgs};
 use serde_json::Value;
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What one run of the binary took.
 struct Run {
@@ -20,12 +20,23 @@ struct Run {
     output: u64,
 }
 
-/// Runs `pyperf-report FORMAT -i INPUT -o OUTPUT` and measures its peak RSS through wait4.
-// Waited for with wait4 (for its rusage), not Child::wait.
-#[allow(clippy::zombie_processes)]
+/// The child's peak RSS so far (VmHWM), in KiB; 0 once it has exited.
+fn peak_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Runs `pyperf-report FORMAT -i INPUT -o OUTPUT` and measures its peak RSS: the high-water mark of its own
+/// address space (VmHWM, read every few ms until it exits). Not wait4's `ru_maxrss`: a child inherits the
+/// high-water mark of the process it was forked from (this test's, which made the files), so that would never
+/// read lower than the test's own peak.
 fn report(format: &str, input: &Path, output: &Path) -> Run {
     let start = Instant::now();
-    let child = Command::new(env!("CARGO_BIN_EXE_pyperf-report"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pyperf-report"))
         .arg(format)
         .arg("-i")
         .arg(input)
@@ -36,24 +47,26 @@ fn report(format: &str, input: &Path, output: &Path) -> Run {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start pyperf-report");
-    let pid = child.id() as libc::pid_t;
-    let mut stderr = child.stderr.expect("stderr");
+    let mut stderr = child.stderr.take().expect("stderr");
     let reader = std::thread::spawn(move || {
         let mut s = String::new();
         let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
         s
     });
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `pid` is our own child, not waited for elsewhere; both pointers are to live locals.
-    let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(rc, pid, "wait4: {}", std::io::Error::last_os_error());
+    let mut peak = 0;
+    let status = loop {
+        // Read before asking whether it exited: the last reading is of a live process.
+        peak = peak.max(peak_kib(child.id()));
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
     let seconds = start.elapsed().as_secs_f64();
     let stderr = reader.join().expect("stderr reader");
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{format} failed ({status}): {stderr}");
+    assert!(status.success(), "{format} failed ({status}): {stderr}");
     let output = std::fs::metadata(output).map(|m| m.len()).unwrap_or(0);
-    Run { rss_mib: usage.ru_maxrss as f64 / 1024.0, seconds, stderr, output }
+    Run { rss_mib: peak as f64 / 1024.0, seconds, stderr, output }
 }
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> std::path::PathBuf {
