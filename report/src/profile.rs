@@ -98,7 +98,8 @@ impl ShowFrames {
 pub struct LoadOptions {
     /// Samples outside the filter are counted in [`Profile::all`] only.
     pub filter: Filter,
-    /// Keep every matching sample's time and stack per thread (for the speedscope timeline).
+    /// Keep every matching sample's time and stack per thread (for the timeline exports), in a temporary file
+    /// ([`crate::tracks`]).
     pub timeline: bool,
     /// Count stacks per thread (needed for process / thread root frames; implies `threads`). Without it
     /// every [`StackCount::thread`] is [`ALL_THREADS`], and counting is faster (an array instead of a hash map).

@@ -178,7 +178,7 @@ impl Timeline {
         self.written = 0;
     }
 
-    /// Stack `s` becomes `renumber[s]` (frames left out made stacks equal).
+    /// Stack `s` becomes `renumber[s]` (frames left out made stacks equal); before any [`Timeline::append`].
     pub(crate) fn renumber(&mut self, renumber: Vec<u32>) {
         let renumber = Arc::new(renumber);
         for s in &mut self.segments {
