@@ -94,7 +94,8 @@ fn a_million_thread_ids_stay_bounded() {
             r.output
         );
         assert!(r.rss_mib < 300.0, "{format}: {:.1} MiB peak RSS", r.rss_mib);
-        assert!(r.seconds < 120.0, "{format}: {:.1} s", r.seconds);
+        // Generous: a debug build on a busy machine takes some 80 s.
+        assert!(r.seconds < 300.0, "{format}: {:.1} s", r.seconds);
         assert!(r.stderr.contains("other threads"), "{format}: no note of the merged threads: {}", r.stderr);
         // A bounded number of tracks: far from a million.
         let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&output).expect("read")).expect("JSON");
@@ -104,22 +105,23 @@ fn a_million_thread_ids_stay_bounded() {
 }
 
 /// A long recording of few threads: what an export holds must not grow with the samples. Four times the samples
-/// (1 M, then 4 M, on 4 threads) may add little to the peak RSS (the unbounded versions held some 13 bytes per
-/// sample in the profile, and Firefox Profiler's writer 30 more until the end).
+/// (0.5 M, then 2 M, on 4 threads) may add at most 8 MiB to the peak RSS (the unbounded versions held 13 bytes per
+/// sample in the profile, 20 MB more here, and Firefox Profiler's writer some 50 more until the end).
 #[test]
 fn memory_does_not_grow_with_samples() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let small = write(dir.path(), "small.pyp", &crafted::many_samples(1_000_000, 4));
-    let large = write(dir.path(), "large.pyp", &crafted::many_samples(4_000_000, 4));
+    let small = write(dir.path(), "small.pyp", &crafted::many_samples(500_000, 4));
+    let large = write(dir.path(), "large.pyp", &crafted::many_samples(2_000_000, 4));
     for format in ["--gecko", "--speedscope"] {
         let output = dir.path().join("out.json");
         let a = report(format, &small, &output);
         let b = report(format, &large, &output);
         eprintln!(
-            "{format}: 1 M samples {:.1} MiB, {:.1} s ({} bytes out); 4 M samples {:.1} MiB, {:.1} s ({} bytes out)",
+            "{format}: 0.5 M samples {:.1} MiB, {:.1} s ({} bytes out); 2 M samples {:.1} MiB, {:.1} s ({} bytes out)",
             a.rss_mib, a.seconds, a.output, b.rss_mib, b.seconds, b.output
         );
-        assert!(b.rss_mib < a.rss_mib + 24.0, "{format}: {:.1} MiB, then {:.1} MiB", a.rss_mib, b.rss_mib);
+        assert!(b.rss_mib < a.rss_mib + 8.0, "{format}: {:.1} MiB, then {:.1} MiB", a.rss_mib, b.rss_mib);
+        // Generous: a debug build on a machine busy with other work took 170 s for twice as many samples.
         assert!(b.seconds < 300.0, "{format}: {:.1} s", b.seconds);
     }
 }
