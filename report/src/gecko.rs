@@ -26,7 +26,7 @@
 //! threads" track (in a process of its own). The crate (fxprof-processed-profile) makes each track's tables
 //! (stacks, frames, functions, strings) but holds no sample and no marker: each thread is written without samples
 //! and with one template GIL marker per state, then its samples and markers are streamed in place of its empty
-//! tables, each column made in one pass over the track's entries into a temporary file and copied out. So memory
+//! tables, each column made in one pass over the track's entries (in memory up to 64 KiB, then in a temporary file) and copied out. So memory
 //! is the tables, whatever the number of samples; the output is byte for byte what the crate writes with every
 //! sample. The profile must have been loaded with [`crate::LoadOptions::timeline`].
 
@@ -338,42 +338,59 @@ struct Track<'a> {
     time_weights: bool,
 }
 
-/// Writes numbers as a JSON array into a temporary file (a column of a table whose columns are written one
-/// after the other, made in one pass over the entries).
+/// Writes numbers as a JSON array (a column of a table whose columns are written one after the other, made in one
+/// pass over the entries): in memory up to [`Column::IN_MEMORY`] bytes, then in a temporary file.
 struct Column {
-    file: io::BufWriter<std::fs::File>,
+    buf: Vec<u8>,
+    file: Option<std::fs::File>,
     first: bool,
 }
 
 impl Column {
-    fn new() -> io::Result<Column> {
-        let mut file = io::BufWriter::with_capacity(1 << 15, tempfile::tempfile()?);
-        file.write_all(b"[")?;
-        Ok(Column { file, first: true })
+    const IN_MEMORY: usize = 1 << 16;
+
+    fn new() -> Column {
+        Column { buf: b"[".to_vec(), file: None, first: true }
+    }
+
+    /// Moves what is in memory to the file once there is enough of it.
+    fn spill(&mut self) -> io::Result<()> {
+        if self.buf.len() >= Self::IN_MEMORY {
+            let file = match &mut self.file {
+                Some(f) => f,
+                None => self.file.insert(tempfile::tempfile()?),
+            };
+            file.write_all(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
     }
 
     fn push(&mut self, value: impl std::fmt::Display) -> io::Result<()> {
         if !std::mem::take(&mut self.first) {
-            self.file.write_all(b",")?;
+            self.buf.push(b',');
         }
-        write!(self.file, "{value}")
+        write!(self.buf, "{value}")?;
+        self.spill()
     }
 
     fn push_json(&mut self, value: &impl serde::Serialize) -> io::Result<()> {
         if !std::mem::take(&mut self.first) {
-            self.file.write_all(b",")?;
+            self.buf.push(b',');
         }
-        serde_json::to_writer(&mut self.file, value).map_err(io::Error::other)
+        serde_json::to_writer(&mut self.buf, value).map_err(io::Error::other)?;
+        self.spill()
     }
 
     /// Writes `"key":[...]` to `o`.
-    fn copy_to(self, key: &str, o: &mut impl Write) -> io::Result<()> {
-        let mut file = self.file.into_inner().map_err(|e| e.into_error())?;
-        file.write_all(b"]")?;
-        file.seek(io::SeekFrom::Start(0))?;
+    fn copy_to(mut self, key: &str, o: &mut impl Write) -> io::Result<()> {
+        self.buf.push(b']');
         write!(o, "\"{key}\":")?;
-        io::copy(&mut file, o)?;
-        Ok(())
+        if let Some(mut file) = self.file.take() {
+            file.seek(io::SeekFrom::Start(0))?;
+            io::copy(&mut file, o)?;
+        }
+        o.write_all(&self.buf)
     }
 }
 
@@ -404,8 +421,7 @@ impl Track<'_> {
 
     /// The samples table, as the crate writes it for samples in time order.
     fn write_samples(&self, o: &mut impl Write, stacks: &FxMap<u32, Option<usize>>) -> io::Result<()> {
-        let (mut stack, mut time, mut weight, mut cpu) =
-            (Column::new()?, Column::new()?, Column::new()?, Column::new()?);
+        let (mut stack, mut time, mut weight, mut cpu) = (Column::new(), Column::new(), Column::new(), Column::new());
         let (mut n, mut prev) = (0u64, 0u64);
         self.for_each(|t, s, c, w, _, _| {
             n += 1;
@@ -452,7 +468,7 @@ impl Track<'_> {
                 text
             })
             .collect();
-        let mut cols: Vec<Column> = (0..6).map(|_| Column::new()).collect::<io::Result<_>>()?;
+        let mut cols: Vec<Column> = (0..6).map(|_| Column::new()).collect();
         let mut n = 0u64;
         let mut emit = |cols: &mut [Column], state: u8, from: u64, to: u64| -> io::Result<()> {
             let i = states.iter().position(|&s| s == state).unwrap_or(0);
