@@ -26,9 +26,9 @@
 //! threads" track (in a process of its own). The crate (fxprof-processed-profile) makes each track's tables
 //! (stacks, frames, functions, strings) but holds no sample and no marker: each thread is written without samples
 //! and with one template GIL marker per state, then its samples and markers are streamed in place of its empty
-//! tables, each column made in one pass over the track's entries (in memory up to 64 KiB, then in a temporary file) and copied out. So memory
-//! is the tables, whatever the number of samples; the output is byte for byte what the crate writes with every
-//! sample. The profile must have been loaded with [`crate::LoadOptions::timeline`].
+//! tables, each column made in one pass over the track's entries (in memory up to 64 KiB, then in a temporary
+//! file) and copied out. So memory is the tables, whatever the number of samples; the output is byte for byte what
+//! the crate writes with every sample. The profile must have been loaded with [`crate::LoadOptions::timeline`].
 
 use std::collections::HashMap;
 use std::io::{self, Seek, Write};
