@@ -581,7 +581,10 @@ fn run_report(args: &ReportArgs) -> Result<(), ReportError> {
             }
         }
     }
-    let profile = args.load()?;
+    let mut profile = args.load()?;
+    if matches!(format, Format::Speedscope | Format::Gecko) {
+        profile.warnings.extend(crate::tracks::note(&profile));
+    }
     {
         let mut stderr = io::stderr().lock();
         for w in &profile.warnings {

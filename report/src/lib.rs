@@ -17,9 +17,8 @@
 //! ```
 //!
 //! A recording is streamed chunk by chunk ([`pyperf_format::scan_records`]): memory grows with the number of unique
-//! (thread, stack) pairs, not with the number of samples. Only the speedscope exporter keeps one entry per sample
-//! (a time and an interned stack id, 12 bytes; with a weight, 20 bytes, in the off-CPU modes), because its timeline
-//! view needs them in order.
+//! (thread, stack) pairs, not with the number of samples. The timeline exports (speedscope, Firefox Profiler) need
+//! every sample in order: [`tracks`] keeps them in temporary files, not in memory.
 //!
 //! What the counts weigh is the profile's [`Mode`] ([`LoadOptions::mode`], `--mode`): CPU samples ([`Mode::Cpu`],
 //! the default), or, for a recording made with `pyperf record --off-cpu`, nanoseconds of off-CPU intervals
@@ -48,6 +47,7 @@ pub mod gecko;
 pub mod pprof;
 pub mod speedscope;
 pub mod text;
+pub mod tracks;
 pub mod tree;
 
 pub use cli::{exit_for_clap_error, run, write_report, Format, FormatFlags, ReportArgs};

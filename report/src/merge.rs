@@ -143,7 +143,7 @@ impl Profile {
             gil_stacks: Vec::new(),
             all: StateCounts::default(),
             matched: StateCounts::default(),
-            timelines: Vec::new(),
+            timeline: None,
             timeline_stacks: Vec::new(),
             timeline_reasons: Vec::new(),
             reasons: vec![String::new()],
@@ -168,7 +168,7 @@ impl Profile {
             gil_stacks: out.gil_stacks,
             all: out.all,
             matched: out.matched,
-            timelines: out.timelines,
+            timeline: out.timeline,
             timeline_stacks: out.timeline_stacks,
             timeline_reasons: out.timeline_reasons,
             reasons: out.reasons,
@@ -250,14 +250,8 @@ impl Profile {
             merged
                 .timeline_reasons
                 .extend(p.timeline_reasons.iter().map(|&r| reasons.get(r as usize).copied().unwrap_or(0)));
-            for mut tl in p.timelines {
-                for t in &mut tl.times {
-                    *t = t.saturating_add(shift);
-                }
-                for s in &mut tl.stacks {
-                    *s += stack_base;
-                }
-                merged.timelines.push(tl);
+            if let Some(tl) = p.timeline {
+                merged.timeline.get_or_insert_with(Default::default).append(tl, thread_base, shift, stack_base);
             }
         }
         // Process instances by pid, then start, then recording; threads point at their instance's new place.

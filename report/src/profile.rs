@@ -98,7 +98,8 @@ impl ShowFrames {
 pub struct LoadOptions {
     /// Samples outside the filter are counted in [`Profile::all`] only.
     pub filter: Filter,
-    /// Keep every matching sample's time and stack per thread (for the speedscope timeline).
+    /// Keep every matching sample's time and stack per thread (for the timeline exports), in a temporary file
+    /// ([`crate::tracks`]).
     pub timeline: bool,
     /// Count stacks per thread (needed for process / thread root frames; implies `threads`). Without it
     /// every [`StackCount::thread`] is [`ALL_THREADS`], and counting is faster (an array instead of a hash map).
@@ -277,20 +278,8 @@ impl StateCounts {
     }
 }
 
-/// One thread's matching samples (and, in [`Mode::OffCpu`] and [`Mode::Wall`], off-CPU intervals: only those in
-/// off-cpu) in file order (sort by time before use): parallel columns.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Timeline {
-    /// Sample times, or interval starts, ns since the recording's start.
-    pub times: Vec<u64>,
-    /// Index into [`Profile::timeline_stacks`].
-    pub stacks: Vec<u32>,
-    /// Empty in [`Mode::Cpu`] (every entry is a sample of one sampling period); else each entry's weight in ns: a
-    /// sample's sampling period, an interval's `weight_ns`.
-    pub weights: Vec<u64>,
-    /// Each entry's GIL state ([`GilState`] as on disk): a sample's, an off-CPU interval's at its switch-in.
-    pub gil: Vec<u8>,
-}
+use crate::tracks::Entry;
+pub use crate::tracks::Timeline;
 
 /// Off-CPU time of some intervals (one thread's, or all those read or matched), in ns. An interval's weight is
 /// split between runnable and its kind in proportion `runnable_ns / duration_ns` ([`split_weight`]).
@@ -385,8 +374,8 @@ pub struct Profile {
     pub all: StateCounts,
     /// The samples that passed the filter.
     pub matched: StateCounts,
-    /// Per thread (same index as `threads`) when loaded with `timeline`; empty otherwise.
-    pub timelines: Vec<Timeline>,
+    /// Every thread's entries when loaded with `timeline`; `None` otherwise.
+    pub timeline: Option<Timeline>,
     /// (status, leaf) of the stacks the timelines refer to.
     pub timeline_stacks: Vec<(StackStatus, u32)>,
     /// [`StackCount::reason`] of each of `timeline_stacks` (0: a CPU sample's stack).
@@ -491,13 +480,8 @@ fn remove_hidden_frames(tables: &mut Tables, show: ShowFrames) -> Option<Vec<u32
 }
 
 /// The timelines' stacks with their leaves mapped through `map` ([`remove_hidden_frames`]); stacks that became the
-/// same are merged, and the timelines' entries renumbered then (only then: one step per entry).
-fn remap_timelines(
-    map: &[u32],
-    timelines: &mut [Timeline],
-    stacks: &mut Vec<(StackStatus, u32)>,
-    reasons: &mut Vec<u32>,
-) {
+/// same are merged, and the timeline renumbers its entries as they are read.
+fn remap_timelines(map: &[u32], timeline: &mut Timeline, stacks: &mut Vec<(StackStatus, u32)>, reasons: &mut Vec<u32>) {
     let mut ids: FxMap<(u8, u32, u32), u32> = FxMap::default();
     let mut renumber: Vec<u32> = Vec::with_capacity(stacks.len());
     let (mut kept_stacks, mut kept_reasons) = (Vec::new(), Vec::new());
@@ -512,11 +496,7 @@ fn remap_timelines(
         renumber.push(id);
     }
     if kept_stacks.len() < stacks.len() {
-        for t in timelines {
-            for s in &mut t.stacks {
-                *s = renumber[*s as usize];
-            }
-        }
+        timeline.renumber(renumber);
     }
     *stacks = kept_stacks;
     *reasons = kept_reasons;
@@ -578,7 +558,7 @@ struct Aggregator {
     counts_far: FxMap<(u32, u8, u32), u64>,
     all: StateCounts,
     matched: StateCounts,
-    timelines: Vec<Timeline>,
+    timelines: Timeline,
     timeline_ids: FxMap<(u8, u32, u32), u32>,
     timeline_stacks: Vec<(StackStatus, u32)>,
     timeline_reasons: Vec<u32>,
@@ -672,7 +652,7 @@ impl Aggregator {
             counts_far: FxMap::default(),
             all: StateCounts::default(),
             matched: StateCounts::default(),
-            timelines: Vec::new(),
+            timelines: Timeline::default(),
             timeline_ids: FxMap::default(),
             timeline_stacks: Vec::new(),
             timeline_reasons: Vec::new(),
@@ -777,9 +757,6 @@ impl Aggregator {
             });
             self.thread_records.push(record);
             self.comm_mark.push((u64::MAX, 0));
-            if self.timeline {
-                self.timelines.push(Timeline::default());
-            }
             if self.mode.is_time() {
                 self.thread_off.push(OffCpuTime::default());
             }
@@ -902,13 +879,7 @@ impl Aggregator {
             }
             if THREADS && self.sample_timeline {
                 let id = self.timeline_stack(st, leaf, 0);
-                let t = &mut self.timelines[s];
-                t.times.push(time);
-                t.stacks.push(id);
-                t.gil.push(gil);
-                if let Some(ns) = self.sample_ns {
-                    t.weights.push(ns);
-                }
+                self.timelines.push(Entry { thread: slot, time, stack: id, gil, weight: self.sample_ns });
             }
         }
         if FILTERING {
@@ -1005,11 +976,8 @@ impl Aggregator {
             }
             if self.track_threads && self.timeline {
                 let id = self.timeline_stack(status, leaf, reason);
-                let t = &mut self.timelines[s];
-                t.times.push(iv.start_ns);
-                t.stacks.push(id);
-                t.gil.push(iv.gil.as_u8());
-                t.weights.push(iv.weight_ns);
+                let (time, gil, weight) = (iv.start_ns, iv.gil.as_u8(), Some(iv.weight_ns));
+                self.timelines.push(Entry { thread: slot, time, stack: id, gil, weight });
             }
         }
     }
@@ -1133,8 +1101,9 @@ impl Profile {
             })
             .collect();
         let recorded_frames = FrameKinds::of(&tables);
-        let (mut timelines, mut timeline_stacks, mut timeline_reasons) =
+        let (mut timeline, mut timeline_stacks, mut timeline_reasons) =
             (agg.timelines, agg.timeline_stacks, agg.timeline_reasons);
+        timeline.finish();
         if let Some(map) = remove_hidden_frames(&mut tables, options.frames) {
             // Counted by leaf node, so what was counted needs nothing more than each leaf's new node.
             for s in &mut stacks {
@@ -1143,7 +1112,7 @@ impl Profile {
             for (s, _) in &mut gil_stacks {
                 s.leaf = map[s.leaf as usize];
             }
-            remap_timelines(&map, &mut timelines, &mut timeline_stacks, &mut timeline_reasons);
+            remap_timelines(&map, &mut timeline, &mut timeline_stacks, &mut timeline_reasons);
         }
         let key = |s: &StackCount| (s.thread, s.status.as_u8(), s.leaf, s.reason);
         stacks.sort_unstable_by_key(key);
@@ -1172,7 +1141,7 @@ impl Profile {
             stacks,
             all: agg.all,
             matched: agg.matched,
-            timelines,
+            timeline: options.timeline.then_some(timeline),
             timeline_stacks,
             timeline_reasons,
             mode: options.mode,

@@ -47,21 +47,23 @@
 //! Names: control characters and bidirectional-text controls (which could make a frame read as another) are
 //! shown as visible escapes (`\n`, `\x01`, `\u202e`); see [`visible`].
 //!
-//! Memory: the frames, a frame number per symbol and a flag per stack-table node, and, for the thread being
-//! written, its samples' order; the file is written as it is made, each sample's frames read from the stack table
-//! (time linear in the input and the output, however deep the stacks). For an event that is not a clock, 4 bytes per sample more while P is estimated.
+//! Memory: the frames, a frame number per symbol and a flag per stack-table node; the samples are read from the
+//! tracks' temporary file ([`crate::tracks`]: the 256 busiest threads, the others merged into one "other threads"
+//! profile, last) and the file is written as it is made, each sample's frames read from the stack table (time
+//! linear in the input and the output, however deep the stacks). For an event that is not a clock, 4 bytes per
+//! sample more while P is estimated.
 //!
 //! The profile must have been loaded with [`crate::LoadOptions::timeline`].
 
 use std::borrow::Cow;
-use std::cmp::Reverse;
 use std::io::{self, Write};
 
 use pyperf_format::FrameKind;
 
 use crate::hash::FxMap;
 use crate::names;
-use crate::profile::{Mode, Profile, Timeline};
+use crate::profile::{Mode, Profile};
+use crate::tracks::{Tracks, OTHER_THREADS};
 
 /// The `$schema` of every file written: the speedscope file-format schema it follows.
 pub const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
@@ -120,63 +122,36 @@ fn json(s: &str) -> String {
     serde_json::to_string(&visible(s)).unwrap_or_else(|_| "\"\"".to_string())
 }
 
-/// One thread's samples in time order (the timeline is in file order, which CPUs make slightly out of time
-/// order). Most threads' samples are already in order: then no permutation is kept.
-struct Ordered<'a> {
-    timeline: &'a Timeline,
-    order: Option<Vec<usize>>,
-    /// The weight of an entry when the timeline has none (CPU samples of [`Mode::Cpu`]).
-    period: u64,
-}
-
-impl<'a> Ordered<'a> {
-    fn new(timeline: &'a Timeline, period: u64) -> Self {
-        let times = &timeline.times;
-        let order = if times.windows(2).all(|w| w[0] <= w[1]) {
-            None
-        } else {
-            let mut idx: Vec<usize> = (0..times.len()).collect();
-            // Stable: samples at the same time keep their file order.
-            idx.sort_by_key(|&i| times[i]);
-            Some(idx)
-        };
-        Ordered { timeline, order, period }
-    }
-
-    fn len(&self) -> usize {
-        self.timeline.times.len().min(self.timeline.stacks.len())
-    }
-
-    /// (time, index into [`Profile::timeline_stacks`], weight) of the `k`-th sample in time order.
-    fn get(&self, k: usize) -> (u64, u32, u64) {
-        let i = match &self.order {
-            Some(order) => order[k],
-            None => k,
-        };
-        let weight = self.timeline.weights.get(i).copied().unwrap_or(self.period);
-        (self.timeline.times[i], self.timeline.stacks[i], weight)
-    }
-
-    /// The sum of the weights.
-    fn total(&self) -> u64 {
-        (0..self.len()).fold(0u64, |a, k| a.saturating_add(self.get(k).2))
-    }
+/// One track's entries in time order ([`Tracks::entries`]): (time, index into [`Profile::timeline_stacks`],
+/// weight).
+fn ordered(tracks: &Tracks, k: usize, period: u64) -> impl Iterator<Item = (u64, u32, u64)> + '_ {
+    tracks.entries(k).map(move |e| (e.time, e.stack, e.weight.unwrap_or(period)))
 }
 
 /// The weight of one sample, P (see the module documentation).
 pub fn sample_weight_ns(profile: &Profile) -> u64 {
+    match Tracks::new(profile, None) {
+        Ok(tracks) => weight_of_samples(profile, &tracks),
+        Err(_) => profile.sampling_period_ns().unwrap_or(FALLBACK_PERIOD_NS).max(1),
+    }
+}
+
+/// [`sample_weight_ns`] over the threads of `tracks` (the merged ones' gaps, of several threads, left out when
+/// any thread has its own track).
+fn weight_of_samples(profile: &Profile, tracks: &Tracks) -> u64 {
     if let Some(period) = profile.sampling_period_ns() {
         return period.max(1);
     }
     // Gaps past u32 (4.3 s) are never the typical one: clamping them keeps 4 bytes per gap.
     let mut gaps: Vec<u32> = Vec::new();
-    for timeline in &profile.timelines {
-        let ordered = Ordered::new(timeline, 0);
-        for k in 1..ordered.len() {
-            let gap = ordered.get(k).0 - ordered.get(k - 1).0;
-            if gap > 0 {
+    let own = if tracks.threads.is_empty() { tracks.len() } else { tracks.threads.len() };
+    for k in 0..own {
+        let mut last: Option<u64> = None;
+        for (time, _, _) in ordered(tracks, k, 0) {
+            if let Some(gap) = last.map(|l| time - l).filter(|&g| g > 0) {
                 gaps.push(gap.min(u32::MAX as u64) as u32);
             }
+            last = Some(time);
         }
     }
     if gaps.is_empty() {
@@ -188,31 +163,27 @@ pub fn sample_weight_ns(profile: &Profile) -> u64 {
 }
 
 /// What a thread's profile is made of, in order: (stack, weight), `None` for idle time (an empty sample).
-struct Pieces<'a> {
-    samples: &'a Ordered<'a>,
+struct Pieces<I: Iterator<Item = (u64, u32, u64)>> {
+    samples: std::iter::Peekable<I>,
     /// Samples that come this late after the previous one's period still join it.
     jitter: u64,
     /// Where the profile ends: idle time fills up to it after the last sample.
     end: u64,
-    /// The next sample.
-    k: usize,
     /// How far the timeline is drawn.
     pos: u64,
 }
 
-impl<'a> Pieces<'a> {
-    fn new(samples: &'a Ordered<'a>, jitter: u64, end: u64) -> Self {
-        Pieces { samples, jitter, end, k: 0, pos: 0 }
+impl<I: Iterator<Item = (u64, u32, u64)>> Pieces<I> {
+    fn new(samples: I, jitter: u64, end: u64) -> Self {
+        Pieces { samples: samples.peekable(), jitter, end, pos: 0 }
     }
 }
 
-impl Iterator for Pieces<'_> {
+impl<I: Iterator<Item = (u64, u32, u64)>> Iterator for Pieces<I> {
     type Item = (Option<u32>, u64);
 
     fn next(&mut self) -> Option<(Option<u32>, u64)> {
-        let n = self.samples.len();
-        if self.k < n {
-            let (time, stack, _) = self.samples.get(self.k);
+        if let Some(&(time, stack, _)) = self.samples.peek() {
             if time > self.pos.saturating_add(self.jitter) {
                 let idle = time - self.pos;
                 self.pos = time;
@@ -220,17 +191,12 @@ impl Iterator for Pieces<'_> {
             }
             // This sample and the next ones of the same stack that follow it without a gap.
             let mut weight = 0u64;
-            loop {
-                let w = self.samples.get(self.k).2;
+            while let Some((_, _, w)) = self.samples.next() {
                 weight = weight.saturating_add(w);
                 self.pos = self.pos.saturating_add(w);
-                self.k += 1;
-                if self.k == n {
-                    break;
-                }
-                let (t, s, _) = self.samples.get(self.k);
-                if s != stack || t > self.pos.saturating_add(self.jitter) {
-                    break;
+                match self.samples.peek() {
+                    Some(&(t, s, _)) if s == stack && t <= self.pos.saturating_add(self.jitter) => {}
+                    _ => break,
                 }
             }
             return Some((Some(stack), weight));
@@ -246,13 +212,14 @@ impl Iterator for Pieces<'_> {
 
 /// Writes the speedscope JSON.
 pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::Result<()> {
-    if profile.timelines.len() != profile.threads.len() {
+    let Some(timeline) = &profile.timeline else {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "the recording was loaded without per-thread timelines (LoadOptions::timeline)",
         ));
-    }
+    };
     let tables = &profile.tables;
+    let threads = profile.threads.len();
 
     // Shared frames: one per symbol (per function without lines), plus the pseudo-frames, numbered in the order
     // the stacks first use them.
@@ -321,36 +288,39 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
         });
     }
 
+    // Busiest thread first: speedscope opens the first profile (activeProfileIndex 0). Busiest: the most samples
+    // (cpu), the most samples on CPU (wall: every thread's timeline spans its whole life), the most time off CPU
+    // (off-cpu). Past [`MAX_TRACKS`] threads, the least busy share one profile, last.
+    let busy: Vec<u64> = match profile.mode {
+        Mode::Cpu => crate::tracks::entries_per_thread(profile)?,
+        Mode::Wall => profile.threads.iter().map(|t| t.matched).collect(),
+        Mode::OffCpu => {
+            let mut total = vec![0u64; threads];
+            timeline.for_each(|e| {
+                if let Some(sum) = total.get_mut(e.thread as usize) {
+                    *sum = sum.saturating_add(e.weight.unwrap_or(0));
+                }
+            })?;
+            total
+        }
+    };
+    let tracks = Tracks::new(profile, Some(&busy))?;
+
     // What a sample weighs in cpu mode (in the others each entry has its weight), and how late an entry may come
     // and still be drawn right after the one before.
     let (period, jitter) = match profile.mode {
         Mode::Cpu => {
-            let period = sample_weight_ns(profile);
+            let period = weight_of_samples(profile, &tracks);
             (period, period / JITTER)
         }
         Mode::Wall => (0, profile.sampling_period_ns().unwrap_or(0) / JITTER),
         Mode::OffCpu => (0, 0),
     };
 
-    // Busiest thread first: speedscope opens the first profile (activeProfileIndex 0).
-    let mut order: Vec<usize> =
-        (0..profile.threads.len()).filter(|&t| !profile.timelines[t].times.is_empty()).collect();
-    // Busiest: the most samples (cpu), the most samples on CPU (wall: every thread's timeline spans its whole life),
-    // the most time off CPU (off-cpu).
-    let busy: Vec<u64> = (0..profile.threads.len())
-        .map(|t| match profile.mode {
-            Mode::Cpu => profile.timelines[t].times.len() as u64,
-            Mode::Wall => profile.threads[t].matched,
-            Mode::OffCpu => Ordered::new(&profile.timelines[t], period).total(),
-        })
-        .collect();
-    order.sort_by_key(|&t| (Reverse(busy[t]), profile.threads[t].pid, profile.threads[t].tid));
-
     // Every timeline ends where the last one does (or the recording, when longer): Time Order views line up.
     let mut end = profile.tables.stats.as_ref().map(|s| s.duration_ns).unwrap_or(0);
-    for &t in &order {
-        let samples = Ordered::new(&profile.timelines[t], period);
-        let mut pieces = Pieces::new(&samples, jitter, 0);
+    for k in 0..tracks.len() {
+        let mut pieces = Pieces::new(ordered(&tracks, k, period), jitter, 0);
         pieces.by_ref().for_each(drop);
         end = end.max(pieces.pos);
     }
@@ -374,10 +344,11 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
     }
     writeln!(o, "]}},")?;
     writeln!(o, "\"profiles\":[")?;
-    for (n, &t) in order.iter().enumerate() {
-        let thread = &profile.threads[t];
-        let samples = Ordered::new(&profile.timelines[t], period);
-        let label = format!("{} {}", profile.process_label_of(thread), profile.thread_label(thread));
+    for n in 0..tracks.len() {
+        let label = match tracks.thread(n).map(|t| &profile.threads[t]) {
+            Some(thread) => format!("{} {}", profile.process_label_of(thread), profile.thread_label(thread)),
+            None => format!("{OTHER_THREADS} ({} threads)", tracks.merged.len()),
+        };
         writeln!(
             o,
             "{{\"type\":\"sampled\",\"name\":{},\"unit\":\"nanoseconds\",\"startValue\":0,\"endValue\":{end},",
@@ -385,7 +356,7 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
         )?;
         // Samples, then their weights: the pieces are made twice rather than kept.
         writeln!(o, "\"samples\":[")?;
-        for (k, (stack, _)) in Pieces::new(&samples, jitter, end).enumerate() {
+        for (k, (stack, _)) in Pieces::new(ordered(&tracks, n, period), jitter, end).enumerate() {
             o.write_all(if k > 0 { b",\n[" } else { b"[" })?;
             if let Some(s) = stack {
                 // The frames leaf first into one reused buffer, then written root first: time is the output's.
@@ -412,7 +383,7 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
         }
         writeln!(o, "\n],")?;
         write!(o, "\"weights\":[")?;
-        for (k, (_, weight)) in Pieces::new(&samples, jitter, end).enumerate() {
+        for (k, (_, weight)) in Pieces::new(ordered(&tracks, n, period), jitter, end).enumerate() {
             let sep = match k {
                 0 => "",
                 k if k % 16 == 0 => ",\n",
@@ -420,10 +391,11 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
             };
             write!(o, "{sep}{weight}")?;
         }
-        let sep = if n + 1 < order.len() { "," } else { "" };
+        let sep = if n + 1 < tracks.len() { "," } else { "" };
         writeln!(o, "]}}{sep}")?;
     }
     writeln!(o, "]}}")?;
+    tracks.check()?;
     o.flush()?;
     drop(o);
     out.flush()

@@ -66,9 +66,10 @@ fn every_thread_with_its_samples_and_the_required_fields() {
         let threads = p["threads"].as_array().expect("threads");
         // Each recorded thread with samples is a thread of the profile with all of them.
         let mut want: BTreeMap<u32, u64> = BTreeMap::new();
-        for (t, tl) in profile.threads.iter().zip(&profile.timelines) {
-            if !tl.times.is_empty() {
-                *want.entry(t.tid).or_default() += tl.times.len() as u64;
+        let per_thread = pyperf_report::tracks::entries_per_thread(&profile).expect("timeline");
+        for (t, &n) in profile.threads.iter().zip(&per_thread) {
+            if n > 0 {
+                *want.entry(t.tid).or_default() += n;
             }
         }
         let mut got: BTreeMap<u32, u64> = BTreeMap::new();

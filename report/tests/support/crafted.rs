@@ -109,3 +109,52 @@ pub fn threads_on_chain(threads: u32, depth: u32) -> Vec<u8> {
     }
     w.finish(&Stats { samples: threads as u64, ..Default::default() }).expect("finish")
 }
+
+/// `threads` distinct thread ids (1000, 1001, ...) of one process, one sample each on one two-frame stack: a file of
+/// a few MB that a timeline export holding something per thread turns into gigabytes.
+pub fn many_threads(threads: u32) -> Vec<u8> {
+    let mut w = writer();
+    let module = w.intern_symbol(&symbol("<module>".into(), 1));
+    let work = w.intern_symbol(&symbol("work".into(), 2));
+    let node = w.intern_node(0, module);
+    let node = w.intern_node(node, work);
+    for t in 0..threads {
+        sample(&mut w, t as u64, 1000 + t, node);
+    }
+    w.finish(&Stats { samples: threads as u64, duration_ns: threads as u64 * 1_000_000, ..Default::default() })
+        .expect("finish")
+}
+
+/// `samples` samples, 1 ms apart, spread round-robin over `threads` threads (tids 1, 2, ...), each on one of 64
+/// stacks: a long recording whose timelines grow with its samples.
+pub fn many_samples(samples: u64, threads: u32) -> Vec<u8> {
+    let mut w = writer();
+    // Fast rather than small: millions of samples.
+    w.set_compression_level(1);
+    let module = w.intern_symbol(&symbol("<module>".into(), 1));
+    let root = w.intern_node(0, module);
+    let stacks: Vec<u32> = (0..64)
+        .map(|i| {
+            let f = w.intern_symbol(&symbol(format!("f{i}"), i + 2));
+            w.intern_node(root, f)
+        })
+        .collect();
+    // A fixed, varied pattern: runs of one stack with changes, as a real program's.
+    for i in 0..samples {
+        let stack = stacks[((i / 7) ^ (i / 131)) as usize % stacks.len()];
+        sample(&mut w, i, 1 + (i % threads.max(1) as u64) as u32, stack);
+    }
+    w.finish(&Stats { samples, duration_ns: samples * 1_000_000, ..Default::default() }).expect("finish")
+}
+
+/// `samples` samples of one thread in reverse time order (the last first): far more out of order than any
+/// recorder writes them.
+pub fn reversed(samples: u64) -> Vec<u8> {
+    let mut w = writer();
+    let module = w.intern_symbol(&symbol("<module>".into(), 1));
+    let node = w.intern_node(0, module);
+    for i in (0..samples).rev() {
+        sample(&mut w, i, 1, node);
+    }
+    w.finish(&Stats { samples, duration_ns: samples * 1_000_000, ..Default::default() }).expect("finish")
+}
