@@ -438,6 +438,13 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(5));
             }
         };
+        // Spawned is not yet exec'd: until the child runs sleep's image its stat may show the fork's or none
+        // (start_code 0 during the exec); the identity compared below is sleep's.
+        let exe = format!("/proc/{pid}/exe");
+        wait_for(&mut files, "sleep's image", &|s| {
+            s.is_some_and(|s| s.identity.image.0 != 0)
+                && std::fs::read_link(&exe).is_ok_and(|p| p.file_name().is_some_and(|n| n == "sleep"))
+        });
         let first = files.stat(pid).expect("a running child");
         assert_eq!(first.ppid, std::process::id());
         assert_eq!(files.files.len(), 1, "kept open");
