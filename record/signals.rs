@@ -25,6 +25,14 @@ pub fn install() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: the handler only stores to atomics, which is async-signal-safe.
         unsafe {
+            // `nohup pyperf ...` (or a shell's `trap '' HUP`) ignores SIGHUP on purpose: kept so, as shells do.
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if sig == libc::SIGHUP
+                && libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction == libc::SIG_IGN
+            {
+                continue;
+            }
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = handler as usize;
             // No SA_RESTART: a blocking poll returns with EINTR and the loop notices the signal at once.

@@ -598,6 +598,18 @@ fn push_credentials_stay_out_of_the_recording() {
     let got = got.lock().unwrap().clone();
     assert!(!got.is_empty() && got.iter().all(|w| w.auth == basic("bob:env-pw")), "{got:?}");
 
+    // The credentials are pyperf's: the command it starts does not inherit them (its exit status is pyperf's).
+    let (port, _got) = start();
+    let (_dir, out) = scratch("env.pyp");
+    let check = "import os, sys, time\nt = time.process_time() + 0.3\nwhile time.process_time() < t: pass\n\
+                 sys.exit(3 if {'PYPERF_PUSH_PASSWORD', 'PYPERF_PUSH_TOKEN'} & set(os.environ) else 0)";
+    let o = run(pyperf()
+        .args(["record", "--push", &format!("http://bob@127.0.0.1:{port}"), "--push-every", "1", "-o"])
+        .arg(&out)
+        .env("PYPERF_PUSH_PASSWORD", "env-pw")
+        .args(["--", py.to_str().expect("utf-8"), "-c", check]));
+    assert!(o.status.success(), "the command saw the credentials: {:?}", o.status);
+
     // From a file: a Bearer token.
     let (port, got) = start();
     let (keep, file) = scratch("token");

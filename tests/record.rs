@@ -675,6 +675,35 @@ fn sighup_ends_the_recording_with_its_trailer() {
     complete_and_reportable(&out);
 }
 
+/// `nohup pyperf record ...` (SIGHUP ignored when pyperf starts): it stays ignored, so a closed terminal ends
+/// neither the recording nor the command, which runs to its end (exit 0; stopped, it would end with
+/// KeyboardInterrupt).
+#[test]
+fn an_ignored_sighup_stays_ignored() {
+    let _guard = serial();
+    let py = interpreter("3.11.7");
+    let (_dir, out) = scratch("nohup.pyp");
+    let script = "import time\nt = time.process_time() + 1.0\nwhile time.process_time() < t:\n    pass\n";
+    let mut p = Watched::spawn(
+        Command::new("sh")
+            .args(["-c", "trap '' HUP; exec \"$@\"", "sh", env!("CARGO_BIN_EXE_pyperf"), "record", "-o"])
+            .arg(&out)
+            .arg("--")
+            .arg(&py)
+            .args(["-c", script]),
+    );
+    let pid = p.child.id();
+    until("pyperf's own handlers", || {
+        std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e.ends_with("pyperf"))
+            && catches(pid, libc::SIGINT)
+    });
+    assert!(!catches(pid, libc::SIGHUP), "SIGHUP, ignored by nohup, is handled");
+    signal(pid, libc::SIGHUP);
+    let (status, _, lines) = p.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "the command did not run to its end: {lines:?}");
+    complete_and_reportable(&out);
+}
+
 /// Whether `pid` has a handler for `sig` (SigCgt of /proc/PID/status).
 fn catches(pid: u32, sig: i32) -> bool {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();

@@ -202,7 +202,8 @@ fn lock_dir(dir: &File) -> Option<File> {
         if unsafe { libc::flock(own.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
             return Some(own);
         }
-        if Instant::now() >= until {
+        // Only a lock held by another is worth the wait (an O_PATH descriptor of a -wx directory gives EBADF).
+        if io::Error::last_os_error().raw_os_error() != Some(libc::EWOULDBLOCK) || Instant::now() >= until {
             return None;
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -235,7 +236,7 @@ fn refuse_if_recording(dir: &File, name: &OsStr, path: &Path) -> Result<()> {
     if r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EWOULDBLOCK) {
         return Ok(());
     }
-    let by = match flock_holder(meta.ino()) {
+    let by = match flock_holder(meta.dev(), meta.ino()) {
         Some(pid) => format!("another pyperf (pid {pid})"),
         None => "another pyperf".to_string(),
     };
@@ -245,22 +246,24 @@ fn refuse_if_recording(dir: &File, name: &OsStr, path: &Path) -> Result<()> {
     )
 }
 
-/// The pid holding an exclusive flock on inode `ino`, from /proc/locks (`1: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE
-/// 0 EOF`).
-fn flock_holder(ino: u64) -> Option<u32> {
+/// The pid holding an exclusive flock on inode `ino` of device `dev`, from /proc/locks (`1: FLOCK ADVISORY WRITE
+/// PID MAJ:MIN:INODE 0 EOF`, major and minor in hex).
+fn flock_holder(dev: u64, ino: u64) -> Option<u32> {
     let locks = std::fs::read_to_string("/proc/locks").ok()?;
-    parse_flock_holder(&locks, ino)
+    parse_flock_holder(&locks, (u64::from(libc::major(dev)), u64::from(libc::minor(dev))), ino)
 }
 
-fn parse_flock_holder(locks: &str, ino: u64) -> Option<u32> {
+fn parse_flock_holder(locks: &str, dev: (u64, u64), ino: u64) -> Option<u32> {
     locks.lines().find_map(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
         // Lines of waiters start with `-> `: skip them (their fields are shifted).
         if f.len() < 6 || f[1] != "FLOCK" || f[3] != "WRITE" {
             return None;
         }
-        let inode: u64 = f[5].rsplit(':').next()?.parse().ok()?;
-        (inode == ino).then(|| f[4].parse().ok()).flatten().filter(|&pid| pid != 0)
+        let mut id = f[5].split(':');
+        let (maj, min) = (u64::from_str_radix(id.next()?, 16).ok()?, u64::from_str_radix(id.next()?, 16).ok()?);
+        let inode: u64 = id.next()?.parse().ok()?;
+        ((maj, min) == dev && inode == ino).then(|| f[4].parse().ok()).flatten().filter(|&pid| pid != 0)
     })
 }
 
@@ -624,9 +627,11 @@ mod tests {
                      1: -> FLOCK  ADVISORY  WRITE 77 00:2c:1234 0 EOF\n\
                      2: POSIX  ADVISORY  WRITE 99 00:2c:555 0 EOF\n\
                      3: FLOCK  ADVISORY  READ 12 00:2c:555 0 EOF\n";
-        assert_eq!(parse_flock_holder(locks, 1234), Some(4242));
-        assert_eq!(parse_flock_holder(locks, 555), None);
-        assert_eq!(parse_flock_holder(locks, 1), None);
+        assert_eq!(parse_flock_holder(locks, (0, 0x2c), 1234), Some(4242));
+        assert_eq!(parse_flock_holder(locks, (0, 0x2c), 555), None);
+        assert_eq!(parse_flock_holder(locks, (0, 0x2c), 1), None);
+        // The same inode number on another file system is another file.
+        assert_eq!(parse_flock_holder(locks, (8, 1), 1234), None);
     }
 
     #[test]

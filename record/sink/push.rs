@@ -133,7 +133,9 @@ pub struct Endpoint {
 pub fn redacted(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else { return url.to_string() };
     let rest = &url[scheme_end..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    // The authority ends where Endpoint::parse ends it, at the first '/': a password with a '?' or '#' in it
+    // (`http://u:p#x@h`, which parse accepts and sends) is redacted too.
+    let authority_end = rest.find('/').unwrap_or(rest.len());
     let Some(at) = rest[..authority_end].rfind('@') else { return url.to_string() };
     match rest[..at].find(':') {
         Some(colon) => format!("{}{}:***{}", &url[..scheme_end], &rest[..colon], &rest[at..]),
@@ -1329,6 +1331,10 @@ mod tests {
         assert_eq!(redacted("http://u:secret@h:4040/x"), "http://u:***@h:4040/x");
         assert_eq!(redacted("http://u@h"), "http://u@h");
         assert_eq!(redacted("http://h/a@b"), "http://h/a@b");
+        assert_eq!(redacted("http://u:p#x@h"), "http://u:***@h");
+        assert_eq!(redacted("http://u:p?x@h/y"), "http://u:***@h/y");
+        let err = Endpoint::parse("http://u:p#x@h:0").unwrap_err().to_string();
+        assert!(!err.contains("p#x"), "{err}");
         let argv: Vec<String> =
             ["pyperf", "record", "--push", "http://u:pw@h", "--push=http://v:pw2@h", "--", "x", "http://w:keep@h"]
                 .iter()

@@ -56,12 +56,21 @@ pub struct Workload {
     status: Option<ExitStatus>,
 }
 
+// The push's credentials are pyperf's, not the command's: it would see them in its environment (and so would
+// anyone reading its /proc/PID/environ).
+use crate::sink::push::{PASSWORD_ENV, TOKEN_ENV};
+
 impl Workload {
     /// Starts `cmd` (program and arguments).
     pub fn spawn<S: AsRef<std::ffi::OsStr>>(cmd: &[S]) -> Result<Workload> {
         let (prog, args) = cmd.split_first().context("no command given after --")?;
         let argv0 = prog.as_ref().to_string_lossy().into_owned();
-        let child = Command::new(prog).args(args).spawn().with_context(|| format!("cannot run {argv0}"))?;
+        let child = Command::new(prog)
+            .args(args)
+            .env_remove(PASSWORD_ENV)
+            .env_remove(TOKEN_ENV)
+            .spawn()
+            .with_context(|| format!("cannot run {argv0}"))?;
         Ok(Workload { child, argv0, status: None })
     }
 
@@ -70,6 +79,8 @@ impl Workload {
         let (prog, args) = cmd.split_first().context("no command given after --")?;
         let child = Command::new(prog)
             .args(args)
+            .env_remove(PASSWORD_ENV)
+            .env_remove(TOKEN_ENV)
             .stdin(stdin)
             .stdout(stdout)
             .spawn()
