@@ -318,8 +318,10 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
     };
 
     // Every timeline ends where the last one does (or the recording, when longer): Time Order views line up.
+    // Not the merged track's: its threads ran at the same time, so its pieces laid end to end (its time axis is
+    // theirs one after another, not real time) would stretch every other timeline with idle time.
     let mut end = profile.tables.stats.as_ref().map(|s| s.duration_ns).unwrap_or(0);
-    for k in 0..tracks.len() {
+    for k in 0..tracks.threads.len() {
         let mut pieces = Pieces::new(ordered(&tracks, k, period), jitter, 0);
         pieces.by_ref().for_each(drop);
         end = end.max(pieces.pos);

@@ -170,9 +170,13 @@ impl Timeline {
         self.flush();
         if let Some(f) = self.writing.take() {
             let file = Arc::try_unwrap(f).map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()));
-            if let Ok(file) = file {
-                let spill = Arc::new(Spill { file: Mutex::new(file), len: self.written });
-                self.segments.push(Segment { spill, thread_base: 0, shift: 0, stack_base: 0, renumber: None });
+            match file {
+                Ok(file) => {
+                    let spill = Arc::new(Spill { file: Mutex::new(file), len: self.written });
+                    self.segments.push(Segment { spill, thread_base: 0, shift: 0, stack_base: 0, renumber: None });
+                }
+                // Still shared: never silently a timeline without its entries.
+                Err(_) => self.error = Some("the timeline's temporary file is still in use".to_string()),
             }
         }
         self.written = 0;

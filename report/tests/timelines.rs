@@ -156,6 +156,13 @@ fn threads_past_the_cap_share_one_track() {
         })
         .sum();
     assert!(busy >= 257, "{busy} samples with frames");
+    // Threads that ran at once (300 threads, 10 ticks of 1 ms): the merged track's 440 samples laid end to end
+    // do not set where the timelines end (440 ms), the recording's 10 ms do.
+    let doc = export(&crafted::simultaneous_threads(300, 10), Format::Speedscope);
+    let profiles = doc["profiles"].as_array().expect("profiles");
+    assert_eq!(profiles.len(), 257);
+    let ends: Vec<u64> = profiles.iter().map(|p| p["endValue"].as_u64().expect("endValue")).collect();
+    assert!(ends.iter().all(|&e| e == 10_000_000), "every timeline ends with the recording: {:?}", &ends[..2]);
     let doc = export(&bytes, Format::Gecko);
     let threads = doc["threads"].as_array().expect("threads");
     assert_eq!(threads.len(), 257);

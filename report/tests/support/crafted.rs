@@ -125,6 +125,21 @@ pub fn many_threads(threads: u32) -> Vec<u8> {
         .expect("finish")
 }
 
+/// `threads` threads (tids 1000, ...) all sampled at the same `ticks` times, 1 ms apart: threads that ran at once
+/// (on as many CPUs).
+pub fn simultaneous_threads(threads: u32, ticks: u64) -> Vec<u8> {
+    let mut w = writer();
+    let module = w.intern_symbol(&symbol("<module>".into(), 1));
+    let node = w.intern_node(0, module);
+    for i in 0..ticks {
+        for t in 0..threads {
+            sample(&mut w, i, 1000 + t, node);
+        }
+    }
+    let stats = Stats { samples: threads as u64 * ticks, duration_ns: ticks * 1_000_000, ..Default::default() };
+    w.finish(&stats).expect("finish")
+}
+
 /// `samples` samples, 1 ms apart, spread round-robin over `threads` threads (tids 1, 2, ...), each on one of 64
 /// stacks: a long recording whose timelines grow with its samples.
 pub fn many_samples(samples: u64, threads: u32) -> Vec<u8> {
