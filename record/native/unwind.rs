@@ -171,6 +171,8 @@ struct FileEntry {
     /// `None`: it could not be read or parsed (its frames are named by offset and end unwinds).
     info: Option<Arc<ElfInfo>>,
     build_id: Arc<str>,
+    /// Its debug file was not in within the wait: names may have been given from the file's own symbols since.
+    late: bool,
 }
 
 /// One executable mapping of a file in a process.
@@ -389,10 +391,13 @@ impl NativeUnwinder {
         self.counts.debug_files += 1;
         self.counts.cold_parts += info.cold_parts as u64;
         entry.info = Some(Arc::new(info));
-        // Names given from the file's own symbols are stale.
-        self.addr_cache.clear();
-        self.names.clear();
-        self.generation += 1;
+        // Names given from the file's own symbols are stale; a debug file in within the wait came before any
+        // (every cache kept).
+        if entry.late {
+            self.addr_cache.clear();
+            self.names.clear();
+            self.generation += 1;
+        }
     }
 
     /// Follows process `pid`: reads its `/proc/PID/maps` and parses the files it maps (those not seen yet).
@@ -481,7 +486,7 @@ impl NativeUnwinder {
             _ => None,
         };
         let i = self.files.len();
-        self.files.push(FileEntry { info: info.map(Arc::new), build_id });
+        self.files.push(FileEntry { info: info.map(Arc::new), build_id, late: false });
         self.file_ids.insert(key, i);
         if let Some(req) = request {
             if self.debug.request(req) {
@@ -491,6 +496,7 @@ impl NativeUnwinder {
                     let left = deadline.saturating_duration_since(Instant::now());
                     let Some(reply) = self.debug.reply(left) else {
                         self.counts.debug_files_late += 1;
+                        self.files[i].late = true;
                         break;
                     };
                     let done = reply.file == i;
