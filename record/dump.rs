@@ -221,7 +221,7 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
     let native_refused =
         native && (refused(&format!("/proc/{pid}/mem")) || refused(&format!("/proc/{pid}/task/{pid}/syscall")));
     let native_denied = format!(
-        "permission denied (process {pid} is another user's: its memory and registers need root, or \
+        "{NATIVE_DENIED} (process {pid} is another user's: its memory and registers need root, or \
          CAP_DAC_READ_SEARCH too)"
     );
     let (mem, maps) = if native && !native_refused {
@@ -449,6 +449,9 @@ fn syscall_name(n: i64) -> String {
     pyperf_report::syscalls::name(n as i32, std::env::consts::ARCH).unwrap_or_else(|| format!("syscall {n}"))
 }
 
+/// How a thread's `native_missing` starts when its native frames could not be read for want of permission.
+const NATIVE_DENIED: &str = "permission denied";
+
 /// Runs `pyperf dump`.
 pub fn dump(args: &DumpArgs) -> Result<std::process::ExitCode> {
     if args.kernel && !std::path::Path::new(&format!("/proc/{}/stack", args.pid)).exists() {
@@ -460,7 +463,7 @@ pub fn dump(args: &DumpArgs) -> Result<std::process::ExitCode> {
     let threads = threads(pid, args.kernel, args.native)?;
     // Said once on stderr too, with how many threads it cost.
     let denied =
-        threads.iter().filter(|t| t.native_missing.as_deref().is_some_and(|m| m.starts_with("permission"))).count();
+        threads.iter().filter(|t| t.native_missing.as_deref().is_some_and(|m| m.starts_with(NATIVE_DENIED))).count();
     if denied > 0 {
         crate::say!(
             "pyperf: warning: --native: native frames of {denied} threads not read: process {pid} is another user's \
