@@ -50,6 +50,7 @@ pub fn error_line(err: &anyhow::Error) -> String {
 
 pub mod abi;
 pub mod cli;
+pub mod clock;
 pub mod dump;
 pub mod native;
 pub mod privileges;

@@ -13,10 +13,11 @@ use pyperf_format::{
 };
 
 use crate::abi::{types, ProcConfig};
+use crate::clock::monotonic_ns;
 use crate::native::stacks::NativeStacks;
 use crate::python::code::ProcMem;
-use crate::python::config::{bpf_config, with_frees};
-use crate::python::frees::{code_frees, CodeFrees};
+use crate::python::config::bpf_config;
+use crate::python::frees::{FreesPlan, Uprobes};
 use crate::python::walk::StackWalker;
 use crate::python::PythonProcess;
 use crate::sampler::{OffCpuPart, Rate, RawSample, SampleEvent, Sampler};
@@ -38,11 +39,6 @@ const FLUSH_EVERY: Duration = Duration::from_millis(500);
 const POLL_EVERY: Duration = Duration::from_millis(100);
 /// How often `-a` looks for new Python processes and `-p` / `--` for exited ones.
 const RESCAN_EVERY: Duration = Duration::from_millis(200);
-/// A process is given its uprobe on `code_dealloc` (the check-word cache before 3.14, see
-/// [`crate::python::frees`]) once it is this old: detaching a uprobe waits for a grace period (~0.1 s), which a short
-/// command (`record -- python -c ...`) should not pay at its end, and its few samples are cheap enough without the
-/// cache.
-const UPROBE_AFTER: Duration = Duration::from_millis(500);
 /// While a command pyperf started runs no Python: a scan every FAST_SCAN for FAST_FOR after its spawn (an
 /// interpreter it execs is mapped within a millisecond or two, and is caught before the script runs), then twice as
 /// long after each scan, up to SLOW_SCAN: an interpreter it starts later is caught within SLOW_SCAN, still before
@@ -94,14 +90,6 @@ fn uname() -> (String, String, String) {
     (s(&u.nodename), s(&u.release), s(&u.machine))
 }
 
-/// CLOCK_MONOTONIC in ns, the clock of bpf_ktime_get_ns.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Sampler, targets, symbolizer and sink of one recording.
 pub struct Session {
     sampler: Sampler,
@@ -120,13 +108,8 @@ pub struct Session {
     /// `--off-cpu`: the minimum interval (shorter ones are sampled), and what the end of the recording needs to
     /// walk the stacks of threads still off CPU then.
     off_cpu: Option<OffCpuState>,
-    /// A process whose frees of code objects could not be counted was reported (once per recording).
-    no_check_cache_said: bool,
-    /// Uprobes may be put in targets (`--no-uprobe` says no).
-    uprobes: bool,
-    /// Processes whose frees of code objects a uprobe will count once they are [`UPROBE_AFTER`] old: when, their
-    /// configuration row, the file and offset of their `code_dealloc`.
-    uprobe_due: std::collections::HashMap<u32, (Instant, ProcConfig, CodeFrees)>,
+    /// Which processes' frees of code objects are counted (the BPF program's check-word cache), and how.
+    frees: FreesPlan,
 }
 
 /// What a session with `--off-cpu` keeps.
@@ -173,16 +156,14 @@ impl Session {
             signals_seen: 0,
             exit_fds: Vec::new(),
             off_cpu: None,
-            no_check_cache_said: false,
-            uprobes: true,
-            uprobe_due: std::collections::HashMap::new(),
+            frees: FreesPlan::new(true),
         }
     }
 
     /// Whether pyperf may put a uprobe in a target (`--no-uprobe`: no), to count its frees of code objects before
     /// 3.14 (see [`crate::python::frees`]). Before [`Session::start`].
     pub fn with_uprobes(mut self, on: bool) -> Session {
-        self.uprobes = on;
+        self.frees = FreesPlan::new(on);
         self
     }
 
@@ -285,7 +266,7 @@ impl Session {
             if now >= next_scan {
                 let events = self.targets.scan();
                 self.apply(events)?;
-                self.attach_due_uprobes(now);
+                self.frees.attach_due(now, &mut self.sampler);
                 last_scan = now;
                 look = true;
                 if now.duration_since(self.started) >= FAST_FOR {
@@ -509,7 +490,7 @@ impl Session {
         for event in events {
             match event {
                 Event::Gone { pid, .. } => {
-                    self.uprobe_due.remove(&pid);
+                    self.frees.forget(pid);
                     self.sampler.remove_process(pid);
                     self.symbolizer.remove_process(pid);
                     if let Some(o) = &mut self.off_cpu {
@@ -563,7 +544,9 @@ impl Session {
     /// Registers `p` with the sampler and the symbolizer.
     fn set_up(&mut self, p: &PythonProcess, ns: &Namespaces) -> Result<()> {
         let config = bpf_config(p, ns.other_pid_ns).with_context(|| format!("cannot profile process {}", p.pid))?;
-        let config = self.count_code_frees(p, config);
+        // Its age decides when a uprobe goes in (see `FreesPlan::config`).
+        let age = crate::targets::procfs::age(p.pid).unwrap_or(Duration::ZERO);
+        let config = self.frees.config(p, config, age, &mut self.sampler);
         if let Some(o) = &mut self.off_cpu {
             // Entries an earlier process of the same pid left (its end not seen) are not this one's.
             o.pending.retain(|&(pid, _), _| pid != p.pid);
@@ -584,74 +567,6 @@ impl Session {
             }
         }
         Ok(())
-    }
-
-    /// `config` with the check-word cache on, when `p`'s frees of code objects can be counted (see
-    /// [`crate::python::frees`]; before 3.14 this attaches a uprobe to its `code_dealloc`). Else `config` as it is:
-    /// the program then reads every frame's check word, which costs more on deep stacks and is as correct.
-    fn count_code_frees(&mut self, p: &PythonProcess, config: ProcConfig) -> ProcConfig {
-        let frees = ProcMem::open(p.pid, config.interp_head_addr)
-            .map_err(|e| format!("cannot read its memory: {e}"))
-            .and_then(|mem| code_frees(p, &mem, config.interp_head_addr));
-        match frees {
-            Ok(f @ CodeFrees::Counter { .. }) => with_frees(config, &f),
-            // --no-uprobe: every check word is read.
-            Ok(CodeFrees::Dealloc { .. }) if !self.uprobes => config,
-            Ok(f @ CodeFrees::Dealloc { .. }) => {
-                // A process that has run UPROBE_AFTER already (`-p` of a service) gets it now; a younger one when it
-                // is that old, and until then every check word is read.
-                let age = crate::targets::procfs::age(p.pid).unwrap_or(Duration::ZERO);
-                if age >= UPROBE_AFTER {
-                    match self.watch_code_frees(p.pid, &f) {
-                        Ok(()) => return with_frees(config, &f),
-                        Err(why) => self.no_check_cache(p.pid, &why),
-                    }
-                } else {
-                    self.uprobe_due.insert(p.pid, (Instant::now() + (UPROBE_AFTER - age), config, f));
-                }
-                config
-            }
-            Err(why) => {
-                self.no_check_cache(p.pid, &why);
-                config
-            }
-        }
-    }
-
-    /// Attaches the uprobes due (see [`UPROBE_AFTER`]) and turns the check-word cache on for their processes.
-    fn attach_due_uprobes(&mut self, now: Instant) {
-        let due: Vec<u32> =
-            self.uprobe_due.iter().filter(|(_, (due, _, _))| now >= *due).map(|(&pid, _)| pid).collect();
-        for pid in due {
-            let Some((_, config, frees)) = self.uprobe_due.remove(&pid) else { continue };
-            let on = self
-                .watch_code_frees(pid, &frees)
-                .and_then(|()| self.sampler.add_process(pid, &with_frees(config, &frees)).map_err(|e| e.to_string()));
-            if let Err(why) = on {
-                self.no_check_cache(pid, &why);
-            }
-        }
-    }
-
-    /// Attaches the uprobe that counts `pid`'s frees of code objects.
-    fn watch_code_frees(&mut self, pid: u32, frees: &CodeFrees) -> std::result::Result<(), String> {
-        match frees {
-            CodeFrees::Dealloc { binary, offset, .. } => {
-                self.sampler.watch_code_frees(pid, binary, *offset).map_err(|e| e.to_string())
-            }
-            CodeFrees::Counter { .. } => Ok(()),
-        }
-    }
-
-    /// Says once per recording that a process's frees of code objects cannot be counted.
-    fn no_check_cache(&mut self, pid: u32, why: &str) {
-        if !self.no_check_cache_said {
-            self.no_check_cache_said = true;
-            crate::say!(
-                "pyperf: note: process {pid}: its frees of code objects cannot be counted ({why}): each sample reads \
-                 every frame's code object, which costs more on deep stacks"
-            );
-        }
     }
 
     /// `--off-cpu`, at the end: the followed threads still off CPU get an interval up to now, with their stack
@@ -755,6 +670,16 @@ impl Session {
             on_sample(&mut self.symbolizer, sink, self.start_ns, &mut self.truncated, Some(o), &raw);
         }
         Ok(())
+    }
+}
+
+/// The sampler is what attaches the uprobes of [`FreesPlan`].
+impl Uprobes for Sampler {
+    fn watch_code_frees(&mut self, pid: u32, binary: &std::path::Path, offset: u64) -> Result<(), String> {
+        Sampler::watch_code_frees(self, pid, binary, offset).map_err(|e| e.to_string())
+    }
+    fn update_process(&mut self, pid: u32, config: &ProcConfig) -> Result<(), String> {
+        self.add_process(pid, config).map_err(|e| e.to_string())
     }
 }
 

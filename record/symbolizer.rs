@@ -128,8 +128,8 @@ pub struct Symbolizer {
     stacks: FastMap<(u32, u64), CachedStack>,
     stack: Vec<u32>,
     lost_symbols: u64,
-    /// Python (major, minor) of each process.
-    versions: FastMap<u32, (u8, u8)>,
+    /// The evaluation loop of each process's Python.
+    evals: FastMap<u32, crate::python::versions::EvalLoop>,
     /// Frames of `stack` per activation of the evaluation loop, root first.
     activations: Vec<usize>,
     /// `record --native` / `--kernel`: the whole stack is built here.
@@ -151,9 +151,9 @@ impl Symbolizer {
         let mem = ProcMem::open(p.pid, probe)?;
         self.frame_ids.retain(|k, _| k.0 != p.pid);
         self.readers.insert(p.pid, CodeReader::new(mem, p.row, p.addrs.code_type));
-        self.versions.insert(p.pid, (p.version.0, p.version.1));
+        self.evals.insert(p.pid, p.row.eval);
         if let Some(native) = self.native.as_mut() {
-            native.add_process(p.pid, p.version.0, p.version.1)?;
+            native.add_process(p.pid, p.row.eval.function)?;
         }
         // Thread names: a memory handle of their own (reads of names and of code objects do not interleave), and
         // the process's PID namespace, without which its tids cannot be matched to the samples' (then no names).
@@ -189,7 +189,7 @@ impl Symbolizer {
         self.threads.remove(&pid);
         self.frame_ids.retain(|k, _| k.0 != pid);
         self.stacks.retain(|k, _| k.0 != pid);
-        self.versions.remove(&pid);
+        self.evals.remove(&pid);
         if let Some(native) = self.native.as_mut() {
             native.remove_process(pid);
         }
@@ -220,7 +220,7 @@ impl Symbolizer {
                 continue;
             }
             let started = Instant::now();
-            let now_ns = crate::session::monotonic_ns();
+            let now_ns = crate::clock::monotonic_ns();
             t.check_tids(pid, now_ns, named);
             let Some(reader) = t.reader.as_mut().filter(|_| !t.tids.is_empty()) else {
                 // Every thread seen is gone (the process exited, say): nothing to name.
@@ -354,7 +354,7 @@ impl Symbolizer {
         let mut reader = self.readers.get_mut(&s.pid);
         // Activations of the evaluation loop, root first, as runs of `stack` (for the merge with native frames):
         // one per frame before 3.11; from 3.11 on, one per run of frames ending (rootward) at an entry frame.
-        let shared_activations = self.versions.get(&s.pid).is_some_and(|&(major, minor)| (major, minor) >= (3, 11));
+        let shared_activations = self.evals.get(&s.pid).is_some_and(|e| e.inlines_calls);
         self.activations.clear();
         // BPF walks leaf to root; sinks want root first.
         for (i, f) in s.frames.iter().enumerate().rev() {
@@ -620,14 +620,14 @@ mod tests {
         t.tids.insert(tid, Tid { start: Some(start), named: named("worker", 0x1000, 5), ..Tid::default() });
         t.tids.insert(gettid(), Tid { start: task_start(pid, gettid()), ..Tid::default() });
         let mut ended = Vec::new();
-        let now = crate::session::monotonic_ns();
+        let now = crate::clock::monotonic_ns();
         t.check_tids(pid, now, &mut |p, tid, name, at| ended.push((p, tid, name.to_string(), at)));
         assert!(ended.is_empty(), "{ended:?}");
         assert!(t.tids[&tid].named.is_some());
 
         // As if the tid had been another thread's before: this one replaced it.
         t.tids.get_mut(&tid).expect("seen").start = Some(start.wrapping_sub(1));
-        let now = crate::session::monotonic_ns();
+        let now = crate::clock::monotonic_ns();
         t.check_tids(pid, now, &mut |p, tid, name, at| ended.push((p, tid, name.to_string(), at)));
         let from = start_to_monotonic(start).expect("the start as a monotonic time");
         assert_eq!(ended.len(), 1, "{ended:?}");
@@ -644,7 +644,7 @@ mod tests {
         stop.send(()).expect("stop");
         worker.join().expect("join");
         ended.clear();
-        let now = crate::session::monotonic_ns();
+        let now = crate::clock::monotonic_ns();
         t.check_tids(pid, now, &mut |p, tid, name, at| ended.push((p, tid, name.to_string(), at)));
         assert_eq!(ended, vec![(pid, tid, String::new(), now)]);
         assert!(!t.tids.contains_key(&tid) && t.tids.contains_key(&gettid()));

@@ -41,15 +41,6 @@ const STARTUP: &[&str] = &[
     "__clone3",
 ];
 
-/// The evaluation loop's name for Python `major.minor`.
-pub fn eval_function(major: u8, _minor: u8) -> &'static str {
-    if major == 2 {
-        "PyEval_EvalFrameEx"
-    } else {
-        "_PyEval_EvalFrameDefault"
-    }
-}
-
 /// `name` without a GCC clone suffix (`.cold`, `.part.3`, `.isra.0`, `.constprop.0`, `.lto_priv.0`).
 fn base_name(name: &str) -> &str {
     name.split_once('.').map_or(name, |(base, _)| base)
@@ -255,9 +246,10 @@ mod tests {
         assert_eq!(steps, [Step::Python(0), Step::Native { index: 2, glue: true }]);
         let native = frames(&["_PyEval_EvalFrameDefault.cold"]);
         assert_eq!(merge(&native, 1, true), Ok(vec![Step::Python(0)]));
-        // 2.7's loop.
-        assert_eq!(classify("PyEval_EvalFrameEx", "/usr/bin/python2.7", eval_function(2, 7)), Class::Eval);
-        assert_eq!(classify("PyEval_EvalFrameEx", "/usr/bin/python3.6", eval_function(3, 6)), Class::Interpreter);
+        // 2.7's loop (the rows say which function each version's loop is).
+        let eval_of = |major, minor| crate::python::versions::row_for(major, minor).map_or("", |r| r.eval.function);
+        assert_eq!(classify("PyEval_EvalFrameEx", "/usr/bin/python2.7", eval_of(2, 7)), Class::Eval);
+        assert_eq!(classify("PyEval_EvalFrameEx", "/usr/bin/python3.6", eval_of(3, 6)), Class::Interpreter);
         assert_eq!(classify("libc.so.6+0x29f40", "/usr/lib/x86_64-linux-gnu/libc.so.6", "x"), Class::System);
     }
 

@@ -109,10 +109,10 @@ impl NativeStacks {
         (stacks, warning)
     }
 
-    /// Follows process `pid`, a Python `major.minor`.
-    pub fn add_process(&mut self, pid: u32, major: u8, minor: u8) -> std::io::Result<()> {
+    /// Follows process `pid`, whose evaluation loop is the function `eval` ([`crate::python::versions::EvalLoop`]).
+    pub fn add_process(&mut self, pid: u32, eval: &'static str) -> std::io::Result<()> {
         self.forget(pid);
-        self.procs.insert(pid, Proc { eval: merge::eval_function(major, minor) });
+        self.procs.insert(pid, Proc { eval });
         if let Some(u) = self.unwinder.as_mut() {
             u.add_process(pid)?;
         }

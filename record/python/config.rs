@@ -3,11 +3,11 @@
 //! version's [`Row`]. The program reads this row and never a version.
 
 use super::detect::PythonProcess;
-use super::frees::CodeFrees;
 use super::layout::Layout;
+use super::linetable::Instr;
 #[cfg(doc)]
 use super::versions::Row;
-use super::versions::{Frames, Gil, Instr, Interpreters, ThreadMatch};
+use super::versions::{Frames, Gil, Interpreters, ThreadMatch};
 use crate::abi::{self, types, ProcConfig};
 
 const TSTATE_BUF: i32 = abi::TSTATE_BUF as i32;
@@ -221,7 +221,7 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool) -> Result<ProcConfig, C
         _pad: [0; 3],
         gil_wait_addr,
         gil_wait_len,
-        // The check-word cache is off until the session knows how frees are counted (see `with_frees`).
+        // The check-word cache is off until the session knows how frees are counted (see `frees::with_frees`).
         cache_id: 0,
         code_gen: 0,
         gen_interp: 0,
@@ -277,19 +277,6 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool) -> Result<ProcConfig, C
             _pad: 0,
         },
     })
-}
-
-/// `config` with the check-word cache's count of freed code objects (see [`super::frees`]): the main
-/// interpreter's own, or the uprobe's. The sampler numbers the registration (`cache_id`), which turns the cache on.
-pub fn with_frees(mut config: ProcConfig, frees: &CodeFrees) -> ProcConfig {
-    match frees {
-        CodeFrees::Counter { interp } => {
-            config.gen_kind = types::pyperf_gen_kind::GEN_INTERP.0 as u8;
-            config.gen_interp = *interp;
-        }
-        CodeFrees::Dealloc { .. } => config.gen_kind = types::pyperf_gen_kind::GEN_UPROBE.0 as u8,
-    }
-    config
 }
 
 #[cfg(test)]

@@ -31,6 +31,13 @@ use super::debug_offsets as dbg;
 use super::layout::version_from_hex;
 use super::versions::{self, supported_versions, Row, Unsupported};
 
+impl Unsupported {
+    /// The error for process `pid`.
+    pub fn for_pid(self, pid: u32) -> InspectError {
+        InspectError::Unsupported { pid, what: self.what, why: self.why }
+    }
+}
+
 /// Why a process could not be profiled.
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {

@@ -10,12 +10,18 @@
 //! - Before: a uprobe on `code_dealloc`, the `tp_dealloc` of `PyCode_Type` through which every code object is
 //!   freed (`pyperf_code_freed`). Its address is read from the process (relocated), its file and offset from the
 //!   process's memory map.
+//!
+//! [`FreesPlan`] decides per process which of these the recording uses and when a uprobe goes in. It attaches
+//! through [`Uprobes`] (the sampler, in the session): nothing here imports the sampler.
 
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use super::code::{read_u64, ReadMem};
 use super::detect::{mapped_file_path, parse_maps, Mapping, PythonProcess};
+use super::mem::{read_u64, ProcMem, ReadMem};
 use super::objects::at;
+use crate::abi::{types, ProcConfig};
 
 /// How the frees of a process's code objects are counted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +80,124 @@ fn main_interpreter<M: ReadMem>(mem: &M, head_addr: u64, next: i32) -> Result<u6
 /// The executable file mapping of `maps` that holds `addr`: where a uprobe can go.
 fn dealloc_mapping(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
     maps.iter().find(|m| m.start <= addr && addr < m.end && m.exec)
+}
+
+/// `config` with the check-word cache's count of freed code objects : the main
+/// interpreter's own, or the uprobe's. The sampler numbers the registration (`cache_id`), which turns the cache on.
+pub fn with_frees(mut config: ProcConfig, frees: &CodeFrees) -> ProcConfig {
+    match frees {
+        CodeFrees::Counter { interp } => {
+            config.gen_kind = types::pyperf_gen_kind::GEN_INTERP.0 as u8;
+            config.gen_interp = *interp;
+        }
+        CodeFrees::Dealloc { .. } => config.gen_kind = types::pyperf_gen_kind::GEN_UPROBE.0 as u8,
+    }
+    config
+}
+
+/// A process is given its uprobe on `code_dealloc` once it is this old: detaching a uprobe waits for a grace period
+/// (~0.1 s), which a short command (`record -- python -c ...`) should not pay at its end, and its few samples are
+/// cheap enough without the cache.
+pub const UPROBE_AFTER: Duration = Duration::from_millis(500);
+
+/// What [`FreesPlan`] needs of the sampler.
+pub trait Uprobes {
+    /// Attaches the uprobe that counts `pid`'s frees at `offset` of `binary`.
+    fn watch_code_frees(&mut self, pid: u32, binary: &Path, offset: u64) -> Result<(), String>;
+    /// Gives `pid` a new configuration row (the cache on).
+    fn update_process(&mut self, pid: u32, config: &ProcConfig) -> Result<(), String>;
+}
+
+/// Which processes' frees are counted, and the uprobes still to attach: the check-word cache of each followed
+/// process. Without a count every check word is read: costs more on deep stacks, as correct.
+pub struct FreesPlan {
+    /// Uprobes may be put in targets (`--no-uprobe` says no).
+    uprobes: bool,
+    /// Processes whose frees a uprobe will count once they are [`UPROBE_AFTER`] old: when, their configuration
+    /// row, where their `code_dealloc` is.
+    due: HashMap<u32, (Instant, ProcConfig, CodeFrees)>,
+    /// A process whose frees could not be counted was reported (once per recording).
+    said: bool,
+}
+
+impl FreesPlan {
+    /// A plan that may attach uprobes when `uprobes` (not with `--no-uprobe`).
+    pub fn new(uprobes: bool) -> FreesPlan {
+        FreesPlan { uprobes, due: HashMap::new(), said: false }
+    }
+
+    /// `config` with the check-word cache on, when `p`'s frees can be counted now (before 3.14 this attaches a
+    /// uprobe to its `code_dealloc`, if the process is `age` old already; a younger one gets it from
+    /// [`FreesPlan::attach_due`]). Else `config` as it is.
+    pub fn config(
+        &mut self,
+        p: &PythonProcess,
+        config: ProcConfig,
+        age: Duration,
+        probes: &mut dyn Uprobes,
+    ) -> ProcConfig {
+        let frees = ProcMem::open(p.pid, config.interp_head_addr)
+            .map_err(|e| format!("cannot read its memory: {e}"))
+            .and_then(|mem| code_frees(p, &mem, config.interp_head_addr));
+        match frees {
+            Ok(f @ CodeFrees::Counter { .. }) => with_frees(config, &f),
+            // --no-uprobe: every check word is read.
+            Ok(CodeFrees::Dealloc { .. }) if !self.uprobes => config,
+            Ok(f @ CodeFrees::Dealloc { .. }) => {
+                // A process that has run UPROBE_AFTER already (`-p` of a service) gets it now; a younger one when it
+                // is that old, and until then every check word is read.
+                if age >= UPROBE_AFTER {
+                    match watch(probes, p.pid, &f) {
+                        Ok(()) => return with_frees(config, &f),
+                        Err(why) => self.cannot_count(p.pid, &why),
+                    }
+                } else {
+                    self.due.insert(p.pid, (Instant::now() + (UPROBE_AFTER - age), config, f));
+                }
+                config
+            }
+            Err(why) => {
+                self.cannot_count(p.pid, &why);
+                config
+            }
+        }
+    }
+
+    /// Attaches the uprobes due at `now` and turns the check-word cache on for their processes.
+    pub fn attach_due(&mut self, now: Instant, probes: &mut dyn Uprobes) {
+        let due: Vec<u32> = self.due.iter().filter(|(_, (due, _, _))| now >= *due).map(|(&pid, _)| pid).collect();
+        for pid in due {
+            let Some((_, config, frees)) = self.due.remove(&pid) else { continue };
+            let on = watch(probes, pid, &frees).and_then(|()| probes.update_process(pid, &with_frees(config, &frees)));
+            if let Err(why) = on {
+                self.cannot_count(pid, &why);
+            }
+        }
+    }
+
+    /// `pid` is gone: no uprobe for it.
+    pub fn forget(&mut self, pid: u32) {
+        self.due.remove(&pid);
+    }
+
+    /// Says once per recording that a process's frees of code objects cannot be counted.
+    fn cannot_count(&mut self, pid: u32, why: &str) {
+        if !self.said {
+            self.said = true;
+            crate::say!(
+                "pyperf: note: process {pid}: its frees of code objects cannot be counted ({why}): each sample reads \
+                 every frame's code object, which costs more on deep stacks"
+            );
+        }
+    }
+}
+
+/// Attaches the uprobe that counts `pid`'s frees, if they need one.
+fn watch(probes: &mut dyn Uprobes, pid: u32, frees: &CodeFrees) -> Result<(), String> {
+    match frees {
+        CodeFrees::Dealloc { binary, offset, .. } => probes.watch_code_frees(pid, binary, *offset),
+        CodeFrees::Counter { .. } => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -17,7 +17,18 @@
 //!   covered - 1, C = kind) and kind-specific varint payload; kind 15 = no location, 13/14 carry a
 //!   signed-varint line delta, 10-12 a delta of C-10, 0-9 none. Entries cover the CACHE code units too.
 
-pub use super::versions::Instr;
+/// How a frame's raw instruction position (what BPF reads) becomes a byte offset into the bytecode
+/// ([`instr_byte_offset`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Instr {
+    /// `PyFrameObject.f_lasti`, in bytes (<= 3.9); -1 before the first instruction.
+    LastiBytes,
+    /// `PyFrameObject.f_lasti`, in 2-byte code units (3.10).
+    LastiUnits,
+    /// A pointer into the code object's `co_code_adaptive` (`prev_instr` 3.11-3.12, `instr_ptr` 3.13+): BPF
+    /// sends it minus the code object's address.
+    FromCode,
+}
 
 /// Which line-table encoding a CPython version uses (the version's [`super::versions::Row::line_table`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

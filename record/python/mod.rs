@@ -9,8 +9,8 @@
 //! - [`detect`]: finding the interpreter in a process (ELF symbols, load bias, version from the binary).
 //! - [`config`]: the BPF program's per-process configuration row, built from the version's row; [`frees`]: how a
 //!   process's frees of code objects are counted (the program's check-word cache).
-//! - [`code`]: reading code objects (names, files, line tables) from a process's memory; [`linetable`]: decoding
-//!   line tables.
+//! - [`mem`]: reading a process's memory; [`code`]: reading code objects (names, files, line tables) from it;
+//!   [`linetable`]: decoding line tables.
 //! - [`objects`]: reading `str`, `int`, `dict` and instance attributes from a process's memory; [`threads`]: the
 //!   names of its Python threads (`threading.Thread.name`); [`walk`]: a thread's Python stack walked from user space,
 //!   as the BPF program walks it (threads that never ran while recorded).
@@ -22,6 +22,7 @@ pub mod detect;
 pub mod frees;
 pub mod layout;
 pub mod linetable;
+pub mod mem;
 pub mod objects;
 pub mod probes;
 pub mod threads;

@@ -15,8 +15,8 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 
-use super::code::ReadMem;
 use super::layout::Layout;
+use super::mem::ReadMem;
 use super::versions::{
     InstanceDicts, Row, Strings, MANAGED_DICT_BEFORE, MANAGED_VALUES_BEFORE_311, TPFLAGS_DICT_SUBCLASS,
     TPFLAGS_HEAPTYPE, TPFLAGS_INLINE_VALUES, TPFLAGS_INT_SUBCLASS, TPFLAGS_LONG_SUBCLASS, TPFLAGS_MANAGED_DICT,

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 
 use super::debug_offsets::{self as dbg, block_layout, layout_from_debug_offsets, u64_at, BLOCK_LAYOUTS};
 use super::layout::{version_from_hex, Layout, LAYOUTS};
-use super::linetable::LineTable;
+use super::linetable::{Instr, LineTable};
 
 /// Where the list of interpreters (and from it the thread states) is found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -69,19 +69,6 @@ pub enum Gil {
     Interpreter,
 }
 
-/// How a frame's raw instruction position (what BPF reads) becomes a byte offset into the bytecode
-/// ([`super::linetable::instr_byte_offset`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Instr {
-    /// `PyFrameObject.f_lasti`, in bytes (<= 3.9); -1 before the first instruction.
-    LastiBytes,
-    /// `PyFrameObject.f_lasti`, in 2-byte code units (3.10).
-    LastiUnits,
-    /// A pointer into the code object's `co_code_adaptive` (`prev_instr` 3.11-3.12, `instr_ptr` 3.13+): BPF
-    /// sends it minus the code object's address.
-    FromCode,
-}
-
 /// How names and file names are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Strings {
@@ -125,6 +112,22 @@ pub enum ThreadTids {
     /// `Thread._native_id`: `threading.get_native_id()`, the kernel tid (3.8+).
     NativeId,
 }
+
+/// The interpreter's evaluation loop, as native stacks show it (`--native` merges Python frames into its
+/// activations, [`crate::native::merge`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EvalLoop {
+    /// The C function that runs Python frames.
+    pub function: &'static str,
+    /// One activation runs a Python call's frames too (3.11+: calls are inlined, a new activation starts only at
+    /// an entry frame); before, one activation per frame.
+    pub inlines_calls: bool,
+}
+
+const EVAL_27: EvalLoop = EvalLoop { function: "PyEval_EvalFrameEx", inlines_calls: false };
+/// 3.6 (PEP 523) to 3.10.
+const EVAL_36: EvalLoop = EvalLoop { function: "_PyEval_EvalFrameDefault", inlines_calls: false };
+const EVAL_311: EvalLoop = EvalLoop { function: "_PyEval_EvalFrameDefault", inlines_calls: true };
 
 /// What naming a process's threads reads (`threading._active`: ident -> `Thread`, and each `Thread`'s name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -215,6 +218,8 @@ pub struct Row {
     /// How thread names are read; `None`: they are not (a Python newer than pyperf knows, [`Source::Newer`]: its
     /// dict and instance layouts, which its `_Py_DebugOffsets` do not describe, may have changed).
     pub thread_names: Option<ThreadNames>,
+    /// The evaluation loop.
+    pub eval: EvalLoop,
 }
 
 /// `code_tag_mask` of versions whose code pointer is a plain pointer.
@@ -267,6 +272,7 @@ const fn row(
     first_traceable: Option<i32>,
     strings: Strings,
     thread_names: ThreadNames,
+    eval: EvalLoop,
 ) -> Row {
     let layout = &LAYOUTS[column];
     Row {
@@ -286,6 +292,7 @@ const fn row(
         type_flags: 168,
         strings,
         thread_names: Some(thread_names),
+        eval,
     }
 }
 
@@ -293,18 +300,18 @@ const fn row(
 /// row's).
 #[rustfmt::skip]
 pub static ROWS: [Row; 11] = [
-    //  col source        interpreters thread  frames  gil          lines         instr       hidden   none   code tag  first_traceable strings   thread names
-    row(0,  Table,        InterpHead, Pthread,   Object,  LockPtr,     Lnotab27,     LastiBytes, None,    false, UNTAGGED, None,      Py2Bytes, NAMES_27),  // 2.7
-    row(1,  Table,        InterpHead, Pthread,   Object,  Statics,     Lnotab36,     LastiBytes, None,    false, UNTAGGED, None,      Unicode,  NAMES_36),  // 3.6
-    row(2,  Table,        Runtime,    Pthread,   Object,  RuntimeGil,  Lnotab36,     LastiBytes, None,    false, UNTAGGED, None,      Unicode,  NAMES_36),  // 3.7
-    row(3,  Table,        Runtime,    Pthread,   Object,  RuntimeGil,  Lnotab36,     LastiBytes, None,    false, UNTAGGED, None,      Unicode,  NAMES_38),  // 3.8
-    row(4,  Table,        Runtime,    Pthread,   Object,  RuntimeGil,  Lnotab36,     LastiBytes, None,    false, UNTAGGED, None,      Unicode,  NAMES_38),  // 3.9
-    row(5,  Table,        Runtime,    Pthread,   Object,  RuntimeGil,  Linetable310, LastiUnits, None,    false, UNTAGGED, None,      Unicode,  NAMES_38),  // 3.10
-    row(6,  Table,        Runtime,    NativeTid, CFrame,  RuntimeGil,  Locations311, FromCode,   None,    false, UNTAGGED, Some(168), Unicode,  NAMES_311), // 3.11
-    row(7,  Table,        Runtime,    NativeTid, CFrame,  Interpreter, Locations311, FromCode,   Some(3), false, UNTAGGED, Some(176), Unicode,  NAMES_312), // 3.12
-    row(8,  DebugOffsets, Runtime,    NativeTid, Current, Interpreter, Locations311, FromCode,   Some(3), true,  UNTAGGED, Some(184), Unicode,  NAMES_313), // 3.13
-    row(9,  DebugOffsets, Runtime,    NativeTid, Current, Interpreter, Locations311, FromCode,   Some(3), true,  TAGGED,   Some(192), Unicode,  NAMES_313), // 3.14
-    row(10, DebugOffsets, Runtime,    NativeTid, Current, Interpreter, Locations311, FromCode,   Some(3), true,  TAGGED,   Some(192), Unicode,  NAMES_313), // 3.15
+    //  col source        interpreters thread  frames  gil          lines         instr       hidden   none   code tag  first_traceable strings   thread names eval
+    row(0,  Table,        InterpHead, Pthread,   Object,  LockPtr,     Lnotab27,     LastiBytes, None,    false, UNTAGGED, None,      Py2Bytes, NAMES_27,   EVAL_27),  // 2.7
+    row(1,  Table,        InterpHead, Pthread,   Object,  Statics,     Lnotab36,     LastiBytes, None,    false, UNTAGGED, None,      Unicode,  NAMES_36,   EVAL_36),  // 3.6
+    row(2,  Table,        Runtime,    Pthread,   Object,  RuntimeGil,  Lnotab36,     LastiBytes, None,    false, UNTAGGED, None,      Unicode,  NAMES_36,   EVAL_36),  // 3.7
+    row(3,  Table,        Runtime,    Pthread,   Object,  RuntimeGil,  Lnotab36,     LastiBytes, None,    false, UNTAGGED, None,      Unicode,  NAMES_38,   EVAL_36),  // 3.8
+    row(4,  Table,        Runtime,    Pthread,   Object,  RuntimeGil,  Lnotab36,     LastiBytes, None,    false, UNTAGGED, None,      Unicode,  NAMES_38,   EVAL_36),  // 3.9
+    row(5,  Table,        Runtime,    Pthread,   Object,  RuntimeGil,  Linetable310, LastiUnits, None,    false, UNTAGGED, None,      Unicode,  NAMES_38,   EVAL_36),  // 3.10
+    row(6,  Table,        Runtime,    NativeTid, CFrame,  RuntimeGil,  Locations311, FromCode,   None,    false, UNTAGGED, Some(168), Unicode,  NAMES_311,  EVAL_311), // 3.11
+    row(7,  Table,        Runtime,    NativeTid, CFrame,  Interpreter, Locations311, FromCode,   Some(3), false, UNTAGGED, Some(176), Unicode,  NAMES_312,  EVAL_311), // 3.12
+    row(8,  DebugOffsets, Runtime,    NativeTid, Current, Interpreter, Locations311, FromCode,   Some(3), true,  UNTAGGED, Some(184), Unicode,  NAMES_313,  EVAL_311), // 3.13
+    row(9,  DebugOffsets, Runtime,    NativeTid, Current, Interpreter, Locations311, FromCode,   Some(3), true,  TAGGED,   Some(192), Unicode,  NAMES_313,  EVAL_311), // 3.14
+    row(10, DebugOffsets, Runtime,    NativeTid, Current, Interpreter, Locations311, FromCode,   Some(3), true,  TAGGED,   Some(192), Unicode,  NAMES_313,  EVAL_311), // 3.15
 ];
 
 /// The row of `major.minor`, if it is in the table.
@@ -351,11 +358,6 @@ impl Unsupported {
     pub fn new(what: impl Into<String>, why: impl Into<String>) -> Unsupported {
         let why = why.into();
         Unsupported { what: what.into(), why: if why.is_empty() { why } else { format!(": {why}") } }
-    }
-
-    /// The error for process `pid`.
-    pub fn for_pid(self, pid: u32) -> super::InspectError {
-        super::InspectError::Unsupported { pid, what: self.what, why: self.why }
     }
 }
 

@@ -696,7 +696,8 @@ mod tests {
     use super::*;
     use crate::python::config::bpf_config;
     use crate::python::detect::PythonAddrs;
-    use crate::python::versions::{row_for, Frames, Instr, ROWS};
+    use crate::python::linetable::Instr;
+    use crate::python::versions::{row_for, Frames, ROWS};
     use std::cell::{Cell, RefCell};
     use std::collections::BTreeMap;
 
