@@ -19,6 +19,7 @@ use crate::python::walk::StackWalker;
 use crate::sampler::RawSample;
 use crate::symbolizer::Symbolizer;
 use crate::targets::procfs::{namespaces, parse_nspid};
+use crate::threadnames::ThreadNames;
 
 /// `pyperf dump`'s arguments.
 #[derive(Args, Debug, Clone)]
@@ -216,6 +217,8 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
         symbolizer.set_native(crate::native::stacks::NativeStacks::new(true, false).0);
     }
     symbolizer.add_process(&p).with_context(|| format!("cannot read process {pid}"))?;
+    let mut thread_names = ThreadNames::default();
+    thread_names.add_process(&p);
     // Without the permission to read the threads' saved registers or stacks (pyperf with only its capabilities,
     // another user's process), native frames are marked not read, not the whole dump refused.
     let native_refused =
@@ -352,6 +355,7 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
                         stack,
                     }),
                 };
+                thread_names.saw(raw.pid, raw.tid, raw.time_ns);
                 let ids = symbolizer
                     .symbolize(&raw, &mut |id, s| {
                         if id as usize == symbols.len() {
@@ -401,7 +405,7 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
         });
     }
     let mut names: HashMap<u32, String> = HashMap::new();
-    symbolizer.read_thread_names(Instant::now(), true, &mut |_, tid, name, _| {
+    thread_names.read(Instant::now(), true, &mut |_, tid, name, _| {
         names.insert(tid, name.to_string());
     });
     for t in &mut out {

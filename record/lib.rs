@@ -6,7 +6,8 @@
 //! - [`abi`]: the types shared with the BPF program (generated from bpf/pyperf.h).
 //! - [`sampler`]: the BPF glue: skeleton, perf events, ring buffer, libbpf log.
 //! - [`targets`]: which processes to follow; discovery returns events and touches nothing else.
-//! - [`symbolizer`]: raw frames (code object addresses) to symbols, with the per-frame cache.
+//! - [`symbolizer`]: raw frames (code object addresses) to symbols, with the per-frame cache; [`threadnames`]: the
+//!   Python names of the sampled threads.
 //! - [`sink`]: where samples go; the `.pyp` file is the first [`sink::Sink`].
 //! - [`session`]: the loop that applies target events to the sampler, symbolizer and sink; [`cli`]: the
 //!   `pyperf record` arguments that set it up.
@@ -61,6 +62,7 @@ pub mod signals;
 pub mod sink;
 pub mod symbolizer;
 pub mod targets;
+pub mod threadnames;
 pub mod top;
 
 #[cfg(test)]

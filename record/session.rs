@@ -26,6 +26,7 @@ use crate::sink::{OffCpuSample, Sample, Sink};
 use crate::symbolizer::Symbolizer;
 use crate::targets::procfs::{parse_nspid, Namespaces};
 use crate::targets::{Event, Stop, Targets};
+use crate::threadnames::ThreadNames;
 
 /// Hand what is buffered to the kernel (write(2)) at least this often, so that a killed recorder (SIGKILL, OOM
 /// killer, a crash) loses at most this much: the kernel's page cache outlives the process. Half a second keeps the
@@ -95,6 +96,8 @@ pub struct Session {
     sampler: Sampler,
     targets: Targets,
     symbolizer: Symbolizer,
+    /// The Python names of the sampled threads.
+    names: ThreadNames,
     sink: Box<dyn Sink>,
     /// CLOCK_MONOTONIC at the start: sample and process times are relative to it.
     start_ns: u64,
@@ -149,6 +152,7 @@ impl Session {
             sampler,
             targets,
             symbolizer: Symbolizer::new(),
+            names: ThreadNames::default(),
             sink,
             start_ns: monotonic_ns(),
             started: Instant::now(),
@@ -351,7 +355,7 @@ impl Session {
                 .named()
                 .into_iter()
                 .chain(self.targets.counters().iter().map(|&(k, v)| (k.to_string(), v)))
-                .chain(self.symbolizer.thread_name_counters())
+                .chain(self.names.counters())
                 .chain([("code_from_snapshots".to_string(), self.symbolizer.from_snapshots())])
                 .chain(self.symbolizer.native_counters())
                 .chain(self.off_cpu.as_ref().map_or(Vec::new(), |o| {
@@ -457,10 +461,10 @@ impl Session {
 
     /// Takes samples from the ring buffer for up to `timeout` (see [`Sampler::poll`]).
     fn poll(&mut self, timeout: Duration) -> Result<()> {
-        let Session { sampler, symbolizer, sink, start_ns, truncated, off_cpu, .. } = self;
+        let Session { sampler, symbolizer, names, sink, start_ns, truncated, off_cpu, .. } = self;
         let sink: &mut dyn Sink = sink.as_mut();
         sampler
-            .poll(timeout, &mut |s| on_sample(symbolizer, sink, *start_ns, truncated, off_cpu.as_mut(), s))
+            .poll(timeout, &mut |s| on_sample(symbolizer, names, sink, *start_ns, truncated, off_cpu.as_mut(), s))
             .context("reading samples")?;
         self.thread_names(false)
     }
@@ -471,7 +475,7 @@ impl Session {
     fn thread_names(&mut self, all: bool) -> Result<()> {
         let start_ns = self.start_ns;
         let mut names = Vec::new();
-        self.symbolizer.read_thread_names(Instant::now(), all, &mut |pid, tid, name, at_ns| {
+        self.names.read(Instant::now(), all, &mut |pid, tid, name, at_ns| {
             let time_ns = at_ns.saturating_sub(start_ns);
             names.push(ThreadName { pid, tid, time_ns, name: name.to_string() });
         });
@@ -493,6 +497,7 @@ impl Session {
                     self.frees.forget(pid);
                     self.sampler.remove_process(pid);
                     self.symbolizer.remove_process(pid);
+                    self.names.remove_process(pid);
                     if let Some(o) = &mut self.off_cpu {
                         o.processes.remove(&pid);
                         o.pending.retain(|&(p, _), _| p != pid);
@@ -522,6 +527,7 @@ impl Session {
         if let Err(e) = set_up {
             self.sampler.remove_process(p.pid);
             self.symbolizer.remove_process(p.pid);
+            self.names.remove_process(p.pid);
             return Ok(Err(e));
         }
         self.sink.process(&Process {
@@ -557,6 +563,7 @@ impl Session {
             self.sampler.follow_threads(p.pid).with_context(|| format!("cannot profile process {}", p.pid))?;
         }
         self.symbolizer.add_process(p).with_context(|| format!("cannot read the memory of process {}", p.pid))?;
+        self.names.add_process(p);
         if let Some(o) = &mut self.off_cpu {
             o.processes.insert(p.pid, (p.clone(), config, ns.clone()));
 
@@ -667,7 +674,7 @@ impl Session {
             };
             o.open_at_end += 1;
             let sink: &mut dyn Sink = self.sink.as_mut();
-            on_sample(&mut self.symbolizer, sink, self.start_ns, &mut self.truncated, Some(o), &raw);
+            on_sample(&mut self.symbolizer, &mut self.names, sink, self.start_ns, &mut self.truncated, Some(o), &raw);
         }
         Ok(())
     }
@@ -716,6 +723,7 @@ fn announce_libraries(symbolizer: &mut Symbolizer, sink: &mut dyn Sink) {
 /// One raw sample or off-CPU interval: symbolized, counted, handed to the sink.
 fn on_sample(
     symbolizer: &mut Symbolizer,
+    names: &mut ThreadNames,
     sink: &mut dyn Sink,
     start_ns: u64,
     truncated: &mut u64,
@@ -743,6 +751,7 @@ fn on_sample(
             match off.part {
                 OffCpuPart::Whole => {}
                 OffCpuPart::Start => {
+                    names.saw(s.pid, s.tid, s.time_ns);
                     let frames = symbolizer.symbolize(s, &mut |id, sym| sink.symbol(id, sym)).to_vec();
                     announce_libraries(symbolizer, sink);
                     let comm_len = s.comm.iter().position(|&c| c == 0).unwrap_or(s.comm.len());
@@ -780,6 +789,7 @@ fn on_sample(
             }
         }
     }
+    names.saw(s.pid, s.tid, s.time_ns);
     symbolizer.symbolize(s, &mut |id, sym| sink.symbol(id, sym));
     announce_libraries(symbolizer, sink);
     let frames = symbolizer.last_stack();

@@ -155,6 +155,12 @@ pub struct PythonProcess {
 }
 
 impl PythonProcess {
+    /// An address the interpreter surely maps (its runtime state or interpreter list): where a memory handle is
+    /// checked readable ([`super::mem::ProcMem::open`]).
+    pub fn mapped_addr(&self) -> u64 {
+        self.addrs.runtime.or(self.addrs.interp_head).or(self.addrs.code_type).unwrap_or(0)
+    }
+
     /// What a recording of this process should warn about: a Python newer than pyperf knows, read through the
     /// `_Py_DebugOffsets` layout of a known version.
     pub fn warning(&self) -> Option<String> {
