@@ -1,5 +1,5 @@
-//! Compiles the BPF sampler (bpf/pyperf.bpf.c, against the vendored bpf/vmlinux.h; no CO-RE relocations, see
-//! record/sampler/kernel.rs) and
+//! Compiles the BPF sampler (bpf/pyperf.bpf.c, one compilation unit that includes its parts, bpf/*.bpf.h, against
+//! the vendored bpf/vmlinux.h; no CO-RE relocations, see record/sampler/kernel.rs) and
 //! generates its Rust skeleton into OUT_DIR. The skeleton's `types` module carries the structs
 //! of bpf/pyperf.h, so Rust never hand-copies them.
 
@@ -11,7 +11,9 @@ use libbpf_cargo::SkeletonBuilder;
 const SRC: &str = "bpf/pyperf.bpf.c";
 /// `pyperf dump --native`'s task iterator (its own small object: `record` does not load it).
 const REGS_SRC: &str = "bpf/regs.bpf.c";
-const HEADERS: &[&str] = &["bpf/pyperf.h", "bpf/bench.h", "bpf/vmlinux.h"];
+/// What both include lives here too (the ABI, the sampler's parts, the benchmark hooks, the kernel's types): any
+/// change under it rebuilds, so a new part needs no line here.
+const BPF_DIR: &str = "bpf";
 
 fn main() {
     let out =
@@ -36,9 +38,6 @@ fn main() {
         .build_and_generate(out.with_file_name("regs.skel.rs"))
         .unwrap_or_else(|e| panic!("building {REGS_SRC} failed (needs clang, libelf, zlib): {e:#}"));
 
-    println!("cargo:rerun-if-changed={SRC}");
-    println!("cargo:rerun-if-changed={REGS_SRC}");
-    for h in HEADERS {
-        println!("cargo:rerun-if-changed={h}");
-    }
+    // A directory: cargo scans every file under it.
+    println!("cargo:rerun-if-changed={BPF_DIR}");
 }

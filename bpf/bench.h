@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (Apache-2.0 OR GPL-2.0-only) */
 /*
- * Benchmark-only variants of the sampler (bench/), never shipped. pyperf.bpf.c
- * calls the hooks below at fixed points; in a shipped build (neither
+ * Benchmark-only variants of the sampler (bench/), never shipped. The sampler
+ * (walk.bpf.h, record.bpf.h) calls the hooks below at fixed points; in a shipped build (neither
  * PYPERF_BENCH_INTERN nor PYPERF_BENCH_PROFILE defined, build.rs passes
  * PYPERF_BPF_CFLAGS only for benchmark builds) every hook is empty, so the
  * shipped hot path carries none of this code.
@@ -12,7 +12,7 @@
  *   PROF_COUNT(i)                one more in prof_cnt[i] (window reads: 0 tried, 1 failed, 2 of one frame, 3
  *                                starting at a data stack chunk; 5: frames taken the fast way)
  *   PROF_T0(), PROF_ADD(i)       the time from PROF_T0 added to prof_cnt[i] (4: window reads)
- * Included by pyperf.bpf.c after its maps and helpers' prerequisites.
+ * Included by pyperf.bpf.c after common.bpf.h (its maps and the target memory reads).
  */
 #ifndef PYPERF_BENCH_H
 #define PYPERF_BENCH_H

@@ -443,7 +443,7 @@ pub fn unresolved(code: u64) -> Symbol {
     }
 }
 
-/// The check word BPF computes per code object (pyperf_code_check in bpf/pyperf.bpf.c; keep them equal).
+/// The check word BPF computes per code object (pyperf_code_check in bpf/walk.bpf.h; keep them equal).
 pub fn code_check(first_line: u32, filename: u64, name: u64) -> u32 {
     let fold = |p: u64| (p as u32) ^ ((p >> 32) as u32);
     first_line.wrapping_add(fold(filename).wrapping_mul(31)).wrapping_add(fold(name).wrapping_mul(1009))

@@ -4,7 +4,7 @@
 //! off CPU since before it started) never runs the program, so `record --off-cpu` walks its stack here at the end;
 //! `pyperf dump` walks every thread the same way.
 //!
-//! The rules are the program's (bpf/pyperf.bpf.c, `find_tstate` and `frame_walk_step`), driven by the same
+//! The rules are the program's (bpf/, `find_tstate` and `frame_walk_step`), driven by the same
 //! configuration row ([`ProcConfig`], as put in the `procs` map): frames owned by the interpreter itself skipped
 //! (`owner_cstack`), C-stack entry frames skipped (`skip_code`, 3.13+ `Py_None`), tagged code pointers masked
 //! (`code_mask`, 3.14+), the thread's base frame ending a complete walk (3.15+, else `INCOMPLETE`), at most

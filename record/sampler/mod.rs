@@ -77,7 +77,7 @@ pub struct SamplerOptions {
     /// Ring buffer size; rounded up to a power of two of at least one page.
     pub ringbuf_bytes: usize,
     /// `record --off-cpu`: also record the intervals followed threads spend off CPU, sampling those shorter than
-    /// this many nanoseconds (see `off_cpu_min_ns` in bpf/pyperf.bpf.c). `None`: CPU samples only.
+    /// this many nanoseconds (see `off_cpu_min_ns` in bpf/offcpu.bpf.h). `None`: CPU samples only.
     pub off_cpu_min_ns: Option<u64>,
     /// `record --native`: each record carries the thread's user registers and a copy of its user stack
     /// ([`RawSample::user`]), for the native unwinder. The ring is [`NATIVE_RING_FACTOR`] times larger.
@@ -429,7 +429,7 @@ impl Sampler {
 
         let cpus_possible = libbpf_rs::num_possible_cpus()
             .map_err(|e| BpfError::Io { what: "reading the possible CPUs", source: io::Error::other(e) })?;
-        // One slot per CPU for samples, one per CPU for off-CPU records (see bpf/pyperf.bpf.c); the off-CPU map
+        // One slot per CPU for samples, one per CPU for off-CPU records (see bpf/common.bpf.h); the off-CPU map
         // takes kernel memory (preallocated) only when used.
         let off_cpu = opts.off_cpu_min_ns.is_some();
         let slots = if off_cpu { 2 * cpus_possible } else { cpus_possible };

@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: (Apache-2.0 OR GPL-2.0-only) */
+/*
+ * One record (part of pyperf.bpf.c, after the parts it assembles): record_stack writes a sample or an off-CPU
+ * interval's record from the thread state and GIL (thread.bpf.h), the frames (walk.bpf.h), the kernel and user
+ * stacks (kernel.bpf.h, native.bpf.h) and, for a new stack, the code object snapshots (code.bpf.h), and decides
+ * whether the ring's reader is woken. The programs that call it: pyperf_sample (pyperf.bpf.c), the off-CPU ones
+ * (offcpu.bpf.h).
+ */
+
+/*
+ * Walks the current thread's Python stack and writes one record to the ring buffer: a CPU sample (off == NULL)
+ * or the off-CPU interval `off` that the thread ends by coming back on CPU now (its stack cannot have changed
+ * while it was off CPU). `s` is the CPU's scratch slot of that kind. `ctx`: the program's (for bpf_get_stack);
+ * `ur`: the thread's user registers with record --native (NULL: none); `ksrc`: enum kstack_source, with
+ * record --kernel.
+ */
+static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct pyperf_scratch *s, __u64 pid_tgid,
+					 __u32 cpu, __u64 now, const struct off_cpu_entry *off, __u64 weight,
+					 const struct user_regs *ur, int ksrc)
+{
+	__u32 pid = pid_tgid >> 32, n, tid;
+	struct pyperf_event_header *h;
+	struct task_struct *task;
+	__u64 fsbase = 0, ts, global_ts = 0, frame = 0, cframe = 0, size, flags, wait_base = 0, lo;
+	struct walk_ctx c = {};
+	int gil_state;
+
+	h = &s->ev.hdr;
+	h->ktime = now;
+	PROF_START(h->ktime);
+	h->pid = pid;
+	h->tid = (__u32)pid_tgid;
+	h->cpu = cpu;
+	h->nframes = 0;
+	bpf_get_current_comm(h->comm, sizeof(h->comm));
+	h->kind = !off ? PYPERF_EVENT_SAMPLE : off->walked ? PYPERF_EVENT_OFF_CPU_START : PYPERF_EVENT_OFF_CPU;
+	h->off_kind = 0;
+	h->off_flags = 0;
+	h->has_locals = 0;
+	h->off_start = 0;
+	h->off_duration = 0;
+	h->off_runnable = 0;
+	h->off_weight = 0;
+	h->off_syscall = -1;
+	h->nkernel = 0;
+	h->user_flags = 0;
+	h->ustack_len = 0;
+	h->user_ip = 0;
+	h->user_sp = 0;
+	h->user_bp = 0;
+
+	task = bpf_get_current_task_btf();
+	/* pthread_self() on glibc x86-64 is the thread pointer = fs base. */
+#if defined(__TARGET_ARCH_x86)
+	fsbase = KFIELD(unsigned long, task, kl.task_fsbase);
+#endif
+	/* In another PID namespace the interpreter knows its threads by that namespace's tids. */
+	tid = proc->ns_tid ? namespace_tid(task) : (__u32)pid_tgid;
+
+	PROF(0); /* header, comm, task */
+	/* A namespace tid that could not be read must not match a thread state whose tid is still 0. */
+	ts = tid ? find_tstate(proc, s, pid_tgid, tid, fsbase, KFIELD(__u64, task, kl.task_start_time)) : 0;
+	PROF(1); /* thread state (cache + read) */
+
+	gil_state = pyperf_gil_state(proc, s, ts, &global_ts, &wait_base);
+	h->gil_state = gil_state;
+	h->thread_state_match = proc->tstate_current_addr || proc->off.global_from_gil ?
+		thread_state_match(ts, global_ts) : THREAD_STATE_UNKNOWN;
+	h->pthread_id_match = pthread_id_match(proc, s, ts, fsbase);
+	/* 3.15+: a thread that asked for the GIL and does not hold it is waiting for it. */
+	if (ts && proc->off.tstate_gil_requested >= 0 && h->gil_state != GIL_STATE_THIS_THREAD &&
+	    get_s32(s->tbuf, proc->off.tstate_gil_requested, PYPERF_TSTATE_BUF))
+		h->gil_state = GIL_STATE_WAITING;
+	if (off) {
+		h->off_kind = off->kind;
+		h->off_flags = off->flags;
+		h->off_start = off->start;
+		h->off_duration = off->off_ns;
+		h->off_runnable = off->runnable_ns;
+		h->off_weight = weight;
+		h->off_syscall = off->syscall;
+		/* Blocked in futex(2) on the GIL's condition variable or mutex: waiting for the GIL. */
+		lo = proc->gil_wait_addr ? proc->gil_wait_addr : wait_base;
+		if (off->syscall == PYPERF_NR_FUTEX && lo && proc->gil_wait_len && off->uaddr >= lo &&
+		    off->uaddr - lo < proc->gil_wait_len)
+			h->off_kind = OFF_KIND_GIL;
+		if (h->gil_state == GIL_STATE_WAITING && off->kind != OFF_KIND_RUNNABLE)
+			h->off_kind = OFF_KIND_GIL;
+		if (h->off_kind == OFF_KIND_GIL)
+			h->gil_state = GIL_STATE_WAITING;
+	}
+	PROF(2); /* GIL block, states */
+
+	/* Leaf frame: tstate->frame / ->current_frame, or tstate->cframe->current_frame. */
+	if (ts) {
+		if (proc->off.tstate_frame >= 0) {
+			frame = get_u64(s->tbuf, proc->off.tstate_frame, PYPERF_TSTATE_BUF);
+		} else {
+			cframe = get_u64(s->tbuf, proc->off.tstate_cframe, PYPERF_TSTATE_BUF);
+			if (cframe && proc->off.cframe_current_frame >= 0 &&
+			    read_ptr(cframe + proc->off.cframe_current_frame, &frame))
+				s->counters.read_errors++;
+		}
+	}
+
+	PROF(3); /* leaf frame pointer */
+	c.w.status = STACK_STATUS_COMPLETE;
+	if (frame) {
+		c.proc = proc;
+		c.s = s;
+		c.w.cur = frame;
+		/* 3.12+: wait_base is the GIL block read (interp->ceval.gil). */
+		c.w.tag = check_tag(proc, s, ts, proc->off.interp_gil_ptr >= 0 ? wait_base : 0, gil_state);
+		if (proc->off.tstate_base_frame >= 0)
+			c.w.base = get_u64(s->tbuf, proc->off.tstate_base_frame, PYPERF_TSTATE_BUF);
+		if (proc->off.tstate_datastack_chunk >= 0)
+			c.w.chunk = get_u64(s->tbuf, proc->off.tstate_datastack_chunk, PYPERF_TSTATE_BUF);
+		/* 3.11+ with the cache: frames the fast way (pyperf_walk_fast), which needs no first local. */
+		c.w.fast = proc->frame_window && c.w.tag && proc->off.instr_kind == INSTR_PTR_MINUS_CODE &&
+			   proc->off.frame_localsplus < 0;
+		bpf_loop(PYPERF_MAX_WALK, frame_walk_step, &c, 0);
+		if (c.w.status == STACK_STATUS_COMPLETE && c.w.cur && !c.w.reached_base)
+			c.w.status = STACK_STATUS_TRUNCATED; /* bpf_loop bound (many skipped shims) */
+		if (c.w.reached_base)
+			s->counters.base_reached++;
+		if (c.w.status == STACK_STATUS_COMPLETE && c.w.base && !c.w.reached_base) {
+			/* Ended on a NULL link above the base frame: a torn or unfinished chain. */
+			c.w.status = STACK_STATUS_INCOMPLETE;
+			s->counters.incomplete++;
+		}
+	}
+	PROF(4); /* frame walk */
+	n = c.w.n;
+	if (n > PYPERF_MAX_FRAMES)
+		n = PYPERF_MAX_FRAMES;
+	if (c.w.status == STACK_STATUS_TRUNCATED)
+		s->counters.truncated++;
+	if (c.w.status == STACK_STATUS_COMPLETE && n == 0) {
+		c.w.status = STACK_STATUS_IDLE;
+		s->counters.idle++;
+	}
+	h->nframes = n;
+	h->stack_status = c.w.status;
+
+	size = sizeof(struct pyperf_event_header) + (__u64)n * sizeof(struct pyperf_frame);
+	/* <= 3.10: the frames' first locals next (one copy; 3.11+ records have none). */
+	if (n && proc && proc->off.frame_localsplus >= 0 && size <= PYPERF_LOFF_MAX &&
+	    !bpf_probe_read_kernel((__u8 *)&s->ev + size, n * sizeof(struct pyperf_frame_local), s->locals)) {
+		h->has_locals = 1;
+		size += n * sizeof(struct pyperf_frame_local);
+	}
+	/* The rest of the record right after the frames: kernel addresses, then user stack. (Constants: the verifier
+	 * drops this code when they are off.) */
+	if (kernel && ksrc != KSTACK_NONE)
+		size = add_kernel_stack(ctx, s, size, ksrc, pid_tgid, off);
+	if (native && ur)
+		size = add_user_stack(s, task, fsbase, ur, size);
+	/* A stack never seen: wake user space now (PYPERF_WAKEUP_NS), rate-limited per CPU (a suppressed one
+	 * wakes it at the next sample past the limit). */
+	if (n) {
+		__u64 key = c.w.hash ^ ((__u64)pid * 0xff51afd7ed558ccdULL);
+
+		if (!bpf_map_lookup_elem(&seen_stacks, &key)) {
+			__u8 one = 1;
+			struct snap_ctx sc = { .proc = proc, .s = s };
+
+			bpf_map_update_elem(&seen_stacks, &key, &one, BPF_ANY);
+			/* Its code objects user space may not have: their snapshots go first. Then user space need not
+			 * hurry (a wakeup is an interrupt on this CPU): only without snapshots is it woken now. */
+			if (proc->off.snap_code_size)
+				bpf_loop(n, snap_step, &sc, 0);
+			else
+				s->new_stack = 1;
+		}
+	}
+	flags = BPF_RB_NO_WAKEUP;
+	if (!wakeup_bytes ||
+	    ((!consumer_polling || s->new_stack) && h->ktime - s->last_wakeup >= PYPERF_WAKEUP_NS) ||
+	    bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes) {
+		/* Forced: an adaptive wakeup (0) is not delivered after records that
+		 * were written with NO_WAKEUP, so the consumer would sleep until its
+		 * poll timeout (tests/faults.rs measured 74% loss on a small ring). */
+		flags = BPF_RB_FORCE_WAKEUP;
+		s->last_wakeup = h->ktime;
+		s->new_stack = 0;
+	}
+	if (bpf_ringbuf_output(&events, &s->ev, size, flags)) {
+		if (off)
+			s->counters.off_cpu_rb_full++;
+		else
+			s->counters.rb_full++;
+	} else {
+		if (off)
+			s->counters.off_cpu_events++;
+		else
+			s->counters.events++;
+	}
+	PROF(5); /* ring buffer output */
+}

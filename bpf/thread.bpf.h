@@ -1,0 +1,294 @@
+/* SPDX-License-Identifier: (Apache-2.0 OR GPL-2.0-only) */
+/*
+ * The sampled thread in its interpreter (part of pyperf.bpf.c, after common.bpf.h): its PyThreadState (cached per
+ * thread in tstate_cache, else found in the interpreter's thread list), its tid in its own PID namespace, and the
+ * GIL's state, the global current thread state and the pthread id compared with it. What lies below the thread
+ * state (its frames) is walk.bpf.h's.
+ */
+
+/* pid_tgid -> PyThreadState address and the start time of the thread it was
+ * found for. Keyed by pid_tgid (not tid alone) so a recycled tid in another
+ * process cannot hit a stale entry unnoticed; every hit is validated anyway.
+ * The start time catches a tid reused inside the process: the dead thread's
+ * freed thread state may still hold the same tid and pthread id (glibc reuses
+ * the thread block), and would pass the validation with stale frames. */
+struct tstate_entry {
+	__u64 ts;
+	__u64 start;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct tstate_entry);
+} tstate_cache SEC(".maps");
+
+/* Is the PyThreadState block in s->tbuf the one of the sampled thread? */
+static __always_inline bool tstate_is_ours(const struct py_proc *proc,
+					   const struct pyperf_scratch *s,
+					   __u32 tid, __u64 fsbase)
+{
+	if (proc->off.match_kind == MATCH_PTHREAD)
+		return fsbase &&
+		       get_u64(s->tbuf, proc->off.tstate_thread_id, PYPERF_TSTATE_BUF) == fsbase;
+	return get_u64(s->tbuf, proc->off.tstate_native_thread_id, PYPERF_TSTATE_BUF) == tid;
+}
+
+/* Plain data: see struct frame_walk. */
+struct thread_walk {
+	__u64 cur;
+	__u64 found;
+	__u64 fsbase;
+	__u32 tid;
+	int err;
+};
+
+struct thread_walk_ctx {
+	const struct py_proc *proc;
+	struct pyperf_scratch *s;
+	struct thread_walk w;
+};
+
+/* One thread state of the interpreter's list: 0 = go on, 1 = stop. Global: verified once (see
+ * pyperf_walk_frame). */
+__noinline int pyperf_thread_step(struct thread_walk *w, const struct py_proc *proc, struct pyperf_scratch *s)
+{
+	if (!w || !proc || !s || !w->cur)
+		return 1;
+	if (read_user(s->tbuf, proc->off.tstate_size, PYPERF_TSTATE_BUF, w->cur)) {
+		w->err = 1;
+		return 1;
+	}
+	if (tstate_is_ours(proc, s, w->tid, w->fsbase)) {
+		w->found = w->cur;
+		return 1;
+	}
+	w->cur = get_u64(s->tbuf, proc->off.tstate_next, PYPERF_TSTATE_BUF);
+	return 0;
+}
+
+static long thread_walk_step(__u32 i, void *arg)
+{
+	struct thread_walk_ctx *c = arg;
+
+	return pyperf_thread_step(&c->w, c->proc, c->s) ? 1 : 0;
+}
+
+/*
+ * Returns the sampled thread's PyThreadState address (its first
+ * tstate_size bytes are then in s->tbuf), or 0. `tid` is the thread's id as
+ * the interpreter knows it (in its own PID namespace); pid_tgid, the host's,
+ * keys the caches.
+ */
+static __always_inline __u64 find_tstate(const struct py_proc *proc,
+					 struct pyperf_scratch *s, __u64 pid_tgid,
+					 __u32 tid, __u64 fsbase, __u64 start)
+{
+	__u64 interp = 0, head = 0;
+	struct tstate_entry *cached, entry = {};
+	struct thread_walk_ctx c = {};
+	struct thread_walk *w = &c.w;
+
+	/* The thread of this CPU's previous sample: no hash lookup. */
+	if (s->last_pid_tgid == pid_tgid && s->last_start == start && s->last_ts &&
+	    !read_user(s->tbuf, proc->off.tstate_size, PYPERF_TSTATE_BUF, s->last_ts) &&
+	    tstate_is_ours(proc, s, tid, fsbase))
+		return s->last_ts;
+	s->last_pid_tgid = pid_tgid;
+	s->last_start = start;
+	s->last_ts = 0;
+
+	cached = bpf_map_lookup_elem(&tstate_cache, &pid_tgid);
+	if (cached && cached->start == start) {
+		__u64 ts = cached->ts;
+
+		/* Validation is the read we need anyway. */
+		if (ts && !read_user(s->tbuf, proc->off.tstate_size, PYPERF_TSTATE_BUF, ts) &&
+		    tstate_is_ours(proc, s, tid, fsbase)) {
+			s->last_ts = ts;
+			return ts;
+		}
+	}
+
+	s->counters.thread_walks++;
+	if (read_ptr(proc->interp_head_addr, &interp) || !interp) {
+		/* Not initialised yet (or finalising): no thread state. */
+		goto miss;
+	}
+	if (proc->off.interp_tstate_head < 0 ||
+	    read_ptr(interp + proc->off.interp_tstate_head, &head)) {
+		s->counters.read_errors++;
+		goto miss;
+	}
+
+	c.proc = proc;
+	c.s = s;
+	w->cur = head;
+	w->tid = tid;
+	w->fsbase = fsbase;
+	bpf_loop(PYPERF_MAX_THREADS, thread_walk_step, &c, 0);
+	if (w->err)
+		s->counters.read_errors++;
+	if (w->found) {
+		entry.ts = w->found;
+		entry.start = start;
+		bpf_map_update_elem(&tstate_cache, &pid_tgid, &entry, BPF_ANY);
+		s->last_ts = w->found;
+		return w->found;
+	}
+	if (w->cur && !w->err)
+		s->counters.thread_walk_bound++;
+miss:
+	if (cached)
+		bpf_map_delete_elem(&tstate_cache, &pid_tgid);
+	return 0;
+}
+
+/*
+ * The thread's id in its own PID namespace (what gettid() returned to the interpreter, so what
+ * PyThreadState.native_thread_id holds): numbers[level] of the task's struct pid. Two kernel reads;
+ * only for processes in another namespace than pyperf (py_proc.ns_tid). 0 if unreadable.
+ */
+static __always_inline __u32 namespace_tid(struct task_struct *task)
+{
+	void *pid = KFIELD(void *, task, kl.task_thread_pid);
+	unsigned int level;
+	int nr = 0;
+
+	if (!pid)
+		return 0;
+	level = KFIELD(unsigned int, pid, kl.pid_level);
+	if (level > 32) /* the kernel's MAX_PID_NS_LEVEL */
+		return 0;
+	/* numbers[level]: a variable offset, which a BTF pointer does not take; a checked read instead. */
+	if (bpf_probe_read_kernel(&nr, sizeof(nr), pid + kl.pid_numbers + level * kl.upid_size + kl.upid_nr))
+		return 0;
+	return (__u32)nr;
+}
+
+static __always_inline __u8 thread_state_match(__u64 this_ts, __u64 global_ts)
+{
+	if (!this_ts && !global_ts)
+		return THREAD_STATE_BOTH_NULL;
+	if (!this_ts)
+		return THREAD_STATE_THIS_THREAD_NULL;
+	if (!global_ts)
+		return THREAD_STATE_GLOBAL_CURRENT_THREAD_NULL;
+	return this_ts == global_ts ? THREAD_STATE_MATCH : THREAD_STATE_MISMATCH;
+}
+
+/*
+ * Reads the GIL block (and with it, when user space could place it there,
+ * the global current thread state; else that costs a read of its own).
+ * Sets *global_ts (0 if unknown or none) and returns the gil_state.
+ *
+ * Per version (see enum pyperf_gil_kind):
+ *  - 2.7 (GIL_KIND_LOCK_PTR): the GIL is the plain lock `interpreter_lock`,
+ *    created with the first thread; its holder is _PyThreadState_Current,
+ *    which PyEval_SaveThread clears before releasing the lock.
+ *  - 3.6 (statics gil_locked / gil_last_holder), 3.7-3.11 (_PyRuntime.ceval.gil),
+ *    3.12+ (interp->ceval.gil, per interpreter): struct _gil_runtime_state.
+ *  - 3.12+: global_ts is the GIL holder (see py_offsets.global_from_gil).
+ */
+__noinline int pyperf_gil_state(const struct py_proc *proc, struct pyperf_scratch *s, __u64 this_ts,
+				__u64 *global_ts, __u64 *wait_base)
+{
+	__u64 gil, holder;
+	__s32 locked;
+
+	/* Global (verified once, see pyperf_walk_frame): its pointers may be NULL to the verifier. */
+	if (!proc || !s || !global_ts || !wait_base)
+		return GIL_STATE_ERROR;
+	gil = proc->gil_addr;
+	*global_ts = 0;
+	*wait_base = 0;
+	if (proc->off.gil_kind == GIL_KIND_NONE)
+		goto no_gil;
+	if (!gil && proc->off.interp_gil_ptr >= 0) {
+		/* 3.12+: per-interpreter pointer, interp = tstate->interp, or the
+		 * main interpreter for a thread without a thread state. */
+		__u64 interp = 0;
+
+		if (this_ts)
+			interp = get_u64(s->tbuf, proc->off.tstate_interp, PYPERF_TSTATE_BUF);
+		else if (read_ptr(proc->interp_head_addr, &interp) || !interp)
+			return GIL_STATE_NO_INFO;
+		if (!interp || read_ptr(interp + proc->off.interp_gil_ptr, &gil)) {
+			s->counters.read_errors++;
+			return GIL_STATE_ERROR;
+		}
+		if (!gil)
+			return GIL_STATE_UNINITIALIZED;
+		*wait_base = gil;
+	}
+	if (!gil || read_user(s->gbuf, proc->off.gil_size, PYPERF_GIL_BUF, gil)) {
+		s->counters.read_errors++;
+		gil = 0;
+	}
+no_gil:
+	if (proc->tstate_current_addr) {
+		if (gil && proc->off.gil_tstate_current >= 0)
+			*global_ts = get_u64(s->gbuf, proc->off.gil_tstate_current, PYPERF_GIL_BUF);
+		else if (read_ptr(proc->tstate_current_addr, global_ts))
+			s->counters.read_errors++;
+	}
+	if (proc->off.gil_kind == GIL_KIND_NONE)
+		return GIL_STATE_NO_INFO;
+	if (!gil)
+		return GIL_STATE_ERROR;
+	if (proc->off.gil_kind == GIL_KIND_LOCK_PTR) {
+		/* 2.7: no lock yet = single-threaded so far, like 3.6's locked == -1. */
+		*wait_base = get_u64(s->gbuf, proc->off.gil_locked, PYPERF_GIL_BUF);
+		if (!*wait_base)
+			return GIL_STATE_UNINITIALIZED;
+		if (!*global_ts)
+			return GIL_STATE_NOT_LOCKED;
+		return *global_ts == this_ts ? GIL_STATE_THIS_THREAD : GIL_STATE_GLOBAL_CURRENT_THREAD;
+	}
+	locked = get_s32(s->gbuf, proc->off.gil_locked, PYPERF_GIL_BUF);
+	switch (locked) {
+	case -1:
+		return GIL_STATE_UNINITIALIZED;
+	case 0:
+		return GIL_STATE_NOT_LOCKED;
+	case 1:
+		if (proc->gil_holder_addr) {
+			if (read_ptr(proc->gil_holder_addr, &holder)) {
+				s->counters.read_errors++;
+				return GIL_STATE_ERROR;
+			}
+		} else {
+			holder = get_u64(s->gbuf, proc->off.gil_last_holder, PYPERF_GIL_BUF);
+		}
+		if (proc->off.global_from_gil)
+			*global_ts = holder;
+		if (!holder)
+			return GIL_STATE_NULL;
+		if (holder == this_ts)
+			return GIL_STATE_THIS_THREAD;
+		if (holder == *global_ts)
+			return GIL_STATE_GLOBAL_CURRENT_THREAD;
+		return GIL_STATE_OTHER_THREAD;
+	default:
+		return GIL_STATE_ERROR;
+	}
+}
+
+static __always_inline __u8 pthread_id_match(const struct py_proc *proc,
+					     const struct pyperf_scratch *s,
+					     __u64 this_ts, __u64 fsbase)
+{
+	__u64 created;
+
+	if (!this_ts)
+		return PTHREAD_ID_THREAD_STATE_NULL;
+	if (proc->off.tstate_thread_id < 0)
+		return PTHREAD_ID_UNKNOWN;
+	created = get_u64(s->tbuf, proc->off.tstate_thread_id, PYPERF_TSTATE_BUF);
+	if (!created)
+		return PTHREAD_ID_NULL;
+	if (!fsbase)
+		return PTHREAD_ID_ERROR;
+	return created == fsbase ? PTHREAD_ID_MATCH : PTHREAD_ID_MISMATCH;
+}
