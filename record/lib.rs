@@ -52,6 +52,7 @@ pub mod abi;
 pub mod cli;
 pub mod dump;
 pub mod native;
+pub mod plan;
 pub mod privileges;
 pub mod python;
 pub mod sampler;
