@@ -54,7 +54,7 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     // never written). One before the command is started undoes the start (see `stopped_during_start`); one after
     // it ends the recording at once, complete.
     signals::install();
-    let mut plan = Plan::new(&args.target, &args.sampling, Some(&args.native), &args.push)?;
+    let plan = Plan::new(&args.target, &args.sampling, Some(&args.native), &args.push)?;
 
     // Everything that can fail at start fails before the output file exists, except what the output file itself
     // needs, which fails before a command is started: a command never runs for a recording that cannot be made.

@@ -216,8 +216,7 @@ impl Default for SamplerOptions {
     }
 }
 
-/// `--push` checked: where, as what, every how long.
-#[derive(Debug)]
+/// `--push` checked: where, as what, every how long. (No `Debug`: it holds the credentials.)
 struct Push {
     endpoint: Endpoint,
     app: String,
@@ -226,7 +225,6 @@ struct Push {
 }
 
 /// The shared arguments, checked: everything a front end needs to set up its session.
-#[derive(Debug)]
 pub struct Plan {
     options: SamplerOptions,
     duration: Option<Duration>,
@@ -311,11 +309,6 @@ impl Plan {
         Ok(Some(Push { endpoint, app, labels, every: Duration::from_secs(args.push_every) }))
     }
 
-    /// What the sampler is asked for.
-    pub fn sampler_options(&self) -> &SamplerOptions {
-        &self.options
-    }
-
     /// The sampler, loaded and attached.
     pub fn sampler(&self) -> Result<Sampler> {
         Sampler::new(&self.options).context("cannot start sampling")
@@ -348,9 +341,9 @@ impl Plan {
     }
 
     /// `recording` (the file, else the view), the sinks `beside` it, and the push's if `--push` was given.
-    pub fn sinks(&mut self, header: &Header, recording: Box<dyn Sink>, beside: Vec<Box<dyn Sink>>) -> Result<FanOut> {
+    pub fn sinks(&self, header: &Header, recording: Box<dyn Sink>, beside: Vec<Box<dyn Sink>>) -> Result<FanOut> {
         let mut fan = beside.into_iter().fold(FanOut::new(recording), FanOut::with);
-        if let Some(push) = self.push.take() {
+        if let Some(push) = &self.push {
             // Samples per second for the server: of the frequency, or of a cpu-clock period.
             let period_ns = self.period_ns();
             let sample_rate = match self.options.rate {
@@ -358,10 +351,10 @@ impl Plan {
                 Rate::Period(_) => period_ns.map(|p| (1_000_000_000 / p.max(1)).max(1)),
             };
             let options = PushOptions {
-                endpoint: push.endpoint,
+                endpoint: push.endpoint.clone(),
                 every: push.every,
-                app: push.app,
-                labels: push.labels,
+                app: push.app.clone(),
+                labels: push.labels.clone(),
                 sample_rate,
                 period_ns,
                 off_cpu: self.off_cpu(),

@@ -6,7 +6,7 @@
 use anyhow::Result;
 use pyperf_format::{Process, RecorderWarning, Stats, Symbol, ThreadName};
 
-use super::{OffCpuSample, Sample, Sink};
+use super::{OffCpuSample, Sample, Sink, TrailerCounters};
 
 /// The recording and the sinks beside it. Every call goes to those beside it first, in the order they were added,
 /// then to the recording; a call that fails stops there (the recording ends on it anyway).
@@ -80,7 +80,7 @@ impl Sink for FanOut {
         lines.extend(recording.finish(&stats)?);
         Ok(if lines.is_empty() { None } else { Some(lines.join("\n")) })
     }
-    fn finish_beside(self: Box<Self>, stats: &Stats) -> Result<(Vec<(String, u64)>, Option<String>)> {
+    fn finish_beside(self: Box<Self>, stats: &Stats) -> Result<(TrailerCounters, Option<String>)> {
         Ok((Vec::new(), self.finish(stats)?))
     }
 }
@@ -99,7 +99,7 @@ mod tests {
         name: &'static str,
         log: Arc<Mutex<Vec<String>>>,
         samples: u64,
-        counters: Vec<(String, u64)>,
+        counters: TrailerCounters,
         line: Option<String>,
         fail_process: bool,
     }
@@ -144,7 +144,7 @@ mod tests {
             self.note(&format!("finish [{}]", counters.join(",")));
             Ok(self.line.clone())
         }
-        fn finish_beside(self: Box<Self>, stats: &Stats) -> Result<(Vec<(String, u64)>, Option<String>)> {
+        fn finish_beside(self: Box<Self>, stats: &Stats) -> Result<(TrailerCounters, Option<String>)> {
             let counters = self.counters.clone();
             Ok((counters, self.finish(stats)?))
         }

@@ -14,6 +14,9 @@ use pyperf_format::{
     ThreadStateMatch,
 };
 
+/// Named counters a sink adds to the recording's trailer ([`Stats::counters`]), e.g. a push's window counts.
+pub type TrailerCounters = Vec<(String, u64)>;
+
 /// One symbolized sample.
 #[derive(Debug, Clone, Copy)]
 pub struct Sample<'a> {
@@ -101,7 +104,7 @@ pub trait Sink {
     /// Ends a sink that runs beside the recording in a [`fanout::FanOut`] (a live view, a push), before the
     /// recording itself finishes: its line for the user and the counters it adds to the recording's trailer (a
     /// push's window counts). The default finishes it with the statistics as they are and adds none.
-    fn finish_beside(self: Box<Self>, stats: &Stats) -> Result<(Vec<(String, u64)>, Option<String>)> {
+    fn finish_beside(self: Box<Self>, stats: &Stats) -> Result<(TrailerCounters, Option<String>)> {
         Ok((Vec::new(), self.finish(stats)?))
     }
 }

@@ -46,7 +46,7 @@ use anyhow::{bail, Result};
 use pyperf_format::{OffCpuKind, Process, RecorderWarning, Stats, Symbol};
 use pyperf_report::pprof::{Builder, Label};
 
-use super::{OffCpuSample, Sample, Sink};
+use super::{OffCpuSample, Sample, Sink, TrailerCounters};
 
 /// Windows waiting for the upload thread at most; past that the oldest is dropped.
 pub const QUEUE_WINDOWS: usize = 16;
@@ -1154,7 +1154,7 @@ impl Sink for PushSink {
         Ok(Some(self.close().1))
     }
 
-    fn finish_beside(self: Box<Self>, _stats: &Stats) -> Result<(Vec<(String, u64)>, Option<String>)> {
+    fn finish_beside(self: Box<Self>, _stats: &Stats) -> Result<(TrailerCounters, Option<String>)> {
         let (counters, line) = self.close();
         Ok((counters, Some(line)))
     }

@@ -126,7 +126,7 @@ pub fn top(args: &TopArgs) -> Result<ExitCode> {
 #[allow(clippy::too_many_arguments)]
 fn run(
     args: &TopArgs,
-    mut plan: Plan,
+    plan: Plan,
     sampler: Sampler,
     targets: Option<Targets>,
     file: Option<Output>,
