@@ -684,3 +684,20 @@ fn top_pushes_the_windows_of_its_view() {
     let last = stdout.rsplit("pyperf top - ").next().unwrap_or_default();
     assert!(last.contains("since start") && last.contains("heavy"), "{last}");
 }
+
+/// `top`'s push flags are `record`'s, checked by the same code before anything starts; a usage error names top's
+/// own `--help`.
+#[test]
+fn top_push_flags_are_checked_as_records() {
+    for (args, code, want) in [
+        (vec!["--push", "https://h:4040"], 1, "https is not supported"),
+        (vec!["--push", "http://h", "--push-every", "0"], 1, "--push-every must be between 1 and 3600"),
+        (vec!["--push", "http://h", "--label", "tid=1"], 1, "reserved label name"),
+        (vec!["--label", "a=1"], 2, "(pyperf top --help)"),
+    ] {
+        let o = pyperf().arg("top").args(&args).args(["--", "true"]).stdin(Stdio::null()).output().expect("run");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(want) && err.trim_end().lines().count() == 1, "{args:?}: {err}");
+    }
+}
