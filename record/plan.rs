@@ -386,7 +386,64 @@ impl Plan {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_min_duration;
+    use clap::Parser;
+
+    use super::*;
+
+    /// The shared arguments as a front end flattens them.
+    #[derive(Parser)]
+    struct FrontEnd {
+        #[command(flatten)]
+        target: TargetArgs,
+        #[command(flatten)]
+        sampling: SamplingArgs,
+        #[command(flatten)]
+        push: PushArgs,
+    }
+
+    fn plan(args: &[&str]) -> Result<Plan> {
+        let f = FrontEnd::try_parse_from(std::iter::once("pyperf").chain(args.iter().copied()))?;
+        Plan::new(&f.target, &f.sampling, None, &f.push)
+    }
+
+    #[test]
+    fn no_flags_give_the_defaults() {
+        let p = plan(&["--", "python", "x.py"]).unwrap();
+        let (o, d) = (&p.options, SamplerOptions::default());
+        assert_eq!(
+            (o.event, o.rate, o.ringbuf_bytes, o.ustack_bytes),
+            (d.event, d.rate, d.ringbuf_bytes, d.ustack_bytes)
+        );
+        assert_eq!((o.rate, o.ringbuf_bytes, o.off_cpu_min_ns), (Rate::Frequency(99), 4 << 20, None));
+        // A command: per-task events; -a: every CPU.
+        assert!(o.per_task && !plan(&["-a"]).unwrap().options.per_task);
+        assert_eq!(p.period_ns(), Some(1_000_000_000 / 99));
+        assert_eq!(plan(&["--off-cpu", "-a"]).unwrap().options.off_cpu_min_ns, Some(1_000_000));
+        assert!(p.push.is_none() && p.uprobes && p.duration.is_none());
+    }
+
+    #[test]
+    fn rates_and_their_time() {
+        assert_eq!(plan(&["-c", "2000000", "-a"]).unwrap().period_ns(), Some(2_000_000));
+        assert_eq!(plan(&["-c", "2000000", "-e", "cycles", "-a"]).unwrap().period_ns(), None);
+        assert_eq!(plan(&["-F", "1000", "-a"]).unwrap().options.rate, Rate::Frequency(1000));
+    }
+
+    #[test]
+    fn each_value_is_checked() {
+        for (args, want) in [
+            (&["-F", "0", "-a"][..], "the sampling rate must be above 0"),
+            (&["-c", "0", "-a"], "the sampling rate must be above 0"),
+            (&["--ringbuf-kib", "2", "-a"], "--ringbuf-kib must be between 4 and 1048576 (1 GiB)"),
+            (&["-d", "-1", "-a"], "--duration must be a positive number of seconds, at most 1e9"),
+            (&["-d", "nan", "-a"], "--duration must be a positive number of seconds, at most 1e9"),
+            (&["--off-cpu", "--off-cpu-min", "5s", "-a"], "give a duration with its unit"),
+            (&["--push", "http://h", "--push-every", "0", "-a"], "--push-every must be between 1 and 3600 seconds"),
+        ] {
+            let e = plan(args).err().unwrap_or_else(|| panic!("{args:?} accepted")).to_string();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+    }
 
     #[test]
     fn off_cpu_min_durations() {
