@@ -11,6 +11,8 @@
 //! - [`sink`]: where samples go; the `.pyp` file is the first [`sink::Sink`].
 //! - [`session`]: the loop that applies target events to the sampler, symbolizer and sink; [`cli`]: the
 //!   `pyperf record` arguments that set it up.
+//! - [`plan`]: what `record` and `top` share: their target, sampling and push arguments, checked once, with every
+//!   default, and the sampler options, targets, header, sinks and session built from them.
 
 /// `eprintln!` that never panics: a closed or failing stderr must not cost the recording (`eprintln!` panics when
 /// the write fails).
@@ -54,6 +56,7 @@ pub mod cli;
 pub mod clock;
 pub mod dump;
 pub mod native;
+pub mod plan;
 pub mod privileges;
 pub mod python;
 pub mod sampler;

@@ -25,10 +25,13 @@ enum Command {
 
 fn main() -> ExitCode {
     standard_streams_open();
+    // The recorders' usage errors are one line, naming the front end's --help.
+    let recorder = std::env::args_os().nth(1).filter(|a| a == "record" || a == "top");
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) if e.use_stderr() && std::env::args_os().nth(1).is_some_and(|a| a == "record" || a == "top") => {
-            pyperf::say!("pyperf: {}", usage_error_line(&e.render().to_string()));
+        Err(e) if e.use_stderr() && recorder.is_some() => {
+            let sub = recorder.as_deref().map(|s| s.to_string_lossy()).unwrap_or_default();
+            pyperf::say!("pyperf: {}", usage_error_line(&e.render().to_string(), &sub));
             return ExitCode::from(2);
         }
         // --help / --version and report's usage errors: stdout closed or full is one line, never a panic.
@@ -70,9 +73,9 @@ fn standard_streams_open() {
     }
 }
 
-/// clap's usage error for `pyperf record` on one line, as pyperf's other errors: its message and tips, without the
-/// usage (`--help` has it).
-fn usage_error_line(rendered: &str) -> String {
+/// clap's usage error for `pyperf record` or `pyperf top` (`sub`) on one line, as pyperf's other errors: its message
+/// and tips, without the usage (`sub --help` has it).
+fn usage_error_line(rendered: &str, sub: &str) -> String {
     let mut parts = Vec::new();
     let mut in_usage = false;
     for line in rendered.lines().map(str::trim) {
@@ -86,7 +89,7 @@ fn usage_error_line(rendered: &str) -> String {
         }
         parts.push(line.strip_prefix("error: ").unwrap_or(line));
     }
-    format!("{} (pyperf record --help)", parts.join(" "))
+    format!("{} (pyperf {sub} --help)", parts.join(" "))
 }
 
 /// `pyperf report | head` closing the pipe early is success, as for any Unix filter.

@@ -66,10 +66,7 @@ pub fn header(workload: &[String], event: SampleEvent, rate: Rate) -> Header {
             SampleEvent::Cycles => "cycles",
         }
         .to_string(),
-        rate: match rate {
-            Rate::Frequency(f) => pyperf_format::Rate::Frequency(f),
-            Rate::Period(p) => pyperf_format::Rate::Period(p),
-        },
+        rate,
         // Lossy: a command line that is not UTF-8 is recorded all the same (std::env::args would panic).
         command_line: std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect(),
         workload: workload.to_vec(),

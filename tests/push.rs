@@ -1,4 +1,4 @@
-//! `record --push`: continuous profiling to a Pyroscope server's ingest API. No Pyroscope server can be installed
+//! `record --push` and `top --push`: continuous profiling to a Pyroscope server's ingest API. No Pyroscope server can be installed
 //! here: the tests run a loopback server that implements the documented request (`POST /ingest?name=&from=&until=`,
 //! a multipart/form-data body with the gzip'd pprof in the `profile` field), decodes each profile with prost and
 //! keeps what arrived. It dispatches as Pyroscope's handler does: `format=pprof` would make the whole body a bare
@@ -614,4 +614,90 @@ fn push_credentials_stay_out_of_the_recording() {
     drop(keep);
     let got = got.lock().unwrap().clone();
     assert!(!got.is_empty() && got.iter().all(|w| w.auth == "Bearer tok-123"), "{got:?}");
+}
+
+/// `top --push`: the live view pushes as `record` does (the same plan and fan-out of sinks). Run as a plain table
+/// (stdout a pipe) over a started command, until a window holding the workload's hot function has reached the
+/// server; then Ctrl-C. The last windows are sent in the final drain, the counters reach `top -o`'s trailer, and
+/// the view's last table still shows the function.
+#[test]
+fn top_pushes_the_windows_of_its_view() {
+    let _g = serial();
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let got = server(listener, Mode::Answer);
+    let (_dir, out) = scratch("top-push.pyp");
+    let mut top = pyperf()
+        .args(["top", "-F", "199", "--interval", "0.5", "--push"])
+        .arg(format!("http://127.0.0.1:{port}"))
+        .args(["--push-every", "1", "--app", "split", "--label", "env=test", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(interpreter("3.11.7"))
+        .arg(workload("split.py"))
+        .arg("120")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start pyperf top");
+    // Both pipes drained meanwhile, so that pyperf never blocks on a full one.
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = r.read_to_string(&mut text);
+            text
+        })
+    };
+    let stdout = drain(Box::new(top.stdout.take().expect("stdout")));
+    let stderr = drain(Box::new(top.stderr.take().expect("stderr")));
+    let heavy = |w: &Got| w.stacks.iter().any(|(names, _)| names.iter().any(|n| n == "heavy"));
+    let t = Instant::now();
+    while !got.lock().unwrap().iter().any(heavy) {
+        if t.elapsed() > Duration::from_secs(120) || top.try_wait().expect("wait").is_some() {
+            let _ = top.kill();
+            let _ = top.wait();
+            panic!("no window with heavy reached the server: {}", stderr.join().unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = interrupt(&mut top);
+    let (stdout, stderr) = (stdout.join().expect("stdout"), stderr.join().expect("stderr"));
+    eprintln!("{stdout}\n{stderr}");
+    // pyperf ends the command it started, and exits with its status (a SIGINT'd Python's).
+    assert!(status.code().is_some(), "{status:?}: {stderr}");
+    let got = got.lock().unwrap().clone();
+    for w in &got {
+        assert_eq!(w.name, "split{env=test}");
+        assert_eq!(w.until, w.from + 1, "{w:?}");
+        assert_eq!(w.cpu_ns, w.samples * (1_000_000_000 / 199), "{w:?}");
+    }
+    assert!(
+        stderr.contains(&format!("push: {} of {} windows sent to http://127.0.0.1:{port}", got.len(), got.len())),
+        "{stderr}"
+    );
+    // The file is the recording: its trailer has the push's counters, and every sample it holds was pushed.
+    let rec = read(&out);
+    assert_eq!(counter(&rec, "push_windows_sent") as usize, got.len());
+    let pushed: i64 = got.iter().map(|w| w.samples).sum();
+    assert_eq!(pushed as usize, rec.samples.len(), "pushed {pushed}, recorded {}", rec.samples.len());
+    let last = stdout.rsplit("pyperf top - ").next().unwrap_or_default();
+    assert!(last.contains("since start") && last.contains("heavy"), "{last}");
+}
+
+/// `top`'s push flags are `record`'s, checked by the same code before anything starts; a usage error names top's
+/// own `--help`.
+#[test]
+fn top_push_flags_are_checked_as_records() {
+    for (args, code, want) in [
+        (vec!["--push", "https://h:4040"], 1, "https is not supported"),
+        (vec!["--push", "http://h", "--push-every", "0"], 1, "--push-every must be between 1 and 3600"),
+        (vec!["--push", "http://h", "--label", "tid=1"], 1, "reserved label name"),
+        (vec!["--label", "a=1"], 2, "(pyperf top --help)"),
+    ] {
+        let o = pyperf().arg("top").args(&args).args(["--", "true"]).stdin(Stdio::null()).output().expect("run");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(want) && err.trim_end().lines().count() == 1, "{args:?}: {err}");
+    }
 }

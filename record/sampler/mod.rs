@@ -46,8 +46,6 @@ const IDLE_ROUNDS: u32 = 3;
 /// With [`SamplerOptions::native`] the ring is this many times [`SamplerOptions::ringbuf_bytes`]: each record
 /// carries up to `ustack_bytes` of user stack (16 KiB by default), and 1-2 kHz on a few CPUs is tens of MiB/s.
 pub const NATIVE_RING_FACTOR: usize = 4;
-/// Default [`SamplerOptions::ustack_bytes`].
-pub const DEFAULT_USTACK_BYTES: u32 = 16384;
 
 /// Which perf event drives sampling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,17 +56,13 @@ pub enum SampleEvent {
     Cycles,
 }
 
-/// Sampling rate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rate {
-    /// Samples per second per CPU (`-F`).
-    Frequency(u64),
-    /// One sample every N events (`-c`): nanoseconds for cpu-clock, cycles for cycles.
-    Period(u64),
-}
+/// Sampling rate: the recording's own type (its header stores it), so that what the sampler was given is what the
+/// file says, with no conversion between two copies.
+pub use pyperf_format::Rate;
 
+/// How to sample. Its `Default` (the recorder's defaults) is implemented in `crate::plan`, which owns every default
+/// of the front ends: the sampler has none of its own.
 #[derive(Debug, Clone)]
-/// How to sample.
 pub struct SamplerOptions {
     /// The perf event that drives sampling.
     pub event: SampleEvent,
@@ -93,21 +87,6 @@ pub struct SamplerOptions {
     /// copy ends earlier at the top of the thread's stack when the program can tell where that is (glibc threads,
     /// the main thread).
     pub ustack_bytes: u32,
-}
-
-impl Default for SamplerOptions {
-    fn default() -> Self {
-        SamplerOptions {
-            event: SampleEvent::CpuClock,
-            rate: Rate::Frequency(99),
-            ringbuf_bytes: 8 << 20,
-            off_cpu_min_ns: None,
-            native: false,
-            kernel: false,
-            per_task: false,
-            ustack_bytes: DEFAULT_USTACK_BYTES,
-        }
-    }
 }
 
 /// BPF-side counters, summed over CPUs.

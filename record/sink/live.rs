@@ -1,6 +1,6 @@
 //! The live view's sink (`pyperf top`): samples and off-CPU intervals summed by function as they arrive, for a
 //! recent window (one-second buckets) and since the start, per thread. What `top` draws is read from here under a
-//! lock; the recording's `.pyp` (`top -o`) is an inner sink every call is handed on to.
+//! lock. The `.pyp` of `top -o` and a push are other sinks beside it ([`super::fanout`]).
 //!
 //! **Bounded memory.** Functions are interned by (qualified name, file): a program's functions, not its samples.
 //! The recent window keeps `window` one-second buckets and drops older ones. Since the start, the sums of all
@@ -348,19 +348,18 @@ impl Live {
     }
 }
 
-/// A sink that feeds a [`Live`] view, and hands everything on to `inner` (the `.pyp` of `top -o`) if there is one.
+/// A sink that feeds a [`Live`] view.
 pub struct LiveSink {
     live: Arc<Mutex<Live>>,
-    inner: Option<Box<dyn Sink>>,
     samples: u64,
     intervals: u64,
     stack: Vec<u32>,
 }
 
 impl LiveSink {
-    /// Feeds `live`; with `inner`, also that sink.
-    pub fn new(live: Arc<Mutex<Live>>, inner: Option<Box<dyn Sink>>) -> LiveSink {
-        LiveSink { live, inner, samples: 0, intervals: 0, stack: Vec::new() }
+    /// Feeds `live`.
+    pub fn new(live: Arc<Mutex<Live>>) -> LiveSink {
+        LiveSink { live, samples: 0, intervals: 0, stack: Vec::new() }
     }
 
     fn lock(&self) -> MutexGuard<'_, Live> {
@@ -378,16 +377,10 @@ impl Sink for LiveSink {
     fn process(&mut self, p: &Process) -> Result<()> {
         let name = p.command.first().map(|c| c.rsplit('/').next().unwrap_or(c).to_string()).unwrap_or_default();
         self.lock().processes.insert(p.pid, name);
-        match &mut self.inner {
-            Some(i) => i.process(p),
-            None => Ok(()),
-        }
+        Ok(())
     }
-    fn warning(&mut self, w: &RecorderWarning) -> Result<()> {
-        match &mut self.inner {
-            Some(i) => i.warning(w),
-            None => Ok(()),
-        }
+    fn warning(&mut self, _w: &RecorderWarning) -> Result<()> {
+        Ok(())
     }
     fn thread_names(&mut self, names: &[ThreadName]) -> Result<()> {
         {
@@ -399,21 +392,10 @@ impl Sink for LiveSink {
                 }
             }
         }
-        match &mut self.inner {
-            Some(i) => i.thread_names(names),
-            None => Ok(()),
-        }
+        Ok(())
     }
     fn symbol(&mut self, id: u32, symbol: &Symbol) {
         self.lock().symbol(id, symbol);
-        if let Some(i) = &mut self.inner {
-            i.symbol(id, symbol);
-        }
-    }
-    fn library(&mut self, path: &str, build_id: &str) {
-        if let Some(i) = &mut self.inner {
-            i.library(path, build_id);
-        }
     }
     fn sample(&mut self, s: &Sample<'_>) {
         self.samples += 1;
@@ -432,16 +414,10 @@ impl Sink for LiveSink {
             live.add(s.time_ns, (s.pid, s.tid), &stack, w, s.gil, true, false);
         }
         self.stack = stack;
-        if let Some(i) = &mut self.inner {
-            i.sample(s);
-        }
     }
-    fn start_off_cpu(&mut self, min_ns: u64) -> Result<()> {
+    fn start_off_cpu(&mut self, _min_ns: u64) -> Result<()> {
         self.lock().off_cpu = true;
-        match &mut self.inner {
-            Some(i) => i.start_off_cpu(min_ns),
-            None => Ok(()),
-        }
+        Ok(())
     }
     fn off_cpu(&mut self, o: &OffCpuSample<'_>) {
         self.intervals += 1;
@@ -462,27 +438,19 @@ impl Sink for LiveSink {
             live.add(s.time_ns, (s.pid, s.tid), &stack, o.weight_ns, gil, false, true);
         }
         self.stack = stack;
-        if let Some(i) = &mut self.inner {
-            i.off_cpu(o);
-        }
     }
     fn off_cpu_intervals(&self) -> u64 {
-        self.inner.as_ref().map_or(self.intervals, |i| i.off_cpu_intervals())
+        self.intervals
     }
     fn samples(&self) -> u64 {
-        self.inner.as_ref().map_or(self.samples, |i| i.samples())
+        self.samples
     }
     fn flush(&mut self) -> Result<()> {
-        match &mut self.inner {
-            Some(i) => i.flush(),
-            None => Ok(()),
-        }
+        Ok(())
     }
-    fn finish(self: Box<Self>, stats: &Stats) -> Result<Option<String>> {
-        match self.inner {
-            Some(i) => i.finish(stats),
-            None => Ok(None),
-        }
+    /// The view is drawn from the [`Live`] it shares: nothing to say at the end.
+    fn finish(self: Box<Self>, _stats: &Stats) -> Result<Option<String>> {
+        Ok(None)
     }
 }
 

@@ -1,18 +1,21 @@
 //! Where samples go. A [`Sink`] receives the processes, the symbols (each once, before its first use) and the
 //! samples of a recording; the `.pyp` file ([`file::FileSink`]) is the first. A live view or a network push is
-//! another sink, not a fork of the session loop.
+//! another sink, not a fork of the session loop; [`fanout::FanOut`] hands one recording to several.
 
+pub mod fanout;
 pub mod file;
 pub mod live;
 pub mod output;
 pub mod push;
-pub mod tee;
 
 use anyhow::Result;
 use pyperf_format::{
     GilState, OffCpuKind, Process, PthreadIdMatch, RecorderWarning, StackStatus, Stats, Symbol, ThreadName,
     ThreadStateMatch,
 };
+
+/// Named counters a sink adds to the recording's trailer ([`Stats::counters`]), e.g. a push's window counts.
+pub type TrailerCounters = Vec<(String, u64)>;
 
 /// One symbolized sample.
 #[derive(Debug, Clone, Copy)]
@@ -98,4 +101,10 @@ pub trait Sink {
     /// Ends the recording with its statistics (a sink that counts samples itself puts its own count in);
     /// returns a line for the user saying what was produced, if anything.
     fn finish(self: Box<Self>, stats: &Stats) -> Result<Option<String>>;
+    /// Ends a sink that runs beside the recording in a [`fanout::FanOut`] (a live view, a push), before the
+    /// recording itself finishes: its line for the user and the counters it adds to the recording's trailer (a
+    /// push's window counts). The default finishes it with the statistics as they are and adds none.
+    fn finish_beside(self: Box<Self>, stats: &Stats) -> Result<(TrailerCounters, Option<String>)> {
+        Ok((Vec::new(), self.finish(stats)?))
+    }
 }

@@ -1,5 +1,5 @@
 //! `record --push URL`: continuous profiling. Every `--push-every` seconds the profile of that window goes to a
-//! Pyroscope server's HTTP ingest API, while the `.pyp` file (the other sink, see [`super::tee`]) keeps everything.
+//! Pyroscope server's HTTP ingest API, while the `.pyp` file (the other sink, see [`super::fanout`]) keeps everything.
 //!
 //! **The request** (Grafana Pyroscope, "Pyroscope server HTTP API", docs/sources/configure-server/
 //! about-server-api.md): `POST /ingest?name=APP{k=v,...}&from=UNIX_S&until=UNIX_S&spyName=pyperf&sampleRate=HZ`,
@@ -46,7 +46,7 @@ use anyhow::{bail, Result};
 use pyperf_format::{OffCpuKind, Process, RecorderWarning, Stats, Symbol};
 use pyperf_report::pprof::{Builder, Label};
 
-use super::{OffCpuSample, Sample, Sink};
+use super::{OffCpuSample, Sample, Sink, TrailerCounters};
 
 /// Windows waiting for the upload thread at most; past that the oldest is dropped.
 pub const QUEUE_WINDOWS: usize = 16;
@@ -1152,6 +1152,11 @@ impl Sink for PushSink {
 
     fn finish(self: Box<Self>, _stats: &Stats) -> Result<Option<String>> {
         Ok(Some(self.close().1))
+    }
+
+    fn finish_beside(self: Box<Self>, _stats: &Stats) -> Result<(TrailerCounters, Option<String>)> {
+        let (counters, line) = self.close();
+        Ok((counters, Some(line)))
     }
 }
 

@@ -75,8 +75,13 @@ impl Workload {
     }
 
     /// Starts `cmd` with this stdin and this stdout (stderr inherited).
-    pub fn spawn_with(cmd: &[String], stdin: std::process::Stdio, stdout: std::process::Stdio) -> Result<Workload> {
+    pub fn spawn_with<S: AsRef<std::ffi::OsStr>>(
+        cmd: &[S],
+        stdin: std::process::Stdio,
+        stdout: std::process::Stdio,
+    ) -> Result<Workload> {
         let (prog, args) = cmd.split_first().context("no command given after --")?;
+        let argv0 = prog.as_ref().to_string_lossy().into_owned();
         let child = Command::new(prog)
             .args(args)
             .env_remove(PASSWORD_ENV)
@@ -84,8 +89,8 @@ impl Workload {
             .stdin(stdin)
             .stdout(stdout)
             .spawn()
-            .with_context(|| format!("cannot run {prog}"))?;
-        Ok(Workload { child, argv0: prog.clone(), status: None })
+            .with_context(|| format!("cannot run {argv0}"))?;
+        Ok(Workload { child, argv0, status: None })
     }
 
     /// Its pid.

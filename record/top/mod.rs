@@ -1,7 +1,7 @@
 //! `pyperf top`: a live view of where the followed Python processes spend their time, like `top`: functions by
 //! own and total share over a recent window or since the start, refreshed every `--interval` seconds. The same
-//! sampler, symbolizer and session as `record`; the view is a sink ([`crate::sink::live`]), with the `.pyp` of
-//! `-o` behind it.
+//! sampler, symbolizer and session as `record`, set up by the same [`crate::plan`]; the view is a sink
+//! ([`crate::sink::live`]), with the `.pyp` of `-o` and a `--push` beside it.
 //!
 //! On a terminal (stdin and stdout): a full-screen view with keys; pyperf's own messages and a started command's
 //! output are kept aside while it is up and shown when it ends. The terminal is put back on every way out: `q`,
@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
+use crate::plan::{Plan, PushArgs, SamplingArgs, TargetArgs};
 use crate::privileges;
-use crate::sampler::{Rate, SampleEvent, Sampler, SamplerOptions};
-use crate::session::{self, Session};
+use crate::sampler::Sampler;
 use crate::signals;
 use crate::sink::file::FileSink;
 use crate::sink::live::{lock, Live, LiveSink};
@@ -33,70 +33,66 @@ use crate::sink::Sink;
 use crate::targets::{Targets, Workload};
 use view::{render, ViewState};
 
-/// `pyperf top`'s arguments.
+/// `pyperf top`'s arguments: the shared ones ([`crate::plan`], their help worded for a view where it differs from
+/// `record`'s) and its own.
 #[derive(Args, Debug, Clone)]
-#[command(group(clap::ArgGroup::new("what").required(true).args(["pid", "all", "cgroup", "command"])))]
+#[command(
+    mut_arg("pid", |a| a.help("Watch these running processes (comma-separated or repeated)")),
+    mut_arg("all", |a| a.help("Watch every Python process on the host, including ones that start meanwhile")),
+    mut_arg("cgroup", |a| a.help("Watch the Python processes of this cgroup and the cgroups below it")),
+    mut_arg("command", |a| {
+        a.help("Start this command and watch it (its output is shown when the view ends on a terminal)")
+    }),
+    mut_arg("duration", |a| a.help("Stop after this many seconds (default: until q, Ctrl-C or the end of the targets)")),
+    mut_arg("off_cpu", |a| {
+        a.help(
+            "Also count time off CPU (blocked, sleeping, waiting for the GIL, preempted): the view shows wall-clock \
+             time (`m` switches between wall, CPU and off-CPU time)",
+        )
+    }),
+    mut_arg("off_cpu_min", |a| {
+        a.help("With --off-cpu: intervals shorter than this are sampled (see `pyperf record --off-cpu-min`)")
+    }),
+    mut_arg("no_uprobe", |a| {
+        a.help(
+            "Never put a uprobe in a target (see `pyperf record --no-uprobe`): deep stacks before 3.14 then cost \
+             more to sample",
+        )
+    }),
+)]
 pub struct TopArgs {
-    /// Watch these running processes (comma-separated or repeated).
-    #[arg(short = 'p', long = "pid", value_delimiter = ',')]
-    pub pid: Vec<u32>,
-    /// Watch every Python process on the host, including ones that start meanwhile.
-    #[arg(short = 'a', long = "all-processes")]
-    pub all: bool,
-    /// Watch the Python processes of this cgroup and the cgroups below it.
-    #[arg(short = 'G', long = "cgroup", value_name = "PATH")]
-    pub cgroup: Option<String>,
-    /// Samples per second: of each running thread of the targets with -p and -- CMD, of each CPU with -a and -G.
-    #[arg(short = 'F', long = "freq", default_value_t = 99)]
-    pub freq: u64,
+    /// What to watch.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// How to sample.
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
     /// Seconds between refreshes (0.1-60).
     #[arg(long = "interval", default_value_t = 1.0)]
     pub interval: f64,
     /// Length of the recent window in seconds (1-3600); `w` switches to the sums since the start.
     #[arg(long = "window", default_value_t = 5)]
     pub window: u64,
-    /// Stop after this many seconds (default: until q, Ctrl-C or the end of the targets).
-    #[arg(short = 'd', long = "duration")]
-    pub duration: Option<f64>,
-    /// Also count time off CPU (blocked, sleeping, waiting for the GIL, preempted): the view shows wall-clock time
-    /// (`m` switches between wall, CPU and off-CPU time).
-    #[arg(long = "off-cpu")]
-    pub off_cpu: bool,
-    /// With --off-cpu: intervals shorter than this are sampled (see `pyperf record --off-cpu-min`).
-    #[arg(long = "off-cpu-min", value_name = "DURATION", default_value = "1ms", requires = "off_cpu")]
-    pub off_cpu_min: String,
     /// Also record everything into this .pyp file, as `pyperf record -o` would.
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
     /// Rows of functions in the plain table (stdout not a terminal).
     #[arg(long = "rows", default_value_t = 20)]
     pub rows: usize,
-    /// Never put a uprobe in a target (see `pyperf record --no-uprobe`): deep stacks before 3.14 then cost more to
-    /// sample.
-    #[arg(long = "no-uprobe")]
-    pub no_uprobe: bool,
-    /// Start this command and watch it (its output is shown when the view ends on a terminal).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    /// Continuous profiling.
+    #[command(flatten)]
+    pub push: PushArgs,
 }
 
 /// Runs `pyperf top`.
 pub fn top(args: &TopArgs) -> Result<ExitCode> {
-    if args.freq == 0 {
-        bail!("the sampling rate must be above 0");
-    }
+    let plan = Plan::new(&args.target, &args.sampling, None, &args.push)?;
     if !(0.1..=60.0).contains(&args.interval) {
         bail!("--interval must be between 0.1 and 60 seconds");
     }
     if !(1..=3600).contains(&args.window) {
         bail!("--window must be between 1 and 3600 seconds");
     }
-    if let Some(d) = args.duration {
-        if !(d > 0.0 && d <= 1e9) {
-            bail!("--duration must be a positive number of seconds");
-        }
-    }
-    let off_cpu_min_ns = if args.off_cpu { Some(crate::cli::parse_min_duration(&args.off_cpu_min)?) } else { None };
     let interactive = std::io::stdout().is_terminal() && std::io::stdin().is_terminal();
 
     // Before anything is created: a SIGINT, SIGTERM or SIGHUP during the start ends the view at its first turn,
@@ -106,28 +102,9 @@ pub fn top(args: &TopArgs) -> Result<ExitCode> {
         output::check(o)?;
     }
     privileges::check_all()?;
-    let rate = Rate::Frequency(args.freq);
-    let sampler = Sampler::new(&SamplerOptions {
-        event: SampleEvent::CpuClock,
-        rate,
-        ringbuf_bytes: 4096 * 1024,
-        off_cpu_min_ns,
-        native: false,
-        kernel: false,
-        per_task: !args.all && args.cgroup.is_none(),
-        ustack_bytes: 16 * 1024,
-    })
-    .context("cannot start sampling")?;
-    let targets = Targets::chosen(args.cgroup.as_deref(), args.all, &args.pid)?;
-    let what = if let Some(c) = &args.cgroup {
-        format!("cgroup {c}")
-    } else if args.all {
-        "all Python processes".to_string()
-    } else if !args.pid.is_empty() {
-        format!("pid {}", args.pid.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","))
-    } else {
-        args.command.join(" ")
-    };
+    let sampler = plan.sampler()?;
+    let targets = plan.targets()?;
+    let what = args.target.describe();
     let file = match &args.output {
         Some(path) => Some(Output::create(path)?),
         None => None,
@@ -138,7 +115,7 @@ pub fn top(args: &TopArgs) -> Result<ExitCode> {
     let aside = if interactive { Some(Aside::start()?) } else { None };
     let terminal =
         if interactive { Some(term::Terminal::enter().context("cannot set up the terminal")?) } else { None };
-    let result = run(args, sampler, targets, file, created, &what, terminal, off_cpu_min_ns, rate);
+    let result = run(args, plan, sampler, targets, file, created, &what, terminal);
     term::restore_now();
     if let Some(a) = aside {
         a.end();
@@ -149,42 +126,42 @@ pub fn top(args: &TopArgs) -> Result<ExitCode> {
 #[allow(clippy::too_many_arguments)]
 fn run(
     args: &TopArgs,
+    plan: Plan,
     sampler: Sampler,
     targets: Option<Targets>,
     file: Option<Output>,
     created: Option<output::StartGuard>,
     what: &str,
     terminal: Option<term::Terminal>,
-    off_cpu_min_ns: Option<u64>,
-    rate: Rate,
 ) -> Result<ExitCode> {
     let interactive = terminal.is_some();
     let mut sampler = sampler;
     if targets.is_none() {
         sampler.follow_next_exec().context("cannot start sampling")?;
     }
+    let command = &args.target.command;
     let targets = match targets {
         Some(t) => t,
         None if interactive => {
             // The view owns the terminal: the command reads nothing from it and writes to where pyperf's
             // messages are kept aside.
             let out = std::fs::File::from(std::io::stderr().as_fd().try_clone_to_owned()?);
-            Targets::workload(Workload::spawn_with(&args.command, std::process::Stdio::null(), out.into())?)
+            Targets::workload(Workload::spawn_with(command, std::process::Stdio::null(), out.into())?)
         }
-        None => Targets::workload(Workload::spawn(&args.command)?),
+        None => Targets::workload(Workload::spawn(command)?),
     };
-    let header = session::header(&args.command, SampleEvent::CpuClock, rate);
-    let sample_weight = 1_000_000_000 / args.freq;
+    let header = plan.header();
+    // Without a time per sample (cycles with -c), the view counts samples.
+    let sample_weight = plan.period_ns().unwrap_or(1);
     let live = Arc::new(Mutex::new(Live::new(args.window, sample_weight, &header.arch)));
-    let inner: Option<Box<dyn Sink>> = match file {
-        Some(o) => Some(Box::new(FileSink::new(o, &header)?)),
-        None => None,
+    let view: Box<dyn Sink> = Box::new(LiveSink::new(live.clone()));
+    // The file, when there is one, is the recording (its counts are the summary's); else the view is.
+    let sinks = match file {
+        Some(o) => plan.sinks(&header, Box::new(FileSink::new(o, &header)?), vec![view])?,
+        None => plan.sinks(&header, view, Vec::new())?,
     };
-    let mut session =
-        Session::new(sampler, targets, Box::new(LiveSink::new(live.clone(), inner))).with_uprobes(!args.no_uprobe);
-    if let Some(min_ns) = off_cpu_min_ns {
-        session = session.with_off_cpu(min_ns)?;
-    }
+    let off_cpu = plan.off_cpu();
+    let mut session = plan.session(sampler, targets, Box::new(sinks))?;
     session.start()?;
     if let Some(c) = created {
         c.keep();
@@ -194,7 +171,6 @@ fn run(
     let interval = Duration::from_secs_f64(args.interval);
     let view = {
         let (live, done, what) = (live.clone(), done.clone(), what.to_string());
-        let off_cpu = off_cpu_min_ns.is_some();
         let rows = args.rows;
         std::thread::Builder::new()
             .name("pyperf-top".into())
@@ -204,7 +180,7 @@ fn run(
             })
             .context("cannot start the view")?
     };
-    let deadline = args.duration.and_then(|d| started.checked_add(Duration::from_secs_f64(d)));
+    let deadline = plan.deadline(started);
     let stop = session.run(deadline, false);
     done.store(true, Ordering::SeqCst);
     let view_result = view.join();
@@ -221,7 +197,7 @@ fn run(
         }
     }
     // What was seen, since the start, in the terminal it is left in (the view's screen is gone).
-    let mut st = ViewState::new(off_cpu_min_ns.is_some());
+    let mut st = ViewState::new(off_cpu);
     st.recent = false;
     let lines = render(&lock(&live), &st, what, started.elapsed().as_secs_f64(), 200, args.rows + 4);
     let mut out = std::io::stdout().lock();
