@@ -47,14 +47,7 @@ const IDLE_ROUNDS: u32 = 3;
 /// carries up to `ustack_bytes` of user stack (16 KiB by default), and 1-2 kHz on a few CPUs is tens of MiB/s.
 pub const NATIVE_RING_FACTOR: usize = 4;
 
-/// Which perf event drives sampling.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SampleEvent {
-    /// Software CPU clock (works everywhere, including VMs).
-    CpuClock,
-    /// Hardware CPU cycles (needs a PMU; usually absent in VMs).
-    Cycles,
-}
+pub use perf::SampleEvent;
 
 /// Sampling rate: the recording's own type (its header stores it), so that what the sampler was given is what the
 /// file says, with no conversion between two copies.
@@ -280,6 +273,19 @@ pub enum BpfError {
     },
 }
 
+impl From<perf::PerfError> for BpfError {
+    fn from(e: perf::PerfError) -> BpfError {
+        use perf::PerfError as P;
+        match e {
+            P::PermissionDenied => BpfError::PermissionDenied("opening perf events"),
+            P::NoHardwareEvent => BpfError::NoHardwareEvent,
+            P::Event { on, reason, hint } => BpfError::PerfEvent { cpu: on, reason, hint },
+            P::RateTooHigh { freq, max } => BpfError::RateTooHigh { freq, max },
+            P::Io { what, source } => BpfError::Io { what, source },
+        }
+    }
+}
+
 fn hint_text(hint: &Option<String>) -> String {
     hint.as_ref().map(|h| format!(": {h}")).unwrap_or_default()
 }
@@ -471,8 +477,8 @@ impl Sampler {
             let fd = match perf::open_perf_event(opts.event, opts.rate, perf::On::Cpu(cpu)) {
                 Ok(fd) => fd,
                 // Went offline between reading the list and opening.
-                Err(BpfError::PerfEvent { reason, .. }) if reason.raw_os_error() == Some(libc::ENODEV) => continue,
-                Err(e) => return Err(e),
+                Err(perf::PerfError::Event { reason, .. }) if reason.raw_os_error() == Some(libc::ENODEV) => continue,
+                Err(e) => return Err(e.into()),
             };
             let link = skel
                 .progs

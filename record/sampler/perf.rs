@@ -6,13 +6,38 @@ use std::os::fd::{FromRawFd, OwnedFd};
 
 use libbpf_rs::libbpf_sys;
 
-use super::{BpfError, Rate, SampleEvent};
+use pyperf_format::Rate;
 
-pub(super) fn online_cpus() -> Result<Vec<u32>, BpfError> {
+/// Which perf event drives sampling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleEvent {
+    /// Software CPU clock (works everywhere, including VMs).
+    CpuClock,
+    /// Hardware CPU cycles (needs a PMU; usually absent in VMs).
+    Cycles,
+}
+
+/// Why perf events could not be opened. The sampler says it to the user as a [`super::BpfError`] (its `From`):
+/// the messages are written there, once.
+#[derive(Debug)]
+pub enum PerfError {
+    /// Not allowed to open perf events.
+    PermissionDenied,
+    /// `-e cycles` without a PMU.
+    NoHardwareEvent,
+    /// perf_event_open failed for the event `on`; `hint` says what to do, if pyperf can tell.
+    Event { on: On, reason: io::Error, hint: Option<String> },
+    /// `-F freq` above the kernel's maximum `max`.
+    RateTooHigh { freq: u64, max: u64 },
+    /// Reading what the events need failed.
+    Io { what: &'static str, source: io::Error },
+}
+
+pub(super) fn online_cpus() -> Result<Vec<u32>, PerfError> {
     let path = "/sys/devices/system/cpu/online";
     let s = std::fs::read_to_string(path)
-        .map_err(|source| BpfError::Io { what: "reading /sys/devices/system/cpu/online", source })?;
-    parse_cpu_list(&s).ok_or_else(|| BpfError::Io {
+        .map_err(|source| PerfError::Io { what: "reading /sys/devices/system/cpu/online", source })?;
+    parse_cpu_list(&s).ok_or_else(|| PerfError::Io {
         what: "parsing /sys/devices/system/cpu/online",
         source: io::Error::new(io::ErrorKind::InvalidData, s.trim().to_string()),
     })
@@ -51,7 +76,7 @@ impl std::fmt::Display for On {
     }
 }
 
-pub(super) fn open_perf_event(event: SampleEvent, rate: Rate, on: On) -> Result<OwnedFd, BpfError> {
+pub(super) fn open_perf_event(event: SampleEvent, rate: Rate, on: On) -> Result<OwnedFd, PerfError> {
     // SAFETY: all-zero is a valid perf_event_attr.
     let mut attr: libbpf_sys::perf_event_attr = unsafe { std::mem::zeroed() };
     attr.size = std::mem::size_of::<libbpf_sys::perf_event_attr>() as u32;
@@ -139,17 +164,17 @@ fn max_sample_rate() -> Option<u64> {
 }
 
 /// perf_event_open's failure `e` as one line that says what to do. `max_rate`: the kernel's highest frequency.
-fn open_error(event: SampleEvent, rate: Rate, cpu: On, e: io::Error, max_rate: Option<u64>) -> BpfError {
+fn open_error(event: SampleEvent, rate: Rate, cpu: On, e: io::Error, max_rate: Option<u64>) -> PerfError {
     let errno = e.raw_os_error().unwrap_or(0);
     // Above the limit the kernel answers EINVAL (root, CAP_PERFMON) or, for the unprivileged, EACCES.
     if let (Rate::Frequency(freq), Some(max)) = (rate, max_rate) {
         if freq > max && matches!(errno, libc::EINVAL | libc::EACCES | libc::EPERM) {
-            return BpfError::RateTooHigh { freq, max };
+            return PerfError::RateTooHigh { freq, max };
         }
     }
     let hint = match errno {
-        libc::EACCES | libc::EPERM => return BpfError::PermissionDenied("opening perf events"),
-        libc::ENOENT | libc::EOPNOTSUPP if event == SampleEvent::Cycles => return BpfError::NoHardwareEvent,
+        libc::EACCES | libc::EPERM => return PerfError::PermissionDenied,
+        libc::ENOENT | libc::EOPNOTSUPP if event == SampleEvent::Cycles => return PerfError::NoHardwareEvent,
         libc::EMFILE | libc::ENFILE => Some(
             "too many open files (pyperf opens one per CPU, or one per thread with -p): raise the limit, ulimit -n",
         ),
@@ -160,7 +185,7 @@ fn open_error(event: SampleEvent, rate: Rate, cpu: On, e: io::Error, max_rate: O
         }),
         _ => None,
     };
-    BpfError::PerfEvent { cpu, reason: e, hint: hint.map(str::to_string) }
+    PerfError::Event { on: cpu, reason: e, hint: hint.map(str::to_string) }
 }
 
 #[cfg(test)]
@@ -177,6 +202,8 @@ mod tests {
 
     #[test]
     fn open_errors_say_what_to_do() {
+        // Said to the user as the sampler's error.
+        let open_error = |event, rate, on, e, max| super::super::BpfError::from(open_error(event, rate, on, e, max));
         let einval = || io::Error::from_raw_os_error(libc::EINVAL);
         let e = open_error(SampleEvent::CpuClock, Rate::Frequency(1_000_000), On::Cpu(0), einval(), Some(100_000));
         let msg = e.to_string();
@@ -184,7 +211,7 @@ mod tests {
         assert!(msg.contains("perf_event_max_sample_rate") && !msg.contains('\n'), "{msg}");
         let eacces = io::Error::from_raw_os_error(libc::EACCES);
         let e = open_error(SampleEvent::CpuClock, Rate::Frequency(200_000), On::Cpu(0), eacces, Some(100_000));
-        assert!(matches!(e, BpfError::RateTooHigh { freq: 200_000, max: 100_000 }), "{e}");
+        assert!(matches!(e, super::super::BpfError::RateTooHigh { freq: 200_000, max: 100_000 }), "{e}");
         // Below the limit EINVAL is something else, said once with a hint.
         let e = open_error(SampleEvent::CpuClock, Rate::Period(u64::MAX), On::Cpu(3), einval(), Some(100_000));
         let msg = e.to_string();
