@@ -55,6 +55,7 @@ pub mod abi;
 pub mod cli;
 pub mod clock;
 pub mod dump;
+pub mod header;
 pub mod native;
 pub mod plan;
 pub mod privileges;

@@ -13,7 +13,7 @@ use clap::Args;
 use pyperf_format::Header;
 
 use crate::sampler::{Rate, SampleEvent, Sampler, SamplerOptions};
-use crate::session::{self, Session};
+use crate::session::Session;
 use crate::sink::fanout::FanOut;
 use crate::sink::push::{check_app, parse_labels, redacted_command_line, Endpoint, PushOptions, PushSink};
 use crate::sink::Sink;
@@ -105,7 +105,7 @@ pub struct SamplingArgs {
     #[arg(short = 'd', long = "duration", allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// Sampling event: cpu-clock (works in VMs and containers) or cycles (hardware counter).
-    #[arg(short = 'e', long = "event", default_value = "cpu-clock", value_parser = ["cpu-clock", "cycles"])]
+    #[arg(short = 'e', long = "event", default_value = "cpu-clock", value_parser = SampleEvent::NAMES)]
     pub event: String,
     /// Ring buffer size in KiB, 4 to 1048576 (rounded up to a power of two pages).
     #[arg(long = "ringbuf-kib", default_value_t = DEFAULT_RINGBUF_KIB)]
@@ -262,7 +262,8 @@ impl Plan {
                 bail!("--duration must be a positive number of seconds, at most {LONGEST:e}");
             }
         }
-        let event = if sampling.event == "cycles" { SampleEvent::Cycles } else { SampleEvent::CpuClock };
+        // (clap took only these names.)
+        let event = SampleEvent::from_name(&sampling.event).unwrap_or(SampleEvent::CpuClock);
         let push = Self::push(target, push)?;
         let off_cpu_min_ns = if sampling.off_cpu { Some(parse_min_duration(&sampling.off_cpu_min)?) } else { None };
         Ok(Plan {
@@ -335,7 +336,7 @@ impl Plan {
 
     /// The recording's header; a `--push` URL's password is not stored in it.
     pub fn header(&self) -> Header {
-        let mut header = session::header(&self.workload, self.options.event, self.options.rate);
+        let mut header = crate::header::header(&self.workload, self.options.event.name(), self.options.rate);
         header.command_line = redacted_command_line(&header.command_line);
         header
     }

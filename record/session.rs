@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use pyperf_format::{
-    off_cpu_flags, GilState, Header, OffCpuKind, Process, PthreadIdMatch, RecorderWarning, StackStatus, Stats,
-    ThreadName, ThreadStateMatch,
+    off_cpu_flags, GilState, OffCpuKind, Process, PthreadIdMatch, RecorderWarning, StackStatus, Stats, ThreadName,
+    ThreadStateMatch,
 };
 
 use crate::abi::{types, ProcConfig};
@@ -20,7 +20,7 @@ use crate::python::config::bpf_config;
 use crate::python::frees::{FreesPlan, Uprobes};
 use crate::python::walk::StackWalker;
 use crate::python::PythonProcess;
-use crate::sampler::{OffCpuPart, Rate, RawSample, SampleEvent, Sampler};
+use crate::sampler::{OffCpuPart, RawSample, Sampler};
 use crate::signals;
 use crate::sink::{OffCpuSample, Sample, Sink};
 use crate::symbolizer::Symbolizer;
@@ -48,45 +48,6 @@ const RESCAN_EVERY: Duration = Duration::from_millis(200);
 const FAST_SCAN: Duration = Duration::from_micros(500);
 const FAST_FOR: Duration = Duration::from_millis(20);
 const SLOW_SCAN: Duration = Duration::from_millis(20);
-
-/// The recording's header: what was recorded, where, how.
-pub fn header(workload: &[String], event: SampleEvent, rate: Rate) -> Header {
-    let uts = uname();
-    Header {
-        pyperf_version: env!("CARGO_PKG_VERSION").to_string(),
-        hostname: uts.0,
-        kernel_release: uts.1,
-        arch: uts.2,
-        start_time_unix_ns: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0),
-        event: match event {
-            SampleEvent::CpuClock => "cpu-clock",
-            SampleEvent::Cycles => "cycles",
-        }
-        .to_string(),
-        rate,
-        // Lossy: a command line that is not UTF-8 is recorded all the same (std::env::args would panic).
-        command_line: std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect(),
-        workload: workload.to_vec(),
-    }
-}
-
-/// (nodename, release, machine)
-fn uname() -> (String, String, String) {
-    // SAFETY: a zeroed utsname is a valid argument for uname, which fills it.
-    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: `u` is a valid, writable utsname.
-    if unsafe { libc::uname(&mut u) } != 0 {
-        return Default::default();
-    }
-    let s = |f: &[libc::c_char]| {
-        let bytes: Vec<u8> = f.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
-        String::from_utf8_lossy(&bytes).into_owned()
-    };
-    (s(&u.nodename), s(&u.release), s(&u.machine))
-}
 
 /// Sampler, targets, symbolizer and sink of one recording.
 pub struct Session {

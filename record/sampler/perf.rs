@@ -17,6 +17,24 @@ pub enum SampleEvent {
     Cycles,
 }
 
+impl SampleEvent {
+    /// The events by the names `-e` takes and the recording's header stores.
+    pub const NAMES: [&'static str; 2] = ["cpu-clock", "cycles"];
+
+    /// The event's name ([`SampleEvent::NAMES`]).
+    pub fn name(self) -> &'static str {
+        match self {
+            SampleEvent::CpuClock => Self::NAMES[0],
+            SampleEvent::Cycles => Self::NAMES[1],
+        }
+    }
+
+    /// The event named `name`, if it is one of [`SampleEvent::NAMES`].
+    pub fn from_name(name: &str) -> Option<SampleEvent> {
+        [SampleEvent::CpuClock, SampleEvent::Cycles].into_iter().find(|e| e.name() == name)
+    }
+}
+
 /// Why perf events could not be opened. The sampler says it to the user as a [`super::BpfError`] (its `From`):
 /// the messages are written there, once.
 #[derive(Debug)]
