@@ -296,6 +296,7 @@ pub fn with_frees(mut config: ProcConfig, frees: &CodeFrees) -> ProcConfig {
 mod tests {
     use super::*;
     use crate::python::detect::PythonAddrs;
+    use crate::python::testing;
     use crate::python::versions::{row_for, Row, ROWS};
 
     fn fake(version: (u8, u8, u8), row: &'static Row) -> PythonProcess {
@@ -311,17 +312,7 @@ mod tests {
                 ..Default::default()
             }
         };
-        PythonProcess {
-            pid: 1,
-            version,
-            interpreter: "/x".into(),
-            executable: "/x".into(),
-            build_id: None,
-            cmdline: Vec::new(),
-            load_bias: 0,
-            addrs,
-            row,
-        }
+        testing::process(version, row, addrs)
     }
 
     /// What each version's configuration asks of the BPF walker.
