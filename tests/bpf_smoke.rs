@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{interpreter, workload};
+use common::{inspect_when_ready, interpreter, workload};
 use pyperf::abi;
 use pyperf::python::config::bpf_config;
 use pyperf::python::layout::Layout;
@@ -56,18 +56,6 @@ fn spawn_ready(python: &Path, args: &[&str]) -> Kid {
     BufReader::new(kid.0.stdout.as_mut().expect("piped stdout")).read_line(&mut line).expect("read the workload");
     assert_eq!(line.trim(), "ready", "{} {args:?} said {line:?}", python.display());
     kid
-}
-
-/// Waits until the interpreter is mapped and recognisable.
-fn inspect_when_ready(pid: u32) -> PythonProcess {
-    let t = Instant::now();
-    loop {
-        match python::inspect(pid) {
-            Ok(p) => return p,
-            Err(e) if t.elapsed() > Duration::from_secs(10) => panic!("inspect({pid}): {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
 }
 
 /// Resolves code object addresses to `co_name` by reading the target's memory.

@@ -19,7 +19,6 @@ use common::*;
 use pyperf::python::code::{CodeReader, FirstLocal, ProcMem, Resolution};
 use pyperf::python::config::bpf_config;
 use pyperf::python::walk::{StackWalker, WalkedStack};
-use pyperf::python::PythonProcess;
 use pyperf_format::{GilState, StackStatus};
 
 /// A child process killed on drop.
@@ -103,17 +102,6 @@ fn symbolize(reader: &mut CodeReader<ProcMem>, stack: &WalkedStack) -> Vec<Frame
         }
     }
     out
-}
-
-fn inspect_when_ready(pid: u32) -> PythonProcess {
-    let t = Instant::now();
-    loop {
-        match pyperf::python::inspect(pid) {
-            Ok(p) => return p,
-            Err(e) if t.elapsed() > Duration::from_secs(10) => panic!("inspect({pid}): {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
 }
 
 /// What the workload's threads must show, root first: the main thread's stack, and the worker's own frames (at its

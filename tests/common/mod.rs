@@ -15,6 +15,27 @@ pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// One `#[test]` per interpreter, each calling `check` with its arguments; the test names are the ones CI lists:
+///
+/// ```ignore
+/// per_interpreter! { check:
+///     python_2_7_18("2.7.18"),
+///     python_sid_3_15("sid-3.15"),
+/// }
+/// ```
+#[macro_export]
+macro_rules! per_interpreter {
+    ($check:path: $($(#[$meta:meta])* $test:ident($($arg:expr),* $(,)?)),* $(,)?) => {
+        $(
+            $(#[$meta])*
+            #[test]
+            fn $test() {
+                $check($($arg),*);
+            }
+        )*
+    };
+}
+
 pub fn pyperf() -> Command {
     Command::new(env!("CARGO_BIN_EXE_pyperf"))
 }
@@ -460,4 +481,16 @@ pub fn record_for_cpu(cmd: &mut Command, out: &Path, pid: u32, cpu_seconds: f64)
     o.stderr = drain.join().expect("stderr reader");
     eprintln!("status: {:?}\nstderr:\n{}", o.status, String::from_utf8_lossy(&o.stderr));
     o
+}
+
+/// The interpreter of process `pid`, once it is mapped and recognisable (a process just started may not be yet).
+pub fn inspect_when_ready(pid: u32) -> pyperf::python::PythonProcess {
+    let t = std::time::Instant::now();
+    loop {
+        match pyperf::python::inspect(pid) {
+            Ok(p) => return p,
+            Err(e) if t.elapsed() > std::time::Duration::from_secs(10) => panic!("inspect({pid}): {e}"),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    }
 }
