@@ -230,14 +230,31 @@ const STEP: Duration = Duration::from_secs(30);
 fn top_pid(t: &Tmux) -> Option<u32> {
     let out = t.cmd(&["display", "-p", "-t", "top", "#{pane_pid}"]).output().ok()?;
     let shell: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().ok()?;
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // `pid (comm) state ppid ...`: the comm may hold spaces, so read after its last ')'.
-        let (head, rest) = stat.rsplit_once(')')?;
-        let ppid: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
-        (ppid == shell && head.ends_with("(pyperf")).then_some(pid)
-    })
+    children(shell).into_iter().find(|(_, comm)| comm == "pyperf").map(|(pid, _)| pid)
+}
+
+/// The one child of `pid` (the command `pyperf top -- CMD` runs), if it has exactly one.
+fn child_of(pid: u32) -> Option<u32> {
+    match children(pid).as_slice() {
+        [(child, _)] => Some(*child),
+        _ => None,
+    }
+}
+
+/// The children of `parent`: (pid, command name).
+fn children(parent: u32) -> Vec<(u32, String)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // `pid (comm) state ppid ...`: the comm may hold spaces, so read after its last ')'.
+            let (head, rest) = stat.rsplit_once(')')?;
+            let ppid: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
+            let comm = head.split_once('(')?.1.to_string();
+            (ppid == parent).then_some((pid, comm))
+        })
+        .collect()
 }
 
 #[test]
@@ -286,12 +303,18 @@ fn terminal_view_keys_and_every_way_out() {
     t.keys(&["a"]);
     t.wait(STEP, "all threads", |s| head(s).is_some_and(|l| l.contains("all threads")));
 
-    // p: the table stands still (the header says PAUSED) until p again. That nothing changes can only be seen
-    // over a while: 2.5 s, more than two refreshes of 1 s.
+    // p: the table stands still (the header says PAUSED) until p again. That nothing changes is seen once an
+    // unpaused table would have changed: after more than two refreshes of 1 s, and once the workload has run (on a
+    // busy machine it may get little CPU meanwhile) for new samples.
     t.keys(&["p"]);
     let (paused, _) = t.wait(STEP, "paused", |s| s.contains("PAUSED"));
-    std::thread::sleep(Duration::from_millis(2500));
-    let later = t.screen();
+    let target = top_pid(&t).and_then(child_of).expect("the workload pyperf top runs");
+    let cpu0 = cpu_time(target).expect("the workload's CPU time");
+    let t0 = Instant::now();
+    let (later, _) = t.wait(STEP, "2.5 s and 0.5 s of the workload's CPU, paused", |_| {
+        t0.elapsed() >= Duration::from_millis(2500)
+            && cpu_time(target).is_some_and(|c| c >= cpu0 + Duration::from_millis(500))
+    });
     assert!(later.contains("PAUSED"), "{later}");
     assert_eq!(table_of(&paused), table_of(&later), "paused, the table changed");
     t.keys(&["p"]);
@@ -434,16 +457,25 @@ fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS")
 }
 
-/// `top -a` over a minute while a short-lived Python process (two threads, names of its own, functions of its own
-/// module) starts every 100 ms: its resident memory after the first 15 s stays flat.
+/// `top -a` while a short-lived Python process (two threads, names of its own, functions of its own module) starts
+/// every 100 ms: its resident memory stays flat once it has seen the first hundred come and go. Measured by the
+/// churn's own count, not by time: a loaded machine starts fewer processes a second, and starts pyperf slower.
 #[test]
 fn memory_stays_flat_with_churning_processes() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    // Processes started after the view first shows the churn's function: the RSS peaks of [EARLY, LATE) and of
+    // [LATE, END] are compared.
+    const EARLY: u64 = 100;
+    const LATE: u64 = 300;
+    const END: u64 = 450;
     let _guard = serial();
     let python = interpreter(PYTHON);
-    let seconds = 60u64;
+    // Prints the number of processes it has started, a line each; runs until killed.
     let mut churn = Command::new(&python)
         .arg("-c")
-        .arg(format!(
+        .arg(
             r#"
 import subprocess, sys, time
 child = '''
@@ -458,62 +490,99 @@ t.start()
 busy(end)
 t.join()
 '''
-end = time.time() + {seconds} + 5
 procs = []
-while time.time() < end:
+started = 0
+while True:
     procs.append(subprocess.Popen([sys.executable, "-c", child]))
+    started += 1
+    sys.stdout.write("%d\n" % started)
+    sys.stdout.flush()
     procs = [p for p in procs if p.poll() is None]
     time.sleep(0.1)
-for p in procs:
-    p.wait()
-"#
-        ))
+"#,
+        )
+        .stdout(Stdio::piped())
         .spawn()
         .expect("the churn");
-    std::thread::sleep(Duration::from_secs(1));
+    let churned = Arc::new(AtomicU64::new(0));
+    {
+        let churned = churned.clone();
+        let out = churn.stdout.take().expect("the churn's stdout");
+        std::thread::spawn(move || {
+            for n in std::io::BufRead::lines(std::io::BufReader::new(out)).map_while(Result::ok) {
+                churned.store(n.trim().parse().unwrap_or(0), Ordering::SeqCst);
+            }
+        });
+    }
+    let t0 = Instant::now();
+    while churned.load(Ordering::SeqCst) == 0 {
+        assert!(t0.elapsed() < STEP, "the churn started no process within {STEP:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let mut top = pyperf()
-        // Rows enough for the churn's functions among those of whatever other Python runs on the host meanwhile.
-        .args(["top", "-a", "--interval", "1", "--rows", "100", "-d", &seconds.to_string()])
+        // Rows enough for the churn's functions among those of whatever other Python runs on the host meanwhile;
+        // -d only bounds a run the test does not end.
+        .args(["top", "-a", "--interval", "1", "--rows", "100", "-d", "900"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("pyperf top -a");
     let pid = top.id();
+    // Its tables as they come (a full pipe would block it).
+    let stdout = Arc::new(Mutex::new(String::new()));
+    let reader = {
+        let stdout = stdout.clone();
+        let mut out = top.stdout.take().expect("stdout");
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 65536];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut out, &mut buf) {
+                stdout.lock().unwrap_or_else(|e| e.into_inner()).push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    let text = || stdout.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let tables = || text().matches("pyperf top - ").count();
+    // The first table with the churn's function: from then on pyperf follows the churn.
+    let limit = Duration::from_secs(120);
     let t0 = Instant::now();
-    let mut samples = Vec::new();
-    // Read its output meanwhile (a full pipe would block it).
-    let mut stdout = top.stdout.take().expect("stdout");
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut stdout, &mut s);
-        s
-    });
-    while t0.elapsed() < Duration::from_secs(seconds - 2) {
-        std::thread::sleep(Duration::from_secs(5));
-        samples.push((t0.elapsed().as_secs(), rss_kib(pid)));
+    while !text().contains("busy") {
+        assert!(t0.elapsed() < limit, "no table with the churn's function `busy` within {limit:?}:\n{}", text());
+        std::thread::sleep(Duration::from_millis(100));
     }
+    let base = churned.load(Ordering::SeqCst);
+    // (processes started since, RSS KiB, tables so far), every second until END more have come and gone.
+    let mut samples = Vec::new();
+    let limit = Duration::from_secs(400);
+    let t0 = Instant::now();
+    loop {
+        let n = churned.load(Ordering::SeqCst) - base;
+        samples.push((n, rss_kib(pid), tables()));
+        if n >= END {
+            break;
+        }
+        assert!(t0.elapsed() < limit, "only {n} processes of {END} started in {limit:?}: {samples:?}");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    // SAFETY: plain kill(2) of a child this test started and has not waited for yet.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0, "SIGINT to pyperf top");
     let out = top.wait_with_output().expect("pyperf top");
-    let stdout = reader.join().expect("reader");
+    reader.join().expect("reader");
     let _ = churn.kill();
     let _ = churn.wait();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("RSS (s, KiB): {samples:?}\n{stderr}");
+    eprintln!("(processes, RSS KiB, tables): {samples:?}\n{stderr}");
     assert!(out.status.success(), "{stderr}");
-    let tables = stdout.matches("pyperf top - ").count();
-    assert!(tables as u64 >= seconds - 5, "{tables} tables in {seconds} s");
-    assert!(
-        stdout.contains("busy"),
-        "the churning processes' function in the tables; the last:\n{}",
-        stdout.rsplit("pyperf top - ").next().unwrap_or("")
-    );
-    let peak = |from: u64, to: u64| samples.iter().filter(|(s, _)| (from..to).contains(s)).map(|(_, r)| *r).max();
-    let (Some(early), Some(late)) = (peak(15, 40), peak(40, u64::MAX)) else {
-        panic!("RSS samples from 15 s to 40 s and after: {samples:?}")
+    let peak = |from: u64, to: u64| samples.iter().filter(|s| (from..to).contains(&s.0)).map(|s| s.1).max();
+    let (Some(early), Some(late)) = (peak(EARLY, LATE), peak(LATE, u64::MAX)) else {
+        panic!("RSS samples from {EARLY} to {LATE} processes and after: {samples:?}")
     };
-    // Flat: the peak of the last 20 s no higher (give or take 1 MiB of allocator noise) than that of 15-40 s, while
-    // ~450 processes came and went. Not the spread of all samples: `-a` follows every Python on the host, and on a
-    // shared machine the others' come and go too, moving RSS a few MiB down and up again.
+    // The tables kept coming while memory was measured.
+    let at_late = samples.iter().find(|s| s.0 >= LATE).map_or(0, |s| s.2);
+    assert!(tables() > at_late, "no table after {LATE} processes: {samples:?}");
+    // Flat: the peak of the last processes no higher (give or take 1 MiB of allocator noise) than that of the
+    // earlier ones. Not the spread of all samples: `-a` follows every Python on the host, and on a shared machine
+    // the others' come and go too, moving RSS a few MiB down and up again.
     assert!(late <= early + 1024, "RSS grew from a peak of {early} KiB to {late} KiB: {samples:?}");
 }
 
