@@ -43,43 +43,102 @@ fn rows(text: &str) -> Vec<(f64, f64, String)> {
     out
 }
 
+/// A workload of its own (`python SCRIPT 120`), killed on drop, once its interpreter can be inspected: `top -p` on
+/// it can then be ended by a signal without ending a command of its own (whose status pyperf would exit with).
+struct Workload(std::process::Child);
+
+impl Workload {
+    fn start(script: &str) -> Workload {
+        let child = Command::new(interpreter(PYTHON)).arg(workload(script)).arg("120").spawn().expect("the workload");
+        inspect_when_ready(child.id());
+        Workload(child)
+    }
+
+    fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The complete tables of plain `top` output (the last one, which may still be being written, left out).
+fn complete_tables(stdout: &str) -> Vec<&str> {
+    let mut t: Vec<&str> = stdout.split("pyperf top - ").skip(1).collect();
+    t.pop();
+    t
+}
+
+/// Runs `pyperf top ARGS` with stdout a pipe (the plain tables) until `enough` holds of its complete tables and its
+/// pid (asked every 100 ms, for at most `limit`), then ends it as Ctrl-C does; its output.
+fn top_until(args: &[&str], limit: Duration, mut enough: impl FnMut(&[&str], u32) -> bool) -> std::process::Output {
+    use std::sync::{Arc, Mutex};
+    let mut top = pyperf()
+        .arg("top")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pyperf top");
+    let stdout = Arc::new(Mutex::new(Vec::new()));
+    let reader = {
+        let stdout = stdout.clone();
+        let mut out = top.stdout.take().expect("stdout");
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 65536];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut out, &mut buf) {
+                stdout.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    let text = || String::from_utf8_lossy(&stdout.lock().unwrap_or_else(|e| e.into_inner())).into_owned();
+    let t0 = Instant::now();
+    while !enough(&complete_tables(&text()), top.id()) {
+        let done = top.try_wait().expect("pyperf top's status");
+        assert!(done.is_none() && t0.elapsed() < limit, "not enough within {limit:?} ({done:?}):\n{}", text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // SAFETY: plain kill(2) of a child this test started and has not waited for yet.
+    assert_eq!(unsafe { libc::kill(top.id() as i32, libc::SIGINT) }, 0, "SIGINT to pyperf top");
+    let mut out = top.wait_with_output().expect("pyperf top");
+    reader.join().expect("reader");
+    out.stdout = std::mem::take(&mut *stdout.lock().unwrap_or_else(|e| e.into_inner()));
+    out
+}
+
 #[test]
 fn plain_tables_when_stdout_is_not_a_terminal() {
     let _guard = serial();
-    let python = interpreter(PYTHON);
     let (_dir, file) = scratch("top.pyp");
-    let out = pyperf()
-        .args(["top", "-d", "5.5", "--interval", "1", "--rows", "6", "-o"])
-        .arg(&file)
-        .arg("--")
-        .arg(&python)
-        .arg(workload("top.py"))
-        .arg("20")
-        .stdin(Stdio::null())
-        .output()
-        .expect("pyperf top");
+    let target = Workload::start("top.py");
+    // The worker's first samples may come a few tables late on a busy machine (the thread's start): from the first
+    // table with hot_a first and hot_b on, each has both threads' functions in their proportions, and so has the
+    // since-start table. It runs until three such tables have come.
+    let steady = |t: &&str| {
+        let r = rows(t);
+        r.first().is_some_and(|r| r.2 == "hot_a") && r.iter().any(|r| r.2 == "hot_b")
+    };
+    let file_arg = file.to_str().expect("UTF-8 path");
+    let out = top_until(&["--interval", "1", "--rows", "6", "-o", file_arg, "-p", &target.pid()], STEP * 4, |t, _| {
+        t.iter().position(steady).is_some_and(|first| t.len() - first >= 3)
+    });
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!("{stdout}\n{stderr}");
     assert!(out.status.success(), "{stderr}");
     let tables: Vec<&str> = stdout.split("pyperf top - ").skip(1).collect();
-    // One a second for 5.5 s (from the view's start, which a busy machine delays), and the since-start one at the
-    // end.
-    assert!(tables.len() >= 4, "{} tables", tables.len());
     let last = tables.last().expect("a table");
     assert!(last.contains("since start"), "{last}");
     for t in &tables {
         assert!(rows(t).len() <= 6, "--rows 6: {t}");
     }
-    // The worker's first samples may come a few tables late on a busy machine (the Python's start, the thread's):
-    // from the first table with hot_a first and hot_b on, each has both threads' functions in their proportions,
-    // and so has the since-start table; at least the last two periodic ones are among them.
-    let steady = |t: &&str| {
-        let r = rows(t);
-        r.first().is_some_and(|r| r.2 == "hot_a") && r.iter().any(|r| r.2 == "hot_b")
-    };
     let first = tables.iter().position(steady).expect("a table with hot_a first and hot_b");
-    assert!(first + 3 <= tables.len(), "hot_b only from table {first} of {}", tables.len());
+    assert!(first + 4 <= tables.len(), "hot_b only from table {first} of {}", tables.len());
     for t in &tables[first..] {
         let r = rows(t);
         assert_eq!(r.first().map(|r| r.2.as_str()), Some("hot_a"), "the hot function first: {t}");
@@ -413,15 +472,11 @@ fn hostile_names_cannot_drive_the_terminal() {
 #[test]
 fn hostile_names_in_the_plain_tables() {
     let _guard = serial();
-    let python = interpreter(PYTHON);
-    let out = pyperf()
-        .args(["top", "-d", "4", "--interval", "1", "--rows", "40", "--"])
-        .arg(&python)
-        .arg(workload("hostile_names.py"))
-        .arg("20")
-        .stdin(Stdio::null())
-        .output()
-        .expect("pyperf top");
+    let target = Workload::start("hostile_names.py");
+    // Until three of the names have been sampled (the check below), however slowly a busy machine runs it.
+    let sampled =
+        |t: &[&str]| HOSTILE.iter().filter(|(start, _)| t.iter().any(|t| t.contains(&format!("  {start}")))).count();
+    let out = top_until(&["--interval", "1", "--rows", "40", "-p", &target.pid()], STEP * 4, |t, _| sampled(t) >= 3);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(!out.stdout.contains(&0x1b), "an ESC on stdout: {}", String::from_utf8_lossy(&out.stdout));
@@ -463,7 +518,7 @@ fn rss_kib(pid: u32) -> u64 {
 #[test]
 fn memory_stays_flat_with_churning_processes() {
     use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
 
     // Processes started after the view first shows the churn's function: the RSS peaks of [EARLY, LATE) and of
     // [LATE, END] are compared.
@@ -519,55 +574,24 @@ while True:
         assert!(t0.elapsed() < STEP, "the churn started no process within {STEP:?}");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut top = pyperf()
-        // Rows enough for the churn's functions among those of whatever other Python runs on the host meanwhile;
-        // -d only bounds a run the test does not end.
-        .args(["top", "-a", "--interval", "1", "--rows", "100", "-d", "900"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("pyperf top -a");
-    let pid = top.id();
-    // Its tables as they come (a full pipe would block it).
-    let stdout = Arc::new(Mutex::new(String::new()));
-    let reader = {
-        let stdout = stdout.clone();
-        let mut out = top.stdout.take().expect("stdout");
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 65536];
-            while let Ok(n @ 1..) = std::io::Read::read(&mut out, &mut buf) {
-                stdout.lock().unwrap_or_else(|e| e.into_inner()).push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        })
-    };
-    let text = || stdout.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let tables = || text().matches("pyperf top - ").count();
-    // The first table with the churn's function: from then on pyperf follows the churn.
-    let limit = Duration::from_secs(120);
-    let t0 = Instant::now();
-    while !text().contains("busy") {
-        assert!(t0.elapsed() < limit, "no table with the churn's function `busy` within {limit:?}:\n{}", text());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let base = churned.load(Ordering::SeqCst);
-    // (processes started since, RSS KiB, tables so far), every second until END more have come and gone.
+    // From the first table with the churn's function (from then on pyperf follows the churn), every second: (processes
+    // started since, RSS KiB, tables so far), until END more have come and gone.
+    let mut base = None;
     let mut samples = Vec::new();
-    let limit = Duration::from_secs(400);
-    let t0 = Instant::now();
-    loop {
-        let n = churned.load(Ordering::SeqCst) - base;
-        samples.push((n, rss_kib(pid), tables()));
-        if n >= END {
-            break;
+    let mut next = Instant::now();
+    // Rows enough for the churn's functions among those of whatever other Python runs on the host meanwhile.
+    let out = top_until(&["-a", "--interval", "1", "--rows", "100"], Duration::from_secs(600), |t, pid| {
+        let churned = churned.load(Ordering::SeqCst);
+        if base.is_none() && t.iter().any(|t| t.contains("busy")) {
+            base = Some(churned);
         }
-        assert!(t0.elapsed() < limit, "only {n} processes of {END} started in {limit:?}: {samples:?}");
-        std::thread::sleep(Duration::from_secs(1));
-    }
-    // SAFETY: plain kill(2) of a child this test started and has not waited for yet.
-    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0, "SIGINT to pyperf top");
-    let out = top.wait_with_output().expect("pyperf top");
-    reader.join().expect("reader");
+        let Some(base) = base else { return false };
+        if Instant::now() >= next {
+            next = Instant::now() + Duration::from_secs(1);
+            samples.push((churned - base, rss_kib(pid), t.len()));
+        }
+        churned - base >= END
+    });
     let _ = churn.kill();
     let _ = churn.wait();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -579,7 +603,8 @@ while True:
     };
     // The tables kept coming while memory was measured.
     let at_late = samples.iter().find(|s| s.0 >= LATE).map_or(0, |s| s.2);
-    assert!(tables() > at_late, "no table after {LATE} processes: {samples:?}");
+    let tables = complete_tables(&String::from_utf8_lossy(&out.stdout)).len();
+    assert!(tables > at_late, "no table after {LATE} processes: {samples:?}");
     // Flat: the peak of the last processes no higher (give or take 1 MiB of allocator noise) than that of the
     // earlier ones. Not the spread of all samples: `-a` follows every Python on the host, and on a shared machine
     // the others' come and go too, moving RSS a few MiB down and up again.
@@ -591,15 +616,11 @@ while True:
 #[test]
 fn off_cpu_wall_view() {
     let _guard = serial();
-    let python = interpreter(PYTHON);
-    let out = pyperf()
-        .args(["top", "--off-cpu", "-d", "3", "--rows", "12", "--"])
-        .arg(&python)
-        .arg(workload("top.py"))
-        .arg("20")
-        .stdin(Stdio::null())
-        .output()
-        .expect("pyperf top --off-cpu");
+    let target = Workload::start("top.py");
+    // Until three tables have the worker's sleeps (the shares below are those of the since-start table after them).
+    let out = top_until(&["--off-cpu", "--interval", "1", "--rows", "12", "-p", &target.pid()], STEP * 4, |t, _| {
+        t.iter().filter(|t| t.contains("[off-CPU: clock_nanosleep]")).count() >= 3
+    });
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success());
