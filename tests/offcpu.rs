@@ -62,7 +62,6 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use common::*;
 
@@ -616,7 +615,8 @@ fn attach_once(name: &str) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start pyperf record");
-    std::thread::sleep(Duration::from_secs(1));
+    // Once it records (its first flush: the blocked thread was found blocked), the workload goes on.
+    wait_recording(&out);
     child.stdin.as_mut().expect("stdin").write_all(b"go\n").expect("tell the workload to go on");
     let o = recorder.wait_with_output().expect("pyperf record");
     eprintln!("pyperf record: {:?}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
