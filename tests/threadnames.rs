@@ -185,26 +185,12 @@ fn check(name: &str) {
     }
 }
 
-per_interpreter! { check:
-    python_2_7_18("2.7.18"),
-    python_3_6_15("3.6.15"),
-    python_3_7_16("3.7.16"),
-    python_3_8_18("3.8.18"),
-    python_3_9_18("3.9.18"),
-    python_3_10_13("3.10.13"),
-    python_3_11_7("3.11.7"),
-    python_3_12_1("3.12.1"),
-    python_3_13_0("3.13.0"),
-    python_debian_3_11("debian-3.11"),
-    python_sid_3_13("sid-3.13"),
-    python_sid_3_14("sid-3.14"),
-    python_sid_3_15("sid-3.15"),
-}
+every_interpreter!(check);
 
-/// Every interpreter of testdata/interpreters has its test above.
+/// Every interpreter of testdata/interpreters has its test above (`every_interpreter!`).
 #[test]
 fn every_interpreter_is_tested() {
-    let source = include_str!("threadnames.rs");
+    let source = include_str!("common/mod.rs");
     for i in interpreters() {
         let test = format!("(\"{}\"),", i.name);
         assert!(source.contains(&test), "no thread-name test for {} (testdata/interpreters)", i.name);

@@ -1,4 +1,5 @@
-//! Shared by the end-to-end tests: running pyperf and the workloads, reading what it recorded.
+//! Shared by the end-to-end tests: running pyperf and the workloads, reading what it recorded, and the macros that
+//! make one test per interpreter (`per_interpreter!`, `every_interpreter!`).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -33,6 +34,29 @@ macro_rules! per_interpreter {
                 $check($($arg),*);
             }
         )*
+    };
+}
+
+/// `per_interpreter!` for every interpreter of testdata/interpreters, the tests named `python_<name>`
+/// (`tests/threadnames.rs` checks that the list is whole).
+#[macro_export]
+macro_rules! every_interpreter {
+    ($check:path) => {
+        $crate::per_interpreter! { $check:
+            python_2_7_18("2.7.18"),
+            python_3_6_15("3.6.15"),
+            python_3_7_16("3.7.16"),
+            python_3_8_18("3.8.18"),
+            python_3_9_18("3.9.18"),
+            python_3_10_13("3.10.13"),
+            python_3_11_7("3.11.7"),
+            python_3_12_1("3.12.1"),
+            python_3_13_0("3.13.0"),
+            python_debian_3_11("debian-3.11"),
+            python_sid_3_13("sid-3.13"),
+            python_sid_3_14("sid-3.14"),
+            python_sid_3_15("sid-3.15"),
+        }
     };
 }
 
