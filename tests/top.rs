@@ -45,24 +45,17 @@ fn rows(text: &str) -> Vec<(f64, f64, String)> {
 
 /// A workload of its own (`python SCRIPT 120`), killed on drop, once its interpreter can be inspected: `top -p` on
 /// it can then be ended by a signal without ending a command of its own (whose status pyperf would exit with).
-struct Workload(std::process::Child);
+struct Workload(Kid);
 
 impl Workload {
     fn start(script: &str) -> Workload {
         let child = Command::new(interpreter(PYTHON)).arg(workload(script)).arg("120").spawn().expect("the workload");
         inspect_when_ready(child.id());
-        Workload(child)
+        Workload(Kid(child))
     }
 
     fn pid(&self) -> String {
-        self.0.id().to_string()
-    }
-}
-
-impl Drop for Workload {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        self.0 .0.id().to_string()
     }
 }
 

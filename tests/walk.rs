@@ -12,7 +12,7 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -20,16 +20,6 @@ use pyperf::python::code::{CodeReader, FirstLocal, ProcMem, Resolution};
 use pyperf::python::config::bpf_config;
 use pyperf::python::walk::{StackWalker, WalkedStack};
 use pyperf_format::{GilState, StackStatus};
-
-/// A child process killed on drop.
-struct Kid(Child);
-
-impl Drop for Kid {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A symbolized frame: (qualified name, file, line).
 type Frame = (String, String, u32);

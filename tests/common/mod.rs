@@ -60,6 +60,16 @@ macro_rules! every_interpreter {
     };
 }
 
+/// A child process killed (and reaped) on drop, so that a failing test leaves no workload behind.
+pub struct Kid(pub Child);
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 pub fn pyperf() -> Command {
     Command::new(env!("CARGO_BIN_EXE_pyperf"))
 }
