@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-from common import NCPU, loadavg, logger, median, pin
+from common import NCPU, loadavg, logger, median, pin, write_section
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "bench", "workloads", "work.py")
@@ -927,17 +927,7 @@ def render(t, a, load0, load1, cost, slow, toggle, rates, size, report, acc):
 
 
 def write_results(text):
-    path = os.path.join(ROOT, "bench", "RESULTS.md")
-    with open(path) as f:
-        doc = f.read()
-    block = BEGIN + "\n\n" + text + "\n" + END
-    if BEGIN in doc and END in doc:
-        doc = doc[:doc.index(BEGIN)] + block + doc[doc.index(END) + len(END):]
-    else:
-        doc = doc.rstrip("\n") + "\n\n## Profiler comparison\n\n" + block + "\n"
-    with open(path, "w") as f:
-        f.write(doc)
-    log("wrote %s" % path)
+    log("wrote %s" % write_section("## Profiler comparison", BEGIN, END, "\n\n" + text + "\n"))
 
 
 def main():

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from common import NCPU, logger, median, pin
+from common import NCPU, logger, median, pin, write_section
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOAD = os.path.join(ROOT, "bench", "workloads", "native_deep.py")
@@ -249,19 +249,7 @@ def render(a, res, tables):
 
 
 def write_results(text):
-    path = os.path.join(ROOT, "bench", "RESULTS.md")
-    with open(path) as f:
-        doc = f.read()
-    block = BEGIN + "\n" + text + END
-    if BEGIN in doc:
-        doc = doc[:doc.index(BEGIN)] + block + doc[doc.index(END) + len(END):]
-    elif SECTION in doc:
-        at = doc.index(SECTION) + len(SECTION)
-        doc = doc[:at] + "\n\n" + block + doc[at:]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + SECTION + "\n\n" + block + "\n"
-    with open(path, "w") as f:
-        f.write(doc)
+    write_section(SECTION, BEGIN, END, "\n" + text)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from common import NCPU, loadavg, logger, median, pin
+from common import NCPU, loadavg, logger, median, pin, write_section
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PINGPONG = os.path.join(ROOT, "bench", "workloads", "pingpong.py")
@@ -735,17 +735,7 @@ def render(a, res, load0, load1, steal):
 
 
 def write_results(text):
-    path = os.path.join(ROOT, "bench", "RESULTS.md")
-    with open(path) as f:
-        doc = f.read()
-    block = BEGIN + "\n\n" + text + "\n" + END
-    if BEGIN in doc and END in doc:
-        doc = doc[:doc.index(BEGIN)] + block + doc[doc.index(END) + len(END):]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + SECTION + "\n\n" + block + "\n"
-    with open(path, "w") as f:
-        f.write(doc)
-    log("wrote %s" % path)
+    log("wrote %s" % write_section(SECTION, BEGIN, END, "\n\n" + text + "\n"))
 
 
 def build(a):

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from common import median
+from common import median, write_section
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOAD = os.path.join(ROOT, "testdata", "workloads", "top.py")
@@ -115,15 +115,7 @@ def main():
     with open(os.path.join(ROOT, "bench", "out", "top.md"), "w") as f:
         f.write(report)
     if a.write:
-        path = os.path.join(ROOT, "bench", "RESULTS.md")
-        text = open(path).read()
-        block = BEGIN + "\n" + report + END
-        if BEGIN in text:
-            text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S)
-        else:
-            text = text.rstrip("\n") + "\n\n" + SECTION + "\n\n" + block + "\n"
-        with open(path, "w") as f:
-            f.write(text)
+        write_section(SECTION, BEGIN, END, "\n" + report)
 
 
 if __name__ == "__main__":
