@@ -9,43 +9,26 @@ import argparse
 import datetime
 import os
 import re
-import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from common import NCPU, loadavg, logger, median, pin, write_section
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "bench", "workloads", "work.py")
 BEGIN = "<!-- bench/run.sh: begin (generated, replaced by the next `bench/run.sh --write`) -->"
 END = "<!-- bench/run.sh: end -->"
 
-NCPU = os.cpu_count() or 1
 TARGET_CPU = str(NCPU - 1)  # workloads of experiments 1, 2, 4, 6 run pinned here
 TOOL_CPU = "0"  # profilers of those experiments run pinned here (when there are 2+ CPUs)
 
 started_pids = []  # workloads we started, killed by pid on exit
 
 
-def log(msg):
-    sys.stderr.write("[bench] %s\n" % msg)
-    sys.stderr.flush()
-
-
-def median(v):
-    v = [x for x in v if x is not None]
-    return statistics.median(v) if v else None
-
-
-def pin(cpu, cmd):
-    return (["taskset", "-c", cpu] + cmd) if NCPU > 1 and shutil.which("taskset") else cmd
-
-
-def loadavg():
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
+log = logger("bench")
 
 
 class Workload:
@@ -944,17 +927,7 @@ def render(t, a, load0, load1, cost, slow, toggle, rates, size, report, acc):
 
 
 def write_results(text):
-    path = os.path.join(ROOT, "bench", "RESULTS.md")
-    with open(path) as f:
-        doc = f.read()
-    block = BEGIN + "\n\n" + text + "\n" + END
-    if BEGIN in doc and END in doc:
-        doc = doc[:doc.index(BEGIN)] + block + doc[doc.index(END) + len(END):]
-    else:
-        doc = doc.rstrip("\n") + "\n\n## Profiler comparison\n\n" + block + "\n"
-    with open(path, "w") as f:
-        f.write(doc)
-    log("wrote %s" % path)
+    log("wrote %s" % write_section("## Profiler comparison", BEGIN, END, "\n\n" + text + "\n"))
 
 
 def main():

@@ -23,11 +23,12 @@ import datetime
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from common import NCPU, logger, median, pin, write_section
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOAD = os.path.join(ROOT, "bench", "workloads", "native_deep.py")
@@ -35,7 +36,6 @@ EXT_C = os.path.join(ROOT, "testdata", "native", "pyperf_native_test.c")
 SECTION = "## Native and kernel frames (issue #15)"
 BEGIN = "<!-- bench/native.py: begin (generated, replaced by the next `bench/native.py --write`) -->"
 END = "<!-- bench/native.py: end -->"
-NCPU = os.cpu_count() or 1
 TARGET_CPU = str(NCPU - 1)
 TOOL_CPU = "0"
 
@@ -44,18 +44,7 @@ MAX_KERNEL_US = 5.0
 MAX_BYTES_ADDED = 8.0
 
 
-def log(msg):
-    sys.stderr.write("[native] %s\n" % msg)
-    sys.stderr.flush()
-
-
-def median(v):
-    v = [x for x in v if x is not None]
-    return statistics.median(v) if v else None
-
-
-def pin(cpu, cmd):
-    return (["taskset", "-c", cpu] + cmd) if NCPU > 1 and shutil.which("taskset") else cmd
+log = logger("native")
 
 
 def build_ext(python, out):
@@ -260,19 +249,7 @@ def render(a, res, tables):
 
 
 def write_results(text):
-    path = os.path.join(ROOT, "bench", "RESULTS.md")
-    with open(path) as f:
-        doc = f.read()
-    block = BEGIN + "\n" + text + END
-    if BEGIN in doc:
-        doc = doc[:doc.index(BEGIN)] + block + doc[doc.index(END) + len(END):]
-    elif SECTION in doc:
-        at = doc.index(SECTION) + len(SECTION)
-        doc = doc[:at] + "\n\n" + block + doc[at:]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + SECTION + "\n\n" + block + "\n"
-    with open(path, "w") as f:
-        f.write(doc)
+    write_section(SECTION, BEGIN, END, "\n" + text)
 
 
 if __name__ == "__main__":

@@ -18,11 +18,12 @@ import os
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from common import NCPU, loadavg, logger, median, pin, write_section
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PINGPONG = os.path.join(ROOT, "bench", "workloads", "pingpong.py")
@@ -30,7 +31,6 @@ SECTION = "## Off-CPU recording (issue #14)"
 BEGIN = "<!-- bench/offcpu.py: begin (generated, replaced by the next `bench/offcpu.py --write`) -->"
 END = "<!-- bench/offcpu.py: end -->"
 
-NCPU = os.cpu_count() or 1
 TARGET_CPU = str(NCPU - 1)  # the ping-pong runs pinned here (both threads)
 TOOL_CPU = "0"  # pyperf runs pinned here
 
@@ -41,23 +41,7 @@ MAX_FOLLOWED_NS = 2000
 MAX_UNRELATED_NS = 100
 
 
-def log(msg):
-    sys.stderr.write("[offcpu] %s\n" % msg)
-    sys.stderr.flush()
-
-
-def median(v):
-    v = [x for x in v if x is not None]
-    return statistics.median(v) if v else None
-
-
-def pin(cpu, cmd):
-    return (["taskset", "-c", cpu] + cmd) if NCPU > 1 and shutil.which("taskset") else cmd
-
-
-def loadavg():
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
+log = logger("offcpu")
 
 
 def steal_jiffies():
@@ -751,17 +735,7 @@ def render(a, res, load0, load1, steal):
 
 
 def write_results(text):
-    path = os.path.join(ROOT, "bench", "RESULTS.md")
-    with open(path) as f:
-        doc = f.read()
-    block = BEGIN + "\n\n" + text + "\n" + END
-    if BEGIN in doc and END in doc:
-        doc = doc[:doc.index(BEGIN)] + block + doc[doc.index(END) + len(END):]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + SECTION + "\n\n" + block + "\n"
-    with open(path, "w") as f:
-        f.write(doc)
-    log("wrote %s" % path)
+    log("wrote %s" % write_section(SECTION, BEGIN, END, "\n\n" + text + "\n"))
 
 
 def build(a):

@@ -32,11 +32,12 @@ import re
 import select
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from common import NCPU, loadavg, logger, median, pin, write_section
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "bench", "workloads", "work.py")
@@ -49,27 +50,20 @@ END = "<!-- bench/round2.py: end -->"
 EXPERIMENTS = ["startup", "bpf", "symbols", "recorder", "interrupts", "peers", "slowdown", "paired"]
 
 # The helpers bench.py has already (same directory: on sys.path when this script runs).
-from bench import fmt, fresh, loadavg, median, shares  # noqa: E402
+from bench import fmt, fresh, shares  # noqa: E402
 
-NCPU = os.cpu_count() or 1
 BUSY_CPU = str(NCPU - 1)  # the workloads run pinned here
 TOOL_CPU = "0"  # the profilers run pinned here (experiment 5: on BUSY_CPU too, CPU 0 stays idle)
 
 LIVE = []  # every process started (Popen), killed with its process group at exit if still running
 
 
-def log(msg):
-    sys.stderr.write("[round2] %s\n" % msg)
-    sys.stderr.flush()
+log = logger("round2")
 
 
 def num(pattern, text, conv=float):
     m = re.search(pattern, text or "")
     return conv(m.group(1)) if m else None
-
-
-def pin(cpu, cmd):
-    return (["taskset", "-c", cpu] + list(cmd)) if cpu is not None and NCPU > 1 and shutil.which("taskset") else list(cmd)
 
 
 def cpu_times():
@@ -1211,17 +1205,7 @@ def startup_over(st, tool, ver, after, v0):
 
 
 def write_results(text):
-    path = os.path.join(ROOT, "bench", "RESULTS.md")
-    with open(path) as f:
-        doc = f.read()
-    block = BEGIN + "\n\n" + text + "\n" + END
-    if BEGIN in doc and END in doc and doc.index(BEGIN) < doc.index(END):
-        doc = doc[:doc.index(BEGIN)] + block + doc[doc.index(END) + len(END):]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + SECTION + "\n\n" + block + "\n"
-    with open(path, "w") as f:
-        f.write(doc)
-    log("wrote %s" % path)
+    log("wrote %s" % write_section(SECTION, BEGIN, END, "\n\n" + text + "\n"))
 
 
 def main():

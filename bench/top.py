@@ -20,11 +20,12 @@ import datetime
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from common import median, write_section
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOAD = os.path.join(ROOT, "testdata", "workloads", "top.py")
@@ -88,7 +89,7 @@ def main():
         target.kill()
         target.wait()
         shutil.rmtree(tmp, ignore_errors=True)
-    base = statistics.median(c / s * 1e6 for c, _, s, _ in res["record -o FILE"])
+    base = median(c / s * 1e6 for c, _, s, _ in res["record -o FILE"])
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "`bench/top.py --reps %d --secs %g --rate %d` (release build, %s): one process of two busy threads "
@@ -103,10 +104,10 @@ def main():
         "|---|---|---|---|---|---|",
     ]
     for m in modes:
-        per = statistics.median(c / s * 1e6 for c, _, s, _ in res[m])
-        samples = statistics.median(s for _, _, s, _ in res[m])
-        rss = statistics.median(r for _, r, _, _ in res[m]) / 1024
-        whole = statistics.median(w for _, _, _, w in res[m])
+        per = median(c / s * 1e6 for c, _, s, _ in res[m])
+        samples = median(s for _, _, s, _ in res[m])
+        rss = median(r for _, r, _, _ in res[m]) / 1024
+        whole = median(w for _, _, _, w in res[m])
         lines.append("| `%s` | %d | %.2f | %.2fx | %.3f | %.1f |" % (m, samples, per, per / base, whole, rss))
     report = "\n".join(lines) + "\n"
     print(report)
@@ -114,15 +115,7 @@ def main():
     with open(os.path.join(ROOT, "bench", "out", "top.md"), "w") as f:
         f.write(report)
     if a.write:
-        path = os.path.join(ROOT, "bench", "RESULTS.md")
-        text = open(path).read()
-        block = BEGIN + "\n" + report + END
-        if BEGIN in text:
-            text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S)
-        else:
-            text = text.rstrip("\n") + "\n\n" + SECTION + "\n\n" + block + "\n"
-        with open(path, "w") as f:
-            f.write(text)
+        write_section(SECTION, BEGIN, END, "\n" + report)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,13 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{interpreter, workload};
+use common::{inspect_when_ready, interpreter, workload, Kid};
 use pyperf::abi;
 use pyperf::python::config::bpf_config;
 use pyperf::python::layout::Layout;
@@ -32,15 +32,6 @@ use pyperf_format::{GilState, PthreadIdMatch, StackStatus, ThreadStateMatch};
 static SERIAL: Mutex<()> = Mutex::new(());
 
 const CHAIN: &[&str] = &["<module>", "main", "outer_frame", "middle_frame", "leaf_spin"];
-
-/// A child process killed on drop.
-struct Kid(Child);
-impl Drop for Kid {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Starts a workload that prints `ready` once it is in the state the test samples (past start-up, at its depth,
 /// its threads started), and waits for that line: a loaded machine can take seconds to get there, so a fixed
@@ -56,18 +47,6 @@ fn spawn_ready(python: &Path, args: &[&str]) -> Kid {
     BufReader::new(kid.0.stdout.as_mut().expect("piped stdout")).read_line(&mut line).expect("read the workload");
     assert_eq!(line.trim(), "ready", "{} {args:?} said {line:?}", python.display());
     kid
-}
-
-/// Waits until the interpreter is mapped and recognisable.
-fn inspect_when_ready(pid: u32) -> PythonProcess {
-    let t = Instant::now();
-    loop {
-        match python::inspect(pid) {
-            Ok(p) => return p,
-            Err(e) if t.elapsed() > Duration::from_secs(10) => panic!("inspect({pid}): {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
 }
 
 /// Resolves code object addresses to `co_name` by reading the target's memory.

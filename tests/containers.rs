@@ -423,15 +423,21 @@ fn p_of_a_thread_a_kernel_thread_or_a_zombie() {
     assert_eq!(String::from_utf8_lossy(&o.stderr).trim(), "pyperf: process 2 is a kernel thread: it runs no Python");
 
     // A zombie: a child that exited and that its parent (sh, busy sleeping) has not reaped.
-    let mut parent = Command::new("sh").args(["-c", "sleep 0.1 & exec sleep 5"]).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    let zombie: u32 = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", parent.id()))
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .expect("the exited child")
-        .parse()
-        .unwrap();
+    let mut parent = Command::new("sh").args(["-c", "sleep 0.1 & exec sleep 60"]).spawn().unwrap();
+    // Until the child has exited (state Z), however long a loaded machine takes.
+    let until = Instant::now() + Duration::from_secs(30);
+    let zombie: u32 = loop {
+        let child = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", parent.id()))
+            .ok()
+            .and_then(|c| c.split_whitespace().next()?.parse::<u32>().ok());
+        let state =
+            |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?.rsplit_once(") ")?.1.chars().next();
+        if let Some(pid) = child.filter(|&pid| state(pid) == Some('Z')) {
+            break pid;
+        }
+        assert!(Instant::now() < until, "no exited child of sh within 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let o = run(pyperf().args(["record", "-d", "1", "-p"]).arg(zombie.to_string()).arg("-o").arg(&out));
     let _ = parent.kill();
     let _ = parent.wait();

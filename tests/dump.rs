@@ -114,34 +114,13 @@ fn dump_of(python: &str) {
     assert_eq!(frames[1]["function"].as_str(), Some("<module>"), "{python}: {main}");
 }
 
-#[test]
-fn dump_2_7() {
-    dump_of("2.7.18");
-}
-
-#[test]
-fn dump_3_6() {
-    dump_of("3.6.15");
-}
-
-#[test]
-fn dump_3_11() {
-    dump_of("3.11.7");
-}
-
-#[test]
-fn dump_sid_3_13() {
-    dump_of("sid-3.13");
-}
-
-#[test]
-fn dump_sid_3_14() {
-    dump_of("sid-3.14");
-}
-
-#[test]
-fn dump_sid_3_15() {
-    dump_of("sid-3.15");
+per_interpreter! { dump_of:
+    dump_2_7("2.7.18"),
+    dump_3_6("3.6.15"),
+    dump_3_11("3.11.7"),
+    dump_sid_3_13("sid-3.13"),
+    dump_sid_3_14("sid-3.14"),
+    dump_sid_3_15("sid-3.15"),
 }
 
 /// Every JSON key `dump --help` names is one a real `--json` output has, and every key the output has is named.

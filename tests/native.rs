@@ -252,44 +252,15 @@ fn check(name: &str, cext: bool) {
     );
 }
 
-#[test]
-fn python_2_7_18() {
-    check("2.7.18", false);
-}
-
-#[test]
-fn python_3_6_15() {
-    check("3.6.15", true);
-}
-
-#[test]
-fn python_3_10_13() {
-    check("3.10.13", true);
-}
-
-#[test]
-fn python_3_11_7() {
-    check("3.11.7", true);
-}
-
-#[test]
-fn python_3_12_1() {
-    check("3.12.1", true);
-}
-
-#[test]
-fn python_debian_3_11() {
-    check("debian-3.11", true);
-}
-
-#[test]
-fn python_sid_3_14() {
-    check("sid-3.14", true);
-}
-
-#[test]
-fn python_sid_3_15() {
-    check("sid-3.15", true);
+per_interpreter! { check:
+    python_2_7_18("2.7.18", false),
+    python_3_6_15("3.6.15", true),
+    python_3_10_13("3.10.13", true),
+    python_3_11_7("3.11.7", true),
+    python_3_12_1("3.12.1", true),
+    python_debian_3_11("debian-3.11", true),
+    python_sid_3_14("sid-3.14", true),
+    python_sid_3_15("sid-3.15", true),
 }
 
 /// With --off-cpu: a sleep's interval has the native frames down to the C library's call and the kernel stack
@@ -357,14 +328,9 @@ fn check_off_cpu(name: &str) {
     assert!(whole >= 780_000, "{name}: {whole} of {naps} us with libc, kernel and the pseudo-frame in order:\n{text}");
 }
 
-#[test]
-fn off_cpu_3_11_7() {
-    check_off_cpu("3.11.7");
-}
-
-#[test]
-fn off_cpu_sid_3_15() {
-    check_off_cpu("sid-3.15");
+per_interpreter! { check_off_cpu:
+    off_cpu_3_11_7("3.11.7"),
+    off_cpu_sid_3_15("sid-3.15"),
 }
 
 /// Removes a directory the test made outside its temp dir (under the system's /usr/lib/debug), even on a panic.

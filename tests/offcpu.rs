@@ -62,7 +62,6 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use common::*;
 
@@ -548,44 +547,15 @@ fn check(name: &str) {
     f.end(name, &out);
 }
 
-#[test]
-fn python_2_7_18() {
-    check("2.7.18");
-}
-
-#[test]
-fn python_3_6_15() {
-    check("3.6.15");
-}
-
-#[test]
-fn python_3_8_18() {
-    check("3.8.18");
-}
-
-#[test]
-fn python_3_11_7() {
-    check("3.11.7");
-}
-
-#[test]
-fn python_3_12_1() {
-    check("3.12.1");
-}
-
-#[test]
-fn python_3_13_0() {
-    check("3.13.0");
-}
-
-#[test]
-fn python_sid_3_14() {
-    check("sid-3.14");
-}
-
-#[test]
-fn python_sid_3_15() {
-    check("sid-3.15");
+per_interpreter! { check:
+    python_2_7_18("2.7.18"),
+    python_3_6_15("3.6.15"),
+    python_3_8_18("3.8.18"),
+    python_3_11_7("3.11.7"),
+    python_3_12_1("3.12.1"),
+    python_3_13_0("3.13.0"),
+    python_sid_3_14("sid-3.14"),
+    python_sid_3_15("sid-3.15"),
 }
 
 // ---- attaching to a process with a thread blocked since before ---------------------------------------------------
@@ -645,7 +615,8 @@ fn attach_once(name: &str) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start pyperf record");
-    std::thread::sleep(Duration::from_secs(1));
+    // Once it records (its first flush: the blocked thread was found blocked), the workload goes on.
+    wait_recording(&out);
     child.stdin.as_mut().expect("stdin").write_all(b"go\n").expect("tell the workload to go on");
     let o = recorder.wait_with_output().expect("pyperf record");
     eprintln!("pyperf record: {:?}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
@@ -690,19 +661,10 @@ fn attach_once(name: &str) {
     f.end(&format!("attach-{name}"), &out);
 }
 
-#[test]
-fn attach_blocked_thread_2_7_18() {
-    check_attach("2.7.18");
-}
-
-#[test]
-fn attach_blocked_thread_3_12_1() {
-    check_attach("3.12.1");
-}
-
-#[test]
-fn attach_blocked_thread_sid_3_15() {
-    check_attach("sid-3.15");
+per_interpreter! { check_attach:
+    attach_blocked_thread_2_7_18("2.7.18"),
+    attach_blocked_thread_3_12_1("3.12.1"),
+    attach_blocked_thread_sid_3_15("sid-3.15"),
 }
 
 // ---- migration ----------------------------------------------------------------------------------------------------

@@ -456,21 +456,12 @@ impl Watched {
     }
 }
 
-/// A Python process to record with `-p`, busy until the test ends it.
-struct Target(Child);
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn trickling_recording(extra: &[&str]) -> (Watched, Arc<AtomicUsize>, Target, tempfile::TempDir, std::path::PathBuf) {
+fn trickling_recording(extra: &[&str]) -> (Watched, Arc<AtomicUsize>, Kid, tempfile::TempDir, std::path::PathBuf) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
     let (_got, connections) = server_counting(listener, Mode::Trickle);
-    let target = Target(start_workload(&interpreter("3.11.7"), "split.py", &["60"]));
+    // A Python process to record with `-p`, busy until the test ends it.
+    let target = Kid(start_workload(&interpreter("3.11.7"), "split.py", &["60"]));
     let (dir, out) = scratch("trickle.pyp");
     let w = Watched::spawn(
         pyperf()

@@ -73,14 +73,9 @@ fn split_workload(python: &str) {
     }
 }
 
-#[test]
-fn split_pyenv_3_11() {
-    split_workload("3.11.7");
-}
-
-#[test]
-fn split_debian_3_11() {
-    split_workload("debian-3.11");
+per_interpreter! { split_workload:
+    split_pyenv_3_11("3.11.7"),
+    split_debian_3_11("debian-3.11"),
 }
 
 #[test]

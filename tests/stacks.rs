@@ -509,71 +509,22 @@ fn stacks(interpreter_name: &str) {
     assert!(failed.is_empty(), "{interpreter_name}: {} phases failed:\n{}", failed.len(), failed.join("\n"));
 }
 
-#[test]
-fn stacks_2_7() {
-    stacks("2.7.18");
-}
-
-#[test]
-fn stacks_3_6() {
-    stacks("3.6.15");
-}
-
-#[test]
-fn stacks_3_7() {
-    stacks("3.7.16");
-}
-
-#[test]
-fn stacks_3_8() {
-    stacks("3.8.18");
-}
-
-#[test]
-fn stacks_3_9() {
-    stacks("3.9.18");
-}
-
-#[test]
-fn stacks_3_10() {
-    stacks("3.10.13");
-}
-
-#[test]
-fn stacks_3_11() {
-    stacks("3.11.7");
-}
-
-#[test]
-fn stacks_3_12() {
-    stacks("3.12.1");
-}
-
-#[test]
-fn stacks_3_13() {
-    stacks("3.13.0");
-}
-
-#[test]
-fn stacks_debian_3_11() {
-    stacks("debian-3.11");
-}
-
-/// Debian sid's 3.13, chrooted into the sid root (`common::sid_root`): a non-PIE executable with the interpreter in
-/// it and a `.PyRuntime` section.
-#[test]
-fn stacks_sid_3_13() {
-    stacks("sid-3.13");
-}
-
-#[test]
-fn stacks_sid_3_14() {
-    stacks("sid-3.14");
-}
-
-#[test]
-fn stacks_sid_3_15() {
-    stacks("sid-3.15");
+per_interpreter! { stacks:
+    stacks_2_7("2.7.18"),
+    stacks_3_6("3.6.15"),
+    stacks_3_7("3.7.16"),
+    stacks_3_8("3.8.18"),
+    stacks_3_9("3.9.18"),
+    stacks_3_10("3.10.13"),
+    stacks_3_11("3.11.7"),
+    stacks_3_12("3.12.1"),
+    stacks_3_13("3.13.0"),
+    stacks_debian_3_11("debian-3.11"),
+    /// Debian sid's 3.13, chrooted into the sid root (`common::sid_root`): a non-PIE executable with the interpreter in
+    /// it and a `.PyRuntime` section.
+    stacks_sid_3_13("sid-3.13"),
+    stacks_sid_3_14("sid-3.14"),
+    stacks_sid_3_15("sid-3.15"),
 }
 
 // ---- different processes and versions -----------------------------------------------------------------------

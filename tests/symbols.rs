@@ -147,36 +147,36 @@ fn reused_addresses_are_named_by_their_own_code(name: &str) {
     );
 }
 
-macro_rules! per_interpreter {
-    ($($test:ident, $reuse:ident => $name:literal),* $(,)?) => {
-        $(
-            #[test]
-            fn $test() {
-                short_lived_code_is_named($name);
-            }
-
-            #[test]
-            fn $reuse() {
-                reused_addresses_are_named_by_their_own_code($name);
-            }
-        )*
-    };
+per_interpreter! { short_lived_code_is_named:
+    short_lived_2_7("2.7.18"),
+    short_lived_3_6("3.6.15"),
+    short_lived_3_7("3.7.16"),
+    short_lived_3_8("3.8.18"),
+    short_lived_3_9("3.9.18"),
+    short_lived_3_10("3.10.13"),
+    short_lived_3_11("3.11.7"),
+    short_lived_3_12("3.12.1"),
+    short_lived_3_13("3.13.0"),
+    short_lived_debian_3_11("debian-3.11"),
+    short_lived_sid_3_13("sid-3.13"),
+    short_lived_sid_3_14("sid-3.14"),
+    short_lived_sid_3_15("sid-3.15"),
 }
 
-per_interpreter! {
-    short_lived_2_7, reuse_2_7 => "2.7.18",
-    short_lived_3_6, reuse_3_6 => "3.6.15",
-    short_lived_3_7, reuse_3_7 => "3.7.16",
-    short_lived_3_8, reuse_3_8 => "3.8.18",
-    short_lived_3_9, reuse_3_9 => "3.9.18",
-    short_lived_3_10, reuse_3_10 => "3.10.13",
-    short_lived_3_11, reuse_3_11 => "3.11.7",
-    short_lived_3_12, reuse_3_12 => "3.12.1",
-    short_lived_3_13, reuse_3_13 => "3.13.0",
-    short_lived_debian_3_11, reuse_debian_3_11 => "debian-3.11",
-    short_lived_sid_3_13, reuse_sid_3_13 => "sid-3.13",
-    short_lived_sid_3_14, reuse_sid_3_14 => "sid-3.14",
-    short_lived_sid_3_15, reuse_sid_3_15 => "sid-3.15",
+per_interpreter! { reused_addresses_are_named_by_their_own_code:
+    reuse_2_7("2.7.18"),
+    reuse_3_6("3.6.15"),
+    reuse_3_7("3.7.16"),
+    reuse_3_8("3.8.18"),
+    reuse_3_9("3.9.18"),
+    reuse_3_10("3.10.13"),
+    reuse_3_11("3.11.7"),
+    reuse_3_12("3.12.1"),
+    reuse_3_13("3.13.0"),
+    reuse_debian_3_11("debian-3.11"),
+    reuse_sid_3_13("sid-3.13"),
+    reuse_sid_3_14("sid-3.14"),
+    reuse_sid_3_15("sid-3.15"),
 }
 
 /// The check-word cache with and without the uprobe (3.11, before `_code_object_generation`): `-p` of a process

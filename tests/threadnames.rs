@@ -185,77 +185,14 @@ fn check(name: &str) {
     }
 }
 
-#[test]
-fn python_2_7_18() {
-    check("2.7.18");
-}
+every_interpreter!(check);
 
-#[test]
-fn python_3_6_15() {
-    check("3.6.15");
-}
-
-#[test]
-fn python_3_7_16() {
-    check("3.7.16");
-}
-
-#[test]
-fn python_3_8_18() {
-    check("3.8.18");
-}
-
-#[test]
-fn python_3_9_18() {
-    check("3.9.18");
-}
-
-#[test]
-fn python_3_10_13() {
-    check("3.10.13");
-}
-
-#[test]
-fn python_3_11_7() {
-    check("3.11.7");
-}
-
-#[test]
-fn python_3_12_1() {
-    check("3.12.1");
-}
-
-#[test]
-fn python_3_13_0() {
-    check("3.13.0");
-}
-
-#[test]
-fn python_debian_3_11() {
-    check("debian-3.11");
-}
-
-#[test]
-fn python_sid_3_13() {
-    check("sid-3.13");
-}
-
-#[test]
-fn python_sid_3_14() {
-    check("sid-3.14");
-}
-
-#[test]
-fn python_sid_3_15() {
-    check("sid-3.15");
-}
-
-/// Every interpreter of testdata/interpreters has its test above.
+/// Every interpreter of testdata/interpreters has its test above (`every_interpreter!`).
 #[test]
 fn every_interpreter_is_tested() {
-    let source = include_str!("threadnames.rs");
+    let source = include_str!("common/mod.rs");
     for i in interpreters() {
-        let test = format!("check(\"{}\");", i.name);
+        let test = format!("(\"{}\"),", i.name);
         assert!(source.contains(&test), "no thread-name test for {} (testdata/interpreters)", i.name);
     }
 }

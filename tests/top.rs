@@ -43,43 +43,95 @@ fn rows(text: &str) -> Vec<(f64, f64, String)> {
     out
 }
 
+/// A workload of its own (`python SCRIPT 120`), killed on drop, once its interpreter can be inspected: `top -p` on
+/// it can then be ended by a signal without ending a command of its own (whose status pyperf would exit with).
+struct Workload(Kid);
+
+impl Workload {
+    fn start(script: &str) -> Workload {
+        let child = Command::new(interpreter(PYTHON)).arg(workload(script)).arg("120").spawn().expect("the workload");
+        inspect_when_ready(child.id());
+        Workload(Kid(child))
+    }
+
+    fn pid(&self) -> String {
+        self.0 .0.id().to_string()
+    }
+}
+
+/// The complete tables of plain `top` output (the last one, which may still be being written, left out).
+fn complete_tables(stdout: &str) -> Vec<&str> {
+    let mut t: Vec<&str> = stdout.split("pyperf top - ").skip(1).collect();
+    t.pop();
+    t
+}
+
+/// Runs `pyperf top ARGS` with stdout a pipe (the plain tables) until `enough` holds of its complete tables and its
+/// pid (asked every 100 ms, for at most `limit`), then ends it as Ctrl-C does; its output.
+fn top_until(args: &[&str], limit: Duration, mut enough: impl FnMut(&[&str], u32) -> bool) -> std::process::Output {
+    use std::sync::{Arc, Mutex};
+    let mut top = pyperf()
+        .arg("top")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pyperf top");
+    let stdout = Arc::new(Mutex::new(Vec::new()));
+    let reader = {
+        let stdout = stdout.clone();
+        let mut out = top.stdout.take().expect("stdout");
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 65536];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut out, &mut buf) {
+                stdout.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    let text = || String::from_utf8_lossy(&stdout.lock().unwrap_or_else(|e| e.into_inner())).into_owned();
+    let t0 = Instant::now();
+    while !enough(&complete_tables(&text()), top.id()) {
+        let done = top.try_wait().expect("pyperf top's status");
+        assert!(done.is_none() && t0.elapsed() < limit, "not enough within {limit:?} ({done:?}):\n{}", text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // SAFETY: plain kill(2) of a child this test started and has not waited for yet.
+    assert_eq!(unsafe { libc::kill(top.id() as i32, libc::SIGINT) }, 0, "SIGINT to pyperf top");
+    let mut out = top.wait_with_output().expect("pyperf top");
+    reader.join().expect("reader");
+    out.stdout = std::mem::take(&mut *stdout.lock().unwrap_or_else(|e| e.into_inner()));
+    out
+}
+
 #[test]
 fn plain_tables_when_stdout_is_not_a_terminal() {
     let _guard = serial();
-    let python = interpreter(PYTHON);
     let (_dir, file) = scratch("top.pyp");
-    let out = pyperf()
-        .args(["top", "-d", "5.5", "--interval", "1", "--rows", "6", "-o"])
-        .arg(&file)
-        .arg("--")
-        .arg(&python)
-        .arg(workload("top.py"))
-        .arg("20")
-        .stdin(Stdio::null())
-        .output()
-        .expect("pyperf top");
+    let target = Workload::start("top.py");
+    // The worker's first samples may come a few tables late on a busy machine (the thread's start): from the first
+    // table with hot_a first and hot_b on, each has both threads' functions in their proportions, and so has the
+    // since-start table. It runs until three such tables have come.
+    let steady = |t: &&str| {
+        let r = rows(t);
+        r.first().is_some_and(|r| r.2 == "hot_a") && r.iter().any(|r| r.2 == "hot_b")
+    };
+    let file_arg = file.to_str().expect("UTF-8 path");
+    let out = top_until(&["--interval", "1", "--rows", "6", "-o", file_arg, "-p", &target.pid()], STEP * 4, |t, _| {
+        t.iter().position(steady).is_some_and(|first| t.len() - first >= 3)
+    });
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!("{stdout}\n{stderr}");
     assert!(out.status.success(), "{stderr}");
     let tables: Vec<&str> = stdout.split("pyperf top - ").skip(1).collect();
-    // One a second for 5.5 s (from the view's start, which a busy machine delays), and the since-start one at the
-    // end.
-    assert!(tables.len() >= 4, "{} tables", tables.len());
     let last = tables.last().expect("a table");
     assert!(last.contains("since start"), "{last}");
     for t in &tables {
         assert!(rows(t).len() <= 6, "--rows 6: {t}");
     }
-    // The worker's first samples may come a few tables late on a busy machine (the Python's start, the thread's):
-    // from the first table with hot_a first and hot_b on, each has both threads' functions in their proportions,
-    // and so has the since-start table; at least the last two periodic ones are among them.
-    let steady = |t: &&str| {
-        let r = rows(t);
-        r.first().is_some_and(|r| r.2 == "hot_a") && r.iter().any(|r| r.2 == "hot_b")
-    };
     let first = tables.iter().position(steady).expect("a table with hot_a first and hot_b");
-    assert!(first + 3 <= tables.len(), "hot_b only from table {first} of {}", tables.len());
+    assert!(first + 4 <= tables.len(), "hot_b only from table {first} of {}", tables.len());
     for t in &tables[first..] {
         let r = rows(t);
         assert_eq!(r.first().map(|r| r.2.as_str()), Some("hot_a"), "the hot function first: {t}");
@@ -230,14 +282,31 @@ const STEP: Duration = Duration::from_secs(30);
 fn top_pid(t: &Tmux) -> Option<u32> {
     let out = t.cmd(&["display", "-p", "-t", "top", "#{pane_pid}"]).output().ok()?;
     let shell: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().ok()?;
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // `pid (comm) state ppid ...`: the comm may hold spaces, so read after its last ')'.
-        let (head, rest) = stat.rsplit_once(')')?;
-        let ppid: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
-        (ppid == shell && head.ends_with("(pyperf")).then_some(pid)
-    })
+    children(shell).into_iter().find(|(_, comm)| comm == "pyperf").map(|(pid, _)| pid)
+}
+
+/// The one child of `pid` (the command `pyperf top -- CMD` runs), if it has exactly one.
+fn child_of(pid: u32) -> Option<u32> {
+    match children(pid).as_slice() {
+        [(child, _)] => Some(*child),
+        _ => None,
+    }
+}
+
+/// The children of `parent`: (pid, command name).
+fn children(parent: u32) -> Vec<(u32, String)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // `pid (comm) state ppid ...`: the comm may hold spaces, so read after its last ')'.
+            let (head, rest) = stat.rsplit_once(')')?;
+            let ppid: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
+            let comm = head.split_once('(')?.1.to_string();
+            (ppid == parent).then_some((pid, comm))
+        })
+        .collect()
 }
 
 #[test]
@@ -286,12 +355,18 @@ fn terminal_view_keys_and_every_way_out() {
     t.keys(&["a"]);
     t.wait(STEP, "all threads", |s| head(s).is_some_and(|l| l.contains("all threads")));
 
-    // p: the table stands still (the header says PAUSED) until p again. That nothing changes can only be seen
-    // over a while: 2.5 s, more than two refreshes of 1 s.
+    // p: the table stands still (the header says PAUSED) until p again. That nothing changes is seen once an
+    // unpaused table would have changed: after more than two refreshes of 1 s, and once the workload has run (on a
+    // busy machine it may get little CPU meanwhile) for new samples.
     t.keys(&["p"]);
     let (paused, _) = t.wait(STEP, "paused", |s| s.contains("PAUSED"));
-    std::thread::sleep(Duration::from_millis(2500));
-    let later = t.screen();
+    let target = top_pid(&t).and_then(child_of).expect("the workload pyperf top runs");
+    let cpu0 = cpu_time(target).expect("the workload's CPU time");
+    let t0 = Instant::now();
+    let (later, _) = t.wait(STEP, "2.5 s and 0.5 s of the workload's CPU, paused", |_| {
+        t0.elapsed() >= Duration::from_millis(2500)
+            && cpu_time(target).is_some_and(|c| c >= cpu0 + Duration::from_millis(500))
+    });
     assert!(later.contains("PAUSED"), "{later}");
     assert_eq!(table_of(&paused), table_of(&later), "paused, the table changed");
     t.keys(&["p"]);
@@ -390,15 +465,11 @@ fn hostile_names_cannot_drive_the_terminal() {
 #[test]
 fn hostile_names_in_the_plain_tables() {
     let _guard = serial();
-    let python = interpreter(PYTHON);
-    let out = pyperf()
-        .args(["top", "-d", "4", "--interval", "1", "--rows", "40", "--"])
-        .arg(&python)
-        .arg(workload("hostile_names.py"))
-        .arg("20")
-        .stdin(Stdio::null())
-        .output()
-        .expect("pyperf top");
+    let target = Workload::start("hostile_names.py");
+    // Until three of the names have been sampled (the check below), however slowly a busy machine runs it.
+    let sampled =
+        |t: &[&str]| HOSTILE.iter().filter(|(start, _)| t.iter().any(|t| t.contains(&format!("  {start}")))).count();
+    let out = top_until(&["--interval", "1", "--rows", "40", "-p", &target.pid()], STEP * 4, |t, _| sampled(t) >= 3);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(!out.stdout.contains(&0x1b), "an ESC on stdout: {}", String::from_utf8_lossy(&out.stdout));
@@ -434,16 +505,25 @@ fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS")
 }
 
-/// `top -a` over a minute while a short-lived Python process (two threads, names of its own, functions of its own
-/// module) starts every 100 ms: its resident memory after the first 15 s stays flat.
+/// `top -a` while a short-lived Python process (two threads, names of its own, functions of its own module) starts
+/// every 100 ms: its resident memory stays flat once it has seen the first hundred come and go. Measured by the
+/// churn's own count, not by time: a loaded machine starts fewer processes a second, and starts pyperf slower.
 #[test]
 fn memory_stays_flat_with_churning_processes() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    // Processes started after the view first shows the churn's function: the RSS peaks of [EARLY, LATE) and of
+    // [LATE, END] are compared.
+    const EARLY: u64 = 100;
+    const LATE: u64 = 300;
+    const END: u64 = 450;
     let _guard = serial();
     let python = interpreter(PYTHON);
-    let seconds = 60u64;
+    // Prints the number of processes it has started, a line each; runs until killed.
     let mut churn = Command::new(&python)
         .arg("-c")
-        .arg(format!(
+        .arg(
             r#"
 import subprocess, sys, time
 child = '''
@@ -458,62 +538,69 @@ t.start()
 busy(end)
 t.join()
 '''
-end = time.time() + {seconds} + 5
 procs = []
-while time.time() < end:
+started = 0
+while True:
     procs.append(subprocess.Popen([sys.executable, "-c", child]))
+    started += 1
+    sys.stdout.write("%d\n" % started)
+    sys.stdout.flush()
     procs = [p for p in procs if p.poll() is None]
     time.sleep(0.1)
-for p in procs:
-    p.wait()
-"#
-        ))
+"#,
+        )
+        .stdout(Stdio::piped())
         .spawn()
         .expect("the churn");
-    std::thread::sleep(Duration::from_secs(1));
-    let mut top = pyperf()
-        // Rows enough for the churn's functions among those of whatever other Python runs on the host meanwhile.
-        .args(["top", "-a", "--interval", "1", "--rows", "100", "-d", &seconds.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("pyperf top -a");
-    let pid = top.id();
-    let t0 = Instant::now();
-    let mut samples = Vec::new();
-    // Read its output meanwhile (a full pipe would block it).
-    let mut stdout = top.stdout.take().expect("stdout");
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut stdout, &mut s);
-        s
-    });
-    while t0.elapsed() < Duration::from_secs(seconds - 2) {
-        std::thread::sleep(Duration::from_secs(5));
-        samples.push((t0.elapsed().as_secs(), rss_kib(pid)));
+    let churned = Arc::new(AtomicU64::new(0));
+    {
+        let churned = churned.clone();
+        let out = churn.stdout.take().expect("the churn's stdout");
+        std::thread::spawn(move || {
+            for n in std::io::BufRead::lines(std::io::BufReader::new(out)).map_while(Result::ok) {
+                churned.store(n.trim().parse().unwrap_or(0), Ordering::SeqCst);
+            }
+        });
     }
-    let out = top.wait_with_output().expect("pyperf top");
-    let stdout = reader.join().expect("reader");
+    let t0 = Instant::now();
+    while churned.load(Ordering::SeqCst) == 0 {
+        assert!(t0.elapsed() < STEP, "the churn started no process within {STEP:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // From the first table with the churn's function (from then on pyperf follows the churn), every second: (processes
+    // started since, RSS KiB, tables so far), until END more have come and gone.
+    let mut base = None;
+    let mut samples = Vec::new();
+    let mut next = Instant::now();
+    // Rows enough for the churn's functions among those of whatever other Python runs on the host meanwhile.
+    let out = top_until(&["-a", "--interval", "1", "--rows", "100"], Duration::from_secs(600), |t, pid| {
+        let churned = churned.load(Ordering::SeqCst);
+        if base.is_none() && t.iter().any(|t| t.contains("busy")) {
+            base = Some(churned);
+        }
+        let Some(base) = base else { return false };
+        if Instant::now() >= next {
+            next = Instant::now() + Duration::from_secs(1);
+            samples.push((churned - base, rss_kib(pid), t.len()));
+        }
+        churned - base >= END
+    });
     let _ = churn.kill();
     let _ = churn.wait();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("RSS (s, KiB): {samples:?}\n{stderr}");
+    eprintln!("(processes, RSS KiB, tables): {samples:?}\n{stderr}");
     assert!(out.status.success(), "{stderr}");
-    let tables = stdout.matches("pyperf top - ").count();
-    assert!(tables as u64 >= seconds - 5, "{tables} tables in {seconds} s");
-    assert!(
-        stdout.contains("busy"),
-        "the churning processes' function in the tables; the last:\n{}",
-        stdout.rsplit("pyperf top - ").next().unwrap_or("")
-    );
-    let peak = |from: u64, to: u64| samples.iter().filter(|(s, _)| (from..to).contains(s)).map(|(_, r)| *r).max();
-    let (Some(early), Some(late)) = (peak(15, 40), peak(40, u64::MAX)) else {
-        panic!("RSS samples from 15 s to 40 s and after: {samples:?}")
+    let peak = |from: u64, to: u64| samples.iter().filter(|s| (from..to).contains(&s.0)).map(|s| s.1).max();
+    let (Some(early), Some(late)) = (peak(EARLY, LATE), peak(LATE, u64::MAX)) else {
+        panic!("RSS samples from {EARLY} to {LATE} processes and after: {samples:?}")
     };
-    // Flat: the peak of the last 20 s no higher (give or take 1 MiB of allocator noise) than that of 15-40 s, while
-    // ~450 processes came and went. Not the spread of all samples: `-a` follows every Python on the host, and on a
-    // shared machine the others' come and go too, moving RSS a few MiB down and up again.
+    // The tables kept coming while memory was measured.
+    let at_late = samples.iter().find(|s| s.0 >= LATE).map_or(0, |s| s.2);
+    let tables = complete_tables(&String::from_utf8_lossy(&out.stdout)).len();
+    assert!(tables > at_late, "no table after {LATE} processes: {samples:?}");
+    // Flat: the peak of the last processes no higher (give or take 1 MiB of allocator noise) than that of the
+    // earlier ones. Not the spread of all samples: `-a` follows every Python on the host, and on a shared machine
+    // the others' come and go too, moving RSS a few MiB down and up again.
     assert!(late <= early + 1024, "RSS grew from a peak of {early} KiB to {late} KiB: {samples:?}");
 }
 
@@ -522,15 +609,11 @@ for p in procs:
 #[test]
 fn off_cpu_wall_view() {
     let _guard = serial();
-    let python = interpreter(PYTHON);
-    let out = pyperf()
-        .args(["top", "--off-cpu", "-d", "3", "--rows", "12", "--"])
-        .arg(&python)
-        .arg(workload("top.py"))
-        .arg("20")
-        .stdin(Stdio::null())
-        .output()
-        .expect("pyperf top --off-cpu");
+    let target = Workload::start("top.py");
+    // Until three tables have the worker's sleeps (the shares below are those of the since-start table after them).
+    let out = top_until(&["--off-cpu", "--interval", "1", "--rows", "12", "-p", &target.pid()], STEP * 4, |t, _| {
+        t.iter().filter(|t| t.contains("[off-CPU: clock_nanosleep]")).count() >= 3
+    });
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success());

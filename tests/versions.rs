@@ -415,70 +415,7 @@ fn check_version(name: &str) {
     assert!(held * 100 >= hold.len() * 85, "{name}: bytecode thread holds the GIL in {held} of {}", hold.len());
 }
 
-#[test]
-fn python_2_7_18() {
-    check_version("2.7.18");
-}
-
-#[test]
-fn python_3_6_15() {
-    check_version("3.6.15");
-}
-
-#[test]
-fn python_3_7_16() {
-    check_version("3.7.16");
-}
-
-#[test]
-fn python_3_8_18() {
-    check_version("3.8.18");
-}
-
-#[test]
-fn python_3_9_18() {
-    check_version("3.9.18");
-}
-
-#[test]
-fn python_3_10_13() {
-    check_version("3.10.13");
-}
-
-#[test]
-fn python_3_11_7() {
-    check_version("3.11.7");
-}
-
-#[test]
-fn python_3_12_1() {
-    check_version("3.12.1");
-}
-
-#[test]
-fn python_3_13_0() {
-    check_version("3.13.0");
-}
-
-#[test]
-fn python_debian_3_11() {
-    check_version("debian-3.11");
-}
-
-#[test]
-fn python_sid_3_13() {
-    check_version("sid-3.13");
-}
-
-#[test]
-fn python_sid_3_14() {
-    check_version("sid-3.14");
-}
-
-#[test]
-fn python_sid_3_15() {
-    check_version("sid-3.15");
-}
+every_interpreter!(check_version);
 
 /// Every entry of the table has a test above, every supported version has an entry, and every interpreter of
 /// testdata/interpreters (what scripts/setup installs) is recorded.

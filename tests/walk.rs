@@ -12,25 +12,14 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
 use pyperf::python::code::{CodeReader, FirstLocal, ProcMem, Resolution};
 use pyperf::python::config::bpf_config;
 use pyperf::python::walk::{StackWalker, WalkedStack};
-use pyperf::python::PythonProcess;
 use pyperf_format::{GilState, StackStatus};
-
-/// A child process killed on drop.
-struct Kid(Child);
-
-impl Drop for Kid {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A symbolized frame: (qualified name, file, line).
 type Frame = (String, String, u32);
@@ -103,17 +92,6 @@ fn symbolize(reader: &mut CodeReader<ProcMem>, stack: &WalkedStack) -> Vec<Frame
         }
     }
     out
-}
-
-fn inspect_when_ready(pid: u32) -> PythonProcess {
-    let t = Instant::now();
-    loop {
-        match pyperf::python::inspect(pid) {
-            Ok(p) => return p,
-            Err(e) if t.elapsed() > Duration::from_secs(10) => panic!("inspect({pid}): {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
 }
 
 /// What the workload's threads must show, root first: the main thread's stack, and the worker's own frames (at its

@@ -484,8 +484,8 @@ fn field_ptr(obj: &[u8], off: i32) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::python::objects::utf8_cut;
+    use crate::python::testing::FakeMem as Mem;
     use crate::python::versions::row_for;
-    use std::collections::BTreeMap;
 
     #[test]
     fn scopes() {
@@ -509,49 +509,18 @@ mod tests {
         assert_eq!(cut_str("ééé".to_string(), 5), ("éé".to_string(), true));
     }
 
-    /// A fake target address space: disjoint regions, a read must fall inside one.
-    #[derive(Default)]
-    struct Mem {
-        regions: BTreeMap<u64, Vec<u8>>,
-        next: u64,
+    /// Python objects in a simulated process's memory, in the layout of `l`.
+    trait Objects {
+        fn str3(&self, l: &Layout, text: &str, compact: bool) -> u64;
+        fn bytes(&self, l: &Layout, b: &[u8]) -> u64;
+        fn text(&self, l: &Layout, t: &str) -> u64;
+        fn tuple(&self, l: &Layout, items: &[u64]) -> u64;
+        fn type_obj(&self, l: &Layout, name: &str, meta: u64, flags: u64) -> u64;
     }
 
-    impl ReadMem for &Mem {
-        fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
-            let Some((start, data)) = self.regions.range(..=addr).next_back() else { return false };
-            let off = (addr - start) as usize;
-            match data.get(off..off + buf.len()) {
-                Some(src) => {
-                    buf.copy_from_slice(src);
-                    true
-                }
-                None => false,
-            }
-        }
-    }
-
-    impl Mem {
-        fn new() -> Mem {
-            Mem { regions: BTreeMap::new(), next: 0x10_000 }
-        }
-
-        /// Places `data` at a fresh address, padded to whole pages (memory is readable page by page), with an
-        /// unmapped page after it.
-        fn put(&mut self, mut data: Vec<u8>) -> u64 {
-            data.resize(data.len().div_ceil(4096).max(1) * 4096, 0);
-            let at = self.next;
-            self.next += (data.len() as u64 / 4096 + 2) * 4096;
-            self.regions.insert(at, data);
-            at
-        }
-
-        fn set(&mut self, obj: u64, off: i32, bytes: &[u8]) {
-            let data = self.regions.get_mut(&obj).unwrap();
-            data[off as usize..off as usize + bytes.len()].copy_from_slice(bytes);
-        }
-
+    impl Objects for Mem {
         /// A 3.x str in the layout of `l`: compact (ASCII or not) or legacy, of the smallest kind.
-        fn str3(&mut self, l: &Layout, text: &str, compact: bool) -> u64 {
+        fn str3(&self, l: &Layout, text: &str, compact: bool) -> u64 {
             let chars: Vec<u32> = text.chars().map(|c| c as u32).collect();
             let max = chars.iter().copied().max().unwrap_or(0);
             let ascii = max < 128;
@@ -592,14 +561,14 @@ mod tests {
         }
 
         /// PyBytesObject / 2.7 PyStringObject.
-        fn bytes(&mut self, l: &Layout, b: &[u8]) -> u64 {
+        fn bytes(&self, l: &Layout, b: &[u8]) -> u64 {
             let mut obj = vec![0u8; l.bytes_data as usize + b.len() + 1];
             obj[l.bytes_size as usize..][..8].copy_from_slice(&(b.len() as u64).to_le_bytes());
             obj[l.bytes_data as usize..][..b.len()].copy_from_slice(b);
             self.put(obj)
         }
 
-        fn text(&mut self, l: &Layout, t: &str) -> u64 {
+        fn text(&self, l: &Layout, t: &str) -> u64 {
             if l.version.0 == 2 {
                 self.bytes(l, t.as_bytes())
             } else {
@@ -607,7 +576,7 @@ mod tests {
             }
         }
 
-        fn tuple(&mut self, l: &Layout, items: &[u64]) -> u64 {
+        fn tuple(&self, l: &Layout, items: &[u64]) -> u64 {
             let mut obj = vec![0u8; l.tuple_item as usize + 8 * items.len()];
             obj[l.bytes_size as usize..][..8].copy_from_slice(&(items.len() as u64).to_le_bytes());
             for (i, it) in items.iter().enumerate() {
@@ -617,7 +586,7 @@ mod tests {
         }
 
         /// A type object named `name` whose type is `meta` (0: itself), with tp_flags `flags`.
-        fn type_obj(&mut self, l: &Layout, name: &str, meta: u64, flags: u64) -> u64 {
+        fn type_obj(&self, l: &Layout, name: &str, meta: u64, flags: u64) -> u64 {
             let mut cname = name.as_bytes().to_vec();
             cname.push(0);
             let name_at = self.put(cname);
@@ -636,7 +605,7 @@ mod tests {
     }
 
     /// A code object named `name` at line `first` of `file`, with `args.0` arguments, the first `args.1`.
-    fn code(mem: &mut Mem, l: &Layout, code_type: u64, name: &str, file: &str, first: u32, args: (i32, &str)) -> Code {
+    fn code(mem: &Mem, l: &Layout, code_type: u64, name: &str, file: &str, first: u32, args: (i32, &str)) -> Code {
         let (argc, arg0) = args;
         let name_p = mem.text(l, name);
         let file_p = mem.text(l, file);
@@ -672,12 +641,12 @@ mod tests {
         for v in [(2, 7), (3, 6), (3, 10), (3, 11), (3, 12), (3, 13)] {
             let row = row_for(v.0, v.1).unwrap();
             let l = row.layout;
-            let mut mem = Mem::new();
+            let mem = Mem::default();
             // The last page of the address space, full of 0xff.
-            mem.regions.insert(u64::MAX - 4095, vec![0xff; 4096]);
+            mem.put_at(u64::MAX - 4095, vec![0xff; 4096]);
             let code_type = mem.type_obj(l, "code", 0, 0);
             let meta = mem.type_obj(l, "type", 0, TPFLAGS_TYPE_SUBCLASS);
-            let c = code(&mut mem, l, code_type, "f", "a.py", 3, (1, "cls"));
+            let c = code(&mem, l, code_type, "f", "a.py", 3, (1, "cls"));
             for bad in [u64::MAX - 3, u64::MAX - 16] {
                 mem.set(c.addr, l.code_name, &bad.to_le_bytes());
                 mem.set(c.addr, l.code_filename, &bad.to_le_bytes());
@@ -686,7 +655,7 @@ mod tests {
                 assert_eq!(r.resolve(c.addr, 0, check, FirstLocal::NONE), Resolution::Lost, "{v:?}");
             }
             // A class at the very end (its type and name lie past it), and a type pointer there.
-            let c = code(&mut mem, l, code_type, "g", "a.py", 5, (1, "cls"));
+            let c = code(&mem, l, code_type, "g", "a.py", 5, (1, "cls"));
             let mut r = CodeReader::new(&mem, row, Some(code_type));
             for first in [
                 FirstLocal { object: u64::MAX - 7, type_addr: meta },
@@ -705,7 +674,7 @@ mod tests {
         for v in [(3, 6), (3, 9), (3, 11), (3, 12), (3, 13)] {
             let row = row_for(v.0, v.1).unwrap();
             let l = row.layout;
-            let mut mem = Mem::new();
+            let mem = Mem::default();
             let texts = ["plain", "calcul_é", "計算_名前", "chemin_𝔘/𠮷.py", ""];
             let mut objs = Vec::new();
             for t in texts {
@@ -726,7 +695,7 @@ mod tests {
         // 2.7: byte strings, cut on a UTF-8 character boundary.
         let row = row_for(2, 7).unwrap();
         let l = row.layout;
-        let mut mem = Mem::new();
+        let mem = Mem::default();
         let o = mem.bytes(l, "chemin_ü_𝔘/f.py".as_bytes());
         let r = CodeReader::new(&mem, row, None);
         assert_eq!(r.read_str(o, 100), Some(("chemin_ü_𝔘/f.py".to_string(), false)));
@@ -738,15 +707,15 @@ mod tests {
         for v in [(2, 7), (3, 6), (3, 10)] {
             let row = row_for(v.0, v.1).unwrap();
             let l = row.layout;
-            let mut mem = Mem::new();
+            let mem = Mem::default();
             let code_type = mem.put(vec![0u8; 64]);
             let meta = mem.type_obj(l, "type", 0, TPFLAGS_TYPE_SUBCLASS);
             let worker = mem.type_obj(l, "Worker", meta, 0);
             let instance = mem.type_obj(l, "instance", meta, 0);
-            let method = code(&mut mem, l, code_type, "step", "/w.py", 10, (1, "self"));
-            let cm = code(&mut mem, l, code_type, "make", "/w.py", 20, (1, "cls"));
-            let plain = code(&mut mem, l, code_type, "helper", "/w.py", 30, (1, "n"));
-            let noarg = code(&mut mem, l, code_type, "local_self", "/w.py", 40, (0, "self"));
+            let method = code(&mem, l, code_type, "step", "/w.py", 10, (1, "self"));
+            let cm = code(&mem, l, code_type, "make", "/w.py", 20, (1, "cls"));
+            let plain = code(&mem, l, code_type, "helper", "/w.py", 30, (1, "n"));
+            let noarg = code(&mem, l, code_type, "local_self", "/w.py", 40, (0, "self"));
             let obj = mem.put(vec![0u8; 64]);
             let mut r = CodeReader::new(&mem, row, Some(code_type));
             let inst = FirstLocal { object: obj, type_addr: worker };
@@ -780,13 +749,13 @@ mod tests {
     fn qualified_names_and_long_names_from_3_11() {
         let row = row_for(3, 12).unwrap();
         let l = row.layout;
-        let mut mem = Mem::new();
+        let mem = Mem::default();
         let code_type = mem.put(vec![0u8; 64]);
-        let c = code(&mut mem, l, code_type, "inner", "/w.py", 5, (0, "x"));
+        let c = code(&mem, l, code_type, "inner", "/w.py", 5, (0, "x"));
         let q = mem.text(l, "outer.<locals>.inner");
         mem.set(c.addr, l.code_qualname, &q.to_le_bytes());
         let long = "n".repeat(1500);
-        let lc = code(&mut mem, l, code_type, &long, &format!("/{}.py", "d".repeat(5000)), 7, (0, "x"));
+        let lc = code(&mem, l, code_type, &long, &format!("/{}.py", "d".repeat(5000)), 7, (0, "x"));
         let lq = mem.text(l, &format!("Cls.{long}"));
         mem.set(lc.addr, l.code_qualname, &lq.to_le_bytes());
         let mut r = CodeReader::new(&mem, row, Some(code_type));
@@ -807,13 +776,13 @@ mod tests {
             let l = row.layout;
             // The first instruction (3.11+ hide a frame that has not started).
             let at = if v >= (3, 11) { l.code_code as u32 } else { 0 };
-            let mut live = Mem::new();
+            let live = Mem::default();
             let code_type = live.put(vec![0u8; 64]);
-            let c = code(&mut live, l, code_type, "gone", "/gone.py", 3, (0, "x"));
+            let c = code(&live, l, code_type, "gone", "/gone.py", 3, (0, "x"));
             // What the program copies: the code object and the first bytes of the objects it names.
-            let obj = |m: &Mem, addr: u64, n: usize| m.regions[&addr][..n].to_vec();
+            let obj = |m: &Mem, addr: u64, n: usize| m.region(addr)[..n].to_vec();
             let ptr = |m: &Mem, off: i32| {
-                u64::from_le_bytes(m.regions[&c.addr][off as usize..off as usize + 8].try_into().unwrap())
+                u64::from_le_bytes(m.region(c.addr)[off as usize..off as usize + 8].try_into().unwrap())
             };
             let snapshot = |m: &Mem| {
                 let mut snap = Snapshot::default();
@@ -829,7 +798,7 @@ mod tests {
                 snap
             };
             // The process's memory now: the code object is gone.
-            let freed = Mem::new();
+            let freed = Mem::default();
             let mut r = CodeReader::new(&freed, row, Some(code_type));
             r.add_snapshot(c.addr, c.check ^ 1, snapshot(&live));
             assert_eq!(
@@ -854,10 +823,9 @@ mod tests {
             assert_eq!(r.from_snapshots(), 0, "{v:?}");
 
             // The file name object freed and its memory reused since the sample: the copy still names it right.
-            let mut later = Mem::new();
-            later.regions = live.regions.clone();
+            let later = live.clone();
             let file = ptr(&live, l.code_filename);
-            later.regions.get_mut(&file).expect("file object").fill(0xee);
+            later.regions.borrow_mut().get_mut(&file).expect("file object").fill(0xee);
             let mut r = CodeReader::new(&later, row, Some(code_type));
             r.add_snapshot(c.addr, c.check, snapshot(&live));
             assert_eq!(frame(r.resolve(c.addr, at, c.check, FirstLocal::NONE)).file, "/gone.py", "{v:?}");
@@ -869,9 +837,9 @@ mod tests {
         for v in [(3, 11), (3, 12), (3, 13)] {
             let row = row_for(v.0, v.1).unwrap();
             let l = row.layout;
-            let mut mem = Mem::new();
+            let mem = Mem::default();
             let code_type = mem.put(vec![0u8; 64]);
-            let shim = code(&mut mem, l, code_type, "__init__", "__init__", 0, (0, "x"));
+            let shim = code(&mem, l, code_type, "__init__", "__init__", 0, (0, "x"));
             let ft = row.first_traceable.unwrap();
             mem.set(shim.addr, ft, &4i32.to_le_bytes());
             let mut r = CodeReader::new(&mem, row, Some(code_type));
@@ -886,9 +854,9 @@ mod tests {
         // Before 3.11 a frame not started yet is shown at its first line, as the interpreter does.
         let row = row_for(3, 10).unwrap();
         let l = row.layout;
-        let mut mem = Mem::new();
+        let mem = Mem::default();
         let code_type = mem.put(vec![0u8; 64]);
-        let c = code(&mut mem, l, code_type, "f", "/f.py", 12, (0, "x"));
+        let c = code(&mem, l, code_type, "f", "/f.py", 12, (0, "x"));
         let mut r = CodeReader::new(&mem, row, Some(code_type));
         assert_eq!(frame(r.resolve(c.addr, u32::MAX, c.check, FirstLocal::NONE)).line, 12);
     }

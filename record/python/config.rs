@@ -283,6 +283,7 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool) -> Result<ProcConfig, C
 mod tests {
     use super::*;
     use crate::python::detect::PythonAddrs;
+    use crate::python::testing;
     use crate::python::versions::{row_for, Row, ROWS};
 
     fn fake(version: (u8, u8, u8), row: &'static Row) -> PythonProcess {
@@ -298,17 +299,7 @@ mod tests {
                 ..Default::default()
             }
         };
-        PythonProcess {
-            pid: 1,
-            version,
-            interpreter: "/x".into(),
-            executable: "/x".into(),
-            build_id: None,
-            cmdline: Vec::new(),
-            load_bias: 0,
-            addrs,
-            row,
-        }
+        testing::process(version, row, addrs)
     }
 
     /// What each version's configuration asks of the BPF walker.

@@ -203,33 +203,30 @@ fn watch(probes: &mut dyn Uprobes, pid: u32, frees: &CodeFrees) -> Result<(), St
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::python::testing::FakeMem;
     use std::collections::HashMap;
 
-    struct Mem(HashMap<u64, u64>);
-    impl ReadMem for &Mem {
-        fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
-            match self.0.get(&addr) {
-                Some(v) if buf.len() == 8 => {
-                    buf.copy_from_slice(&v.to_le_bytes());
-                    true
-                }
-                _ => false,
-            }
+    /// Memory holding these words (address, value), each alone.
+    fn words(words: HashMap<u64, u64>) -> FakeMem {
+        let mem = FakeMem::default();
+        for (at, v) in words {
+            mem.put_at(at, v.to_le_bytes().to_vec());
         }
+        mem
     }
 
     #[test]
     fn the_main_interpreter_is_the_last_of_the_list() {
         // head -> 0x3000 (newest subinterpreter) -> 0x2000 -> 0x1000 (main), `next` at +8.
-        let mem = Mem(HashMap::from([(0x50, 0x3000), (0x3008, 0x2000), (0x2008, 0x1000), (0x1008, 0)]));
+        let mem = words(HashMap::from([(0x50, 0x3000), (0x3008, 0x2000), (0x2008, 0x1000), (0x1008, 0)]));
         assert_eq!(main_interpreter(&&mem, 0x50, 8), Ok(0x1000));
-        let alone = Mem(HashMap::from([(0x50, 0x1000), (0x1008, 0)]));
+        let alone = words(HashMap::from([(0x50, 0x1000), (0x1008, 0)]));
         assert_eq!(main_interpreter(&&alone, 0x50, 8), Ok(0x1000));
         // Not created yet, or a link unreadable: no count, no guess.
-        assert!(main_interpreter(&&Mem(HashMap::from([(0x50, 0)])), 0x50, 8).is_err());
-        assert!(main_interpreter(&&Mem(HashMap::from([(0x50, 0x3000), (0x3008, 0x2000)])), 0x50, 8).is_err());
+        assert!(main_interpreter(&&words(HashMap::from([(0x50, 0)])), 0x50, 8).is_err());
+        assert!(main_interpreter(&&words(HashMap::from([(0x50, 0x3000), (0x3008, 0x2000)])), 0x50, 8).is_err());
         // A cycle (a list read while it changes) ends.
-        let cycle = Mem(HashMap::from([(0x50, 0x1000), (0x1008, 0x2000), (0x2008, 0x1000)]));
+        let cycle = words(HashMap::from([(0x50, 0x1000), (0x1008, 0x2000), (0x2008, 0x1000)]));
         assert!(main_interpreter(&&cycle, 0x50, 8).is_err());
     }
 

@@ -14,6 +14,7 @@
 //! - [`objects`]: reading `str`, `int`, `dict` and instance attributes from a process's memory; [`threads`]: the
 //!   names of its Python threads (`threading.Thread.name`); [`walk`]: a thread's Python stack walked from user space,
 //!   as the BPF program walks it (threads that never ran while recorded).
+//! - `testing` (unit tests only): a simulated process's memory and a process record for the tests above.
 
 pub mod code;
 pub mod config;
@@ -25,6 +26,8 @@ pub mod linetable;
 pub mod mem;
 pub mod objects;
 pub mod probes;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod threads;
 pub mod versions;
 pub mod walk;

@@ -363,55 +363,12 @@ fn verify_pthread_tid<M: ReadMem>(objs: &mut Objects<'_, M>, live: &[Live], ns_p
 mod tests {
     use super::*;
     use crate::python::objects::{read_bytes, read_cstr, read_str};
+    use crate::python::testing::FakeMem as Mem;
     use crate::python::versions::{
         row_for, InstanceDicts, Strings, MANAGED_DICT_BEFORE, MANAGED_VALUES_BEFORE_311, ROWS, TPFLAGS_DICT_SUBCLASS,
         TPFLAGS_HEAPTYPE, TPFLAGS_INLINE_VALUES, TPFLAGS_INT_SUBCLASS, TPFLAGS_LONG_SUBCLASS, TPFLAGS_MANAGED_DICT,
         TPFLAGS_STRING_SUBCLASS, TPFLAGS_UNICODE_SUBCLASS,
     };
-    use std::cell::{Cell, RefCell};
-    use std::collections::BTreeMap;
-
-    /// A simulated target process: disjoint regions, a read must fall inside one. `mutate_at`: before the read of
-    /// that number (counting from 0), the pending writes are applied (what the program changed meanwhile). `bytes`:
-    /// the bytes read (asked for).
-    #[derive(Default)]
-    struct Mem {
-        regions: RefCell<BTreeMap<u64, Vec<u8>>>,
-        next: u64,
-        reads: Cell<usize>,
-        bytes: Cell<u64>,
-        mutate_at: Cell<Option<usize>>,
-        pending: RefCell<Vec<(u64, Vec<u8>)>>,
-    }
-
-    impl ReadMem for &Mem {
-        fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
-            (**self).read(addr, buf)
-        }
-    }
-
-    impl ReadMem for Mem {
-        fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
-            let n = self.reads.get();
-            self.reads.set(n + 1);
-            self.bytes.set(self.bytes.get() + buf.len() as u64);
-            if self.mutate_at.get() == Some(n) {
-                for (at, bytes) in self.pending.borrow().iter() {
-                    self.write(*at, bytes);
-                }
-            }
-            let regions = self.regions.borrow();
-            let Some((start, data)) = regions.range(..=addr).next_back() else { return false };
-            let off = (addr - start) as usize;
-            match data.get(off..off + buf.len()) {
-                Some(src) => {
-                    buf.copy_from_slice(src);
-                    true
-                }
-                None => false,
-            }
-        }
-    }
 
     /// Objects of one interpreter's layout in a [`Mem`]. `natives`: the kernel tid of each thread ident made, for
     /// its thread state.
@@ -423,32 +380,6 @@ mod tests {
         dict_type: u64,
         plain_type: u64,
         natives: HashMap<u64, u64>,
-    }
-
-    impl Mem {
-        fn put(&mut self, mut data: Vec<u8>) -> u64 {
-            data.resize(data.len().div_ceil(4096).max(1) * 4096, 0);
-            let at = self.next.max(0x10_000);
-            self.next = at + (data.len() as u64 / 4096 + 2) * 4096;
-            self.regions.borrow_mut().insert(at, data);
-            at
-        }
-
-        /// `data` at `at` (the top of the address space, say).
-        fn put_at(&mut self, at: u64, data: Vec<u8>) {
-            self.regions.borrow_mut().insert(at, data);
-        }
-
-        fn write(&self, at: u64, bytes: &[u8]) {
-            let mut regions = self.regions.borrow_mut();
-            let (start, data) = regions.range_mut(..=at).next_back().expect("mapped");
-            let off = (at - start) as usize;
-            data[off..off + bytes.len()].copy_from_slice(bytes);
-        }
-
-        fn set(&self, at: u64, off: i32, v: u64) {
-            self.write(at + off as u64, &v.to_le_bytes());
-        }
     }
 
     impl Sim {
@@ -489,20 +420,20 @@ mod tests {
             let name_at = self.mem.put(cname);
             let t = self.mem.put(vec![0u8; 1024]);
             let l = self.l();
-            self.mem.set(t, l.object_type, t);
-            self.mem.set(t, l.type_name, name_at);
-            self.mem.set(t, self.row.type_flags, flags);
-            self.mem.set(t, l.type_basicsize, basicsize as u64);
-            self.mem.set(t, l.type_dictoffset, dictoffset as u64);
+            self.mem.u64(t, l.object_type, t);
+            self.mem.u64(t, l.type_name, name_at);
+            self.mem.u64(t, self.row.type_flags, flags);
+            self.mem.u64(t, l.type_basicsize, basicsize as u64);
+            self.mem.u64(t, l.type_dictoffset, dictoffset as u64);
             if l.heaptype_cached_keys >= 0 {
-                self.mem.set(t, l.heaptype_cached_keys, cached_keys);
+                self.mem.u64(t, l.heaptype_cached_keys, cached_keys);
             }
             t
         }
 
         fn obj(&mut self, ty: u64, size: usize) -> u64 {
             let o = self.mem.put(vec![0u8; size.max(64)]);
-            self.mem.set(o, self.l().object_type, ty);
+            self.mem.u64(o, self.l().object_type, ty);
             o
         }
 
@@ -511,7 +442,7 @@ mod tests {
             let l = self.l();
             let o = self.obj(self.str_type, 256);
             if self.row.strings == Strings::Py2Bytes {
-                self.mem.set(o, l.bytes_size, t.len() as u64);
+                self.mem.u64(o, l.bytes_size, t.len() as u64);
                 self.mem.write(o + l.bytes_data as u64, t.as_bytes());
             } else {
                 // Compact, one byte per character: ASCII (data after PyASCIIObject) or Latin-1 (after
@@ -521,7 +452,7 @@ mod tests {
                     | (1 << l.unicode_compact_shift)
                     | (u64::from(ascii) << l.unicode_ascii_shift);
                 let latin1: Vec<u8> = t.chars().map(|c| u8::try_from(u32::from(c)).expect("Latin-1")).collect();
-                self.mem.set(o, l.unicode_length, latin1.len() as u64);
+                self.mem.u64(o, l.unicode_length, latin1.len() as u64);
                 self.mem.write(o + l.unicode_state as u64, &(state as u32).to_le_bytes());
                 let data = if ascii { l.ascii_data } else { l.compact_data };
                 self.mem.write(o + data as u64, &latin1);
@@ -534,15 +465,15 @@ mod tests {
             let l = self.l();
             let o = self.obj(self.int_type, 64);
             if l.int_value >= 0 {
-                self.mem.set(o, l.int_value, v);
+                self.mem.u64(o, l.int_value, v);
                 return o;
             }
             let digits: Vec<u32> = (0..3).map(|i| ((v >> (30 * i)) & 0x3fff_ffff) as u32).collect();
             let n = digits.iter().rposition(|&d| d != 0).map_or(0, |i| i + 1);
             if l.long_tag >= 0 {
-                self.mem.set(o, l.long_tag, if n == 0 { 1 } else { (n as u64) << 3 });
+                self.mem.u64(o, l.long_tag, if n == 0 { 1 } else { (n as u64) << 3 });
             } else {
-                self.mem.set(o, l.bytes_size, n as u64);
+                self.mem.u64(o, l.bytes_size, n as u64);
             }
             for (i, d) in digits.iter().take(n).enumerate() {
                 self.mem.write(o + l.long_digits as u64 + 4 * i as u64, &d.to_le_bytes());
@@ -608,7 +539,7 @@ mod tests {
             }
             let array = v + l.dictvalues_values.max(0) as u64;
             for (i, &(_, value)) in items.iter().enumerate() {
-                self.mem.set(array + 8 * i as u64, 0, value);
+                self.mem.u64(array + 8 * i as u64, 0, value);
             }
             v
         }
@@ -626,12 +557,12 @@ mod tests {
                     b[48 * i + 16..48 * i + 24].copy_from_slice(&value.to_le_bytes());
                 }
                 let table = self.mem.put(b);
-                self.mem.set(d, l.dict_mask, slots as u64 - 1);
-                self.mem.set(d, l.dict_table, table);
+                self.mem.u64(d, l.dict_mask, slots as u64 - 1);
+                self.mem.u64(d, l.dict_table, table);
             } else {
                 let str_keys = items.iter().all(|&(k, _)| self.mem_type(k) == self.str_type);
                 let k = self.keys(items, if str_keys { 1 } else { 0 }, false);
-                self.mem.set(d, l.dict_keys, k);
+                self.mem.u64(d, l.dict_keys, k);
             }
             d
         }
@@ -646,7 +577,7 @@ mod tests {
         fn with_dict(&mut self, ty: u64, items: &[(u64, u64)]) -> u64 {
             let o = self.obj(ty, 64);
             let d = self.dict(items);
-            self.mem.set(o, 16, d);
+            self.mem.u64(o, 16, d);
             o
         }
 
@@ -673,7 +604,7 @@ mod tests {
             let k_threading = self.text("threading");
             let modules = self.dict(&[(k_sys, filler), (k_threading, threading)]);
             let interp = self.mem.put(vec![0u8; 8192]);
-            self.mem.set(interp, l.interp_modules, modules);
+            self.mem.u64(interp, l.interp_modules, modules);
             let mut seen = HashSet::new();
             let mut next = 0;
             for &(ident, native) in tstates.iter().rev() {
@@ -681,22 +612,22 @@ mod tests {
                     continue;
                 }
                 let t = self.mem.put(vec![0u8; 512]);
-                self.mem.set(t, l.tstate_next, next);
-                self.mem.set(t, l.tstate_thread_id, ident);
+                self.mem.u64(t, l.tstate_next, next);
+                self.mem.u64(t, l.tstate_thread_id, ident);
                 if l.tstate_native_thread_id >= 0 {
-                    self.mem.set(t, l.tstate_native_thread_id, native);
+                    self.mem.u64(t, l.tstate_native_thread_id, native);
                 }
                 next = t;
             }
-            self.mem.set(interp, l.interp_tstate_head, next);
+            self.mem.u64(interp, l.interp_tstate_head, next);
             let head = self.mem.put(vec![0u8; 64]);
             let mut addrs = PythonAddrs::default();
             if l.runtime_interpreters_head >= 0 {
                 let rt = self.mem.put(vec![0u8; 4096]);
-                self.mem.set(rt, l.runtime_interpreters_head, interp);
+                self.mem.u64(rt, l.runtime_interpreters_head, interp);
                 addrs.runtime = Some(rt);
             } else {
-                self.mem.set(head, 0, interp);
+                self.mem.u64(head, 0, interp);
                 addrs.interp_head = Some(head);
             }
             addrs
@@ -705,7 +636,7 @@ mod tests {
         /// A glibc thread control block for tid `tid`: its address (the pthread id).
         fn pthread(&mut self, tid: u32) -> u64 {
             let b = self.mem.put(vec![0u8; 0x400]);
-            self.mem.set(b, TCB_SELF as i32, b);
+            self.mem.u64(b, TCB_SELF as i32, b);
             self.mem.write(b + PTHREAD_TID_CANDIDATES[0], &tid.to_le_bytes());
             b
         }
@@ -776,7 +707,7 @@ mod tests {
             // Another pid than the main thread's tid there: the offset is not confirmed, no tid at all.
             assert_eq!(read_all(&s.mem, row, &addrs, 499), vec![], "{v:?}");
             // A thread whose ident is not a control block: no name for it.
-            s.mem.set(a.0, TCB_SELF as i32, 0);
+            s.mem.u64(a.0, TCB_SELF as i32, 0);
             assert_eq!(read_all(&s.mem, row, &addrs, 500), named(&[(500, "MainThread")]), "{v:?}");
             // No _MainThread: nothing confirms the offset.
             let mut s = Sim::new(row);
@@ -810,20 +741,20 @@ mod tests {
                 // The object: pre-header, then 48 bytes, then inline values.
                 let block = s.mem.put(vec![0u8; 256]);
                 let o = block + 64;
-                s.mem.set(o, s.l().object_type, ty);
+                s.mem.u64(o, s.l().object_type, ty);
                 let before = |b: u64| o - b;
                 if as_dict {
                     let d = s.dict(&items);
-                    s.mem.set(before(MANAGED_DICT_BEFORE), 0, d);
+                    s.mem.u64(before(MANAGED_DICT_BEFORE), 0, d);
                 } else {
                     match scheme {
                         InstanceDicts::Managed311 => {
                             let v = s.values(&items, None);
-                            s.mem.set(before(MANAGED_VALUES_BEFORE_311), 0, v);
+                            s.mem.u64(before(MANAGED_VALUES_BEFORE_311), 0, v);
                         }
                         InstanceDicts::Tagged312 => {
                             let v = s.values(&items, None);
-                            s.mem.set(before(MANAGED_DICT_BEFORE), 0, v - 1);
+                            s.mem.u64(before(MANAGED_DICT_BEFORE), 0, v - 1);
                         }
                         _ => {
                             s.values(&items, Some(o + 48));
@@ -902,14 +833,9 @@ mod tests {
             };
             for k in 0..=total {
                 // A fresh copy of the process for each point.
-                let fresh = Mem {
-                    regions: RefCell::new(regions.clone()),
-                    next: s.mem.next,
-                    reads: Cell::new(0),
-                    bytes: Cell::new(0),
-                    mutate_at: Cell::new(Some(k)),
-                    pending: RefCell::new(s.mem.pending.borrow().clone()),
-                };
+                let fresh = s.mem.clone();
+                fresh.reads.set(0);
+                fresh.watch.set(Some((None, k + 1)));
                 let got = read_all(&fresh, row, &addrs, 500);
                 let ok = [
                     named(&[(500, "MainThread"), (501, "worker-a")]),
@@ -933,7 +859,7 @@ mod tests {
         let filler = (s.text("a0"), s.int(1));
         items.splice(0..0, std::iter::repeat_n(filler, n.saturating_sub(items.len())));
         let fat = s.dict(&items);
-        s.mem.set(obj, 16, fat);
+        s.mem.u64(obj, 16, fat);
         (ident, obj)
     }
 
@@ -955,7 +881,7 @@ mod tests {
             v.sort();
             v
         });
-        (got, mem.reads.get(), mem.bytes.get())
+        (got, mem.reads.get() as usize, mem.bytes.get())
     }
 
     /// The reproduction of a read that took 3.9 s: one `Thread` with 60 000 attributes under 4 095 idents of
@@ -1121,13 +1047,13 @@ mod tests {
             // A type at the top: its heap type's cached keys lie past the end.
             let heap_flags = TPFLAGS_HEAPTYPE | TPFLAGS_DICT_SUBCLASS | TPFLAGS_LONG_SUBCLASS | TPFLAGS_MANAGED_DICT;
             let t = TOP + 1024;
-            s.mem.set(t, row.type_flags, heap_flags);
-            s.mem.set(t, l.type_dictoffset, 1 << 19);
-            s.mem.set(t, l.type_basicsize, 1 << 19);
+            s.mem.u64(t, row.type_flags, heap_flags);
+            s.mem.u64(t, l.type_dictoffset, 1 << 19);
+            s.mem.u64(t, l.type_basicsize, 1 << 19);
             let objs = Objects::new(&s.mem, row);
             // Objects of that type at the top: their dict, digits, values lie past the end.
             let o = TOP + 512;
-            s.mem.set(o, l.object_type, t);
+            s.mem.u64(o, l.object_type, t);
             let mut objs2 = Objects::new(&s.mem, row);
             assert_eq!(objs2.attributes(o, MAX_INSTANCE_ENTRIES), None, "{v:?}");
             assert_eq!(objs2.int_value(o), None, "{v:?}");
@@ -1137,33 +1063,33 @@ mod tests {
             // managed word (3.12: tagged values pointer) is u64::MAX.
             let o = s.obj(s.dict_type, 256);
             if l.dict_keys >= 0 {
-                s.mem.set(o, l.dict_keys, u64::MAX - 8);
-                s.mem.set(o, l.dict_values, u64::MAX - 8);
+                s.mem.u64(o, l.dict_keys, u64::MAX - 8);
+                s.mem.u64(o, l.dict_values, u64::MAX - 8);
             } else {
-                s.mem.set(o, l.dict_mask, 7);
-                s.mem.set(o, l.dict_table, u64::MAX - 8);
+                s.mem.u64(o, l.dict_mask, 7);
+                s.mem.u64(o, l.dict_table, u64::MAX - 8);
             }
             let mut objs = Objects::new(&s.mem, row);
             assert_eq!(objs.dict(o), None, "{v:?}");
             if l.dict_keys >= 0 {
                 let k = s.keys(&[(1, 2)], 2, true);
-                s.mem.set(o, l.dict_keys, k);
-                s.mem.set(o, l.dict_values, u64::MAX - 3);
+                s.mem.u64(o, l.dict_keys, k);
+                s.mem.u64(o, l.dict_values, u64::MAX - 3);
                 let mut objs = Objects::new(&s.mem, row);
                 assert_eq!(objs.dict(o), None, "{v:?}: split values past the end");
             }
             let managed = s.ty("Thread", TPFLAGS_HEAPTYPE | TPFLAGS_MANAGED_DICT | TPFLAGS_INLINE_VALUES, 48, -1, 0);
             let block = s.mem.put(vec![0u8; 256]);
             let o = block + 64;
-            s.mem.set(o, l.object_type, managed);
+            s.mem.u64(o, l.object_type, managed);
             for before in [MANAGED_DICT_BEFORE, MANAGED_VALUES_BEFORE_311] {
-                s.mem.set(o - before, 0, u64::MAX);
+                s.mem.u64(o - before, 0, u64::MAX);
             }
             let mut objs = Objects::new(&s.mem, row);
             assert_eq!(objs.attributes(o, MAX_INSTANCE_ENTRIES), None, "{v:?}");
             // The interpreter list: a head pointing at the end.
             let head = s.mem.put(vec![0u8; 64]);
-            s.mem.set(head, 0, u64::MAX - 7);
+            s.mem.u64(head, 0, u64::MAX - 7);
             let addrs = PythonAddrs { interp_head: Some(head), runtime: Some(u64::MAX - 1), ..PythonAddrs::default() };
             let mut r = ThreadNameReader::new(&s.mem, row, &addrs);
             assert!(r.read(1).is_err(), "{v:?}");

@@ -697,91 +697,11 @@ mod tests {
     use crate::python::config::bpf_config;
     use crate::python::detect::PythonAddrs;
     use crate::python::linetable::Instr;
+    use crate::python::testing::{self, FakeMem as Mem};
     use crate::python::versions::{row_for, Frames, ROWS};
-    use std::cell::{Cell, RefCell};
-    use std::collections::BTreeMap;
+    use std::cell::Cell;
 
     use types::pyperf_gil_state as g;
-
-    /// A simulated target process: disjoint regions, a read must fall inside one. `watch`: at the `nth` read of
-    /// address `addr` (the first is 1), the `pending` writes are applied first (the program ran meanwhile). `tick`:
-    /// before every read, the number of reads so far is written at that address (a program that never stops).
-    #[derive(Default)]
-    struct Mem {
-        regions: RefCell<BTreeMap<u64, Vec<u8>>>,
-        next: Cell<u64>,
-        reads: Cell<u64>,
-        bytes: Cell<u64>,
-        watch: Cell<Option<(u64, u64)>>,
-        watched: Cell<u64>,
-        pending: RefCell<Vec<(u64, Vec<u8>)>>,
-        tick: Cell<Option<u64>>,
-    }
-
-    impl ReadMem for &Mem {
-        fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
-            let n = self.reads.get() + 1;
-            self.reads.set(n);
-            self.bytes.set(self.bytes.get() + buf.len() as u64);
-            if let Some(t) = self.tick.get() {
-                self.write(t, &(n as u32).to_le_bytes());
-            }
-            if let Some((a, nth)) = self.watch.get() {
-                if a == addr {
-                    self.watched.set(self.watched.get() + 1);
-                    if self.watched.get() == nth {
-                        for (at, bytes) in self.pending.borrow().iter() {
-                            self.write(*at, bytes);
-                        }
-                    }
-                }
-            }
-            let regions = self.regions.borrow();
-            let Some((start, data)) = regions.range(..=addr).next_back() else { return false };
-            let off = (addr - start) as usize;
-            match data.get(off..off + buf.len()) {
-                Some(src) => {
-                    buf.copy_from_slice(src);
-                    true
-                }
-                None => false,
-            }
-        }
-    }
-
-    impl Mem {
-        /// `size` zero bytes at a fresh address, whole pages, an unmapped page after them.
-        fn put(&self, size: usize) -> u64 {
-            let size = size.div_ceil(4096).max(1) * 4096;
-            let at = self.next.get().max(0x10_0000);
-            self.next.set(at + size as u64 + 4096);
-            self.regions.borrow_mut().insert(at, vec![0u8; size]);
-            at
-        }
-
-        fn write(&self, at: u64, bytes: &[u8]) {
-            let mut regions = self.regions.borrow_mut();
-            let (start, data) = regions.range_mut(..=at).next_back().expect("mapped");
-            let off = (at - start) as usize;
-            data[off..off + bytes.len()].copy_from_slice(bytes);
-        }
-
-        fn u64(&self, at: u64, off: i32, v: u64) {
-            assert!(off >= 0, "writing an absent field");
-            self.write(at + off as u64, &v.to_le_bytes());
-        }
-
-        fn u32(&self, at: u64, off: i32, v: u32) {
-            assert!(off >= 0, "writing an absent field");
-            self.write(at + off as u64, &v.to_le_bytes());
-        }
-
-        fn get_u64(&self, at: u64) -> u64 {
-            let mut b = [0u8; 8];
-            assert!(self.read(at, &mut b));
-            u64::from_le_bytes(b)
-        }
-    }
 
     /// Bytes a struct of these field offsets needs.
     fn size_of(offs: &[i32]) -> usize {
@@ -834,7 +754,7 @@ mod tests {
             let mut addrs = PythonAddrs::default();
             let mut gil = 0;
             if v >= (3, 7) {
-                let rt = mem.put(size_of(&[
+                let rt = mem.zeros(size_of(&[
                     l.runtime_interpreters_head,
                     l.runtime_tstate_current,
                     l.runtime_gil_locked,
@@ -845,36 +765,26 @@ mod tests {
                     gil = rt + (l.runtime_gil_locked - l.gil_locked) as u64;
                 }
             } else {
-                addrs.interp_head = Some(mem.put(64));
-                addrs.tstate_current = Some(mem.put(64));
+                addrs.interp_head = Some(mem.zeros(64));
+                addrs.tstate_current = Some(mem.zeros(64));
                 if v.0 == 2 {
-                    addrs.interpreter_lock = Some(mem.put(64));
+                    addrs.interpreter_lock = Some(mem.zeros(64));
                 } else {
-                    addrs.gil_locked = Some(mem.put(64));
-                    addrs.gil_last_holder = Some(mem.put(64));
+                    addrs.gil_locked = Some(mem.zeros(64));
+                    addrs.gil_last_holder = Some(mem.zeros(64));
                 }
             }
-            let none = mem.put(64);
+            let none = mem.zeros(64);
             addrs.none = Some(none);
-            let p = PythonProcess {
-                pid: 1,
-                version: (v.0, v.1, 0),
-                interpreter: "/x".into(),
-                executable: "/x".into(),
-                build_id: None,
-                cmdline: Vec::new(),
-                load_bias: 0,
-                addrs,
-                row,
-            };
+            let p = testing::process((v.0, v.1, 0), row, addrs);
             let config = bpf_config(&p, false).unwrap_or_else(|e| panic!("{v:?}: {e}"));
-            let interp = mem.put(size_of(&[l.interp_tstate_head, l.interp_next, l.interp_gil_ptr]));
+            let interp = mem.zeros(size_of(&[l.interp_tstate_head, l.interp_next, l.interp_gil_ptr]));
             mem.u64(config.interp_head_addr, 0, interp);
             if l.interp_gil_ptr >= 0 {
-                gil = mem.put(size_of(&[l.gil_locked, l.gil_last_holder]));
+                gil = mem.zeros(size_of(&[l.gil_locked, l.gil_last_holder]));
                 mem.u64(interp, l.interp_gil_ptr, gil);
             }
-            let arena = mem.put((FRAME_STRIDE * ARENA_FRAMES) as usize);
+            let arena = mem.zeros((FRAME_STRIDE * ARENA_FRAMES) as usize);
             Sim { mem, row, config, interp, none, gil, arena, frames: Cell::new(0) }
         }
 
@@ -890,7 +800,7 @@ mod tests {
         /// `struct pthread` holding `tid`.
         fn thread(&self, tid: u32) -> u64 {
             let l = self.l();
-            let ts = self.mem.put(size_of(&[
+            let ts = self.mem.zeros(size_of(&[
                 l.tstate_next,
                 l.tstate_interp,
                 l.tstate_frame,
@@ -920,7 +830,7 @@ mod tests {
 
         /// A glibc thread control block (`struct pthread`) of thread `tid`.
         fn tcb(&self, tid: u32) -> u64 {
-            let tcb = self.mem.put(4096);
+            let tcb = self.mem.zeros(4096);
             self.mem.u64(tcb, TCB_SELF as i32, tcb);
             self.mem.u32(tcb, PTHREAD_TID_CANDIDATES[0] as i32, tid);
             tcb
@@ -929,9 +839,9 @@ mod tests {
         /// A code object first at line `line`, taking `args` arguments.
         fn code(&self, line: u32, args: i32) -> Code {
             let l = self.l();
-            let c = self.mem.put(l.code_size as usize);
-            let file = self.mem.put(64);
-            let name = self.mem.put(64);
+            let c = self.mem.zeros(l.code_size as usize);
+            let file = self.mem.zeros(64);
+            let name = self.mem.zeros(64);
             self.mem.u32(c, l.code_firstlineno, line);
             self.mem.u32(c, l.code_argcount, args as u32);
             self.mem.u64(c, l.code_filename, file);
@@ -941,8 +851,8 @@ mod tests {
 
         /// An object of a type of its own: (object, type).
         fn object(&self) -> (u64, u64) {
-            let t = self.mem.put(64);
-            let o = self.mem.put(64);
+            let t = self.mem.zeros(64);
+            let o = self.mem.zeros(64);
             self.mem.u64(o, self.l().object_type, t);
             (o, t)
         }
@@ -996,7 +906,7 @@ mod tests {
                 Frames::Object => self.mem.u64(ts, l.tstate_frame, leaf),
                 Frames::Current => self.mem.u64(ts, l.tstate_current_frame, leaf),
                 Frames::CFrame => {
-                    let cf = self.mem.put(64);
+                    let cf = self.mem.zeros(64);
                     self.mem.u64(cf, l.cframe_current_frame, leaf);
                     self.mem.u64(ts, l.tstate_cframe, cf);
                 }
@@ -1124,7 +1034,7 @@ mod tests {
                 assert_eq!(w.walk(500).unwrap().gil, g::GIL_STATE_UNINITIALIZED.0 as u8, "{v:?}");
             } else if v.0 == 2 {
                 // 2.7: the lock exists, `b` is the current thread.
-                let sem = s.mem.put(64);
+                let sem = s.mem.zeros(64);
                 s.mem.u64(s.config.gil_addr, s.config.off.gil_locked as i32, sem);
                 s.mem.u64(s.config.tstate_current_addr, 0, b);
                 let got = w.walk(501).unwrap();
@@ -1242,7 +1152,7 @@ mod tests {
                 s.mem.write(m, &old_m);
             }
             *s.mem.pending.borrow_mut() = pending;
-            s.mem.watch.set(Some((ff, 1)));
+            s.mem.watch.set(Some((Some(ff), 1)));
             let mut w = s.walker(500);
             let got = w.walk(500).unwrap_or_else(|e| panic!("{v:?}: {e}"));
             let status = if l.tstate_base_frame >= 0 { INCOMPLETE } else { COMPLETE };

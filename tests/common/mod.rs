@@ -1,4 +1,5 @@
-//! Shared by the end-to-end tests: running pyperf and the workloads, reading what it recorded.
+//! Shared by the end-to-end tests: running pyperf and the workloads, reading what it recorded, and the macros that
+//! make one test per interpreter (`per_interpreter!`, `every_interpreter!`).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -13,6 +14,60 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One `#[test]` per interpreter, each calling `check` with its arguments; the test names are the ones CI lists:
+///
+/// ```ignore
+/// per_interpreter! { check:
+///     python_2_7_18("2.7.18"),
+///     python_sid_3_15("sid-3.15"),
+/// }
+/// ```
+#[macro_export]
+macro_rules! per_interpreter {
+    ($check:path: $($(#[$meta:meta])* $test:ident($($arg:expr),* $(,)?)),* $(,)?) => {
+        $(
+            $(#[$meta])*
+            #[test]
+            fn $test() {
+                $check($($arg),*);
+            }
+        )*
+    };
+}
+
+/// `per_interpreter!` for every interpreter of testdata/interpreters, the tests named `python_<name>`
+/// (`tests/threadnames.rs` checks that the list is whole).
+#[macro_export]
+macro_rules! every_interpreter {
+    ($check:path) => {
+        $crate::per_interpreter! { $check:
+            python_2_7_18("2.7.18"),
+            python_3_6_15("3.6.15"),
+            python_3_7_16("3.7.16"),
+            python_3_8_18("3.8.18"),
+            python_3_9_18("3.9.18"),
+            python_3_10_13("3.10.13"),
+            python_3_11_7("3.11.7"),
+            python_3_12_1("3.12.1"),
+            python_3_13_0("3.13.0"),
+            python_debian_3_11("debian-3.11"),
+            python_sid_3_13("sid-3.13"),
+            python_sid_3_14("sid-3.14"),
+            python_sid_3_15("sid-3.15"),
+        }
+    };
+}
+
+/// A child process killed (and reaped) on drop, so that a failing test leaves no workload behind.
+pub struct Kid(pub Child);
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 pub fn pyperf() -> Command {
@@ -460,4 +515,16 @@ pub fn record_for_cpu(cmd: &mut Command, out: &Path, pid: u32, cpu_seconds: f64)
     o.stderr = drain.join().expect("stderr reader");
     eprintln!("status: {:?}\nstderr:\n{}", o.status, String::from_utf8_lossy(&o.stderr));
     o
+}
+
+/// The interpreter of process `pid`, once it is mapped and recognisable (a process just started may not be yet).
+pub fn inspect_when_ready(pid: u32) -> pyperf::python::PythonProcess {
+    let t = std::time::Instant::now();
+    loop {
+        match pyperf::python::inspect(pid) {
+            Ok(p) => return p,
+            Err(e) if t.elapsed() > std::time::Duration::from_secs(10) => panic!("inspect({pid}): {e}"),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    }
 }
