@@ -1,9 +1,11 @@
 //! `pyperf dump -p PID`: every thread of a Python process now, with its Python stack, its state (running, sleeping
 //! in a system call, waiting for the GIL) and its Python name, read from the process's memory without stopping it.
 //!
-//! Each thread's stack is walked as `record --off-cpu` walks a blocked thread at the end ([`StackWalker`]): the
-//! thread state and frame chain are read twice and kept only when both reads agree (a third read breaks a tie), so
-//! a stack that changes while being read is retried or reported as changing, never spliced.
+//! Each thread is read as `record --off-cpu` reads a blocked thread at the end ([`crate::rest`]: its walk, its
+//! GIL wait, its raw sample): the thread state and frame chain are read twice and kept only when both reads agree (a
+//! third read breaks a tie), so a stack that changes while being read is retried or reported as changing, never
+//! spliced. What it reads of /proc is [`crate::proc`]'s; how often it reads, and the looks around a copy of a
+//! blocked thread's stack (`--native`), are this module's.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -12,13 +14,9 @@ use anyhow::{Context, Result};
 use clap::Args;
 use pyperf_format::{GilState, Symbol};
 
-use crate::abi::types;
-use crate::python::config::bpf_config;
-use crate::python::detect::inspect;
-use crate::python::walk::StackWalker;
-use crate::sampler::RawSample;
+use crate::proc::{self, MapsEntry, Syscall};
+use crate::rest::{self, Target};
 use crate::symbolizer::Symbolizer;
-use crate::targets::procfs::{namespaces, parse_nspid};
 use crate::threadnames::ThreadNames;
 
 /// `pyperf dump`'s arguments.
@@ -74,40 +72,24 @@ pub struct DumpedThread {
 /// What `dump -p PID` is to dump: the process of `pid` (itself, or the process of which it is a thread), or why
 /// there is nothing to dump (a kernel thread, a zombie), in a line that says what it is.
 pub fn process_of(pid: u32) -> Result<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map_err(|_| anyhow::anyhow!("no process or thread {pid}"))?;
-    let (state, flags) = stat_state_flags(&stat);
-    if flags & PF_KTHREAD != 0 {
+    let stat = proc::stat(pid).ok_or_else(|| anyhow::anyhow!("no process or thread {pid}"))?;
+    if stat.kernel_thread() {
         anyhow::bail!("pid {pid} is a kernel thread, not a Python process");
     }
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let tgid =
-        status.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse::<u32>().ok()).unwrap_or(pid);
+    let tgid = proc::tgid(pid).unwrap_or(pid);
     if tgid != pid {
         crate::say!("pyperf: note: pid {pid} is a thread of process {tgid}; dumping process {tgid}");
         return process_of(tgid);
     }
     // A leader that exited while its other threads run is Z too: a zombie only when every thread is.
-    let live_thread = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten().any(|e| {
-        std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| !matches!(stat_state_flags(&s).0, 'Z' | 'X'))
-    });
-    if matches!(state, 'Z' | 'X') && !live_thread {
+    let live_thread = proc::tasks(pid)
+        .unwrap_or_default()
+        .into_iter()
+        .any(|tid| proc::task_stat(pid, tid).is_some_and(|s| s.running()));
+    if !stat.running() && !live_thread {
         anyhow::bail!("pid {pid} is a zombie (exited, not reaped by its parent): there is nothing to dump");
     }
     Ok(pid)
-}
-
-/// `PF_KTHREAD` of the flags in /proc/PID/stat: a kernel thread.
-const PF_KTHREAD: u64 = 0x0020_0000;
-
-/// The state letter and the flags of a /proc/PID/stat line (they follow the command, which is in parentheses and
-/// may hold anything).
-fn stat_state_flags(stat: &str) -> (char, u64) {
-    let Some((_, rest)) = stat.rsplit_once(')') else { return ('?', 0) };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let state = fields.first().and_then(|f| f.chars().next()).unwrap_or('?');
-    let flags = fields.get(6).and_then(|f| f.parse().ok()).unwrap_or(0);
-    (state, flags)
 }
 
 /// Whether reading `path` is refused for want of a permission (the file is the process owner's: /proc/PID/mem,
@@ -123,34 +105,13 @@ fn refused(path: &str) -> bool {
     }
 }
 
-/// Where a thread blocked in a system call is in user space: the whole /proc/PID/task/TID/syscall line (number,
-/// six arguments, stack pointer, program counter) and the last two.
-fn blocked_at(pid: u32, tid: u32) -> Option<(String, u64, u64)> {
-    let line = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
-    let f: Vec<&str> = line.split_whitespace().collect();
-    // "running" or "-1 sp pc" (not in a system call): no registers kept by a system call entry.
-    if f.len() != 9 || f[0].starts_with('-') {
-        return None;
-    }
-    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
-    Some((line.clone(), hex(f[7])?, hex(f[8])?))
-}
+/// A look at a blocked thread: where it is blocked (the system call, which holds where it entered the kernel) and
+/// its context switches so far; the same look before and after a read: it did not run meanwhile.
+type Look = (Option<Syscall>, Option<u64>);
 
-/// A look at a blocked thread: where it is blocked ([`blocked_at`]) and its context switches ([`switches`]).
-type Look = (Option<(String, u64, u64)>, Option<u64>);
-
-/// Context switches of a thread so far (voluntary and not): unchanged across a read, it did not run meanwhile.
-fn switches(pid: u32, tid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
-    let mut n = 0;
-    for l in s.lines() {
-        if let Some(v) =
-            l.strip_prefix("voluntary_ctxt_switches:").or_else(|| l.strip_prefix("nonvoluntary_ctxt_switches:"))
-        {
-            n += v.trim().parse::<u64>().ok()?;
-        }
-    }
-    Some(n)
+/// A look at thread `tid` of `pid` now.
+fn look(pid: u32, tid: u32) -> Look {
+    (proc::task_syscall(pid, tid), proc::task_switches(pid, tid))
 }
 
 /// Most of a thread's stack copied for the unwinding: from its stack pointer to the end of the mapping that holds
@@ -158,7 +119,7 @@ fn switches(pid: u32, tid: u32) -> Option<u64> {
 const NATIVE_STACK_MAX: u64 = 512 * 1024;
 
 /// A copy of `pid`'s memory from `sp` to the end of its mapping (at most [`NATIVE_STACK_MAX`]).
-fn copy_stack(mem: &std::fs::File, maps: &[crate::native::unwind::MapsEntry], sp: u64) -> Vec<u8> {
+fn copy_stack(mem: &std::fs::File, maps: &[MapsEntry], sp: u64) -> Vec<u8> {
     use std::os::unix::fs::FileExt;
     let Some(m) = maps.iter().find(|m| m.start <= sp && sp < m.end) else { return Vec::new() };
     let len = (m.end - sp).min(NATIVE_STACK_MAX) as usize;
@@ -174,32 +135,6 @@ fn copy_stack(mem: &std::fs::File, maps: &[crate::native::unwind::MapsEntry], sp
     buf
 }
 
-/// The kernel functions of `/proc/PID/task/TID/stack` (`[<0>] futex_wait_queue+0x6a/0xa0`), innermost first.
-pub fn parse_kernel_stack(text: &str) -> Vec<String> {
-    text.lines()
-        .filter_map(|l| {
-            let f = l.split_once("] ").map_or(l, |(_, f)| f).trim();
-            let name = f.split('+').next().unwrap_or("").trim();
-            (!name.is_empty()).then(|| name.to_string())
-        })
-        .collect()
-}
-
-/// The kernel's state letter, and the system call it is in with its first argument (/proc/.../syscall: number,
-/// then arguments in hex).
-fn task_state(pid: u32, tid: u32) -> (char, Option<(i64, u64)>) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).unwrap_or_default();
-    // The state follows the command, which is in parentheses and may hold anything.
-    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()).unwrap_or('?');
-    let syscall = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok().and_then(|s| {
-        let mut it = s.split_whitespace();
-        let nr = it.next()?.parse::<i64>().ok().filter(|&n| n >= 0)?;
-        let arg0 = it.next().and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok()).unwrap_or(0);
-        Some((nr, arg0))
-    });
-    (state, syscall)
-}
-
 /// Why a thread's kernel frames are not shown when /proc/PID/task/TID/stack is refused.
 const KERNEL_DENIED: &str = "permission denied (/proc/PID/task/TID/stack needs root or CAP_SYS_ADMIN)";
 
@@ -208,17 +143,15 @@ const ATTEMPTS: usize = 50;
 
 /// Reads every thread of `pid`.
 pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>> {
-    let p = inspect(pid).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let ns = namespaces(pid).with_context(|| format!("process {pid} is gone"))?;
-    let config = bpf_config(&p, ns.other_pid_ns).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut walker = StackWalker::open(&p, &config, ns.ns_pid).with_context(|| format!("cannot read process {pid}"))?;
+    let target = Target::inspect(pid)?;
+    let mut walker = target.walker().with_context(|| format!("cannot read process {pid}"))?;
     let mut symbolizer = Symbolizer::new();
     if native {
         symbolizer.set_native(crate::native::stacks::NativeStacks::new(true, false).0);
     }
-    symbolizer.add_process(&p).with_context(|| format!("cannot read process {pid}"))?;
+    symbolizer.add_process(&target.process).with_context(|| format!("cannot read process {pid}"))?;
     let mut thread_names = ThreadNames::default();
-    thread_names.add_process(&p);
+    thread_names.add_process(&target.process);
     // Without the permission to read the threads' saved registers or stacks (pyperf with only its capabilities,
     // another user's process), native frames are marked not read, not the whole dump refused.
     let native_refused =
@@ -230,28 +163,22 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
     let (mem, maps) = if native && !native_refused {
         let mem =
             std::fs::File::open(format!("/proc/{pid}/mem")).with_context(|| format!("cannot read process {pid}"))?;
-        let maps =
-            std::fs::read_to_string(format!("/proc/{pid}/maps")).with_context(|| format!("process {pid} is gone"))?;
-        (Some(mem), crate::native::unwind::parse_maps(&maps))
+        let maps = proc::maps(pid).with_context(|| format!("process {pid} is gone"))?;
+        (Some(mem), proc::parse_maps(&maps))
     } else {
         (None, Vec::new())
     };
     // /proc/PID/task/TID/stack needs CAP_SYS_ADMIN: without it every read fails, said once and per thread.
     let kernel_refused = kernel && refused(&format!("/proc/{pid}/task/{pid}/stack"));
     let mut symbols: Vec<Symbol> = Vec::new();
-    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .with_context(|| format!("process {pid} is gone"))?
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    tids.sort_unstable();
+    let tids = proc::tasks(pid).with_context(|| format!("process {pid} is gone"))?;
     // --native: each thread's saved registers (frame pointer included), read after a first look at every thread
     // and checked against a second one after its copy (see below).
     let mut first_look: HashMap<u32, Look> = HashMap::new();
     let mut regs = HashMap::new();
     if native && !native_refused {
         for &tid in &tids {
-            first_look.insert(tid, (blocked_at(pid, tid), switches(pid, tid)));
+            first_look.insert(tid, look(pid, tid));
         }
         match crate::sampler::regs::task_regs(pid) {
             Ok(r) => regs = r,
@@ -263,14 +190,11 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
     }
     let mut out = Vec::new();
     for tid in tids {
-        let (state, call) = task_state(pid, tid);
-        let comm =
-            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).unwrap_or_default().trim().to_string();
-        let ns_tid = if ns.other_pid_ns {
-            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok().and_then(|s| parse_nspid(&s))
-        } else {
-            Some(tid)
-        };
+        // The kernel's state letter, and the system call it is in with its first argument.
+        let state = proc::task_stat(pid, tid).map_or('?', |s| s.state);
+        let call = proc::task_syscall(pid, tid).map(|c| (c.nr, c.args[0]));
+        let comm = String::from_utf8_lossy(&proc::task_comm(pid, tid).unwrap_or_default()).trim().to_string();
+        let ns_tid = target.ns_tid(tid);
         // A running thread's frames move under the reads: tried again until two reads agree.
         let mut walked = Err("thread gone".to_string());
         // --native, a thread blocked in a system call: its stack copy and its Python walk, both between two looks
@@ -284,17 +208,17 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
                     (0, Some(look)) => look,
                     _ => {
                         // Looked at again: its registers too.
-                        let look = (blocked_at(pid, tid), switches(pid, tid));
+                        let again = look(pid, tid);
                         if let Ok(r) = crate::sampler::regs::task_regs(pid) {
                             regs = r;
                         }
-                        look
+                        again
                     }
                 };
-                let Some((_, sp, pc)) = before.0.clone() else { break };
+                let Some(Syscall { sp, pc, .. }) = before.0 else { break };
                 let stack = copy_stack(mem, &maps, sp);
                 let w = walker.walk(t).map_err(|e| e.to_string());
-                if before == (blocked_at(pid, tid), switches(pid, tid)) && before.1.is_some() {
+                if before == look(pid, tid) && before.1.is_some() {
                     // The frame pointer only from registers saved at this same block (same sp and pc).
                     let bp = regs.get(&tid).filter(|r| r.sp == sp && r.ip == pc).map_or(0, |r| r.bp);
                     walked = w;
@@ -318,43 +242,17 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
                 std::thread::yield_now();
             }
         }
-        let futex = types::pyperf_limits::PYPERF_NR_FUTEX.0 as i64;
-        let gil_base = match &walked {
-            Ok(w) if config.gil_wait_addr == 0 => w.gil_wait_base,
-            _ => config.gil_wait_addr,
-        };
-        let gil_wait = matches!(call, Some((nr, addr)) if nr == futex && gil_base != 0
-            && addr.wrapping_sub(gil_base) < u64::from(config.gil_wait_len))
-            || matches!(&walked, Ok(w) if w.gil == GilState::Waiting.as_u8());
+        let gil_wait = target.gil_wait(call, walked.as_ref().ok());
         let syscall = call.map(|c| c.0);
         let (frames, gil) = match walked {
             Ok(w) => {
-                let mut comm16 = [0u8; 16];
-                for (d, s) in comm16.iter_mut().zip(comm.bytes()) {
-                    *d = s;
-                }
-                let raw = RawSample {
-                    pid,
-                    tid,
-                    cpu: 0,
-                    time_ns: 0,
-                    comm: comm16,
-                    thread_state: w.thread_state,
-                    gil: w.gil,
-                    pthread_id: w.pthread_id,
-                    status: w.status,
-                    frames: &w.frames,
-                    locals: &w.locals,
-                    off_cpu: None,
-                    code: None,
-                    kernel: &[],
-                    user: copy.as_ref().map(|(sp, pc, bp, stack)| crate::sampler::UserStack {
-                        ip: *pc,
-                        sp: *sp,
-                        bp: *bp,
-                        stack,
-                    }),
-                };
+                let user = copy.as_ref().map(|(sp, pc, bp, stack)| crate::sampler::UserStack {
+                    ip: *pc,
+                    sp: *sp,
+                    bp: *bp,
+                    stack,
+                });
+                let raw = rest::raw_sample(pid, tid, 0, rest::comm16(comm.as_bytes()), Some(&w), gil_wait, user, None);
                 thread_names.saw(raw.pid, raw.tid, raw.time_ns);
                 let ids = symbolizer
                     .symbolize(&raw, &mut |id, s| {
@@ -377,7 +275,7 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
         let mut kernel_missing = None;
         let kernel = if kernel && state != 'R' {
             match std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stack")) {
-                Ok(t) => parse_kernel_stack(&t),
+                Ok(t) => proc::parse_kernel_stack(&t),
                 Err(e) => {
                     kernel_missing = Some(if kernel_refused || e.kind() == std::io::ErrorKind::PermissionDenied {
                         KERNEL_DENIED.to_string()
@@ -585,16 +483,4 @@ fn write_out(text: &str) -> Result<std::process::ExitCode> {
     stdout.write_all(text.as_bytes())?;
     stdout.flush()?;
     Ok(std::process::ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_kernel_stack;
-
-    #[test]
-    fn kernel_stacks() {
-        let text = "[<0>] futex_wait_queue+0x6a/0xa0\n[<0>] __futex_wait+0x148/0x1c0\n[<0>] do_syscall_64+0x82/0x190\n";
-        assert_eq!(parse_kernel_stack(text), ["futex_wait_queue", "__futex_wait", "do_syscall_64"]);
-        assert!(parse_kernel_stack("").is_empty());
-    }
 }

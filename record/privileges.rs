@@ -4,7 +4,7 @@
 
 use anyhow::{bail, Result};
 
-use crate::targets::procfs::status_field;
+use crate::proc::status_field;
 
 /// `(capability number, name, what it is needed for)`.
 const NEEDED: [(u32, &str, &str); 3] = [

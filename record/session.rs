@@ -8,23 +8,22 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use pyperf_format::{
-    off_cpu_flags, GilState, OffCpuKind, Process, PthreadIdMatch, RecorderWarning, StackStatus, Stats, ThreadName,
-    ThreadStateMatch,
+    GilState, OffCpuKind, Process, PthreadIdMatch, RecorderWarning, StackStatus, Stats, ThreadName, ThreadStateMatch,
 };
 
-use crate::abi::{types, ProcConfig};
+use crate::abi::ProcConfig;
 use crate::clock::monotonic_ns;
 use crate::native::stacks::NativeStacks;
-use crate::python::code::ProcMem;
+use crate::offcpu::{Ended, Interval, Pairing, Step};
 use crate::python::config::bpf_config;
 use crate::python::frees::{FreesPlan, Uprobes};
-use crate::python::walk::StackWalker;
 use crate::python::PythonProcess;
-use crate::sampler::{OffCpuPart, RawSample, Sampler};
+use crate::rest::Target;
+use crate::sampler::{RawSample, Sampler};
 use crate::signals;
 use crate::sink::{OffCpuSample, Sample, Sink};
 use crate::symbolizer::Symbolizer;
-use crate::targets::procfs::{parse_nspid, Namespaces};
+use crate::targets::procfs::Namespaces;
 use crate::targets::{Event, Stop, Targets};
 use crate::threadnames::ThreadNames;
 
@@ -66,40 +65,10 @@ pub struct Session {
     /// Pidfds of the command pyperf started or of the processes given: the sampler's poll returns when one exits
     /// (see [`Sampler::wake_on`]).
     exit_fds: Vec<std::os::fd::OwnedFd>,
-    /// `--off-cpu`: the minimum interval (shorter ones are sampled), and what the end of the recording needs to
-    /// walk the stacks of threads still off CPU then.
-    off_cpu: Option<OffCpuState>,
+    /// `--off-cpu`: the pairing of the program's off-CPU records (see [`crate::offcpu`]).
+    off_cpu: Option<Pairing>,
     /// Which processes' frees of code objects are counted (the BPF program's check-word cache), and how.
     frees: FreesPlan,
-}
-
-/// What a session with `--off-cpu` keeps.
-struct OffCpuState {
-    /// Each followed process's interpreter and BPF row: the threads still off CPU at the end are walked from user
-    /// space with them.
-    processes: std::collections::HashMap<u32, (PythonProcess, ProcConfig, Namespaces)>,
-    /// Intervals whose stack walk failed (status error).
-    unreadable: u64,
-    /// Intervals cut by the end of the recording.
-    open_at_end: u64,
-    /// Intervals whose start and stack came in a record of their own (see [`OffCpuPart::Start`]), by (pid, tid):
-    /// waiting for their end.
-    pending: std::collections::HashMap<(u32, u32), Pending>,
-}
-
-/// The start of an off-CPU interval whose end has not come yet.
-struct Pending {
-    frames: Vec<u32>,
-    status: StackStatus,
-    gil: GilState,
-    thread_state: ThreadStateMatch,
-    pthread_id: PthreadIdMatch,
-    cpu: u32,
-    comm: String,
-    /// CLOCK_MONOTONIC ns of the switch-out.
-    start: u64,
-    kind: OffCpuKind,
-    flags: u8,
 }
 
 impl Session {
@@ -133,12 +102,7 @@ impl Session {
     /// [`Session::start`].
     pub fn with_off_cpu(mut self, min_ns: u64) -> Result<Session> {
         self.sink.start_off_cpu(min_ns)?;
-        self.off_cpu = Some(OffCpuState {
-            processes: Default::default(),
-            unreadable: 0,
-            open_at_end: 0,
-            pending: Default::default(),
-        });
+        self.off_cpu = Some(Pairing::new());
         Ok(self)
     }
 
@@ -317,11 +281,9 @@ impl Session {
                 .chain([("code_from_snapshots".to_string(), self.symbolizer.from_snapshots())])
                 .chain(self.symbolizer.native_counters())
                 .chain(self.off_cpu.as_ref().map_or(Vec::new(), |o| {
-                    vec![
-                        ("off_cpu_intervals".to_string(), self.sink.off_cpu_intervals()),
-                        ("off_cpu_unreadable".to_string(), o.unreadable),
-                        ("off_cpu_open_at_end".to_string(), o.open_at_end),
-                    ]
+                    let mut c = vec![("off_cpu_intervals".to_string(), self.sink.off_cpu_intervals())];
+                    c.extend(o.counters().map(|(k, v)| (k.to_string(), v)));
+                    c
                 }))
                 .collect(),
         };
@@ -457,8 +419,7 @@ impl Session {
                     self.symbolizer.remove_process(pid);
                     self.names.remove_process(pid);
                     if let Some(o) = &mut self.off_cpu {
-                        o.processes.remove(&pid);
-                        o.pending.retain(|&(p, _), _| p != pid);
+                        o.forget(pid);
                         self.sampler.clear_off_cpu(pid);
                     }
                 }
@@ -513,7 +474,7 @@ impl Session {
         let config = self.frees.config(p, config, age, &mut self.sampler);
         if let Some(o) = &mut self.off_cpu {
             // Entries an earlier process of the same pid left (its end not seen) are not this one's.
-            o.pending.retain(|&(pid, _), _| pid != p.pid);
+            o.forget_starts(p.pid);
             self.sampler.clear_off_cpu(p.pid);
         }
         self.sampler.add_process(p.pid, &config).with_context(|| format!("cannot profile process {}", p.pid))?;
@@ -523,11 +484,9 @@ impl Session {
         self.symbolizer.add_process(p).with_context(|| format!("cannot read the memory of process {}", p.pid))?;
         self.names.add_process(p);
         if let Some(o) = &mut self.off_cpu {
-            o.processes.insert(p.pid, (p.clone(), config, ns.clone()));
-
             // Threads already off CPU: their intervals start now (their switch-out was before we looked).
-            let now = monotonic_ns();
-            for (tid, entry) in off_cpu_now(p.pid, now) {
+            let target = Target { process: p.clone(), config, ns: ns.clone() };
+            for (tid, entry) in o.follow(target, monotonic_ns()) {
                 self.sampler.mark_off_cpu(p.pid, tid, &entry).with_context(|| format!("process {}", p.pid))?;
             }
         }
@@ -537,103 +496,14 @@ impl Session {
     /// `--off-cpu`, at the end: the followed threads still off CPU get an interval up to now, with their stack
     /// walked from user space (the program walks a thread's stack when it comes back, which these did not).
     fn end_off_cpu(&mut self, now: u64) -> Result<()> {
-        let Some(o) = &mut self.off_cpu else { return Ok(()) };
-        let pids: Vec<u32> = o.processes.keys().copied().collect();
-        let open = self.sampler.open_off_cpu(&pids);
-        // Those whose stack was taken when they left (preempted, or blocked outside a system call).
-        for &(pid, tid, e) in &open {
-            // Back on CPU (its end came after the program stopped looking): not off CPU at the end.
-            if e.walked == 0 || e.out == 0 {
-                continue;
-            }
-            let Some(p) = o.pending.remove(&(pid, tid)) else { continue };
-            if p.start != e.start || !std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists() {
-                continue;
-            }
-            o.open_at_end += 1;
-            if p.status == StackStatus::Error {
-                o.unreadable += 1;
-            }
-            let (duration_ns, runnable_ns) = open_totals(&e, now);
-            let times = (now, duration_ns, runnable_ns, duration_ns);
-            emit_pending(self.sink.as_mut(), self.start_ns, pid, tid, p, times, off_cpu_flags::OPEN_AT_END);
-        }
-        o.pending.clear();
-        // Those blocked in a system call: walked now, from user space (one walker per process).
-        let mut walkers: std::collections::HashMap<u32, Option<StackWalker<ProcMem>>> = Default::default();
-        for (pid, tid, e) in open {
-            if e.walked != 0 || e.out == 0 {
-                continue;
-            }
-            // Still waiting in the same call (not gone, not woken since the program stopped looking): its stack is
-            // where it waits. Checked again after the walk.
-            let waiting = || in_syscall(pid, tid) == Some((e.syscall, e.uaddr));
-            if !waiting() {
-                continue;
-            }
-            let Some((process, config, ns)) = o.processes.get(&pid) else { continue };
-            let walker =
-                walkers.entry(pid).or_insert_with(|| StackWalker::open(process, config, ns.ns_pid).ok()).as_mut();
-            // The thread's id in its own PID namespace, which its thread state holds.
-            let ns_tid = if ns.other_pid_ns {
-                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok().and_then(|s| parse_nspid(&s))
-            } else {
-                Some(tid)
-            };
-            let walked = walker.zip(ns_tid).and_then(|(w, ns_tid)| w.walk(ns_tid).ok()).filter(|_| waiting());
-            let error = types::pyperf_stack_status::STACK_STATUS_ERROR.0 as u8;
-            let (frames, locals, status, thread_state, pthread_id) = match &walked {
-                Some(w) => (w.frames.as_slice(), w.locals.as_slice(), w.status, w.thread_state, w.pthread_id),
-                None => (&[][..], &[][..], error, 0, 0),
-            };
-            // Blocked in futex(2) on the GIL (as the program decides at a system call's return).
-            let lo = if config.gil_wait_addr != 0 {
-                config.gil_wait_addr
-            } else {
-                walked.as_ref().map_or(0, |w| w.gil_wait_base)
-            };
-            let gil_wait = (e.syscall == types::pyperf_limits::PYPERF_NR_FUTEX.0 as i32
-                && lo != 0
-                && e.uaddr.wrapping_sub(lo) < u64::from(config.gil_wait_len))
-                || walked.as_ref().is_some_and(|w| w.gil == GilState::Waiting.as_u8());
-            let kind = if gil_wait { types::pyperf_off_kind::OFF_KIND_GIL.0 as u8 } else { e.kind };
-            let (duration_ns, runnable_ns) = open_totals(&e, now);
-            let raw = RawSample {
-                pid,
-                tid,
-                cpu: 0,
-                time_ns: now,
-                comm: task_comm(pid, tid),
-                thread_state,
-                gil: if gil_wait {
-                    GilState::Waiting.as_u8()
-                } else {
-                    walked.as_ref().map_or(GilState::NoInfo.as_u8(), |w| w.gil)
-                },
-                pthread_id,
-                status,
-                frames,
-                locals,
-                // Read from user space at the end: no copy of the thread's stack (its native frames are marked
-                // missing with --native), no kernel stack.
-                kernel: &[],
-                user: None,
-                code: None,
-                off_cpu: Some(crate::sampler::OffCpu {
-                    part: OffCpuPart::Whole,
-                    start_ns: e.start,
-                    duration_ns,
-                    runnable_ns,
-                    weight_ns: duration_ns,
-                    kind,
-                    syscall: e.syscall,
-                    flags: e.flags | off_cpu_flags::OPEN_AT_END,
-                }),
-            };
-            o.open_at_end += 1;
-            let sink: &mut dyn Sink = self.sink.as_mut();
-            on_sample(&mut self.symbolizer, &mut self.names, sink, self.start_ns, &mut self.truncated, Some(o), &raw);
-        }
+        let Session { sampler, symbolizer, names, sink, start_ns, off_cpu, .. } = self;
+        let Some(o) = off_cpu else { return Ok(()) };
+        let open = sampler.open_off_cpu(&o.pids());
+        let sink: &mut dyn Sink = sink.as_mut();
+        o.end(open, now, &mut |ended| match ended {
+            Ended::Interval(i) => write_interval(sink, *start_ns, &i),
+            Ended::Walked(raw) => write_sample(symbolizer, names, sink, *start_ns, &raw),
+        });
         Ok(())
     }
 }
@@ -678,75 +548,56 @@ fn announce_libraries(symbolizer: &mut Symbolizer, sink: &mut dyn Sink) {
     }
 }
 
-/// One raw sample or off-CPU interval: symbolized, counted, handed to the sink.
+/// One raw sample or off-CPU record: symbolized, counted, handed to the sink (an off-CPU record through the
+/// pairing, [`crate::offcpu`]).
 fn on_sample(
     symbolizer: &mut Symbolizer,
     names: &mut ThreadNames,
     sink: &mut dyn Sink,
     start_ns: u64,
     truncated: &mut u64,
-    off_cpu: Option<&mut OffCpuState>,
+    off_cpu: Option<&mut Pairing>,
     s: &RawSample<'_>,
 ) {
     if let Some(c) = &s.code {
         symbolizer.code_snapshot(s.pid, c);
         return;
     }
-    let status = StackStatus::from_u8(s.status);
     match (s.off_cpu, off_cpu) {
         (None, _) => {
-            if status == StackStatus::Truncated {
+            if StackStatus::from_u8(s.status) == StackStatus::Truncated {
                 *truncated += 1;
             }
         }
         // Records of off-CPU intervals come only when the session asked for them.
         (Some(_), None) => return,
-        (Some(off), Some(o)) => {
-            // Counted when written (a start's interval may still be dropped as short).
-            if off.part == OffCpuPart::Whole && status == StackStatus::Error {
-                o.unreadable += 1;
+        (Some(off), Some(o)) => match o.record(s, &off) {
+            Step::Write => {}
+            Step::Hold => {
+                names.saw(s.pid, s.tid, s.time_ns);
+                let frames = symbolizer.symbolize(s, &mut |id, sym| sink.symbol(id, sym)).to_vec();
+                announce_libraries(symbolizer, sink);
+                o.hold(s, &off, frames);
+                return;
             }
-            match off.part {
-                OffCpuPart::Whole => {}
-                OffCpuPart::Start => {
-                    names.saw(s.pid, s.tid, s.time_ns);
-                    let frames = symbolizer.symbolize(s, &mut |id, sym| sink.symbol(id, sym)).to_vec();
-                    announce_libraries(symbolizer, sink);
-                    let comm_len = s.comm.iter().position(|&c| c == 0).unwrap_or(s.comm.len());
-                    // A start whose end was lost (ring buffer full) is replaced: the thread left again since.
-                    o.pending.insert(
-                        (s.pid, s.tid),
-                        Pending {
-                            frames,
-                            status,
-                            gil: GilState::from_u8(s.gil),
-                            thread_state: ThreadStateMatch::from_u8(s.thread_state),
-                            pthread_id: PthreadIdMatch::from_u8(s.pthread_id),
-                            cpu: s.cpu,
-                            comm: String::from_utf8_lossy(&s.comm[..comm_len]).into_owned(),
-                            start: off.start_ns,
-                            kind: OffCpuKind::from_u8(off.kind),
-                            flags: off.flags,
-                        },
-                    );
-                    return;
-                }
-                OffCpuPart::End => {
-                    // Dropped (short, not drawn), or its start was lost: nothing to write.
-                    let Some(p) = o.pending.remove(&(s.pid, s.tid)) else { return };
-                    if off.weight_ns == 0 || p.start != off.start_ns {
-                        return;
-                    }
-                    if p.status == StackStatus::Error {
-                        o.unreadable += 1;
-                    }
-                    let times = (s.time_ns, off.duration_ns, off.runnable_ns, off.weight_ns);
-                    emit_pending(sink, start_ns, s.pid, s.tid, p, times, 0);
-                    return;
-                }
+            Step::Ended(i) => {
+                write_interval(sink, start_ns, &i);
+                return;
             }
-        }
+            Step::Nothing => return,
+        },
     }
+    write_sample(symbolizer, names, sink, start_ns, s);
+}
+
+/// A raw sample or whole off-CPU interval, symbolized and handed to the sink.
+fn write_sample(
+    symbolizer: &mut Symbolizer,
+    names: &mut ThreadNames,
+    sink: &mut dyn Sink,
+    start_ns: u64,
+    s: &RawSample<'_>,
+) {
     names.saw(s.pid, s.tid, s.time_ns);
     symbolizer.symbolize(s, &mut |id, sym| sink.symbol(id, sym));
     announce_libraries(symbolizer, sink);
@@ -766,7 +617,7 @@ fn on_sample(
         thread_state: ThreadStateMatch::from_u8(s.thread_state),
         gil: GilState::from_u8(s.gil),
         pthread_id: PthreadIdMatch::from_u8(s.pthread_id),
-        status,
+        status: StackStatus::from_u8(s.status),
         frames,
     };
     let Some(off) = s.off_cpu else {
@@ -785,119 +636,27 @@ fn on_sample(
     });
 }
 
-/// The threads of `pid` that are off CPU now (not running or runnable, as /proc says), as entries of the BPF
-/// `off_cpu` map starting at `now` and flagged as such: their switch-out was before the recording could see it.
-/// Why each waits comes from /proc too (task state; the system call and its first argument from
-/// /proc/PID/task/TID/syscall); only waits in a system call (the program ends them at sys_exit).
-fn off_cpu_now(pid: u32, now: u64) -> Vec<(u32, types::off_cpu_entry)> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
-    let mut out = Vec::new();
-    for task in dir.flatten() {
-        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse::<u32>().ok()) else { continue };
-        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
-        // The state follows the parenthesised comm, which may itself hold parentheses.
-        let Some(state) = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()) else {
-            continue;
-        };
-        let kind = match state {
-            "S" | "I" | "t" | "T" => types::pyperf_off_kind::OFF_KIND_BLOCKED,
-            "D" => types::pyperf_off_kind::OFF_KIND_DISK,
-            _ => continue, // running or runnable (R), or dying
-        };
-        let (syscall, uaddr) = in_syscall(pid, tid).unwrap_or((-1, 0));
-        // Only a wait in a system call ends where the program can see it (sys_exit); one outside (a page fault)
-        // would never end: it is left out.
-        if syscall < 0 {
-            continue;
-        }
-        out.push((
-            tid,
-            types::off_cpu_entry {
-                start: now,
-                out: now,
-                wake: 0,
-                uaddr,
-                off_ns: 0,
-                runnable_ns: 0,
-                syscall,
-                kind: kind.0 as u8,
-                flags: off_cpu_flags::BEFORE_START,
-                walked: 0,
-                out_runnable: 0,
-            },
-        ));
-    }
-    out
-}
-
-/// The system call thread `tid` of `pid` is blocked in and its first argument (/proc/PID/task/TID/syscall), if it
-/// is blocked in one.
-fn in_syscall(pid: u32, tid: u32) -> Option<(i32, u64)> {
-    let line = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
-    let mut f = line.split_whitespace();
-    let nr: i32 = f.next()?.parse().ok()?;
-    let arg = u64::from_str_radix(f.next()?.trim_start_matches("0x"), 16).ok()?;
-    (nr >= 0).then_some((nr, arg))
-}
-
-/// The comm of a thread, NUL-padded as the kernel gives it to BPF.
-fn task_comm(pid: u32, tid: u32) -> [u8; 16] {
-    let mut comm = [0u8; 16];
-    if let Ok(name) = std::fs::read(format!("/proc/{pid}/task/{tid}/comm")) {
-        let name = name.strip_suffix(b"\n").unwrap_or(&name);
-        for (d, s) in comm.iter_mut().take(15).zip(name) {
-            *d = *s;
-        }
-    }
-    comm
-}
-
-/// Time off CPU and of it runnable, ns, of an interval still going on at `now` (CLOCK_MONOTONIC ns), from its
-/// BPF map entry.
-fn open_totals(e: &types::off_cpu_entry, now: u64) -> (u64, u64) {
-    let (mut off, mut runnable) = (e.off_ns, e.runnable_ns);
-    if e.out != 0 && now > e.out {
-        off += now - e.out;
-        if e.out_runnable != 0 {
-            runnable += now - e.out;
-        } else if e.wake >= e.out && now > e.wake {
-            runnable += now - e.wake;
-        }
-    }
-    (off, runnable.min(off))
-}
-
-/// Writes the interval a [`Pending`] start began. `times`: its end (CLOCK_MONOTONIC ns), time off CPU, of which
-/// runnable, and weight.
-fn emit_pending(
-    sink: &mut dyn Sink,
-    start_ns: u64,
-    pid: u32,
-    tid: u32,
-    p: Pending,
-    (end, duration_ns, runnable_ns, weight_ns): (u64, u64, u64, u64),
-    flags: u8,
-) {
-    let start = p.start.min(end);
+/// Writes an interval the off-CPU pairing ended (its stack symbolized at its start).
+fn write_interval(sink: &mut dyn Sink, start_ns: u64, i: &Interval) {
     sink.off_cpu(&OffCpuSample {
         sample: Sample {
-            time_ns: end.saturating_sub(start_ns),
-            cpu: p.cpu,
-            pid,
-            tid,
-            comm: &p.comm,
-            thread_state: p.thread_state,
-            gil: p.gil,
-            pthread_id: p.pthread_id,
-            status: p.status,
-            frames: &p.frames,
+            time_ns: i.end.saturating_sub(start_ns),
+            cpu: i.cpu,
+            pid: i.pid,
+            tid: i.tid,
+            comm: &i.comm,
+            thread_state: i.thread_state,
+            gil: i.gil,
+            pthread_id: i.pthread_id,
+            status: i.status,
+            frames: &i.frames,
         },
-        start_ns: start.saturating_sub(start_ns),
-        duration_ns,
-        runnable_ns: runnable_ns.min(duration_ns),
-        weight_ns,
-        kind: p.kind,
+        start_ns: i.start.saturating_sub(start_ns),
+        duration_ns: i.duration_ns,
+        runnable_ns: i.runnable_ns,
+        weight_ns: i.weight_ns,
+        kind: i.kind,
         syscall: -1,
-        flags: p.flags | flags,
+        flags: i.flags,
     });
 }

@@ -16,6 +16,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use crate::proc;
 use crate::python::mem::ProcMem;
 use crate::python::threads::{NamedThread, ThreadNameReader, ThreadNamesError};
 use crate::python::PythonProcess;
@@ -235,8 +236,7 @@ impl ThreadNames {
 
 /// (innermost pid, whether there is more than one level) from a /proc/PID/status text's `NSpid` line.
 fn nspids(status: &str) -> Option<(u32, bool)> {
-    let levels: Vec<u32> =
-        procfs::status_field(status, "NSpid")?.split_whitespace().map(str::parse).collect::<Result<_, _>>().ok()?;
+    let levels = proc::parse_nspids(status)?;
     Some((*levels.last()?, levels.len() > 1))
 }
 
@@ -281,8 +281,7 @@ impl ProcessThreads {
                 .iter_mut()
                 .filter_map(|(&tid, info)| {
                     if info.ns_tid.is_none() {
-                        let status = procfs::read_small(&format!("/proc/{pid}/task/{tid}/status"));
-                        info.ns_tid = status.and_then(|s| nspids(&s)).map(|n| n.0);
+                        info.ns_tid = proc::task_ns_tid(pid, tid);
                     }
                     Some((info.ns_tid?, tid))
                 })
@@ -297,7 +296,7 @@ impl ProcessThreads {
 /// When thread `tid` of process `pid` started (/proc/PID/task/TID/stat field 22, clock ticks since boot); `None`
 /// when it is not a thread of that process (any more).
 fn task_start(pid: u32, tid: u32) -> Option<u64> {
-    procfs::parse_stat(&procfs::read_small(&format!("/proc/{pid}/task/{tid}/stat"))?).map(|s| s.identity.start_time)
+    proc::task_stat(pid, tid).map(|s| s.identity.start_time)
 }
 
 /// A /proc start time (clock ticks since boot, CLOCK_BOOTTIME) as CLOCK_MONOTONIC ns, rounded down to its tick: at or

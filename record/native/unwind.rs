@@ -19,6 +19,7 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _};
 
 use super::elf::{self, ElfInfo};
+use crate::proc::{maps as read_maps, parse_maps, MapsEntry};
 
 /// Frames beyond this many end the unwind ([`UnwindEnd::TooDeep`]).
 pub const MAX_FRAMES: usize = 1024;
@@ -98,59 +99,6 @@ pub struct NativeSymbol {
     pub build_id: Arc<str>,
     /// Whether a symbol covers the address.
     pub resolved: bool,
-}
-
-/// One line of `/proc/PID/maps`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MapsEntry {
-    /// First address.
-    pub start: u64,
-    /// One past the last address.
-    pub end: u64,
-    /// Whether the mapping is executable.
-    pub exec: bool,
-    /// File offset of `start`.
-    pub offset: u64,
-    /// Device of the file (`major << 32 | minor`).
-    pub dev: u64,
-    /// Inode of the file (0 for anonymous and special mappings).
-    pub inode: u64,
-    /// Path (may hold spaces; ends with " (deleted)" for a file deleted since), `[vdso]`, or "".
-    pub path: String,
-}
-
-/// Parses the text of a `/proc/PID/maps`; malformed lines are skipped.
-pub fn parse_maps(text: &str) -> Vec<MapsEntry> {
-    text.lines().filter_map(parse_maps_line).collect()
-}
-
-fn parse_maps_line(line: &str) -> Option<MapsEntry> {
-    // Five fields then the path, which may contain spaces: split by hand.
-    let mut rest = line;
-    let mut field = || {
-        rest = rest.trim_start_matches(' ');
-        let end = rest.find(' ').unwrap_or(rest.len());
-        let (f, r) = rest.split_at(end);
-        rest = r;
-        f
-    };
-    let range = field();
-    let perms = field();
-    let offset = field();
-    let dev = field();
-    let inode = field();
-    let path = rest.trim_start_matches(' ');
-    let (start, end) = range.split_once('-')?;
-    let (major, minor) = dev.split_once(':')?;
-    Some(MapsEntry {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        exec: perms.as_bytes().get(2) == Some(&b'x'),
-        offset: u64::from_str_radix(offset, 16).ok()?,
-        dev: u64::from_str_radix(major, 16).ok()? << 32 | u64::from_str_radix(minor, 16).ok()?,
-        inode: inode.parse().ok()?,
-        path: path.to_string(),
-    })
 }
 
 type Bytes = Arc<[u8]>;
@@ -402,7 +350,7 @@ impl NativeUnwinder {
 
     /// Follows process `pid`: reads its `/proc/PID/maps` and parses the files it maps (those not seen yet).
     pub fn add_process(&mut self, pid: u32) -> std::io::Result<()> {
-        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+        let maps = read_maps(pid)?;
         self.counts.maps_reads += 1;
         let root = PathBuf::from(format!("/proc/{pid}/root"));
         let mappings = self.mappings(pid, &root, &maps, &[]);
@@ -539,7 +487,7 @@ impl NativeUnwinder {
             return false;
         }
         let root = p.root.clone();
-        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        let Ok(maps) = read_maps(pid) else {
             // Gone (or going): do not try again before the interval.
             if let Some(p) = self.processes.get_mut(&pid) {
                 p.last_read = Instant::now();
@@ -1029,26 +977,6 @@ mod tests {
         assert!(unwind < 200_000, "median unwind {unwind} ns");
     }
 
-    #[test]
-    fn maps_lines_with_spaces_and_deleted_files() {
-        let text = "\
-55d0c0a00000-55d0c0a22000 r-xp 00001000 fd:01 1234   /usr/bin/my prog (deleted)
-7ffd1e9f0000-7ffd1e9f2000 r-xp 00000000 00:00 0                          [vdso]
-7f00-7f10 rw-p 00000000 00:00 0
-garbage line
-";
-        let e = parse_maps(text);
-        assert_eq!(e.len(), 3);
-        assert_eq!(e[0].path, "/usr/bin/my prog (deleted)");
-        assert_eq!(
-            (e[0].start, e[0].end, e[0].offset, e[0].dev, e[0].inode),
-            (0x55d0c0a00000, 0x55d0c0a22000, 0x1000, 0xfd << 32 | 1, 1234)
-        );
-        assert!(e[0].exec && e[1].exec && !e[2].exec);
-        assert_eq!(e[1].path, "[vdso]");
-        assert_eq!(e[2].path, "");
-    }
-
     /// A small C library built with gcc -O2 -fomit-frame-pointer: frames need call frame information. Returns
     /// (directory, unstripped path, stripped path).
     fn c_library() -> Option<(tempfile::TempDir, PathBuf, PathBuf)> {
@@ -1390,8 +1318,7 @@ garbage line
     /// through ptrace (stopped), the stack from `/proc/PID/mem`. `None` unless it is in system call `nr`.
     fn blocked_in_syscall(pid: u32, nr: &[u64]) -> Option<Capture> {
         use std::os::unix::fs::FileExt as _;
-        let text = std::fs::read_to_string(format!("/proc/{pid}/syscall")).ok()?;
-        if !nr.contains(&text.split_whitespace().next()?.parse::<u64>().ok()?) {
+        if !nr.contains(&u64::try_from(crate::proc::task_syscall(pid, pid)?.nr).ok()?) {
             return None;
         }
         let pid = libc::pid_t::try_from(pid).ok()?;
@@ -1408,7 +1335,7 @@ garbage line
         let got = unsafe { libc::ptrace(libc::PTRACE_GETREGS, pid, 0usize, &mut regs as *mut libc::user_regs_struct) };
         let capture = (got == 0).then(|| {
             let sp = regs.rsp;
-            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+            let maps = read_maps(pid as u32).ok()?;
             let end = parse_maps(&maps).iter().find(|e| e.start <= sp && sp < e.end)?.end;
             let mut stack = vec![0u8; usize::try_from((end - sp).min(65536)).ok()?];
             File::open(format!("/proc/{pid}/mem")).ok()?.read_exact_at(&mut stack, sp).ok()?;
@@ -1487,7 +1414,7 @@ garbage line
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+            let maps = read_maps(pid).unwrap_or_default();
             if exe.ends_with("sleep") && maps.contains("libc.so") {
                 break;
             }

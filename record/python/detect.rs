@@ -30,6 +30,7 @@ type Elf<'d, R> = ElfFile64<'d, object::Endianness, R>;
 use super::debug_offsets as dbg;
 use super::layout::version_from_hex;
 use super::versions::{self, supported_versions, Row, Unsupported};
+use crate::proc::{self, MapsEntry};
 
 impl Unsupported {
     /// The error for process `pid`.
@@ -188,19 +189,6 @@ impl fmt::Display for PythonProcess {
     }
 }
 
-/// One line of /proc/PID/maps that maps a file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Mapping {
-    pub(super) start: u64,
-    pub(super) end: u64,
-    pub(super) offset: u64,
-    /// The mapped file's inode, to tell it from another file at the same path.
-    pub(super) inode: u64,
-    /// Mapped executable (`x` in its permissions).
-    pub(super) exec: bool,
-    pub(super) path: String,
-}
-
 const WANTED: &[&str] = &[
     "_PyRuntime",
     "Py_Version",
@@ -245,7 +233,7 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
 
     let maps_path = proc_dir.join("maps");
     let maps = fs::read_to_string(&maps_path).map_err(|e| io_err(&maps_path, e))?;
-    let mappings = parse_maps(&maps);
+    let mappings = file_maps(&maps);
     let exe_path = proc_dir.join("exe");
     let executable = fs::read_link(&exe_path).map_err(|e| io_err(&exe_path, e))?;
     let cmdline_path = proc_dir.join("cmdline");
@@ -272,7 +260,7 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
     }
 
     for path in candidates {
-        let file_maps: Vec<&Mapping> = mappings.iter().filter(|m| m.path == path).collect();
+        let file_maps: Vec<&MapsEntry> = mappings.iter().filter(|m| m.path == path).collect();
         let info = match binary_info(pid, &path, &file_maps) {
             Ok(info) => info,
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
@@ -338,32 +326,15 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
     Err(InspectError::NotPython(pid))
 }
 
-pub(super) fn parse_maps(maps: &str) -> Vec<Mapping> {
-    let mut out = Vec::new();
-    for line in maps.lines() {
-        // start-end perms offset dev inode path
-        let mut it = line.splitn(6, ' ');
-        let (Some(range), Some(perms), Some(off), Some(_dev), Some(inode), Some(rest)) =
-            (it.next(), it.next(), it.next(), it.next(), it.next(), it.next())
-        else {
-            continue;
-        };
-        if inode == "0" {
-            continue;
+/// The file mappings of a /proc/PID/maps text (anonymous and special ones left out), each file's path as it was
+/// mapped (without the " (deleted)" of a file deleted since).
+pub(super) fn file_maps(maps: &str) -> Vec<MapsEntry> {
+    let mut out = proc::parse_maps(maps);
+    out.retain(|m| m.inode != 0 && m.path.starts_with('/'));
+    for m in &mut out {
+        if let Some(p) = m.path.strip_suffix(" (deleted)") {
+            m.path.truncate(p.len());
         }
-        let path = rest.trim_start();
-        if !path.starts_with('/') {
-            continue;
-        }
-        let Some((s, e)) = range.split_once('-') else { continue };
-        let (Ok(start), Ok(end), Ok(offset)) =
-            (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16), u64::from_str_radix(off, 16))
-        else {
-            continue;
-        };
-        let path = path.strip_suffix(" (deleted)").unwrap_or(path).to_string();
-        let inode = inode.parse().unwrap_or(0);
-        out.push(Mapping { start, end, offset, inode, exec: perms.contains('x'), path });
     }
     out
 }
@@ -372,7 +343,7 @@ pub(super) fn parse_maps(maps: &str) -> Vec<Mapping> {
 /// file, or none), when the file there is the mapped one (same inode); else through map_files, which is the mapping
 /// itself (a file deleted or replaced since, or a path the host names differently, as for a chroot); else, where
 /// map_files is closed (it needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE), the rooted path as it is.
-fn open_mapped_file(pid: u32, path: &str, maps: &[&Mapping]) -> io::Result<fs::File> {
+fn open_mapped_file(pid: u32, path: &str, maps: &[&MapsEntry]) -> io::Result<fs::File> {
     use std::os::unix::fs::OpenOptionsExt as _;
     // The rooted path is the target's to replace: a FIFO put there must not block the open forever.
     let file = fs::OpenOptions::new()
@@ -388,7 +359,7 @@ fn open_mapped_file(pid: u32, path: &str, maps: &[&Mapping]) -> io::Result<fs::F
 /// The path [`open_mapped_file`] opens (also what a uprobe on the file is attached through, see
 /// [`super::frees`]): `/proc/PID/root/PATH` when it is the mapped file, else a `/proc/PID/map_files` entry of one
 /// of `maps` that can be followed, else the rooted path as it is.
-pub(super) fn mapped_file_path(pid: u32, path: &str, maps: &[&Mapping]) -> PathBuf {
+pub(super) fn mapped_file_path(pid: u32, path: &str, maps: &[&MapsEntry]) -> PathBuf {
     use std::os::unix::fs::MetadataExt;
     let rooted = PathBuf::from(format!("/proc/{pid}/root{path}"));
     if let Ok(md) = fs::metadata(&rooted) {
@@ -474,7 +445,7 @@ type FileId = (u64, u64, u64, i64);
 type Analysis = std::sync::Arc<Option<BinaryInfo>>;
 
 /// [`BinaryInfo::read`] of the file `path` mapped by `pid`, once per file.
-fn binary_info(pid: u32, path: &str, maps: &[&Mapping]) -> io::Result<Analysis> {
+fn binary_info(pid: u32, path: &str, maps: &[&MapsEntry]) -> io::Result<Analysis> {
     use std::os::unix::fs::MetadataExt;
     let file = open_mapped_file(pid, path, maps)?;
     let meta = file.metadata()?;
@@ -517,7 +488,7 @@ fn find_symbols<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>) -> HashMap<&'static str, u
 
 /// Load bias = runtime address - link-time address, from a mapping of the file and the PT_LOAD
 /// segment that covers the mapping's file offset. 0 for a non-PIE executable.
-fn load_bias(segments: &[Segment], maps: &[&Mapping]) -> Option<u64> {
+fn load_bias(segments: &[Segment], maps: &[&MapsEntry]) -> Option<u64> {
     for m in maps {
         for seg in segments {
             // Mappings start on page boundaries: the segment's offset rounded down.
@@ -663,7 +634,7 @@ mod tests {
 
     #[test]
     fn maps_lines() {
-        let m = parse_maps(
+        let m = file_maps(
             "55d0c000-55d0d000 r--p 00000000 08:01 1234   /usr/bin/python3.11\n\
              7f00-8f00 rw-p 00000000 00:00 0 \n\
              7f10-7f20 r-xp 00001000 08:01 99 /lib/libpython3.11.so.1.0 (deleted)\n",

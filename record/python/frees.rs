@@ -18,10 +18,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::detect::{mapped_file_path, parse_maps, Mapping, PythonProcess};
+use super::detect::{file_maps, mapped_file_path, PythonProcess};
 use super::mem::{read_u64, ProcMem, ReadMem};
 use super::objects::at;
 use crate::abi::{types, ProcConfig};
+use crate::proc::{self, MapsEntry};
 
 /// How the frees of a process's code objects are counted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,10 +53,10 @@ pub fn code_frees<M: ReadMem>(p: &PythonProcess, mem: &M, interp_head_addr: u64)
     let code_type = p.addrs.code_type.ok_or("no PyCode_Type symbol")?;
     let slot = at(code_type, l.type_dealloc).ok_or("no tp_dealloc offset")?;
     let address = read_u64(mem, slot).filter(|&a| a != 0).ok_or("PyCode_Type.tp_dealloc unreadable")?;
-    let maps = std::fs::read_to_string(format!("/proc/{}/maps", p.pid)).map_err(|e| format!("its maps: {e}"))?;
-    let maps = parse_maps(&maps);
+    let maps = proc::maps(p.pid).map_err(|e| format!("its maps: {e}"))?;
+    let maps = file_maps(&maps);
     let m = dealloc_mapping(&maps, address).ok_or_else(|| format!("code_dealloc {address:#x} not in a mapped file"))?;
-    let same_file: Vec<&Mapping> = maps.iter().filter(|o| o.path == m.path && o.inode == m.inode).collect();
+    let same_file: Vec<&MapsEntry> = maps.iter().filter(|o| o.path == m.path && o.inode == m.inode).collect();
     Ok(CodeFrees::Dealloc {
         binary: mapped_file_path(p.pid, &m.path, &same_file),
         offset: address - m.start + m.offset,
@@ -78,7 +79,7 @@ fn main_interpreter<M: ReadMem>(mem: &M, head_addr: u64, next: i32) -> Result<u6
 }
 
 /// The executable file mapping of `maps` that holds `addr`: where a uprobe can go.
-fn dealloc_mapping(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
+fn dealloc_mapping(maps: &[MapsEntry], addr: u64) -> Option<&MapsEntry> {
     maps.iter().find(|m| m.start <= addr && addr < m.end && m.exec)
 }
 
@@ -232,7 +233,7 @@ mod tests {
 
     #[test]
     fn code_dealloc_is_found_in_the_executable_mapping_of_its_file() {
-        let maps = parse_maps(
+        let maps = file_maps(
             "\
 5583a0a00000-5583a0a2b000 r--p 00000000 fd:01 1234 /usr/bin/python3.11
 5583a0a2b000-5583a0d00000 r-xp 0002b000 fd:01 1234 /usr/bin/python3.11

@@ -431,7 +431,7 @@ fn process_of(id: u32) -> Result<u32> {
     if !st.running() {
         bail!("process {id} has exited (a zombie its parent has not reaped yet)");
     }
-    match procfs::tgid(id) {
+    match crate::proc::tgid(id) {
         Some(tgid) if tgid != id => {
             crate::say!("pyperf: {id} is a thread of process {tgid}: profiling the process");
             Ok(tgid)

@@ -1,67 +1,13 @@
-//! What pyperf reads of /proc about a process: its identity (which program run it is), its parent, whether it
-//! still runs; and the process tree.
+//! What discovery reads of /proc: a process's identity (which program run it is) kept open for quick looks, its age,
+//! namespaces and cgroup, the process tree, a digest of its memory map. The parsing of /proc files is
+//! [`crate::proc`]'s (the leaf every room shares); this module may import nothing else of the crate's.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// One program run in one process. Pid reuse changes the start time; exec keeps the pid and the start time but
-/// builds a new address space, whose code and stack addresses (set by exec, placed at random by ASLR; a different
-/// program has a different code size) change with it. A sampler configured for the old image would read the new
-/// one at the old addresses: an identity change means "forget this process, look at it again".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Identity {
-    /// Clock ticks since boot (/proc/PID/stat field 22).
-    pub start_time: u64,
-    /// (startcode, endcode, startstack): fields 26-28. Zero for a zombie, whose image is gone.
-    pub image: (u64, u64, u64),
-}
-
-/// What pyperf reads of /proc/PID/stat.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stat {
-    /// R, S, D, Z (zombie: exited, not yet reaped), ...
-    pub state: char,
-    /// Parent pid.
-    pub ppid: u32,
-    /// Kernel flags (field 9): `PF_KTHREAD` marks a kernel thread.
-    pub flags: u64,
-    /// Which program run it is.
-    pub identity: Identity,
-}
-
-impl Stat {
-    /// Still running: not a zombie (an exited process its parent has not reaped yet).
-    pub fn running(&self) -> bool {
-        !matches!(self.state, 'Z' | 'X' | 'x')
-    }
-
-    /// A kernel thread (`PF_KTHREAD`): no user space to profile.
-    pub fn kernel_thread(&self) -> bool {
-        const PF_KTHREAD: u64 = 0x0020_0000;
-        self.flags & PF_KTHREAD != 0
-    }
-}
-
-/// Parses /proc/PID/stat. The command name (field 2) may hold spaces and parentheses: fields after it follow
-/// the last ')'.
-pub fn parse_stat(stat: &str) -> Option<Stat> {
-    let rest = stat.get(stat.rfind(')')? + 2..)?;
-    // Field k (1-based) is at index k - 3 from here.
-    let f: Vec<&str> = rest.split(' ').collect();
-    let num = |k: usize| f.get(k - 3)?.trim().parse::<u64>().ok();
-    Some(Stat {
-        state: f.first()?.chars().next()?,
-        ppid: num(4)? as u32,
-        flags: num(9)?,
-        identity: Identity { start_time: num(22)?, image: (num(26)?, num(27)?, num(28)?) },
-    })
-}
-
-/// /proc/PID/stat of `pid`, None if it is gone.
-pub fn stat(pid: u32) -> Option<Stat> {
-    parse_stat(&read_small(&format!("/proc/{pid}/stat"))?)
-}
+use crate::proc::{parse_nspid, parse_stat, read_small};
+pub use crate::proc::{stat, Identity, Stat};
 
 /// /proc/PID/stat files kept open, re-read from offset 0 (a /proc file regenerates then): a look every
 /// `RESCAN_EVERY` at a followed process was an open, a read and a close, and the path walk and file set-up were half
@@ -106,24 +52,6 @@ impl StatFiles {
     pub fn retain(&mut self, keep: impl Fn(u32) -> bool) {
         self.files.retain(|&pid, _| keep(pid));
     }
-}
-
-/// A small /proc file, read in one or two read(2) calls: scans read one per process, many times a second, and
-/// `read_to_string` spends a stat(2) and four reads on each (a /proc file says its size is 0).
-pub fn read_small(path: &str) -> Option<String> {
-    use std::io::Read;
-    let mut file = std::fs::File::open(path).ok()?;
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    loop {
-        match file.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return None,
-        }
-    }
-    String::from_utf8(buf).ok()
 }
 
 /// The identity of `pid` now; None if it is gone.
@@ -185,16 +113,6 @@ pub fn namespaces(pid: u32) -> Option<Namespaces> {
     Some(Namespaces { ns_pid, other_pid_ns, cgroup })
 }
 
-/// The value of field `key` (`"Tgid"`, `"NSpid"`, `"CapEff"`) of a /proc/PID/status text, trimmed.
-pub fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
-    status.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':')).map(str::trim)
-}
-
-/// The innermost pid of an `NSpid:` line of /proc/PID/status (kernels before 4.1 have none).
-pub fn parse_nspid(status: &str) -> Option<u32> {
-    status_field(status, "NSpid")?.split_whitespace().last()?.parse().ok()
-}
-
 /// The cgroup of a /proc/PID/cgroup text: the unified (v2) hierarchy's path (`0::PATH`), unless that is the root
 /// and a v1 hierarchy places the process deeper (hybrid systems: containers show up there); empty if unknown.
 pub fn parse_cgroup(text: &str) -> String {
@@ -205,12 +123,6 @@ pub fn parse_cgroup(text: &str) -> String {
         Some(u) if u != "/" => u,
         u => v1.or(u).unwrap_or_default(),
     }
-}
-
-/// The thread group (process) a thread id belongs to (`Tgid:` of /proc/TID/status): itself for a process.
-pub fn tgid(tid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    status_field(&status, "Tgid")?.parse().ok()
 }
 
 /// Where the cgroup hierarchies are mounted: the unified (v2) one at the root, or under `unified/` beside the v1
@@ -330,7 +242,8 @@ mod tests {
     use super::*;
 
     fn line(comm: &str, start_time: u64, image: (u64, u64, u64)) -> String {
-        // 52 fields as Linux 6.x writes them; only 2, 4, 22 and 26-28 matter here.
+        // 52 fields as Linux 6.x writes them; only 2, 4, 22 and 26-28 matter here (the parser's own cases are
+        // crate::proc's).
         let mut f: Vec<String> = (1..=52).map(|k| (k * 10).to_string()).collect();
         f[0] = "4242".into();
         f[1] = format!("({comm})");
@@ -373,10 +286,6 @@ mod tests {
 
     #[test]
     fn namespace_and_cgroup_lines() {
-        let status = "Name:\tpython3.13\nTgid:\t4242\nNSpid:\t4242\t17\t1\nNSpgid:\t4242\n";
-        assert_eq!(parse_nspid(status), Some(1));
-        assert_eq!(parse_nspid("NSpid:\t99\n"), Some(99));
-        assert_eq!(parse_nspid("Name:\tx\n"), None);
         assert_eq!(parse_cgroup("0::/system.slice/docker-abc.scope\n"), "/system.slice/docker-abc.scope");
         assert_eq!(parse_cgroup("12:pids:/a\n0::/b:c\n"), "/b:c");
         assert_eq!(parse_cgroup("4:memory:/process_api/75e8\n1:cpu:/\n0::/\n"), "/process_api/75e8");
@@ -386,22 +295,7 @@ mod tests {
         let me = namespaces(std::process::id()).unwrap();
         assert_eq!(me.ns_pid, std::process::id());
         assert!(!me.other_pid_ns);
-        assert_eq!(tgid(std::process::id()), Some(std::process::id()));
         assert!(!stat(std::process::id()).unwrap().kernel_thread());
-        assert_eq!(status_field("Name:\tx\nCapEff:\t0000003fffffffff\n", "CapEff"), Some("0000003fffffffff"));
-    }
-
-    #[test]
-    fn stat_fields_after_a_strange_command_name() {
-        for comm in ["python3", "a b", "x) (y", ")", "((", "py thon) 1 2 3"] {
-            let s = parse_stat(&line(comm, 123456, (0x55d0, 0x55f0, 0x7ffd))).unwrap();
-            assert_eq!(s.ppid, 77, "{comm}");
-            assert_eq!(s.state, 'R', "{comm}");
-            assert!(s.running());
-            assert_eq!(s.identity, Identity { start_time: 123456, image: (0x55d0, 0x55f0, 0x7ffd) }, "{comm}");
-        }
-        assert_eq!(parse_stat("garbage"), None);
-        assert_eq!(parse_stat("1 (x) R 1 2"), None);
     }
 
     #[test]
