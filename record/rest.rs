@@ -66,8 +66,9 @@ impl Target {
 /// Whether a thread of a process configured as `config` waits for the GIL: blocked in futex(2) (`call`: the system
 /// call it is blocked in and its first argument) on a word of the GIL (`config.gil_wait_addr`, or relative to the
 /// GIL block the walk found when that is 0), or found waiting by the walk itself (3.15+). The BPF program decides
-/// the same for an interval that ends on CPU (bpf/: where an off-CPU record's `off_kind` becomes `OFF_KIND_GIL`);
-/// a change here is a change there.
+/// the same for an interval that ends on CPU, in C (bpf/record.bpf.h, where a record's `off_kind` becomes
+/// `OFF_KIND_GIL`; there a walk's "waiting" counts only for a thread not merely runnable, which a thread read here,
+/// at rest, never is): a change to one is a change to the other.
 pub fn gil_wait(config: &ProcConfig, call: Option<(i64, u64)>, walked: Option<&WalkedStack>) -> bool {
     let lo = if config.gil_wait_addr != 0 { config.gil_wait_addr } else { walked.map_or(0, |w| w.gil_wait_base) };
     let futex = i64::from(types::pyperf_limits::PYPERF_NR_FUTEX.0);
