@@ -69,6 +69,7 @@ pub mod sampler;
 pub mod session;
 pub mod signals;
 pub mod sink;
+pub mod summary;
 pub mod symbolizer;
 pub mod targets;
 pub mod threadnames;

@@ -2,7 +2,6 @@
 //! the symbolizer and the sink, drains the sampler's ring buffer through the symbolizer into the sink, flushes,
 //! and at the end writes the statistics and says what was recorded.
 
-use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -22,6 +21,7 @@ use crate::rest::Target;
 use crate::sampler::{RawSample, Sampler};
 use crate::signals;
 use crate::sink::{OffCpuSample, Sample, Sink};
+use crate::summary;
 use crate::symbolizer::Symbolizer;
 use crate::targets::procfs::Namespaces;
 use crate::targets::{Event, Stop, Targets};
@@ -287,49 +287,22 @@ impl Session {
                 }))
                 .collect(),
         };
-        let pct = |n: u64| if samples + c.lost == 0 { 0.0 } else { 100.0 * n as f64 / (samples + c.lost) as f64 };
-        let mut summary = String::new();
-        let _ = write!(
-            summary,
-            "pyperf: {:.1} s, {} samples, {} lost ({:.2}%), {} truncated stacks ({:.2}%), {} lost symbols, {} errors",
-            elapsed.as_secs_f64(),
-            samples,
-            c.lost,
-            pct(c.lost),
-            self.truncated,
-            pct(self.truncated),
-            stats.lost_symbols,
-            stats.errors,
-        );
-        if self.off_cpu.is_some() {
-            let _ = write!(
-                summary,
-                "\npyperf: {} off-CPU intervals ({} short ones sampled, {} dropped, {} lost)",
-                self.sink.off_cpu_intervals(),
-                c.off_cpu_sampled,
-                c.off_cpu_short,
-                c.off_cpu_lost
-            );
-        }
         let native = self.symbolizer.native_counters();
-        let count = |name: &str| native.iter().find(|c| c.0 == name).map(|c| c.1);
-        if let (Some(merged), Some(partial), Some(unmerged), Some(cut), Some(none)) = (
-            count("native_merged"),
-            count("native_merged_partial_unwind"),
-            count("native_unmerged"),
-            count("native_unmerged_python_incomplete"),
-            count("native_no_stack"),
-        ) {
-            let _ = write!(
-                summary,
-                "\npyperf: native stacks: {} merged ({} of them unwound part way), {} not merged (marked), {} without a \
-                 stack copy",
-                merged + partial,
-                partial,
-                unmerged + cut,
-                none
-            );
-        }
+        let mut summary = summary::text(&summary::Totals {
+            elapsed,
+            samples,
+            lost: c.lost,
+            truncated: self.truncated,
+            lost_symbols: stats.lost_symbols,
+            errors: stats.errors,
+            off_cpu: self.off_cpu.is_some().then(|| summary::OffCpuTotals {
+                intervals: self.sink.off_cpu_intervals(),
+                sampled: c.off_cpu_sampled,
+                short: c.off_cpu_short,
+                lost: c.off_cpu_lost,
+            }),
+            native: &native,
+        });
         let sink = std::mem::replace(&mut self.sink, Box::new(Finished));
         if let Some(what) = sink.finish(&stats)? {
             summary.push('\n');
@@ -337,31 +310,9 @@ impl Session {
         }
         crate::say!("{summary}");
         if bpf_stats {
-            if let Some((run_ns, runs)) = self.sampler.bpf_stats() {
-                // Every perf event runs the program, also on CPUs running other processes; those runs return after
-                // one map lookup. Per target sample counts all of it against the samples taken.
-                crate::say!(
-                    "pyperf: BPF {} runs, {:.0} ns per run, {:.0} ns per target sample ({} samples)",
-                    runs,
-                    run_ns as f64 / runs.max(1) as f64,
-                    run_ns as f64 / c.samples.max(1) as f64,
-                    c.samples
-                );
-            }
-            let stats = self.sampler.off_cpu_bpf_stats();
-            if !stats.is_empty() {
-                let off: Vec<String> = stats
-                    .iter()
-                    .map(|(name, ns, n)| format!("{name} {n} runs, {:.0} ns per run", *ns as f64 / (*n).max(1) as f64))
-                    .collect();
-                // Per off-CPU interval of a followed thread: all three programs' time, over the intervals that ended.
-                let total: u64 = stats.iter().map(|(_, ns, _)| ns).sum();
-                crate::say!(
-                    "pyperf: BPF off-CPU: {}; {:.0} ns per followed switch ({} switches)",
-                    off.join(", "),
-                    total as f64 / c.off_cpu_ended.max(1) as f64,
-                    c.off_cpu_ended
-                );
+            let off = self.sampler.off_cpu_bpf_stats();
+            for line in summary::bpf_lines(self.sampler.bpf_stats(), c.samples, &off, c.off_cpu_ended) {
+                crate::say!("{line}");
             }
         }
         Ok(())

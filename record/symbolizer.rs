@@ -29,7 +29,8 @@ use pyperf_format::Symbol;
 
 use crate::abi::types;
 use crate::native::stacks::NativeStacks;
-use crate::python::code::{unresolved, CodeReader, FirstLocal, ProcMem, Resolution, Snapshot};
+use crate::python::code::{unresolved, CodeReader, FirstLocal, Resolution, Snapshot};
+use crate::python::mem::ProcMem;
 use crate::python::PythonProcess;
 use crate::sampler::{CodeSnap, RawSample};
 

@@ -26,7 +26,7 @@ use pyperf_format::{symbol_flags, Symbol};
 
 use super::layout::Layout;
 use super::linetable;
-pub use super::mem::{read_u64, ProcMem, ReadMem};
+use super::mem::{read_u64, ReadMem};
 use super::objects::{self, at, cut_str};
 use super::versions::{Row, Strings, TPFLAGS_TYPE_SUBCLASS};
 

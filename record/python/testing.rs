@@ -9,8 +9,8 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::code::ReadMem;
 use super::detect::{PythonAddrs, PythonProcess};
+use super::mem::ReadMem;
 use super::versions::Row;
 
 /// Where the first region goes: above the first megabyte, like a real process's heap.

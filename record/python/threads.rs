@@ -36,8 +36,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::code::ReadMem;
 use super::layout::Layout;
+use super::mem::ReadMem;
 use super::objects::{at, u64_in, Budget, Dict, Metered, Objects, MAX_DICT_ENTRIES, MAX_INSTANCE_ENTRIES};
 use super::versions::{Interpreters, Row, ThreadNames, ThreadTids, MAIN_THREAD_TYPE, NATIVE_ID_ATTR};
 use super::PythonAddrs;

@@ -34,7 +34,8 @@
 
 use std::collections::HashMap;
 
-use super::code::{code_check, read_u64, ProcMem, ReadMem};
+use super::code::code_check;
+use super::mem::{read_u64, ProcMem, ReadMem};
 use super::objects::{at, Budget, Metered};
 use super::threads::{PID_MAX_LIMIT, PTHREAD_TID_CANDIDATES, TCB_SELF};
 use super::versions::Row;
