@@ -70,8 +70,21 @@ impl Drop for Kid {
     }
 }
 
+/// The pyperf binary, started with SIGHUP and SIGINT at their default actions, as from a terminal: the test
+/// runner may itself run under nohup or as a background job of a script (SIGHUP, resp. SIGINT, ignored, and
+/// inherited), and pyperf keeps an ignored SIGHUP ignored by design (`tests/record.rs` tests both).
 pub fn pyperf() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_pyperf"))
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new(env!("CARGO_BIN_EXE_pyperf"));
+    // SAFETY: signal(2) is async-signal-safe, and nothing else runs between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    c
 }
 
 pub fn repo() -> PathBuf {
