@@ -15,6 +15,11 @@
 //!   `pyperf record` arguments that set it up.
 //! - [`plan`]: what `record` and `top` share: their target, sampling and push arguments, checked once, with every
 //!   default, and the sampler options, targets, header, sinks and session built from them.
+//! - [`top`], [`dump`]: the other front ends, over the same pieces.
+//! - Leaves, which import nothing of the crate: [`clock`] (the BPF program's clock), [`header`] (the recording's
+//!   header), [`summary`] (the lines said at the end), [`proc`], [`signals`], [`abi`].
+//!
+//! `tests/layout.rs` fails on an import cycle between files or between these rooms, and on a leaf that imports.
 
 /// `eprintln!` that never panics: a closed or failing stderr must not cost the recording (`eprintln!` panics when
 /// the write fails).

@@ -1,6 +1,9 @@
-//! A recording session: the loop that ties the parts together. It applies the targets' events to the sampler,
-//! the symbolizer and the sink, drains the sampler's ring buffer through the symbolizer into the sink, flushes,
-//! and at the end writes the statistics and says what was recorded.
+//! A recording session: the loop that ties the parts together, and nothing more. It applies the targets' events to
+//! the sampler, the symbolizer, the thread names, the off-CPU pairing and the frees plan; drains the sampler's ring
+//! buffer through the symbolizer into the sink; flushes; and at the end gathers the statistics for the sink and the
+//! summary ([`crate::summary`]). What each of those parts does is theirs: the session owns only the loop's timing
+//! (the constants below) and the order of the calls. It imports the rooms it wires; none of them imports it (only
+//! the front ends and the plan do).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

@@ -1,16 +1,10 @@
 //! From the frames the BPF program reports (code object addresses) to symbols: one [`CodeReader`] per followed
 //! process, a per-frame cache, and a symbol table of its own.
 //!
-//! A tid names one thread only as long as that thread lives: each thread seen in the samples is known by its start
-//! time (/proc/PID/task/TID/stat), checked again at every read of names and, for a named thread, on its samples at
-//! most once per [`RECHECK_EVERY_NS`] (a change makes a read due). A thread gone, or a tid that now belongs to
-//! another thread, ends the name given to it (an empty name, from the new thread's start), and the `Thread` object
-//! that named it names nothing else while it stays in `threading._active` (a stale `_DummyThread`). What this misses:
-//! a tid reused within a second of its last check by a thread that ends before the next one; its samples keep the old
-//! name.
-//!
 //! Symbol ids are dense, in first-seen order, and equal symbols get equal ids whatever process they came from.
 //! A sink learns each symbol once, before the first sample that uses it; the symbolizer knows nothing of sinks.
+//! May import the python room (code objects), native (with `--native` / `--kernel`) and the sampler's records;
+//! not the session, a sink or thread names ([`crate::threadnames`]).
 
 use std::collections::HashMap;
 
