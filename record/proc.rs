@@ -260,24 +260,27 @@ pub fn maps(pid: u32) -> std::io::Result<String> {
     std::fs::read_to_string(format!("/proc/{pid}/maps"))
 }
 
+/// A /proc/PID/stat line with this comm, start time and image (tests of its readers).
+#[cfg(test)]
+pub(crate) fn stat_line(comm: &str, start_time: u64, image: (u64, u64, u64)) -> String {
+    // 52 fields as Linux 6.x writes them; only 2, 3, 4, 9, 22 and 26-28 matter here.
+    let mut f: Vec<String> = (1..=52).map(|k| (k * 10).to_string()).collect();
+    f[0] = "4242".into();
+    f[1] = format!("({comm})");
+    f[2] = "R".into();
+    f[3] = "77".into();
+    f[8] = "2097152".into();
+    f[21] = start_time.to_string();
+    f[25] = image.0.to_string();
+    f[26] = image.1.to_string();
+    f[27] = image.2.to_string();
+    f.join(" ") + "\n"
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn line(comm: &str, start_time: u64, image: (u64, u64, u64)) -> String {
-        // 52 fields as Linux 6.x writes them; only 2, 3, 4, 9, 22 and 26-28 matter here.
-        let mut f: Vec<String> = (1..=52).map(|k| (k * 10).to_string()).collect();
-        f[0] = "4242".into();
-        f[1] = format!("({comm})");
-        f[2] = "R".into();
-        f[3] = "77".into();
-        f[8] = "2097152".into();
-        f[21] = start_time.to_string();
-        f[25] = image.0.to_string();
-        f[26] = image.1.to_string();
-        f[27] = image.2.to_string();
-        f.join(" ") + "\n"
-    }
+    use stat_line as line;
 
     #[test]
     fn stat_fields_after_a_strange_command_name() {

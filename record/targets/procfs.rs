@@ -241,20 +241,8 @@ pub fn changed(live: &HashMap<u32, Identity>, mut now: impl FnMut(u32) -> Option
 mod tests {
     use super::*;
 
-    fn line(comm: &str, start_time: u64, image: (u64, u64, u64)) -> String {
-        // 52 fields as Linux 6.x writes them; only 2, 4, 22 and 26-28 matter here (the parser's own cases are
-        // crate::proc's).
-        let mut f: Vec<String> = (1..=52).map(|k| (k * 10).to_string()).collect();
-        f[0] = "4242".into();
-        f[1] = format!("({comm})");
-        f[2] = "R".into();
-        f[3] = "77".into();
-        f[21] = start_time.to_string();
-        f[25] = image.0.to_string();
-        f[26] = image.1.to_string();
-        f[27] = image.2.to_string();
-        f.join(" ") + "\n"
-    }
+    // (The stat parser's own cases are crate::proc's.)
+    use crate::proc::stat_line as line;
 
     #[test]
     fn descendants_of_a_process_tree() {
