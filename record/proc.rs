@@ -123,6 +123,11 @@ pub fn parse_nspid(status: &str) -> Option<u32> {
     parse_nspids(status)?.last().copied()
 }
 
+/// /proc/PID/status of process `pid`, as text.
+pub fn status(pid: u32) -> Option<String> {
+    read_small(&format!("/proc/{pid}/status"))
+}
+
 /// The id of thread `tid` of `pid` in its own (innermost) PID namespace, from /proc/PID/task/TID/status.
 pub fn task_ns_tid(pid: u32, tid: u32) -> Option<u32> {
     parse_nspid(&read_small(&format!("/proc/{pid}/task/{tid}/status"))?)

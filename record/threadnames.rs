@@ -96,7 +96,7 @@ impl ThreadNames {
     pub fn add_process(&mut self, p: &PythonProcess) {
         // Thread names: a memory handle of their own (reads of names and of code objects do not interleave), and
         // the process's PID namespace, without which its tids cannot be matched to the samples' (then no names).
-        let ns = std::fs::read_to_string(format!("/proc/{}/status", p.pid)).ok().and_then(|s| nspids(&s));
+        let ns = proc::status(p.pid).and_then(|s| nspids(&s));
         let named = p.row.thread_names.is_some();
         let (reader, ns_pid, namespaced) = match (ns, named.then(|| ProcMem::open(p.pid, p.mapped_addr()))) {
             (Some((ns_pid, namespaced)), Some(Ok(mem))) => {

@@ -99,7 +99,7 @@ pub struct Namespaces {
 
 /// The namespaces of `pid`; `None` if it is gone.
 pub fn namespaces(pid: u32) -> Option<Namespaces> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let status = crate::proc::status(pid)?;
     let ns_pid = parse_nspid(&status).unwrap_or(pid);
     let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok();
     let theirs = ns(&pid.to_string());
