@@ -150,9 +150,9 @@ pub struct NativeArgs {
 pub struct PushArgs {
     /// Continuous profiling: every --push-every seconds, also send the profile of that window (gzip'd pprof) to a
     /// Pyroscope server's ingest API at URL (plain http, e.g. http://localhost:4040; user:password@ for Basic
-    /// authentication, stored and shown as user:***@, or see --push-auth-file). The .pyp file keeps everything; a
-    /// server that is down or slow never blocks the recording (windows retried from a bounded queue; what is
-    /// dropped is counted in the summary and the trailer).
+    /// authentication, stored and shown as user:***@, or see --push-auth-file). The .pyp file (record -o, top -o)
+    /// keeps everything; a server that is down or slow never blocks the recording (windows retried from a bounded
+    /// queue; what is dropped is counted in the summary and the trailer).
     #[arg(long = "push", value_name = "URL")]
     pub push: Option<String>,
     /// With --push: credentials kept out of the command line: the file's first line is `Bearer TOKEN`,
