@@ -60,7 +60,7 @@ fn host_pid_of(parent: u32, script: &str) -> u32 {
 
 fn descends(mut pid: u32, ancestor: u32) -> bool {
     for _ in 0..16 {
-        let Some(ppid) = pyperf::targets::procfs::stat(pid).map(|s| s.ppid) else { return false };
+        let Some(ppid) = pyperf::proc::stat(pid).map(|s| s.ppid) else { return false };
         if ppid == ancestor {
             return true;
         }

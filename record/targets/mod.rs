@@ -15,9 +15,10 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
+use crate::proc::Identity;
+use crate::proc::{stat, Stat};
 use crate::python::{self, InspectError, PythonProcess};
-pub use procfs::Identity;
-use procfs::{changed, identity, start_time, stat, Stat, StatFiles};
+use procfs::{changed, identity, start_time, StatFiles};
 pub use workload::{Ending, Workload, GRACE};
 
 /// Looks at a process image found not to be Python before it is left alone (see [`Targets::scan`]).

@@ -6,8 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use crate::proc::{parse_nspid, parse_stat, read_small};
-pub use crate::proc::{stat, Identity, Stat};
+use crate::proc::{parse_nspid, parse_stat, read_small, stat, Identity, Stat};
 
 /// /proc/PID/stat files kept open, re-read from offset 0 (a /proc file regenerates then): a look every
 /// `RESCAN_EVERY` at a followed process was an open, a read and a close, and the path walk and file set-up were half
