@@ -40,6 +40,11 @@ pub struct DumpArgs {
     /// would need stopping it).
     #[arg(long)]
     pub native: bool,
+    /// Also the asyncio tasks (CPython 3.11+), as a tree: each task under the one awaiting it, with its name and its
+    /// coroutine chain (file:line) down to where it waits, like `python -m asyncio pstree`; in --json, "tasks":
+    /// [{"id", "name", "thread", "state", "frames" leaf first, "awaited_by", "other_awaiters", "cut"}]
+    #[arg(long = "async")]
+    pub tasks: bool,
 }
 
 /// One thread as dumped.
@@ -379,6 +384,12 @@ pub fn dump(args: &DumpArgs) -> Result<std::process::ExitCode> {
              root or CAP_SYS_ADMIN"
         );
     }
+    let tasks = if args.tasks {
+        let p = crate::python::inspect(pid).map_err(|e| anyhow::anyhow!("--async: {e}"))?;
+        Some(crate::tasks::tree(&p).map_err(|why| anyhow::anyhow!("--async: process {pid}: {why}"))?)
+    } else {
+        None
+    };
     if args.json {
         let list: Vec<serde_json::Value> = threads
             .iter()
@@ -428,7 +439,10 @@ pub fn dump(args: &DumpArgs) -> Result<std::process::ExitCode> {
                 })
             })
             .collect();
-        let doc = serde_json::json!({ "pid": pid, "threads": list });
+        let mut doc = serde_json::json!({ "pid": pid, "threads": list });
+        if let Some(tasks) = &tasks {
+            doc["tasks"] = serde_json::Value::Array(tasks.iter().map(task_json).collect());
+        }
         let mut text = serde_json::to_string_pretty(&doc)?;
         text.push('\n');
         return write_out(&text);
@@ -473,7 +487,101 @@ pub fn dump(args: &DumpArgs) -> Result<std::process::ExitCode> {
             Err(e) => out.push_str(&format!("    [stack not read: {e}]\n")),
         }
     }
+    if let Some(tasks) = &tasks {
+        out.push_str(&task_tree_text(tasks));
+    }
     write_out(&out)
+}
+
+/// A task's id as shown: its address.
+fn task_id(addr: u64) -> String {
+    format!("{addr:#x}")
+}
+
+fn task_json(t: &crate::tasks::TreeTask) -> serde_json::Value {
+    serde_json::json!({
+        "id": task_id(t.addr),
+        "name": t.name,
+        "thread": (t.ns_tid != 0).then_some(t.ns_tid),
+        "state": if t.running { "running" } else { "suspended" },
+        "frames": t.frames.iter().rev().map(|s| serde_json::json!({
+            "function": pyperf_report::names::function_name(s),
+            "file": s.file,
+            "line": s.line,
+        })).collect::<Vec<_>>(),
+        "awaited_by": t.awaited_by.iter().map(|&a| task_id(a)).collect::<Vec<_>>(),
+        "other_awaiters": t.other_awaiters,
+        "cut": t.cut,
+    })
+}
+
+/// The tasks as a tree, roots first: each task under the task awaiting it (the lowest id when several do: the others
+/// are named), its coroutine chain root first below its name.
+fn task_tree_text(tasks: &[crate::tasks::TreeTask]) -> String {
+    use std::collections::BTreeMap;
+    let esc = pyperf_report::names::escape_text;
+    let known: std::collections::HashSet<u64> = tasks.iter().map(|t| t.addr).collect();
+    let by_addr: HashMap<u64, &crate::tasks::TreeTask> = tasks.iter().map(|t| (t.addr, t)).collect();
+    let mut children: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    let mut roots = Vec::new();
+    for t in tasks {
+        match t.awaited_by.iter().copied().filter(|a| known.contains(a)).min() {
+            Some(parent) => children.entry(parent).or_default().push(t.addr),
+            None => roots.push(t.addr),
+        }
+    }
+    let mut out = format!("Tasks ({}):\n", tasks.len());
+    if tasks.is_empty() {
+        out.push_str("    (no asyncio tasks)\n");
+    }
+    // Depth-first, iteratively: (task, depth); a cycle (tasks awaiting each other) ends at a task shown already.
+    let mut shown = std::collections::HashSet::new();
+    let mut todo: Vec<(u64, usize)> = roots.iter().rev().map(|&r| (r, 0)).collect();
+    // Tasks only in cycles have no root: shown from their lowest id.
+    let mut rest: Vec<u64> = tasks.iter().map(|t| t.addr).collect();
+    rest.reverse();
+    loop {
+        let Some((addr, depth)) = todo.pop().or_else(|| rest.pop().filter(|a| !shown.contains(a)).map(|a| (a, 0)))
+        else {
+            if rest.is_empty() {
+                break;
+            }
+            continue;
+        };
+        if !shown.insert(addr) {
+            continue;
+        }
+        let Some(t) = by_addr.get(&addr) else { continue };
+        let pad = "    ".repeat(depth + 1);
+        let others: Vec<String> = t
+            .awaited_by
+            .iter()
+            .filter(|&&a| Some(a) != t.awaited_by.iter().copied().filter(|a| known.contains(a)).min())
+            .filter_map(|a| by_addr.get(a).map(|p| format!("{} {}", esc(&p.name), task_id(*a))))
+            .collect();
+        let mut line = format!("{pad}[task {}] {}", esc(&t.name), task_id(t.addr));
+        if t.running {
+            line.push_str(" (running)");
+        }
+        if !others.is_empty() {
+            line.push_str(&format!(" (also awaited by {})", others.join(", ")));
+        }
+        if t.other_awaiters > 0 {
+            line.push_str(&format!(" (+{} awaiting futures)", t.other_awaiters));
+        }
+        out.push_str(&line);
+        out.push('\n');
+        for s in &t.frames {
+            out.push_str(&format!("{pad}    {}\n", esc(&pyperf_report::names::frame_name(s, true))));
+        }
+        if t.cut {
+            out.push_str(&format!("{pad}    [coroutine chain cut]\n"));
+        }
+        for &c in children.get(&addr).into_iter().flatten().rev() {
+            todo.push((c, depth + 1));
+        }
+    }
+    out
 }
 
 /// Writes to standard output; a closed pipe is the caller's (`| head`: not an error, see main).

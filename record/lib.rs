@@ -77,6 +77,7 @@ pub mod sink;
 pub mod summary;
 pub mod symbolizer;
 pub mod targets;
+pub mod tasks;
 pub mod threadnames;
 pub mod top;
 

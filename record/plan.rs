@@ -31,6 +31,10 @@ pub const MAX_RINGBUF_KIB: usize = 1 << 20;
 pub const DEFAULT_NATIVE_STACK_KIB: u32 = 16;
 /// `--off-cpu-min` without it.
 pub const DEFAULT_OFF_CPU_MIN: &str = "1ms";
+/// `--async-rate` with `--off-cpu` and no rate given: suspended asyncio tasks weighed this often (Hz).
+pub const DEFAULT_ASYNC_RATE: u32 = 10;
+/// Highest `--async-rate`: a sweep reads every task of every followed process.
+pub const MAX_ASYNC_RATE: u32 = 1000;
 /// Longest `--off-cpu-min`: 4 s (the kernel's draw multiplies a 32-bit random number by it, which must fit 64 bits;
 /// and longer would sample even long waits).
 const MAX_OFF_CPU_MIN_NS: u64 = 4_000_000_000;
@@ -125,6 +129,17 @@ pub struct SamplingArgs {
     /// (~100 ns more per distinct frame), nothing else changes. 3.14+ count frees themselves.
     #[arg(long = "no-uprobe")]
     pub no_uprobe: bool,
+    /// asyncio task view (the default; CPython 3.11+): each sample of a running task also gets its task's stack,
+    /// stitched under the tasks awaiting it (`[task NAME]` boundaries), which reports show unless `--no-async`
+    #[arg(long = "async", overrides_with = "no_async")]
+    pub async_tasks: bool,
+    /// No asyncio task view: thread stacks only (the BPF program then skips marking coroutine frames)
+    #[arg(long = "no-async", overrides_with = "async_tasks")]
+    pub no_async: bool,
+    /// Also weigh suspended asyncio tasks this many times a second, each at the await it waits in (`report --mode
+    /// wall`: where requests wait); default 10 with --off-cpu, else 0 (off)
+    #[arg(long = "async-rate", value_name = "HZ")]
+    pub async_rate: Option<u32>,
 }
 
 /// `record`'s native and kernel frames.
@@ -227,6 +242,8 @@ struct Push {
 /// The shared arguments, checked: everything a front end needs to set up its session.
 pub struct Plan {
     options: SamplerOptions,
+    /// `--async`: the sweep's rate (0: none), `None` without the task view.
+    tasks: Option<u32>,
     duration: Option<Duration>,
     uprobes: bool,
     push: Option<Push>,
@@ -266,7 +283,15 @@ impl Plan {
         let event = SampleEvent::from_name(&sampling.event).unwrap_or(SampleEvent::CpuClock);
         let push = Self::push(target, push)?;
         let off_cpu_min_ns = if sampling.off_cpu { Some(parse_min_duration(&sampling.off_cpu_min)?) } else { None };
+        let tasks = match (sampling.no_async, sampling.async_rate) {
+            (true, Some(r)) if r > 0 => bail!("--async-rate needs the task view: drop --no-async"),
+            (true, _) => None,
+            (false, Some(r)) if r > MAX_ASYNC_RATE => bail!("--async-rate must be at most {MAX_ASYNC_RATE} Hz"),
+            (false, Some(r)) => Some(r),
+            (false, None) => Some(if sampling.off_cpu { DEFAULT_ASYNC_RATE } else { 0 }),
+        };
         Ok(Plan {
+            tasks,
             options: SamplerOptions {
                 event,
                 rate,
@@ -375,6 +400,9 @@ impl Plan {
         }
         if self.options.native || self.options.kernel {
             session = session.with_native(self.options.native, self.options.kernel)?;
+        }
+        if let Some(hz) = self.tasks {
+            session = session.with_async(hz)?;
         }
         Ok(session)
     }

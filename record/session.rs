@@ -28,6 +28,7 @@ use crate::summary;
 use crate::symbolizer::Symbolizer;
 use crate::targets::procfs::Namespaces;
 use crate::targets::{Event, Stop, Targets};
+use crate::tasks::Tasks;
 use crate::threadnames::ThreadNames;
 
 /// Hand what is buffered to the kernel (write(2)) at least this often, so that a killed recorder (SIGKILL, OOM
@@ -72,6 +73,8 @@ pub struct Session {
     off_cpu: Option<Pairing>,
     /// Which processes' frees of code objects are counted (the BPF program's check-word cache), and how.
     frees: FreesPlan,
+    /// `--async`: the task view of the samples, and the sweep of suspended tasks (see [`crate::tasks`]).
+    tasks: Option<Tasks>,
 }
 
 impl Session {
@@ -91,7 +94,18 @@ impl Session {
             exit_fds: Vec::new(),
             off_cpu: None,
             frees: FreesPlan::new(true),
+            tasks: None,
         }
+    }
+
+    /// Gives samples of asyncio tasks their task view (`--async`), and with `sweep_hz` > 0 weighs suspended tasks
+    /// that often (`--async-rate`). Before [`Session::start`].
+    pub fn with_async(mut self, sweep_hz: u32) -> Result<Session> {
+        if sweep_hz > 0 {
+            self.sink.start_task_waits()?;
+        }
+        self.tasks = Some(Tasks::new(sweep_hz));
+        Ok(self)
     }
 
     /// Whether pyperf may put a uprobe in a target (`--no-uprobe`: no), to count its frees of code objects before
@@ -283,6 +297,7 @@ impl Session {
                 .chain(self.names.counters())
                 .chain([("code_from_snapshots".to_string(), self.symbolizer.from_snapshots())])
                 .chain(self.symbolizer.native_counters())
+                .chain(self.tasks.as_ref().map_or(Vec::new(), Tasks::trailer))
                 .chain(self.off_cpu.as_ref().map_or(Vec::new(), |o| {
                     let mut c = vec![("off_cpu_intervals".to_string(), self.sink.off_cpu_intervals())];
                     c.extend(o.counters().map(|(k, v)| (k.to_string(), v)));
@@ -335,12 +350,37 @@ impl Session {
 
     /// Takes samples from the ring buffer for up to `timeout` (see [`Sampler::poll`]).
     fn poll(&mut self, timeout: Duration) -> Result<()> {
-        let Session { sampler, symbolizer, names, sink, start_ns, truncated, off_cpu, .. } = self;
+        let Session { sampler, symbolizer, names, sink, start_ns, truncated, off_cpu, tasks, .. } = self;
         let sink: &mut dyn Sink = sink.as_mut();
+        let mut tasks = tasks.as_mut();
         sampler
-            .poll(timeout, &mut |s| on_sample(symbolizer, names, sink, *start_ns, truncated, off_cpu.as_mut(), s))
+            .poll(timeout, &mut |s| {
+                on_sample(symbolizer, names, sink, *start_ns, truncated, off_cpu.as_mut(), tasks.as_deref_mut(), s)
+            })
             .context("reading samples")?;
+        self.tasks_due()?;
         self.thread_names(false)
+    }
+
+    /// `--async`: the sweep of suspended tasks when due, and what the task view has to say.
+    fn tasks_due(&mut self) -> Result<()> {
+        let Some(tasks) = self.tasks.as_mut() else { return Ok(()) };
+        let now = monotonic_ns();
+        if tasks.sweep_due(now) {
+            let sink = &mut self.sink;
+            let mut waits = tasks.sweep(&mut self.symbolizer, now, &mut |id, sym| sink.symbol(id, sym));
+            for w in &mut waits {
+                w.time_ns = w.time_ns.saturating_sub(self.start_ns);
+            }
+            if !waits.is_empty() {
+                self.sink.task_waits(&waits);
+            }
+        }
+        for (pid, text) in tasks.take_warnings() {
+            crate::say!("pyperf: warning: process {pid}: {text}");
+            self.sink.warning(&RecorderWarning { pid, text })?;
+        }
+        Ok(())
     }
 
     /// Python thread names (issue #13): reads those due (a thread new in the samples; with `all`, every sampled
@@ -372,6 +412,9 @@ impl Session {
                     self.sampler.remove_process(pid);
                     self.symbolizer.remove_process(pid);
                     self.names.remove_process(pid);
+                    if let Some(t) = &mut self.tasks {
+                        t.remove_process(pid);
+                    }
                     if let Some(o) = &mut self.off_cpu {
                         o.forget(pid);
                         self.sampler.clear_off_cpu(pid);
@@ -437,6 +480,9 @@ impl Session {
         }
         self.symbolizer.add_process(p).with_context(|| format!("cannot read the memory of process {}", p.pid))?;
         self.names.add_process(p);
+        if let Some(t) = &mut self.tasks {
+            t.add_process(p);
+        }
         if let Some(o) = &mut self.off_cpu {
             // Threads already off CPU: their intervals start now (their switch-out was before we looked).
             let target = Target { process: p.clone(), config, ns: ns.clone() };
@@ -456,7 +502,7 @@ impl Session {
         let sink: &mut dyn Sink = sink.as_mut();
         o.end(open, now, &mut |ended| match ended {
             Ended::Interval(i) => write_interval(sink, *start_ns, &i),
-            Ended::Walked(raw) => write_sample(symbolizer, names, sink, *start_ns, &raw),
+            Ended::Walked(raw) => write_sample(symbolizer, names, sink, *start_ns, None, &raw),
         });
         Ok(())
     }
@@ -511,6 +557,7 @@ fn on_sample(
     start_ns: u64,
     truncated: &mut u64,
     off_cpu: Option<&mut Pairing>,
+    tasks: Option<&mut Tasks>,
     s: &RawSample<'_>,
 ) {
     if let Some(c) = &s.code {
@@ -531,7 +578,8 @@ fn on_sample(
                 names.saw(s.pid, s.tid, s.time_ns);
                 let frames = symbolizer.symbolize(s, &mut |id, sym| sink.symbol(id, sym)).to_vec();
                 announce_libraries(symbolizer, sink);
-                o.hold(s, &off, frames);
+                let task_frames = task_view(symbolizer, sink, tasks, s).map(<[u32]>::to_vec).unwrap_or_default();
+                o.hold(s, &off, frames, task_frames);
                 return;
             }
             Step::Ended(i) => {
@@ -541,7 +589,24 @@ fn on_sample(
             Step::Nothing => return,
         },
     }
-    write_sample(symbolizer, names, sink, start_ns, s);
+    write_sample(symbolizer, names, sink, start_ns, tasks, s);
+}
+
+/// The task view of the sample the symbolizer just named, if it has one.
+fn task_view<'t>(
+    symbolizer: &mut Symbolizer,
+    sink: &mut dyn Sink,
+    tasks: Option<&'t mut Tasks>,
+    s: &RawSample<'_>,
+) -> Option<&'t [u32]> {
+    let tasks = tasks?;
+    let roots: Vec<(usize, u64)> = coro_roots(s);
+    tasks.stack(symbolizer, s, &roots, &mut |id, sym| sink.symbol(id, sym))
+}
+
+/// The run roots of the sample's coroutine frames, leaf first (frame index, frame address).
+fn coro_roots(_s: &RawSample<'_>) -> Vec<(usize, u64)> {
+    Vec::new()
 }
 
 /// A raw sample or whole off-CPU interval, symbolized and handed to the sink.
@@ -550,11 +615,13 @@ fn write_sample(
     names: &mut ThreadNames,
     sink: &mut dyn Sink,
     start_ns: u64,
+    tasks: Option<&mut Tasks>,
     s: &RawSample<'_>,
 ) {
     names.saw(s.pid, s.tid, s.time_ns);
     symbolizer.symbolize(s, &mut |id, sym| sink.symbol(id, sym));
     announce_libraries(symbolizer, sink);
+    let task_frames = task_view(symbolizer, sink, tasks, s).unwrap_or(&[]);
     let frames = symbolizer.last_stack();
     let comm_len = s.comm.iter().position(|&c| c == 0).unwrap_or(s.comm.len());
     // (from_utf8 first: its ASCII path is much quicker than the lossy decoder's, on every sample.)
@@ -573,6 +640,7 @@ fn write_sample(
         pthread_id: PthreadIdMatch::from_u8(s.pthread_id),
         status: StackStatus::from_u8(s.status),
         frames,
+        tasks: task_frames,
     };
     let Some(off) = s.off_cpu else {
         sink.sample(&sample);
@@ -604,6 +672,7 @@ fn write_interval(sink: &mut dyn Sink, start_ns: u64, i: &Interval) {
             pthread_id: i.pthread_id,
             status: i.status,
             frames: &i.frames,
+            tasks: &i.task_frames,
         },
         start_ns: i.start.saturating_sub(start_ns),
         duration_ns: i.duration_ns,

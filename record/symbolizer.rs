@@ -28,6 +28,9 @@ use crate::python::mem::ProcMem;
 use crate::python::PythonProcess;
 use crate::sampler::{CodeSnap, RawSample};
 
+/// Symbol flags of frames that are not Python code: native (glue, markers) and kernel frames.
+const NOT_PYTHON: u32 = pyperf_format::symbol_flags::NATIVE | pyperf_format::symbol_flags::KERNEL;
+
 /// `frame_ids` value of a frame the interpreter does not show (see [`Resolution::Hidden`]).
 const HIDDEN: u32 = u32::MAX;
 
@@ -51,7 +54,7 @@ pub struct Symbolizer {
     /// (pid, code, check, instr, class) -> symbol id, or [`HIDDEN`]: the per-frame cost after the first sight
     /// is this lookup (and on <= 3.10, for frames with an argument, the class lookup of `CodeReader::class_key`).
     frame_ids: FastMap<(u32, u64, u32, u32, u64), u32>,
-    symbol_ids: HashMap<Symbol, u32>,
+    symbol_ids: Interned,
     /// Whole stacks symbolized before: (pid, hash of the sample's raw frames) -> (those frames' bytes, the symbol
     /// ids). A steady workload repeats its stacks: a hash and a compare instead of a lookup per frame (the
     /// recorder's CPU per sample, issue #18). Not with native frames (merged per sample).
@@ -222,6 +225,67 @@ impl Symbolizer {
         &self.stack
     }
 
+    /// The id of `sym` (a pseudo-frame such as a task boundary), announced to `new_symbol` when new.
+    pub fn intern(&mut self, sym: Symbol, new_symbol: &mut dyn FnMut(u32, &Symbol)) -> u32 {
+        intern(&mut self.symbol_ids, sym, new_symbol)
+    }
+
+    /// The symbol id of a frame user space read from process `pid`'s memory (a suspended coroutine's: `code`, and
+    /// `instr` as BPF reports positions), `None` for a frame the interpreter hides. A code object that cannot be
+    /// read is named by address and counted lost, as in samples.
+    pub fn live_frame(
+        &mut self,
+        pid: u32,
+        code: u64,
+        instr: u32,
+        new_symbol: &mut dyn FnMut(u32, &Symbol),
+    ) -> Option<u32> {
+        let reader = self.readers.get_mut(&pid);
+        let check = reader.as_ref().and_then(|r| r.live_check(code));
+        if let Some(check) = check {
+            let key = (pid, code, check, instr, 0);
+            if let Some(&id) = self.frame_ids.get(&key) {
+                return (id != HIDDEN).then_some(id);
+            }
+            if let Some(r) = reader {
+                match r.resolve(code, instr, check, FirstLocal::NONE) {
+                    Resolution::Frame(sym) => {
+                        let id = intern(&mut self.symbol_ids, sym, new_symbol);
+                        self.frame_ids.insert(key, id);
+                        return Some(id);
+                    }
+                    Resolution::Hidden => {
+                        self.frame_ids.insert(key, HIDDEN);
+                        return None;
+                    }
+                    Resolution::Lost => {}
+                }
+            }
+        }
+        self.lost_symbols += 1;
+        Some(intern(&mut self.symbol_ids, unresolved(code), new_symbol))
+    }
+
+    /// Where frame `raw_index` of sample `s` (leaf first, as the program reports them) is in the stack
+    /// [`Symbolizer::symbolize`] returned for it (root first): `None` when the interpreter hides that frame, or the
+    /// native merge left the Python frames out (with `--native`, the merged stack has other frames between them).
+    pub fn position_of(&self, s: &RawSample<'_>, raw_index: usize) -> Option<usize> {
+        let f = s.frames.get(raw_index)?;
+        let hidden = |f: &crate::abi::RawFrame| {
+            self.frame_ids.get(&(s.pid, f.code, f.check, f.instr_value(), 0)) == Some(&HIDDEN)
+        };
+        if hidden(f) {
+            return None;
+        }
+        // Python frames shown rootward of it.
+        let rootward = s.frames.get(raw_index + 1..)?.iter().filter(|f| !hidden(f)).count();
+        if self.native.is_none() {
+            return (rootward < self.stack.len()).then_some(rootward);
+        }
+        let python = |id: u32| self.symbol_ids.flags.get(id as usize).is_some_and(|&f| f & NOT_PYTHON == 0);
+        self.merged.iter().enumerate().filter(|(_, &id)| python(id)).nth(rootward).map(|(i, _)| i)
+    }
+
     /// The stack [`Symbolizer::symbolize`] returned last.
     pub fn last_stack(&self) -> &[u32] {
         if self.native.is_some() {
@@ -247,14 +311,22 @@ impl Symbolizer {
     }
 }
 
+/// The symbols given ids so far, and each one's flags by id.
+#[derive(Default)]
+struct Interned {
+    ids: HashMap<Symbol, u32>,
+    flags: Vec<u32>,
+}
+
 /// The id of `sym`, a new one (announced to `new_symbol`) if it was not seen before.
-fn intern(ids: &mut HashMap<Symbol, u32>, sym: Symbol, new_symbol: &mut dyn FnMut(u32, &Symbol)) -> u32 {
-    if let Some(&id) = ids.get(&sym) {
+fn intern(ids: &mut Interned, sym: Symbol, new_symbol: &mut dyn FnMut(u32, &Symbol)) -> u32 {
+    if let Some(&id) = ids.ids.get(&sym) {
         return id;
     }
-    let id = ids.len() as u32;
+    let id = ids.ids.len() as u32;
     new_symbol(id, &sym);
-    ids.insert(sym, id);
+    ids.flags.push(sym.flags);
+    ids.ids.insert(sym, id);
     id
 }
 
@@ -264,7 +336,7 @@ mod tests {
 
     #[test]
     fn equal_symbols_share_an_id_and_are_announced_once() {
-        let mut ids = HashMap::new();
+        let mut ids = Interned::default();
         let mut seen = Vec::new();
         let mut note = |id: u32, s: &Symbol| seen.push((id, s.name.clone()));
         let a = intern(&mut ids, unresolved(0x10), &mut note);

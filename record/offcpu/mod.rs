@@ -38,6 +38,7 @@ pub struct Pairing {
 /// The start of an off-CPU interval whose end has not come yet.
 struct Pending {
     frames: Vec<u32>,
+    task_frames: Vec<u32>,
     status: StackStatus,
     gil: GilState,
     thread_state: ThreadStateMatch,
@@ -60,6 +61,8 @@ pub struct Interval {
     pub tid: u32,
     /// The stack at its start, as the session's symbolizer named it.
     pub frames: Vec<u32>,
+    /// Its task view ([`crate::tasks`]), empty if none.
+    pub task_frames: Vec<u32>,
     /// Of that stack.
     pub status: StackStatus,
     /// GIL state at its start.
@@ -168,13 +171,14 @@ impl Pairing {
     }
 
     /// Keeps start record `s` (its `off`), its stack symbolized as `frames`, until its end.
-    pub fn hold(&mut self, s: &RawSample<'_>, off: &sampler::OffCpu, frames: Vec<u32>) {
+    pub fn hold(&mut self, s: &RawSample<'_>, off: &sampler::OffCpu, frames: Vec<u32>, task_frames: Vec<u32>) {
         let comm_len = s.comm.iter().position(|&c| c == 0).unwrap_or(s.comm.len());
         // A start whose end was lost (ring buffer full) is replaced: the thread left again since.
         self.pending.insert(
             (s.pid, s.tid),
             Pending {
                 frames,
+                task_frames,
                 status: StackStatus::from_u8(s.status),
                 gil: GilState::from_u8(s.gil),
                 thread_state: ThreadStateMatch::from_u8(s.thread_state),
@@ -272,6 +276,7 @@ impl Pending {
             pid,
             tid,
             frames: self.frames,
+            task_frames: self.task_frames,
             status: self.status,
             gil: self.gil,
             thread_state: self.thread_state,
@@ -319,7 +324,7 @@ mod tests {
         let start = off(OffCpuPart::Start, 100, 0, 0);
         let s = raw(1, 2, 100, StackStatus::Complete, start);
         assert_eq!(p.record(&s, &start), Step::Hold);
-        p.hold(&s, &start, vec![4, 5]);
+        p.hold(&s, &start, vec![4, 5], Vec::new());
         let end = off(OffCpuPart::End, 100, 50, 50);
         let Step::Ended(i) = p.record(&raw(1, 2, 150, StackStatus::Complete, end), &end) else { panic!("no interval") };
         assert_eq!((i.pid, i.tid, i.frames.as_slice(), i.comm.as_str(), i.cpu), (1, 2, &[4, 5][..], "worker", 3));
@@ -342,19 +347,19 @@ mod tests {
         // Lost start.
         assert_eq!(p.record(&s, &end(100, 50)), Step::Nothing);
         // Dropped as short (weight 0): not counted unreadable.
-        p.hold(&s, &start, Vec::new());
+        p.hold(&s, &start, Vec::new(), Vec::new());
         assert_eq!(p.record(&s, &end(100, 0)), Step::Nothing);
         // The start of another interval (its own end was lost).
-        p.hold(&s, &start, Vec::new());
+        p.hold(&s, &start, Vec::new(), Vec::new());
         assert_eq!(p.record(&s, &end(90, 50)), Step::Nothing);
         assert_eq!(p.counters()[0].1, 0);
         // Another process's start is not this one's; a forgotten process's starts are gone.
-        p.hold(&s, &start, Vec::new());
+        p.hold(&s, &start, Vec::new(), Vec::new());
         assert_eq!(p.record(&raw(9, 2, 150, StackStatus::Error, end(100, 50)), &end(100, 50)), Step::Nothing);
         p.forget(1);
         assert_eq!(p.record(&s, &end(100, 50)), Step::Nothing);
         // Unreadable: a whole one with status error, an ended one whose start had it.
-        p.hold(&s, &start, Vec::new());
+        p.hold(&s, &start, Vec::new(), Vec::new());
         assert!(matches!(p.record(&s, &end(100, 50)), Step::Ended(_)));
         let whole = off(OffCpuPart::Whole, 100, 50, 50);
         assert_eq!(p.record(&raw(1, 2, 150, StackStatus::Error, whole), &whole), Step::Write);
@@ -368,8 +373,8 @@ mod tests {
         let me = std::process::id();
         let tid = me;
         let start = off(OffCpuPart::Start, 100, 0, 0);
-        p.hold(&raw(me, tid, 100, StackStatus::Error, start), &start, vec![1]);
-        p.hold(&raw(me, u32::MAX, 100, StackStatus::Complete, start), &start, vec![1]);
+        p.hold(&raw(me, tid, 100, StackStatus::Error, start), &start, vec![1], Vec::new());
+        p.hold(&raw(me, u32::MAX, 100, StackStatus::Complete, start), &start, vec![1], Vec::new());
         let entry = |walked, out| types::off_cpu_entry { start: 100, out, walked, off_ns: 10, ..Default::default() };
         let open = vec![
             // Stack taken when it left: cut at the end, from its start.

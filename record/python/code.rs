@@ -239,6 +239,26 @@ impl<M: ReadMem> CodeReader<M> {
         })
     }
 
+    /// The check word of the live code object at `code` (what BPF computes for a sampled frame), for frames read
+    /// from memory by user space (a suspended coroutine's); `None` when it is not a readable code object.
+    pub fn live_check(&self, code: u64) -> Option<u32> {
+        let l = self.layout;
+        let end =
+            [l.code_firstlineno + 4, l.code_filename + 8, l.code_name + 8, l.object_type + 8].into_iter().max()?;
+        let mut obj = vec![0u8; usize::try_from(end).ok()?];
+        if code == 0 || !self.mem.read(code, &mut obj) {
+            return None;
+        }
+        if self.code_type.is_some_and(|t| field_ptr(&obj, l.object_type) != Some(t)) {
+            return None;
+        }
+        Some(code_check(
+            field_u32(&obj, l.code_firstlineno)?,
+            field_ptr(&obj, l.code_filename)?,
+            field_ptr(&obj, l.code_name)?,
+        ))
+    }
+
     /// The class a frame is named after, or 0: what a cache of [`CodeReader::resolve`] results must key by,
     /// besides (code, check, instr). Costs nothing on 3.11+ and for frames without a first argument.
     pub fn class_key(&mut self, code: u64, check: u32, first_local: FirstLocal) -> u64 {

@@ -359,7 +359,7 @@ fn open_mapped_file(pid: u32, path: &str, maps: &[&MapsEntry]) -> io::Result<fs:
 /// The path [`open_mapped_file`] opens (also what a uprobe on the file is attached through, see
 /// [`super::frees`]): `/proc/PID/root/PATH` when it is the mapped file, else a `/proc/PID/map_files` entry of one
 /// of `maps` that can be followed, else the rooted path as it is.
-pub(super) fn mapped_file_path(pid: u32, path: &str, maps: &[&MapsEntry]) -> PathBuf {
+pub fn mapped_file_path(pid: u32, path: &str, maps: &[&MapsEntry]) -> PathBuf {
     use std::os::unix::fs::MetadataExt;
     let rooted = PathBuf::from(format!("/proc/{pid}/root{path}"));
     if let Ok(md) = fs::metadata(&rooted) {

@@ -16,6 +16,7 @@
 //!   as the BPF program walks it (threads that never ran while recorded).
 //! - `testing` (unit tests only): a simulated process's memory and a process record for the tests above.
 
+pub mod asyncio;
 pub mod code;
 pub mod config;
 pub mod debug_offsets;

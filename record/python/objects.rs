@@ -290,6 +290,16 @@ impl<'m, M: ReadMem> Objects<'m, M> {
         self.row.layout
     }
 
+    /// The row of the interpreter whose objects these are.
+    pub fn row(&self) -> &'static Row {
+        self.row
+    }
+
+    /// The memory read.
+    pub fn mem(&self) -> &'m M {
+        self.mem
+    }
+
     /// The type of the object at `obj` (0: none).
     pub fn type_of(&mut self, obj: u64) -> Option<TypeInfo> {
         if obj == 0 {

@@ -57,6 +57,12 @@ impl Sink for FanOut {
     fn off_cpu(&mut self, o: &OffCpuSample<'_>) {
         self.all().for_each(|s| s.off_cpu(o));
     }
+    fn start_task_waits(&mut self) -> Result<()> {
+        self.all().try_for_each(|s| s.start_task_waits())
+    }
+    fn task_waits(&mut self, waits: &[crate::tasks::Wait]) {
+        self.all().for_each(|s| s.task_waits(waits));
+    }
     fn off_cpu_intervals(&self) -> u64 {
         self.recording.off_cpu_intervals()
     }
@@ -162,6 +168,7 @@ mod tests {
             pthread_id: PthreadIdMatch::from_u8(0),
             status: StackStatus::from_u8(0),
             frames: &[],
+            tasks: &[],
         }
     }
 

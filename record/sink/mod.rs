@@ -40,6 +40,8 @@ pub struct Sample<'a> {
     pub status: StackStatus,
     /// Symbol ids ([`Sink::symbol`]), root first.
     pub frames: &'a [u32],
+    /// The task view of the same sample (asyncio, [`crate::tasks`]): symbol ids root first, empty when it has none.
+    pub tasks: &'a [u32],
 }
 
 /// One symbolized off-CPU interval (`record --off-cpu`): a thread's time away from the CPU, with the stack it
@@ -90,6 +92,12 @@ pub trait Sink {
     }
     /// An off-CPU interval ended (or was cut by the end of the recording).
     fn off_cpu(&mut self, _s: &OffCpuSample<'_>) {}
+    /// Suspended asyncio tasks are swept (`--async-rate`); called once, before any [`Sink::task_waits`].
+    fn start_task_waits(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Waits of suspended tasks one sweep found ([`crate::tasks::Wait`], times relative to the recording's start).
+    fn task_waits(&mut self, _waits: &[crate::tasks::Wait]) {}
     /// Off-CPU intervals taken so far.
     fn off_cpu_intervals(&self) -> u64 {
         0

@@ -1,0 +1,522 @@
+//! asyncio tasks in the recording (`--async`, on by default): the task view of each sample and the sweep of
+//! suspended tasks. Owns which task a sample runs, the chains of awaiting tasks, the stitched stacks and the sweep's
+//! timing; the CPython facts and the reads are [`crate::python::asyncio`]'s, symbols the [`Symbolizer`]'s.
+//!
+//! A sample's task: the BPF program reports where runs of coroutine frames start on the thread's stack (their
+//! frame addresses, `RawSample::coro_roots`). A task's coroutine frame is embedded in its coroutine at a fixed
+//! offset, so the leafmost run root whose coroutine is a known task's is the running task (a generator driven by
+//! `next()` starts a run too, leafward of it, and is no task's). Its frames are the thread stack's from that frame
+//! leafward; rootward of them (the loop's `_run_once`, `Handle._run`) only the thread view keeps. Above them go
+//! the tasks awaiting it, each as a `[task NAME]` boundary and its suspended coroutine chain, root task first.
+//! Tasks are listed when a sample's coroutine is not among those known (at most every [`REFRESH_EVERY`]), so a task
+//! that started and ended between two lists is not named: its sample keeps the thread view and is counted
+//! (`task_unknown`).
+//!
+//! The sweep ([`Tasks::sweep`], `--async-rate`): every period, each suspended task that awaits no other task (the
+//! leaf of its chain: where a request really waits) weighs the time since the last sweep at its stitched stack.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use pyperf_format::Symbol;
+
+use crate::python::asyncio::{self, AsyncioError, TaskInfo, TaskReader};
+use crate::python::detect::mapped_file_path;
+use crate::python::mem::ProcMem;
+use crate::python::PythonProcess;
+use crate::symbolizer::Symbolizer;
+
+/// Symbol flag of the task boundary pseudo-frames (format 1.5 `task`).
+pub const TASK_FLAG: u32 = 128;
+/// The pseudo-frame at the root of a loop thread's sample taken while no task runs on it.
+pub const LOOP_MARKER: &str = "[asyncio loop]";
+/// Tasks are listed again for an unknown coroutine at most this often (a generator that is no task's runs on every
+/// sample of a program that iterates one).
+pub const REFRESH_EVERY: Duration = Duration::from_millis(50);
+/// Stitched prefixes (awaiting tasks' frames) are read again at least this often: an awaiting task moves on.
+const PREFIX_TTL: Duration = Duration::from_millis(500);
+/// Awaiting tasks followed at most from a task to its root.
+const MAX_DEPTH: usize = 32;
+
+/// A suspended task's wait, as the sweep weighs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wait {
+    /// Process.
+    pub pid: u32,
+    /// Thread whose loop runs the task (host tid), 0 unknown.
+    pub tid: u32,
+    /// Ns of CLOCK_MONOTONIC of the sweep.
+    pub time_ns: u64,
+    /// Wall time it stands for.
+    pub weight_ns: u64,
+    /// Stitched stack, root first.
+    pub frames: Vec<u32>,
+}
+
+/// Counters for the trailer.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counters {
+    /// Samples given a task stack.
+    pub samples: u64,
+    /// Samples with coroutine runs none of which a task read matched.
+    pub unknown: u64,
+    /// Sweeps and waits written.
+    pub sweeps: u64,
+    /// Waits written.
+    pub waits: u64,
+    /// Time spent in sweeps, and the longest, us.
+    pub sweep_us: u64,
+    /// The longest sweep.
+    pub sweep_max_us: u64,
+    /// Task lists or chains that could not be read.
+    pub read_errors: u64,
+    /// Task lists read.
+    pub lists: u64,
+}
+
+/// One process's tasks.
+struct Proc {
+    reader: TaskReader<ProcMem>,
+    gi_iframe: u64,
+    /// The last list: by task, and task by coroutine.
+    tasks: HashMap<u64, TaskInfo>,
+    by_coro: HashMap<u64, u64>,
+    listed: Option<Instant>,
+    /// Stitched prefixes (ending with the task's own boundary), by task.
+    prefixes: HashMap<u64, (Instant, Vec<u32>)>,
+    /// Event loop -> host tid of the thread seen running its tasks.
+    loops: HashMap<u64, u32>,
+    /// Threads seen running a task: their samples without one are the loop's own.
+    loop_threads: HashSet<u32>,
+    /// 3.14: the extension's section is still to be found.
+    section_pending: bool,
+    /// Its tasks cannot be read (said once).
+    dead: bool,
+    /// CLOCK_MONOTONIC ns of its last sweep.
+    last_sweep: Option<u64>,
+}
+
+/// The task view of every followed process.
+#[derive(Default)]
+pub struct Tasks {
+    procs: HashMap<u32, Proc>,
+    counters: Counters,
+    /// Warnings not yet handed out: (pid, text).
+    warnings: Vec<(u32, String)>,
+    /// Sweep period, `None`: no sweep.
+    sweep_every: Option<Duration>,
+    stack: Vec<u32>,
+}
+
+impl Tasks {
+    /// Task views of the processes added; `sweep_hz` > 0 also weighs suspended tasks that often.
+    pub fn new(sweep_hz: u32) -> Tasks {
+        Tasks {
+            sweep_every: (sweep_hz > 0).then(|| Duration::from_secs_f64(1.0 / f64::from(sweep_hz))),
+            ..Tasks::default()
+        }
+    }
+
+    /// Follows the tasks of `p`, if its version's are readable (3.11+). A 3.14 process whose `_asyncio` is not
+    /// loaded yet is followed too: its section is looked for when it runs coroutines.
+    pub fn add_process(&mut self, p: &PythonProcess) {
+        self.procs.remove(&p.pid);
+        let Some(layout) = asyncio::layout_for(p.row) else { return };
+        let Ok(mem) = ProcMem::open(p.pid, p.mapped_addr()) else { return };
+        let mut layout = *layout;
+        // 3.14: looked for when needed (the extension loads with `import asyncio`).
+        let mut section_pending = layout.section == asyncio::DebugSection::Extension;
+        if layout.section == asyncio::DebugSection::Interpreter {
+            let file = mapped(p.pid, &|path| Path::new(path) == p.interpreter).unwrap_or_default();
+            match asyncio::read_section(&file).map(|s| asyncio::with_section(&layout, &s)) {
+                Some(Ok(l)) => layout = l,
+                Some(Err(why)) => {
+                    self.say(p.pid, why);
+                    return;
+                }
+                None => {
+                    self.say(p.pid, format!("no {} section in {}", asyncio::SECTION, p.interpreter.display()));
+                    return;
+                }
+            }
+            section_pending = false;
+        }
+        let reader = TaskReader::new(mem, p.pid, p.row, layout, p.addrs.runtime, p.addrs.interp_head);
+        self.procs.insert(
+            p.pid,
+            Proc {
+                gi_iframe: u64::try_from(layout.gen_iframe).unwrap_or(0),
+                reader,
+                section_pending,
+                tasks: HashMap::new(),
+                by_coro: HashMap::new(),
+                listed: None,
+                prefixes: HashMap::new(),
+                loops: HashMap::new(),
+                loop_threads: HashSet::new(),
+                dead: false,
+                last_sweep: None,
+            },
+        );
+    }
+
+    /// Says once why `pid`'s tasks are not read.
+    fn say(&mut self, pid: u32, why: String) {
+        self.warnings.push((pid, format!("asyncio tasks of this process are not read (plain stacks): {why}")));
+    }
+
+    /// Stops following a process that exited.
+    pub fn remove_process(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+    }
+
+    /// Warnings to hand to the recording (each once): (pid, text).
+    pub fn take_warnings(&mut self) -> Vec<(u32, String)> {
+        std::mem::take(&mut self.warnings)
+    }
+
+    /// What the trailer says.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// The trailer's counters, named as format 1.5 lists them.
+    pub fn trailer(&self) -> Vec<(String, u64)> {
+        let c = self.counters;
+        let mut v = vec![("task_samples", c.samples), ("task_unknown", c.unknown), ("task_read_errors", c.read_errors)];
+        if self.sweep_every.is_some() {
+            v.extend([
+                ("task_sweeps", c.sweeps),
+                ("task_waits", c.waits),
+                ("task_sweep_us", c.sweep_us),
+                ("task_sweep_max_us", c.sweep_max_us),
+            ]);
+        }
+        v.into_iter().map(|(k, n)| (k.to_string(), n)).collect()
+    }
+
+    /// The task view of a sample of thread `tid` of `pid`, whose thread view the symbolizer just returned
+    /// (`sym.last_stack()`), given the run roots of its coroutine frames (frame index leaf first, frame address),
+    /// leaf first. `None`: no task view (not an asyncio thread, or its task could not be told).
+    pub fn stack(
+        &mut self,
+        sym: &mut Symbolizer,
+        s: &crate::sampler::RawSample<'_>,
+        roots: &[(usize, u64)],
+        new_symbol: &mut dyn FnMut(u32, &Symbol),
+    ) -> Option<&[u32]> {
+        let pr = self.procs.get_mut(&s.pid)?;
+        if pr.dead {
+            return None;
+        }
+        let found = if roots.is_empty() {
+            None
+        } else {
+            match pr.running_task(s, roots) {
+                Some(hit) => Some(hit),
+                None if pr.listed.is_none_or(|t| t.elapsed() >= REFRESH_EVERY) => {
+                    if let Err(why) = pr.list(&mut self.counters) {
+                        self.warnings.extend(why.map(|w| (s.pid, w)));
+                    }
+                    pr.running_task(s, roots)
+                }
+                None => None,
+            }
+        };
+        let Some((index, task)) = found else {
+            if !roots.is_empty() && !pr.tasks.is_empty() {
+                self.counters.unknown += 1;
+            }
+            if !pr.loop_threads.contains(&s.tid) {
+                return None;
+            }
+            let marker = sym.intern(marker(LOOP_MARKER.to_string()), new_symbol);
+            self.stack.clear();
+            self.stack.push(marker);
+            self.stack.extend_from_slice(sym.last_stack());
+            return Some(&self.stack);
+        };
+        let pos = sym.position_of(s, index)?;
+        pr.loop_threads.insert(s.tid);
+        if let Some(t) = pr.tasks.get(&task) {
+            pr.loops.insert(t.event_loop, s.tid);
+        }
+        let prefix = pr.prefix(task, sym, &mut self.counters, s.pid, new_symbol);
+        self.stack.clear();
+        self.stack.extend_from_slice(&prefix);
+        self.stack.extend_from_slice(sym.last_stack().get(pos..)?);
+        self.counters.samples += 1;
+        Some(&self.stack)
+    }
+
+    /// Whether a sweep is due at `now` (CLOCK_MONOTONIC ns).
+    pub fn sweep_due(&self, now: u64) -> bool {
+        let Some(every) = self.sweep_every else { return false };
+        self.procs.values().any(|p| p.last_sweep.is_none_or(|t| now.saturating_sub(t) >= every.as_nanos() as u64))
+    }
+
+    /// Weighs every suspended leaf task of every process whose period is over: its wait since the last sweep.
+    pub fn sweep(&mut self, sym: &mut Symbolizer, now: u64, new_symbol: &mut dyn FnMut(u32, &Symbol)) -> Vec<Wait> {
+        let Some(every) = self.sweep_every else { return Vec::new() };
+        let every_ns = every.as_nanos() as u64;
+        let started = Instant::now();
+        let mut out = Vec::new();
+        let pids: Vec<u32> = self.procs.keys().copied().collect();
+        for pid in pids {
+            let Some(pr) = self.procs.get_mut(&pid) else { continue };
+            if pr.dead {
+                continue;
+            }
+            let weight = match pr.last_sweep {
+                Some(t) if now.saturating_sub(t) < every_ns => continue,
+                // A late sweep stands for two periods at most: the rest was not looked at.
+                Some(t) => now.saturating_sub(t).min(2 * every_ns),
+                None => every_ns,
+            };
+            pr.last_sweep = Some(now);
+            if let Err(why) = pr.list(&mut self.counters) {
+                self.warnings.extend(why.map(|w| (pid, w)));
+                continue;
+            }
+            // Leaves: suspended tasks no other task waits for.
+            let awaiting: HashSet<u64> = pr.tasks.values().flat_map(|t| t.awaited_by.iter().copied()).collect();
+            let leaves: Vec<u64> =
+                pr.tasks.values().filter(|t| !t.running && !awaiting.contains(&t.addr)).map(|t| t.addr).collect();
+            let mut merged: HashMap<(u32, Vec<u32>), u64> = HashMap::new();
+            for t in leaves {
+                let mut frames = pr.prefix(t, sym, &mut self.counters, pid, new_symbol);
+                let Some(info) = pr.tasks.get(&t) else { continue };
+                let tid = pr.loops.get(&info.event_loop).copied().unwrap_or(0);
+                let (chain, _cut) = pr.reader.chain(info.coro);
+                frames.extend(chain.iter().filter_map(|f| sym.live_frame(pid, f.code, f.instr, new_symbol)));
+                *merged.entry((tid, frames)).or_default() += weight;
+            }
+            for ((tid, frames), weight_ns) in merged {
+                out.push(Wait { pid, tid, time_ns: now, weight_ns, frames });
+            }
+        }
+        let us = started.elapsed().as_micros() as u64;
+        self.counters.sweeps += 1;
+        self.counters.waits += out.len() as u64;
+        self.counters.sweep_us += us;
+        self.counters.sweep_max_us = self.counters.sweep_max_us.max(us);
+        out
+    }
+}
+
+impl Proc {
+    /// The running task of a sample: the leafmost run root whose coroutine is a listed task's, and whose code
+    /// is that coroutine's (an address reused by another coroutine since the list is not taken for it).
+    fn running_task(&self, s: &crate::sampler::RawSample<'_>, roots: &[(usize, u64)]) -> Option<(usize, u64)> {
+        roots.iter().find_map(|&(index, frame)| {
+            let task = *self.by_coro.get(&frame.checked_sub(self.gi_iframe)?)?;
+            let code = s.frames.get(index)?.code;
+            let t = self.tasks.get(&task)?;
+            (t.coro_code == 0 || t.coro_code == code).then_some((index, task))
+        })
+    }
+
+    /// Lists the process's tasks again. `Err(Some(text))`: a warning to say once; `Err(None)`: not now.
+    fn list(&mut self, counters: &mut Counters) -> Result<(), Option<String>> {
+        self.listed = Some(Instant::now());
+        if self.section_pending {
+            // (3.14: `_asyncio` is mapped once asyncio is imported; the samples of coroutines say it may be now.)
+            match find_extension(self.reader.pid()) {
+                Ok(Some(l)) => match asyncio::with_section(self.reader.layout(), &l) {
+                    Ok(layout) => {
+                        self.reader.set_layout(layout);
+                        self.section_pending = false;
+                    }
+                    Err(why) => {
+                        self.dead = true;
+                        return Err(Some(format!("asyncio tasks of this process are not read (plain stacks): {why}")));
+                    }
+                },
+                Ok(None) => return Err(None),
+                Err(why) => {
+                    self.dead = true;
+                    return Err(Some(format!("asyncio tasks of this process are not read (plain stacks): {why}")));
+                }
+            }
+        }
+        counters.lists += 1;
+        match self.reader.tasks() {
+            Ok(list) => {
+                self.by_coro = list.iter().map(|t| (t.coro, t.addr)).collect();
+                self.tasks = list.into_iter().map(|t| (t.addr, t)).collect();
+                self.prefixes.retain(|_, (at, _)| at.elapsed() < PREFIX_TTL);
+                Ok(())
+            }
+            Err(AsyncioError::NotImported) => Err(None),
+            Err(AsyncioError::Unsupported(why)) => {
+                self.dead = true;
+                Err(Some(format!("asyncio tasks of this process are not read (plain stacks): {why}")))
+            }
+            Err(AsyncioError::Unreadable(_)) => {
+                counters.read_errors += 1;
+                Err(None)
+            }
+        }
+    }
+
+    /// The stitched prefix of `task`: from its root task down, each task's boundary and the suspended frames of
+    /// the awaiting ones, ending with `task`'s own boundary.
+    fn prefix(
+        &mut self,
+        task: u64,
+        sym: &mut Symbolizer,
+        counters: &mut Counters,
+        pid: u32,
+        new_symbol: &mut dyn FnMut(u32, &Symbol),
+    ) -> Vec<u32> {
+        if let Some((at, p)) = self.prefixes.get(&task) {
+            if at.elapsed() < PREFIX_TTL {
+                return p.clone();
+            }
+        }
+        // The chain from the task to its root: one awaiter followed (the lowest address, so that the choice is
+        // stable), the others counted in the boundary's name.
+        let mut chain: Vec<(u64, usize)> = Vec::new();
+        let mut seen = HashSet::new();
+        let mut cur = task;
+        while chain.len() < MAX_DEPTH && seen.insert(cur) {
+            let Some(t) = self.tasks.get(&cur) else { break };
+            let known: Vec<u64> = t.awaited_by.iter().copied().filter(|a| self.tasks.contains_key(a)).collect();
+            let others = known.len().saturating_sub(1) + t.other_awaiters as usize;
+            chain.push((cur, others));
+            match known.iter().min() {
+                Some(&next) => cur = next,
+                None => break,
+            }
+        }
+        let mut out = Vec::new();
+        for (i, &(t, others)) in chain.iter().enumerate().rev() {
+            let name = self.tasks.get(&t).map(|t| t.name.clone()).unwrap_or_default();
+            out.push(sym.intern(marker(boundary(&name, others)), new_symbol));
+            if i > 0 {
+                let Some(coro) = self.tasks.get(&t).map(|t| t.coro) else { continue };
+                let (frames, _) = self.reader.chain(coro);
+                if frames.is_empty() {
+                    counters.read_errors += 1;
+                }
+                out.extend(frames.iter().filter_map(|f| sym.live_frame(pid, f.code, f.instr, new_symbol)));
+            }
+        }
+        self.prefixes.insert(task, (Instant::now(), out.clone()));
+        out
+    }
+}
+
+/// The boundary's text: `[task NAME]`, `[task NAME (+K awaiters)]`; a task whose name could not be read `[task ?]`.
+pub fn boundary(name: &str, others: usize) -> String {
+    let name = if name.is_empty() { "?" } else { name };
+    match others {
+        0 => format!("[task {name}]"),
+        k => format!("[task {name} (+{k} awaiters)]"),
+    }
+}
+
+/// A task pseudo-frame.
+fn marker(name: String) -> Symbol {
+    Symbol { scope: String::new(), name, file: String::new(), line: 0, flags: TASK_FLAG }
+}
+
+/// The file `pid` maps under a path `which` accepts, as pyperf can open it (through the process's root or its
+/// `map_files`: a process in a container or a chroot names files by its own root).
+fn mapped(pid: u32, which: &dyn Fn(&str) -> bool) -> Option<PathBuf> {
+    let maps = crate::proc::maps(pid).ok()?;
+    let entries = crate::proc::parse_maps(&maps);
+    let path = entries.iter().find(|m| which(&m.path))?.path.clone();
+    let same: Vec<&crate::proc::MapsEntry> = entries.iter().filter(|m| m.path == path).collect();
+    Some(mapped_file_path(pid, &path, &same))
+}
+
+/// 3.14: the `.AsyncioDebug` section of the `_asyncio` extension `pid` maps, if it maps it yet.
+fn find_extension(pid: u32) -> Result<Option<[u64; 13]>, String> {
+    let is_extension = |p: &str| p.rsplit('/').next().is_some_and(|f| f.starts_with(asyncio::EXTENSION_PREFIX));
+    let Some(file) = mapped(pid, &is_extension) else { return Ok(None) };
+    match asyncio::read_section(&file) {
+        Some(s) => Ok(Some(s)),
+        None => Err(format!("no {} section in the _asyncio module ({})", asyncio::SECTION, file.display())),
+    }
+}
+
+/// One task as `dump --async` shows it.
+#[derive(Debug, Clone)]
+pub struct TreeTask {
+    /// The task object's address (its id).
+    pub addr: u64,
+    /// Its name (`?` when unreadable).
+    pub name: String,
+    /// Its coroutine runs now.
+    pub running: bool,
+    /// The kernel tid of the thread whose list holds it (3.14+, the process's PID namespace), 0 unknown.
+    pub ns_tid: u32,
+    /// Its coroutine chain, root first (the task's coroutine, then what it awaits, to where it waits).
+    pub frames: Vec<Symbol>,
+    /// The chain was longer than could be read.
+    pub cut: bool,
+    /// Tasks awaiting it.
+    pub awaited_by: Vec<u64>,
+    /// Other awaiters (futures that are not tasks).
+    pub other_awaiters: u32,
+}
+
+/// Every task of `p` now, with its coroutine chain and awaiters (`dump --async`). `Err`: a line saying why not.
+pub fn tree(p: &PythonProcess) -> Result<Vec<TreeTask>, String> {
+    let mut tasks = Tasks::new(0);
+    tasks.add_process(p);
+    if let Some((_, why)) = tasks.warnings.first() {
+        return Err(why.clone());
+    }
+    let Some(pr) = tasks.procs.get_mut(&p.pid) else {
+        return Err(format!("Python {} has no asyncio tasks pyperf can read (3.11+)", p.version_string()));
+    };
+    let mut counters = Counters::default();
+    match pr.list(&mut counters) {
+        Ok(()) => {}
+        Err(Some(why)) => return Err(why),
+        Err(None) if pr.section_pending => {
+            return Err("asyncio is not imported (its _asyncio module is not loaded)".to_string())
+        }
+        Err(None) => {
+            return Err(if pr.listed.is_some() && counters.read_errors > 0 {
+                "its tasks could not be read (the process changed while being read, or exited): try again".into()
+            } else {
+                "asyncio is not imported".into()
+            })
+        }
+    }
+    let mut sym = Symbolizer::new();
+    sym.add_process(p).map_err(|e| format!("cannot read the memory of process {}: {e}", p.pid))?;
+    let mut table: Vec<Symbol> = Vec::new();
+    let mut out: Vec<TreeTask> = Vec::new();
+    let mut list: Vec<&TaskInfo> = pr.tasks.values().collect();
+    list.sort_by_key(|t| t.addr);
+    for t in list {
+        let (chain, cut) = pr.reader.chain(t.coro);
+        let ids: Vec<u32> = chain
+            .iter()
+            .filter_map(|f| {
+                sym.live_frame(p.pid, f.code, f.instr, &mut |id, s| {
+                    if table.len() <= id as usize {
+                        table.resize(id as usize + 1, marker(String::new()));
+                    }
+                    table[id as usize] = s.clone();
+                })
+            })
+            .collect();
+        out.push(TreeTask {
+            addr: t.addr,
+            name: if t.name.is_empty() { "?".into() } else { t.name.clone() },
+            running: t.running,
+            ns_tid: t.ns_tid,
+            frames: ids.iter().filter_map(|&i| table.get(i as usize).cloned()).collect(),
+            cut,
+            awaited_by: t.awaited_by.clone(),
+            other_awaiters: t.other_awaiters,
+        });
+    }
+    Ok(out)
+}
