@@ -176,3 +176,242 @@ fn dump_async_refuses_old_pythons() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("3.11+") && err.lines().count() == 1, "{err}");
 }
+
+/// `pyperf report -i REC ARGS`: its standard output.
+fn report(rec: &std::path::Path, args: &[&str]) -> String {
+    let o = pyperf().arg("report").arg("-i").arg(rec).args(args).output().expect("run pyperf report");
+    assert!(o.status.success(), "pyperf report {args:?}: {}", String::from_utf8_lossy(&o.stderr).trim());
+    String::from_utf8(o.stdout).expect("UTF-8 report")
+}
+
+/// Folded lines: (frames root first, count).
+fn folded(text: &str) -> Vec<(Vec<String>, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let (stack, n) = l.rsplit_once(' ')?;
+            Some((stack.split(';').map(str::to_string).collect(), n.parse().ok()?))
+        })
+        .collect()
+}
+
+/// A folded frame `name (file:line)` as (name, line); a pseudo-frame (`[task X]`) as (itself, 0).
+fn frame(f: &str) -> (String, u64) {
+    match f.rsplit_once(" (") {
+        Some((name, rest)) if !f.starts_with('[') => {
+            let line = rest.trim_end_matches(')').rsplit(':').next().and_then(|l| l.parse().ok()).unwrap_or(0);
+            (name.to_string(), line)
+        }
+        _ => (f.to_string(), 0),
+    }
+}
+
+/// Whether a task-view stack of a `crunch` sample is one of the two the workload makes, exactly: names, task
+/// boundaries and the lines of every suspended frame (and of the running frames rootward of the leaf).
+fn stitched_right(stack: &[String]) -> bool {
+    let fr: Vec<(String, u64)> = stack.iter().map(|f| frame(f)).collect();
+    let is = |i: usize, name: &str, tag: &str| fr.get(i).is_some_and(|f| f.0 == name && f.1 == line_of(tag));
+    let task = |i: usize, prefix: &str| fr.get(i).is_some_and(|f| f.0.starts_with(prefix) && f.0.ends_with(']'));
+    let numbered = |i: usize, stem: &str| {
+        fr.get(i).is_some_and(|f| {
+            f.0.strip_prefix(&format!("[task {stem}-"))
+                .and_then(|r| r.strip_suffix(']'))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+    };
+    let leaf = |i: usize| fr.len() == i + 1 && fr[i].0 == "crunch";
+    // A request's orders task: root task, its gather, the request, its gather, the orders task running.
+    let orders = fr.len() == 8
+        && fr[0].0 == "[task Task-1]"
+        && is(1, "serve", "serve")
+        && numbered(2, "request")
+        && is(3, "handle_request", "handle_request")
+        && numbered(4, "orders")
+        && is(5, "fetch_orders", "fetch_orders")
+        && is(6, "compute", "compute")
+        && leaf(7);
+    // The shared task, awaited by `first` and `second`: one followed, the other counted.
+    let shared = fr.len() == 5
+        && (fr[0].0 == "[task first]" || fr[0].0 == "[task second]")
+        && is(1, "waits_for", "waits_for")
+        && task(2, "[task shared (+1 awaiters)")
+        && is(3, "shared_work", "shared_work")
+        && leaf(4);
+    orders || shared
+}
+
+fn record_tasks(python: &str) {
+    let _guard = serial();
+    let py = interpreter(python);
+    let mut child = Kid(start_workload(&py, "tasks.py", &[]));
+    let pid = child.0.id();
+    let (_dir, out) = scratch("tasks.pyp");
+    // Enough CPU for several batches of requests (each ~0.7 s) and many sweeps of the waiter.
+    let o = record_for_cpu(
+        pyperf()
+            .args(["record", "-p", &pid.to_string(), "--off-cpu", "--async-rate", "50", "-F", "199", "-o"])
+            .arg(&out),
+        &out,
+        pid,
+        4.0,
+    );
+    assert!(o.status.success(), "{python}: record failed");
+    // The workload's own clock of its two waits, over its whole run.
+    // SAFETY: plain kill(2) of the workload this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.0.stdout.as_mut().expect("stdout")), &mut line)
+        .expect("the workload's waits");
+    let secs = |key: &str| -> f64 {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{key}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{python}: workload said {line:?}"))
+    };
+    let (short, long) = (secs("short"), secs("long"));
+
+    // CPU, task view, exact names: every stitched crunch stack is one the workload makes.
+    let exact = folded(&report(&out, &["--folded", "--exact-task-names"]));
+    let crunch: Vec<&(Vec<String>, u64)> =
+        exact.iter().filter(|(s, _)| s.last().is_some_and(|f| frame(f).0 == "crunch")).collect();
+    let total: u64 = crunch.iter().map(|(_, n)| n).sum();
+    let stitched: u64 = crunch.iter().filter(|(s, _)| s[0].starts_with("[task ")).map(|(_, n)| n).sum();
+    let wrong: Vec<&&(Vec<String>, u64)> =
+        crunch.iter().filter(|(s, _)| s[0].starts_with("[task ") && !stitched_right(s)).collect();
+    assert!(total >= 100, "{python}: only {total} crunch samples:\n{exact:?}");
+    assert!(wrong.is_empty(), "{python}: wrongly stitched stacks: {wrong:#?}");
+    assert!(stitched * 100 >= total * 95, "{python}: {stitched} of {total} crunch samples stitched:\n{crunch:#?}");
+    // Tasks ended and new ones came: several batches of requests, each named on its own.
+    let orders: std::collections::BTreeSet<&str> = crunch
+        .iter()
+        .filter_map(|(s, _)| s.get(4))
+        .filter(|f| f.starts_with("[task orders-"))
+        .map(|f| f.as_str())
+        .collect();
+    assert!(orders.len() >= 6, "{python}: tasks of one batch only: {orders:?}");
+
+    // Aggregated by default: counters become N, one tower.
+    let agg = report(&out, &["--folded"]);
+    assert!(agg.contains("[task request-N]") && agg.contains("[task orders-N]"), "{python}:\n{agg}");
+    assert!(!agg.contains("[task request-1]"), "{python}: counters kept by default:\n{agg}");
+    // The thread view: no task frames, the loop's frames instead.
+    let plain = report(&out, &["--folded", "--no-async"]);
+    assert!(!plain.contains("[task ") && plain.contains("_run"), "{python}: --no-async:\n{plain}");
+
+    // Wall: where the waiter waits, split between its two awaits as its own clock says.
+    let wall = folded(&report(&out, &["--folded", "--mode", "wall"]));
+    let waited = |name: &str| -> u64 {
+        wall.iter()
+            .filter(|(s, _)| s[0] == "[task waiter]" && s.iter().any(|f| frame(f).0 == name))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let (s_us, l_us) = (waited("short_wait"), waited("long_wait"));
+    assert!(s_us + l_us > 0, "{python}: no waits of the waiter task in the wall view:\n{wall:?}");
+    let share = s_us as f64 / (s_us + l_us) as f64;
+    let truth = short / (short + long);
+    assert!(
+        (share - truth).abs() <= 0.1,
+        "{python}: the wall view puts {share:.3} of the waiter's waits in short_wait, its clock {truth:.3}"
+    );
+    // The waits are where the workload awaits them, under their task, with the line of each await.
+    let w = wall.iter().find(|(s, _)| s[0] == "[task waiter]" && s.iter().any(|f| frame(f).0 == "long_wait"));
+    let w = &w.expect("a long wait").0;
+    assert_eq!(frame(&w[1]), ("waiter".to_string(), line_of("waiter")), "{python}: {w:?}");
+    assert_eq!(frame(&w[2]), ("long_wait".to_string(), line_of("long_wait")), "{python}: {w:?}");
+    assert_eq!(frame(&w[3]).0, "sleep", "{python}: {w:?}");
+    // The loop's own time is kept apart from the tasks'.
+    assert!(wall.iter().any(|(s, _)| s[0] == "[asyncio loop]"), "{python}: no loop time in the wall view");
+
+    // The text report lists the busiest task chains.
+    let text = report(&out, &[]);
+    assert!(text.contains("Task-1 > request-N > orders-N"), "{python}: no task chains in the text report:\n{text}");
+}
+
+per_interpreter! { record_tasks:
+    record_tasks_3_11_7("3.11.7"),
+    record_tasks_3_12_1("3.12.1"),
+    record_tasks_3_13_0("3.13.0"),
+    record_tasks_sid_3_14("sid-3.14"),
+    record_tasks_sid_3_15("sid-3.15"),
+}
+
+/// The virtual environment scripts/setup makes with uvicorn, uvloop and Starlette.
+fn asgi_python() -> std::path::PathBuf {
+    let venv = std::env::var_os("PYPERF_ASGI_VENV")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/asgi-venv"));
+    let py = venv.join("bin/python");
+    assert!(py.exists(), "no {} (uvicorn, uvloop, starlette): run scripts/setup", py.display());
+    py
+}
+
+/// A real service as users run it: uvicorn on uvloop serving a Starlette app, driven by a bounded loopback client.
+/// The endpoint's coroutine is under its request task in the CPU view, its database await in the wall view.
+#[test]
+fn asgi_service_on_uvloop() {
+    let _guard = serial();
+    let py = asgi_python();
+    let mut app = Kid(std::process::Command::new(&py)
+        .arg(workload("asgi_app.py"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the app"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(app.0.stdout.as_mut().expect("stdout")), &mut line)
+        .expect("the app's ready line");
+    let port = line.strip_prefix("ready ").map(str::trim).unwrap_or_else(|| panic!("the app said {line:?}"));
+    let pid = app.0.id();
+    let (_dir, out) = scratch("asgi.pyp");
+    let mut rec = Kid(pyperf()
+        .args(["record", "-p", &pid.to_string(), "--off-cpu", "--async-rate", "50", "-o"])
+        .arg(&out)
+        .spawn()
+        .expect("run pyperf record"));
+    wait_recording(&out);
+    let client = std::process::Command::new(&py)
+        .arg(workload("asgi_client.py"))
+        .args([port, "4", "8"])
+        .output()
+        .expect("run the client");
+    assert!(client.status.success(), "client: {}", String::from_utf8_lossy(&client.stderr));
+    let served = String::from_utf8_lossy(&client.stdout);
+    assert!(served.starts_with("done "), "client said {served:?}");
+    assert!(interrupt(&mut rec.0).success(), "the recorder failed");
+
+    let stitched = |stack: &[String]| {
+        let fr: Vec<(String, u64)> = stack.iter().map(|f| frame(f)).collect();
+        // Root: the request's task (uvicorn's per-request task, default name), then uvicorn's cycle.
+        fr[0].0 == "[task Task-N]" && fr.get(1).is_some_and(|f| f.0 == "RequestResponseCycle.run_asgi")
+    };
+    let cpu = folded(&report(&out, &["--folded"]));
+    let render: Vec<&(Vec<String>, u64)> =
+        cpu.iter().filter(|(s, _)| s.iter().any(|f| frame(f).0 == "render")).collect();
+    let total: u64 = render.iter().map(|(_, n)| n).sum();
+    let good: u64 = render
+        .iter()
+        .filter(|(s, _)| {
+            stitched(s)
+                && s.windows(2).any(|w| {
+                    frame(&w[0]) == ("orders".into(), line_of("asgi_orders_render")) && frame(&w[1]).0 == "render"
+                })
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert!(total >= 20, "only {total} samples in render:\n{cpu:?}");
+    assert!(good * 100 >= total * 90, "{good} of {total} render samples under their request task:\n{render:#?}");
+
+    let wall = folded(&report(&out, &["--folded", "--mode", "wall"]));
+    let db: u64 = wall
+        .iter()
+        .filter(|(s, _)| {
+            stitched(s)
+                && s.windows(3).any(|w| {
+                    frame(&w[0]) == ("orders".into(), line_of("asgi_orders_await"))
+                        && frame(&w[1]) == ("query_db".into(), line_of("asgi_query_db"))
+                        && frame(&w[2]).0 == "sleep"
+                })
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert!(db > 0, "no request waits in query_db in the wall view:\n{wall:?}");
+}

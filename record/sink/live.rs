@@ -403,7 +403,7 @@ impl Sink for LiveSink {
         {
             let mut live = self.lock();
             stack.clear();
-            stack.extend(s.frames.iter().map(|&id| live.symbol_function.get(id as usize).copied().unwrap_or(u32::MAX)));
+            stack.extend(s.view().iter().map(|&id| live.symbol_function.get(id as usize).copied().unwrap_or(u32::MAX)));
             stack.retain(|&f| f != u32::MAX);
             if stack.is_empty() {
                 let idle = live.pseudo(names::IDLE);
@@ -426,7 +426,7 @@ impl Sink for LiveSink {
         {
             let mut live = self.lock();
             stack.clear();
-            stack.extend(s.frames.iter().map(|&id| live.symbol_function.get(id as usize).copied().unwrap_or(u32::MAX)));
+            stack.extend(s.view().iter().map(|&id| live.symbol_function.get(id as usize).copied().unwrap_or(u32::MAX)));
             stack.retain(|&f| f != u32::MAX);
             let frame = names::off_cpu_frame(o.kind, o.syscall, &live.arch.clone());
             let leaf = live.pseudo(&frame);

@@ -44,6 +44,17 @@ pub struct Sample<'a> {
     pub tasks: &'a [u32],
 }
 
+impl Sample<'_> {
+    /// The stack views show: the task view when the sample has one, else the thread's.
+    pub fn view(&self) -> &[u32] {
+        if self.tasks.is_empty() {
+            self.frames
+        } else {
+            self.tasks
+        }
+    }
+}
+
 /// One symbolized off-CPU interval (`record --off-cpu`): a thread's time away from the CPU, with the stack it
 /// left with. `sample` holds the thread, states and frames as at its switch-in; its `time_ns` is the interval's
 /// end.

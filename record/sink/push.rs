@@ -1119,7 +1119,7 @@ impl Sink for PushSink {
     fn sample(&mut self, s: &Sample<'_>) {
         self.samples += 1;
         self.comms.entry((s.pid, s.tid)).or_insert_with(|| s.comm.to_string());
-        let key = Key { pid: s.pid, tid: s.tid, gil: s.gil.as_u8(), frames: s.frames.into(), reason: String::new() };
+        let key = Key { pid: s.pid, tid: s.tid, gil: s.gil.as_u8(), frames: s.view().into(), reason: String::new() };
         self.window.entry(key).or_default().0 += 1;
     }
 
@@ -1132,7 +1132,7 @@ impl Sink for PushSink {
         let s = &o.sample;
         let reason = pyperf_report::names::off_cpu_frame(o.kind, o.syscall, &self.options.arch);
         let reason = if reason.is_empty() && o.kind == OffCpuKind::Runnable { "[off-CPU]".to_string() } else { reason };
-        let key = Key { pid: s.pid, tid: s.tid, gil: s.gil.as_u8(), frames: s.frames.into(), reason };
+        let key = Key { pid: s.pid, tid: s.tid, gil: s.gil.as_u8(), frames: s.view().into(), reason };
         let e = self.window.entry(key).or_default();
         e.1 = e.1.saturating_add(o.weight_ns);
     }
