@@ -230,24 +230,30 @@ impl Symbolizer {
         intern(&mut self.symbol_ids, sym, new_symbol)
     }
 
-    /// The symbol id of a frame user space read from process `pid`'s memory (a suspended coroutine's: `code`, and
-    /// `instr` as BPF reports positions), `None` for a frame the interpreter hides. A code object that cannot be
-    /// read is named by address and counted lost, as in samples.
+    /// The check word of the code object at `code` in process `pid`, read now (for frames user space reads itself,
+    /// [`Symbolizer::live_frame`]); `None` when it is not a readable code object.
+    pub fn code_check(&self, pid: u32, code: u64) -> Option<u32> {
+        self.readers.get(&pid)?.live_check(code)
+    }
+
+    /// The symbol id of a frame user space read from process `pid`'s memory (a suspended coroutine's: `code`, its
+    /// check word `check` from [`Symbolizer::code_check`], `None` when that failed, and `instr` as BPF reports
+    /// positions), `None` for a frame the interpreter hides. A code object that cannot be read is named by address
+    /// and counted lost, as in samples.
     pub fn live_frame(
         &mut self,
         pid: u32,
         code: u64,
+        check: Option<u32>,
         instr: u32,
         new_symbol: &mut dyn FnMut(u32, &Symbol),
     ) -> Option<u32> {
-        let reader = self.readers.get_mut(&pid);
-        let check = reader.as_ref().and_then(|r| r.live_check(code));
         if let Some(check) = check {
             let key = (pid, code, check, instr, 0);
             if let Some(&id) = self.frame_ids.get(&key) {
                 return (id != HIDDEN).then_some(id);
             }
-            if let Some(r) = reader {
+            if let Some(r) = self.readers.get_mut(&pid) {
                 match r.resolve(code, instr, check, FirstLocal::NONE) {
                     Resolution::Frame(sym) => {
                         let id = intern(&mut self.symbol_ids, sym, new_symbol);

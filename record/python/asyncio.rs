@@ -391,6 +391,20 @@ pub struct TaskReader<M> {
     task_types: HashMap<u64, bool>,
     /// Where each key was found in `sys.modules` / the module's dict last time.
     hints: [Option<usize>; 8],
+    /// What the last list read of each task that it does not read again while they stay the same.
+    known: HashMap<u64, Known>,
+    /// The children of each `gather`'s future the last list met (they do not change), 3.11-3.13.
+    gathered: HashMap<u64, Vec<u64>>,
+}
+
+/// A task's name and coroutine, as a list read them.
+#[derive(Debug, Clone)]
+struct Known {
+    coro: u64,
+    name_obj: u64,
+    name: String,
+    coro_code: u64,
+    running: bool,
 }
 
 impl<M: ReadMem> TaskReader<M> {
@@ -408,7 +422,18 @@ impl<M: ReadMem> TaskReader<M> {
             Interpreters::InterpHead => interp_head,
             Interpreters::Runtime => runtime.and_then(|rt| at(rt, row.layout.runtime_interpreters_head)),
         };
-        TaskReader { mem, pid, row, layout, interp_head, task_type: None, task_types: HashMap::new(), hints: [None; 8] }
+        TaskReader {
+            mem,
+            pid,
+            row,
+            layout,
+            interp_head,
+            task_type: None,
+            task_types: HashMap::new(),
+            hints: [None; 8],
+            known: HashMap::new(),
+            gathered: HashMap::new(),
+        }
     }
 
     /// The facts this reader uses.
@@ -443,42 +468,114 @@ impl<M: ReadMem> TaskReader<M> {
         let mut cx = Cx { objs, l, task_type, task_types: &mut self.task_types };
         let found: Vec<(u64, u32)> = match l.tasks {
             AllTasks::Module { weaksets, sets } => {
-                let tasks = module_tasks(&mut cx, self.row, interp, weaksets, sets, &mut self.hints)?;
+                let (refs, mut tasks) = module_tasks(&mut cx, self.row, interp, weaksets, sets, &mut self.hints)?;
+                // Their referents, in one batch.
+                let wr: Vec<(u64, usize)> = refs.iter().filter_map(|&r| Some((at(r, WEAKREF_OBJECT)?, 8))).collect();
+                tasks.extend(self.mem.read_many(&wr).into_iter().filter_map(|b| u64_in(&b?, 0)));
                 tasks.into_iter().map(|t| (t, 0)).collect()
             }
             AllTasks::Lists { tstate_head, interp_head } => {
                 list_tasks(&mut cx, self.row, interp, tstate_head, interp_head)?
             }
         };
+        // Every task object in one batch of reads; names and coroutines read only for tasks not seen before (or
+        // whose name or coroutine changed): a thousand tasks cost a few system calls, not thousands.
         let mut seen = HashSet::new();
+        let found: Vec<(u64, u32)> = found.into_iter().filter(|(t, _)| seen.insert(*t)).take(MAX_TASKS).collect();
+        let size = usize::try_from(l.task_size).map_err(|_| AsyncioError::Unsupported("no task size".into()))?;
+        let blocks = self.mem.read_many(&found.iter().map(|&(t, _)| (t, size)).collect::<Vec<_>>());
         let mut out: Vec<TaskInfo> = Vec::new();
         let mut waiters: Vec<(u64, u64)> = Vec::new();
-        for (t, tid) in found {
-            if !seen.insert(t) || out.len() >= MAX_TASKS {
-                continue;
+        let mut sets: Vec<(usize, u64)> = Vec::new();
+        let mut singles: Vec<(usize, u64)> = Vec::new();
+        let mut known = std::mem::take(&mut self.known);
+        let mut kept: HashMap<u64, Known> = HashMap::new();
+        for (&(t, tid), block) in found.iter().zip(&blocks) {
+            let Some(block) = block else { continue };
+            let field = |o: i32| if o >= 0 { u64_in(block, o) } else { Some(0) };
+            let Some(ty) = u64_in(block, 8) else { continue };
+            // (`fut_state` is an int: the low half of the word.)
+            if !cx.is_task_type(ty) || field(l.task_state).map(|v| v as u32) != Some(0) {
+                continue; // not a task (any more), or done: no longer waits anywhere
             }
-            if let Some((info, waits_on)) = cx.task(t, tid) {
-                if let Some(w) = waits_on {
-                    waiters.push((t, w));
+            let (Some(coro), Some(name_obj), Some(waits_on), Some(event_loop)) =
+                (field(l.task_coro), field(l.task_name), field(l.task_fut_waiter), field(l.task_loop))
+            else {
+                continue;
+            };
+            let k = match known.remove(&t).filter(|k| k.coro == coro && k.name_obj == name_obj) {
+                Some(k) => k,
+                None => {
+                    let (coro_code, running) = cx.coro_head(coro).unwrap_or((0, false));
+                    let name = cx.name(name_obj).unwrap_or_default();
+                    Known { coro, name_obj, name, coro_code, running }
                 }
-                out.push(info);
+            };
+            if l.task_awaited_by >= 0 {
+                let by = field(l.task_awaited_by).unwrap_or(0);
+                let is_set = usize::try_from(l.task_awaited_by_is_set).ok().and_then(|o| block.get(o)).copied();
+                match (by, is_set) {
+                    (0, _) | (_, None) => {}
+                    (one, Some(0)) => singles.push((out.len(), one)),
+                    (set, Some(_)) => sets.push((out.len(), set)),
+                }
+            } else if waits_on != 0 {
+                waiters.push((t, waits_on));
+            }
+            out.push(TaskInfo {
+                addr: t,
+                name: k.name.clone(),
+                coro,
+                coro_code: k.coro_code,
+                event_loop,
+                running: k.running,
+                awaited_by: Vec::new(),
+                other_awaiters: 0,
+                ns_tid: tid,
+            });
+            kept.insert(t, k);
+        }
+        self.known = kept;
+        let index: HashMap<u64, usize> = out.iter().enumerate().map(|(i, t)| (t.addr, i)).collect();
+        // 3.14+: who awaits each task, from the task: a task among those listed, or another future (counted).
+        let add = |out: &mut Vec<TaskInfo>, i: usize, a: u64| {
+            if index.contains_key(&a) {
+                if out[i].awaited_by.len() < MAX_AWAITERS && !out[i].awaited_by.contains(&a) {
+                    out[i].awaited_by.push(a);
+                }
+            } else {
+                out[i].other_awaiters += 1;
+            }
+        };
+        for (i, a) in singles {
+            add(&mut out, i, a);
+        }
+        for (i, set) in sets {
+            for a in cx.set_items(set, MAX_AWAITERS as u64).unwrap_or_default() {
+                add(&mut out, i, a);
             }
         }
-        if l.task_awaited_by < 0 {
-            // Before 3.14 nothing records who awaits a task: a task waiting on a task awaits it; one waiting on a
-            // gather's future awaits each of its children.
-            let index: HashMap<u64, usize> = out.iter().enumerate().map(|(i, t)| (t.addr, i)).collect();
-            for (parent, fut) in waiters {
-                let children = if index.contains_key(&fut) { vec![fut] } else { cx.gathered(fut) };
-                for c in children {
-                    if let Some(&i) = index.get(&c) {
-                        if out[i].awaited_by.len() < MAX_AWAITERS && !out[i].awaited_by.contains(&parent) {
-                            out[i].awaited_by.push(parent);
-                        }
+        // Before 3.14 nothing records who awaits a task: a task waiting on a task awaits it; one waiting on a
+        // gather's future awaits each of its children (a gather's children do not change: remembered by future).
+        let mut gathered = std::mem::take(&mut self.gathered);
+        let mut still: HashMap<u64, Vec<u64>> = HashMap::new();
+        for (parent, fut) in waiters {
+            let children = if index.contains_key(&fut) {
+                vec![fut]
+            } else {
+                let c = gathered.remove(&fut).unwrap_or_else(|| cx.gathered(fut));
+                still.insert(fut, c.clone());
+                c
+            };
+            for c in children {
+                if let Some(&i) = index.get(&c) {
+                    if out[i].awaited_by.len() < MAX_AWAITERS && !out[i].awaited_by.contains(&parent) {
+                        out[i].awaited_by.push(parent);
                     }
                 }
             }
         }
+        self.gathered = still;
         if mem.exhausted() && out.is_empty() {
             return Err(AsyncioError::Unreadable("the tasks (too much work)"));
         }
@@ -499,6 +596,115 @@ impl<M: ReadMem> TaskReader<M> {
             Some(i) if i != 0 => Ok(i),
             _ => Err(AsyncioError::Unreadable("the interpreter list")),
         }
+    }
+}
+
+/// A task as a sweep read it ([`TaskReader::sweep`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Swept {
+    /// Still a pending task (not done, not cancelled, not freed and reused).
+    pub pending: bool,
+    /// Its coroutine runs now.
+    pub running: bool,
+    /// Its coroutine chain, root first.
+    pub frames: Vec<CoroFrame>,
+    /// Cut at [`MAX_CHAIN`].
+    pub cut: bool,
+}
+
+impl<M: ReadMem> TaskReader<M> {
+    /// The state and coroutine chain of each of `tasks` (addresses a [`TaskReader::tasks`] listed), read in batches:
+    /// the task objects together, then hop by hop the coroutines of every chain together (two batches a hop: the
+    /// coroutine with its frame, then the awaited object on its value stack). A few system calls for a thousand
+    /// tasks, where reading them one by one takes thousands. `None` for a task that cannot be read now.
+    pub fn sweep(&self, tasks: &[u64]) -> Vec<Option<Swept>> {
+        let l = self.layout;
+        let row = self.row;
+        let fl = row.layout;
+        let Ok(size) = usize::try_from(l.task_size) else { return vec![None; tasks.len()] };
+        let blocks = self.mem.read_many(&tasks.iter().map(|&t| (t, size)).collect::<Vec<_>>());
+        let mut out: Vec<Option<Swept>> = vec![None; tasks.len()];
+        // (task index, coroutine to read next, the chain's coroutine type)
+        let mut active: Vec<(usize, u64, u64)> = Vec::new();
+        for (i, b) in blocks.iter().enumerate() {
+            let Some(b) = b else { continue };
+            let ty = u64_in(b, 8).unwrap_or(0);
+            let field = |o: i32| if o >= 0 { u64_in(b, o) } else { Some(0) };
+            // Only a task of a type the lists found tasks to be: a freed task's memory may hold anything.
+            let pending = self.task_types.get(&ty) == Some(&true) && field(l.task_state).map(|v| v as u32) == Some(0);
+            out[i] = Some(Swept { pending, running: false, frames: Vec::new(), cut: false });
+            if pending {
+                if let Some(coro) = field(l.task_coro).filter(|&c| c != 0) {
+                    active.push((i, coro, 0));
+                }
+            }
+        }
+        let (Ok(iframe), Ok(state_at)) = (u64::try_from(l.gen_iframe), usize::try_from(l.gen_frame_state)) else {
+            return out;
+        };
+        let head_len = iframe as usize + FRAME_HEAD;
+        for hop in 0..=MAX_CHAIN {
+            if active.is_empty() {
+                break;
+            }
+            let heads = self.mem.read_many(&active.iter().map(|&(_, c, _)| (c, head_len)).collect::<Vec<_>>());
+            // (task index, coroutine, its type, where the awaited object's pointer is)
+            let mut slots: Vec<(usize, u64, u64)> = Vec::new();
+            let mut slot_addrs: Vec<(u64, usize)> = Vec::new();
+            for (&(i, coro, chain_type), head) in active.iter().zip(&heads) {
+                let Some(head) = head else { continue };
+                let Some(sw) = out[i].as_mut() else { continue };
+                if hop == MAX_CHAIN {
+                    sw.cut = true;
+                    continue;
+                }
+                let ty = u64_in(head, 8).unwrap_or(0);
+                if chain_type != 0 && ty != chain_type {
+                    continue; // a Future, a Task, another awaitable: the chain ends
+                }
+                let state = head[state_at] as i8;
+                let suspended = l.suspended.contains(&state);
+                if !suspended && state != l.created && state != l.executing {
+                    continue;
+                }
+                let frame = &head[iframe as usize..];
+                let (Some(code), Some(ip)) = (u64_in(frame, fl.frame_code), u64_in(frame, fl.frame_instr)) else {
+                    continue;
+                };
+                let code = code & row.code_tag_mask;
+                sw.frames.push(CoroFrame { code, instr: (ip.wrapping_sub(code) as u32) & 0x7fff_ffff });
+                if state == l.executing {
+                    sw.running = true;
+                }
+                if !suspended {
+                    continue;
+                }
+                let slot = match l.stack {
+                    ValueStack::Top { stacktop, localsplus } => u64_in(frame, stacktop)
+                        .map(|v| v as u32 as i32)
+                        .filter(|&top| (1..=1 << 16).contains(&top))
+                        .and_then(|top| at(coro, iframe + localsplus as u64 + (top as u64 - 1) * 8)),
+                    ValueStack::Pointer { stackpointer, back } => {
+                        u64_in(frame, stackpointer).and_then(|sp| sp.checked_sub(8 * u64::from(back)))
+                    }
+                };
+                if let Some(a) = slot {
+                    slots.push((i, coro, ty));
+                    slot_addrs.push((a, 8));
+                }
+            }
+            let next = self.mem.read_many(&slot_addrs);
+            active = slots
+                .into_iter()
+                .zip(next)
+                .filter_map(|((i, coro, ty), v)| {
+                    let v = u64_in(&v?, 0)?;
+                    let v = if matches!(l.stack, ValueStack::Pointer { .. }) { v & !3 } else { v };
+                    (v != 0 && v != coro).then_some((i, v, ty))
+                })
+                .collect();
+        }
+        out
     }
 }
 
@@ -538,55 +744,6 @@ impl<M: ReadMem> Cx<'_, '_, M> {
         }
         self.task_types.insert(t, yes);
         yes
-    }
-
-    /// The task at `t` (checked to be one) and the future it waits on (non-null `fut_waiter`).
-    fn task(&mut self, t: u64, ns_tid: u32) -> Option<(TaskInfo, Option<u64>)> {
-        let l = self.l;
-        if !self.is_task(t) {
-            return None;
-        }
-        let block = self.objs.bytes(t, usize::try_from(l.task_size).ok()?)?;
-        let field = |o: i32| if o >= 0 { u64_in(&block, o) } else { Some(0) };
-        let state = field(l.task_state)? as u32;
-        if state != 0 {
-            return None; // done or cancelled: no longer waits anywhere
-        }
-        let coro = field(l.task_coro)?;
-        let name_obj = field(l.task_name)?;
-        let waits_on = field(l.task_fut_waiter)?;
-        let mut awaited_by = Vec::new();
-        let mut other_awaiters = 0;
-        if l.task_awaited_by >= 0 {
-            let by = field(l.task_awaited_by)?;
-            let is_set = block.get(usize::try_from(l.task_awaited_by_is_set).ok()?).copied()? != 0;
-            let awaiters = match (by, is_set) {
-                (0, _) => Vec::new(),
-                (one, false) => vec![one],
-                (set, true) => self.set_items(set, MAX_AWAITERS as u64).unwrap_or_default(),
-            };
-            for a in awaiters {
-                if self.is_task(a) {
-                    awaited_by.push(a);
-                } else {
-                    other_awaiters += 1;
-                }
-            }
-        }
-        let (coro_code, running) = self.coro_head(coro).unwrap_or((0, false));
-        let name = self.name(name_obj).unwrap_or_default();
-        let info = TaskInfo {
-            addr: t,
-            name,
-            coro,
-            coro_code,
-            event_loop: field(l.task_loop)?,
-            running,
-            awaited_by,
-            other_awaiters,
-            ns_tid,
-        };
-        Some((info, (waits_on != 0).then_some(waits_on)))
     }
 
     /// The code object of coroutine `coro`'s frame and whether it runs now.
@@ -698,7 +855,7 @@ fn tasks_module<M: ReadMem>(
     objs.lookup_hinted(&modules, "asyncio.tasks", &mut hints[0]).ok_or(AsyncioError::NotImported)
 }
 
-/// 3.11-3.13: the tasks in the sets `asyncio.tasks` binds.
+/// 3.11-3.13: the weak references in the WeakSets `asyncio.tasks` binds, and the tasks in its plain sets.
 fn module_tasks<M: ReadMem>(
     cx: &mut Cx<'_, '_, M>,
     row: &Row,
@@ -706,8 +863,9 @@ fn module_tasks<M: ReadMem>(
     weaksets: &[&str],
     sets: &[&str],
     hints: &mut [Option<usize>; 8],
-) -> Result<Vec<u64>, AsyncioError> {
+) -> Result<(Vec<u64>, Vec<u64>), AsyncioError> {
     let tasks = tasks_module(&mut cx.objs, row, interp, hints)?;
+    let mut refs_out = Vec::new();
     let globals = cx.objs.attributes(tasks, MAX_DICT_ENTRIES).ok_or(AsyncioError::Unreadable("asyncio.tasks"))?;
     let mut out = Vec::new();
     for (i, name) in weaksets.iter().enumerate() {
@@ -718,17 +876,13 @@ fn module_tasks<M: ReadMem>(
         let attrs = cx.objs.attributes(ws, 16).ok_or(AsyncioError::Unreadable("a WeakSet"))?;
         let data = cx.objs.lookup(&attrs, "data").ok_or(AsyncioError::Unreadable("WeakSet.data"))?;
         let refs = cx.set_items(data, MAX_SET).ok_or(AsyncioError::Unreadable("WeakSet.data"))?;
-        for r in refs {
-            if let Some(t) = at(r, WEAKREF_OBJECT).and_then(|a| cx.objs.u64_at(a)) {
-                out.push(t);
-            }
-        }
+        refs_out.extend(refs);
     }
     for (i, name) in sets.iter().enumerate() {
         let Some(s) = cx.objs.lookup_hinted(&globals, name, &mut hints[5 + i]) else { continue };
         out.extend(cx.set_items(s, MAX_SET).unwrap_or_default());
     }
-    Ok(out)
+    Ok((refs_out, out))
 }
 
 /// 3.14+: the tasks in every thread state's list and the interpreter's, each with the tid of its thread (0: the

@@ -6,6 +6,17 @@ pub trait ReadMem {
     /// Fills `buf` from address `addr`; false if any byte is unreadable.
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool;
 
+    /// Reads each `(addr, len)` of `reqs`: the bytes of each that could be read whole, `None` for the others. The
+    /// default reads them one by one; [`ProcMem`] reads up to [`BATCH`] of them in one system call.
+    fn read_many(&self, reqs: &[(u64, usize)]) -> Vec<Option<Vec<u8>>> {
+        reqs.iter()
+            .map(|&(addr, len)| {
+                let mut b = vec![0u8; len];
+                self.read(addr, &mut b).then_some(b)
+            })
+            .collect()
+    }
+
     /// Accounts for `units` of work other than reads ([`super::objects::Metered`]); false once a budget is spent.
     /// Memory without a budget accepts any.
     fn charge(&self, _units: u64) -> bool {
@@ -13,13 +24,16 @@ pub trait ReadMem {
     }
 }
 
+/// Most reads [`ProcMem::read_many`] does in one process_vm_readv(2) (the kernel's UIO_MAXIOV).
+pub const BATCH: usize = 1024;
+
 /// Another process's memory. /proc/PID/mem where it can be opened (root): the open file stays bound to that
 /// process's memory, so a reused pid can never be read by mistake. Else process_vm_readv(2), which CAP_SYS_PTRACE
 /// alone allows (/proc/PID/mem is mode 0600 and another user's would also need CAP_DAC_OVERRIDE); one system
 /// call per read either way, and no ptrace stop.
 pub enum ProcMem {
-    /// An open /proc/PID/mem.
-    File(std::fs::File),
+    /// An open /proc/PID/mem, and the pid (for batches of reads, [`ReadMem::read_many`]).
+    File(std::fs::File, libc::pid_t),
     /// The pid, for process_vm_readv.
     Pid(libc::pid_t),
 }
@@ -29,7 +43,7 @@ impl ProcMem {
     /// `_PyRuntime`), so that missing permission is an error now, not unresolved frames later.
     pub fn open(pid: u32, probe: u64) -> std::io::Result<ProcMem> {
         let mem = match std::fs::File::open(format!("/proc/{pid}/mem")) {
-            Ok(f) => ProcMem::File(f),
+            Ok(f) => ProcMem::File(f, pid as libc::pid_t),
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => ProcMem::Pid(pid as libc::pid_t),
             Err(e) => return Err(e),
         };
@@ -43,7 +57,7 @@ impl ProcMem {
 
     fn read_raw(&self, addr: u64, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {
-            ProcMem::File(f) => std::os::unix::fs::FileExt::read_at(f, buf, addr),
+            ProcMem::File(f, _) => std::os::unix::fs::FileExt::read_at(f, buf, addr),
             ProcMem::Pid(pid) => {
                 let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
                 let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
@@ -62,6 +76,53 @@ impl ProcMem {
 impl ReadMem for ProcMem {
     fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
         buf.is_empty() || matches!(self.read_raw(addr, buf), Ok(n) if n == buf.len())
+    }
+
+    /// process_vm_readv(2) of up to [`BATCH`] ranges a call. It stops at the first range it cannot read whole (the
+    /// count it returns says where): that range is `None`, the call goes on from the next one. (For a reused pid the
+    /// caller's checks of what it reads apply as for any read: these reads are by pid.)
+    fn read_many(&self, reqs: &[(u64, usize)]) -> Vec<Option<Vec<u8>>> {
+        let pid = match self {
+            ProcMem::File(_, pid) | ProcMem::Pid(pid) => *pid,
+        };
+        let mut out: Vec<Option<Vec<u8>>> = reqs.iter().map(|&(_, len)| Some(vec![0u8; len])).collect();
+        let mut i = 0;
+        while i < reqs.len() {
+            let end = (i + BATCH).min(reqs.len());
+            let mut local: Vec<libc::iovec> = Vec::with_capacity(end - i);
+            let mut remote: Vec<libc::iovec> = Vec::with_capacity(end - i);
+            for (k, &(addr, len)) in reqs[i..end].iter().enumerate() {
+                let buf = out[i + k].as_mut().map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
+                local.push(libc::iovec { iov_base: buf.cast(), iov_len: len });
+                remote.push(libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: len });
+            }
+            // SAFETY: each local iovec describes a buffer of `out` of exactly its length, alive and not otherwise
+            // borrowed during the call; the remote ones are only read, by the kernel, which checks them.
+            let n = unsafe {
+                libc::process_vm_readv(pid, local.as_ptr(), local.len() as _, remote.as_ptr(), remote.len() as _, 0)
+            };
+            if n < 0 {
+                let e = std::io::Error::last_os_error().raw_os_error();
+                if e == Some(libc::ESRCH) || e == Some(libc::EPERM) {
+                    // Gone, or not ours to read: nothing more will be.
+                    out[i..].iter_mut().for_each(|o| *o = None);
+                    break;
+                }
+            }
+            // Whole ranges read before the first one that failed.
+            let mut left = if n < 0 { 0 } else { n as usize };
+            let mut k = i;
+            while k < end && left >= reqs[k].1 {
+                left -= reqs[k].1;
+                k += 1;
+            }
+            if k < end {
+                out[k] = None;
+                k += 1;
+            }
+            i = k;
+        }
+        out
     }
 }
 

@@ -36,6 +36,8 @@ pub const LOOP_MARKER: &str = "[asyncio loop]";
 pub const REFRESH_EVERY: Duration = Duration::from_millis(50);
 /// Stitched prefixes (awaiting tasks' frames) are read again at least this often: an awaiting task moves on.
 const PREFIX_TTL: Duration = Duration::from_millis(500);
+/// The sweep lists a process's tasks again this often (new tasks, awaiters); in between it reads those it knows.
+const LIST_EVERY: Duration = Duration::from_secs(1);
 /// Awaiting tasks followed at most from a task to its root.
 const MAX_DEPTH: usize = 32;
 
@@ -89,6 +91,9 @@ struct Proc {
     loops: HashMap<u64, u32>,
     /// Threads seen running a task: their samples without one are the loop's own.
     loop_threads: HashSet<u32>,
+    /// Check words of the code objects of coroutine frames, by address, since the last list (a code object a live
+    /// coroutine runs is alive; one freed since may come back at the same address: the list clears them).
+    checks: HashMap<u64, Option<u32>>,
     /// 3.14: the extension's section is still to be found.
     section_pending: bool,
     /// Its tasks cannot be read (said once).
@@ -155,6 +160,7 @@ impl Tasks {
                 prefixes: HashMap::new(),
                 loops: HashMap::new(),
                 loop_threads: HashSet::new(),
+                checks: HashMap::new(),
                 dead: false,
                 last_sweep: None,
             },
@@ -275,25 +281,65 @@ impl Tasks {
                 None => every_ns,
             };
             pr.last_sweep = Some(now);
-            if let Err(why) = pr.list(&mut self.counters) {
-                self.warnings.extend(why.map(|w| (pid, w)));
-                continue;
+            // Listed again once a second (new tasks, who awaits whom); in between, the tasks known are read in
+            // batches, a few system calls for all of them.
+            let tl = Instant::now();
+            if pr.listed.is_none_or(|t| t.elapsed() >= LIST_EVERY) {
+                if let Err(why) = pr.list(&mut self.counters) {
+                    self.warnings.extend(why.map(|w| (pid, w)));
+                    continue;
+                }
             }
+            if std::env::var_os("PYPERF_DEBUG_SWEEP").is_some() {
+                eprintln!("list {:?}", tl.elapsed());
+            }
+            let t0 = Instant::now();
+            let addrs: Vec<u64> = pr.tasks.keys().copied().collect();
+            let swept = pr.reader.sweep(&addrs);
+            if std::env::var_os("PYPERF_DEBUG_SWEEP").is_some() {
+                eprintln!("sweep read {:?}", t0.elapsed());
+            }
+            let mut chains: HashMap<u64, asyncio::Swept> = HashMap::new();
+            for (t, s) in addrs.into_iter().zip(swept) {
+                match s {
+                    Some(s) if s.pending => {
+                        chains.insert(t, s);
+                    }
+                    // Done, cancelled, or gone: no longer waits anywhere.
+                    Some(_) => {
+                        pr.tasks.remove(&t);
+                    }
+                    None => self.counters.read_errors += 1,
+                }
+            }
+            pr.by_coro.retain(|_, t| chains.contains_key(t));
             // Leaves: suspended tasks no other task waits for.
-            let awaiting: HashSet<u64> = pr.tasks.values().flat_map(|t| t.awaited_by.iter().copied()).collect();
-            let leaves: Vec<u64> =
-                pr.tasks.values().filter(|t| !t.running && !awaiting.contains(&t.addr)).map(|t| t.addr).collect();
+            let awaiting: HashSet<u64> =
+                chains.keys().filter_map(|t| pr.tasks.get(t)).flat_map(|t| t.awaited_by.iter().copied()).collect();
+            let mut leaves: Vec<u64> =
+                chains.iter().filter(|(t, s)| !s.running && !awaiting.contains(t)).map(|(&t, _)| t).collect();
+            leaves.sort_unstable();
             let mut merged: HashMap<(u32, Vec<u32>), u64> = HashMap::new();
             for t in leaves {
-                let mut frames = pr.prefix(t, sym, &mut self.counters, pid, new_symbol);
-                let Some(info) = pr.tasks.get(&t) else { continue };
-                let tid = pr.loops.get(&info.event_loop).copied().unwrap_or(0);
-                let (chain, _cut) = pr.reader.chain(info.coro);
-                frames.extend(chain.iter().filter_map(|f| sym.live_frame(pid, f.code, f.instr, new_symbol)));
+                let mut frames = Vec::new();
+                let path = pr.path_to_root(t);
+                for (i, &(task, others)) in path.iter().enumerate().rev() {
+                    let name = pr.tasks.get(&task).map(|t| t.name.clone()).unwrap_or_default();
+                    frames.push(sym.intern(marker(boundary(&name, others)), new_symbol));
+                    let _ = i;
+                    if let Some(c) = chains.get(&task) {
+                        let chain = c.frames.clone();
+                        pr.symbolize(sym, pid, &chain, &mut frames, new_symbol);
+                    }
+                }
+                let tid = pr.tasks.get(&t).and_then(|i| pr.loops.get(&i.event_loop)).copied().unwrap_or(0);
                 *merged.entry((tid, frames)).or_default() += weight;
             }
             for ((tid, frames), weight_ns) in merged {
                 out.push(Wait { pid, tid, time_ns: now, weight_ns, frames });
+            }
+            if std::env::var_os("PYPERF_DEBUG_SWEEP").is_some() {
+                eprintln!("sweep all {:?}", t0.elapsed());
             }
         }
         let us = started.elapsed().as_micros() as u64;
@@ -306,6 +352,21 @@ impl Tasks {
 }
 
 impl Proc {
+    /// Symbol ids of coroutine frames read from memory.
+    fn symbolize(
+        &mut self,
+        sym: &mut Symbolizer,
+        pid: u32,
+        frames: &[asyncio::CoroFrame],
+        out: &mut Vec<u32>,
+        new_symbol: &mut dyn FnMut(u32, &Symbol),
+    ) {
+        for f in frames {
+            let check = *self.checks.entry(f.code).or_insert_with(|| sym.code_check(pid, f.code));
+            out.extend(sym.live_frame(pid, f.code, check, f.instr, new_symbol));
+        }
+    }
+
     /// The running task of a sample: the leafmost run root whose coroutine is a listed task's, and whose code
     /// is that coroutine's (an address reused by another coroutine since the list is not taken for it).
     fn running_task(&self, s: &crate::sampler::RawSample<'_>, roots: &[(usize, u64)]) -> Option<(usize, u64)> {
@@ -346,6 +407,7 @@ impl Proc {
                 self.by_coro = list.iter().map(|t| (t.coro, t.addr)).collect();
                 self.tasks = list.into_iter().map(|t| (t.addr, t)).collect();
                 self.prefixes.retain(|_, (at, _)| at.elapsed() < PREFIX_TTL);
+                self.checks.clear();
                 Ok(())
             }
             Err(AsyncioError::NotImported) => Err(None),
@@ -358,6 +420,25 @@ impl Proc {
                 Err(None)
             }
         }
+    }
+
+    /// The tasks from `task` up to its root task, each with the number of its other awaiters: one awaiter is
+    /// followed (the lowest address, so that the choice is stable), the others are counted in the boundary's name.
+    fn path_to_root(&self, task: u64) -> Vec<(u64, usize)> {
+        let mut chain: Vec<(u64, usize)> = Vec::new();
+        let mut seen = HashSet::new();
+        let mut cur = task;
+        while chain.len() < MAX_DEPTH && seen.insert(cur) {
+            let Some(t) = self.tasks.get(&cur) else { break };
+            let known: Vec<u64> = t.awaited_by.iter().copied().filter(|a| self.tasks.contains_key(a)).collect();
+            let others = known.len().saturating_sub(1) + t.other_awaiters as usize;
+            chain.push((cur, others));
+            match known.iter().min() {
+                Some(&next) => cur = next,
+                None => break,
+            }
+        }
+        chain
     }
 
     /// The stitched prefix of `task`: from its root task down, each task's boundary and the suspended frames of
@@ -375,21 +456,7 @@ impl Proc {
                 return p.clone();
             }
         }
-        // The chain from the task to its root: one awaiter followed (the lowest address, so that the choice is
-        // stable), the others counted in the boundary's name.
-        let mut chain: Vec<(u64, usize)> = Vec::new();
-        let mut seen = HashSet::new();
-        let mut cur = task;
-        while chain.len() < MAX_DEPTH && seen.insert(cur) {
-            let Some(t) = self.tasks.get(&cur) else { break };
-            let known: Vec<u64> = t.awaited_by.iter().copied().filter(|a| self.tasks.contains_key(a)).collect();
-            let others = known.len().saturating_sub(1) + t.other_awaiters as usize;
-            chain.push((cur, others));
-            match known.iter().min() {
-                Some(&next) => cur = next,
-                None => break,
-            }
-        }
+        let chain = self.path_to_root(task);
         let mut out = Vec::new();
         for (i, &(t, others)) in chain.iter().enumerate().rev() {
             let name = self.tasks.get(&t).map(|t| t.name.clone()).unwrap_or_default();
@@ -400,7 +467,7 @@ impl Proc {
                 if frames.is_empty() {
                     counters.read_errors += 1;
                 }
-                out.extend(frames.iter().filter_map(|f| sym.live_frame(pid, f.code, f.instr, new_symbol)));
+                self.symbolize(sym, pid, &frames, &mut out, new_symbol);
             }
         }
         self.prefixes.insert(task, (Instant::now(), out.clone()));
@@ -499,7 +566,8 @@ pub fn tree(p: &PythonProcess) -> Result<Vec<TreeTask>, String> {
         let ids: Vec<u32> = chain
             .iter()
             .filter_map(|f| {
-                sym.live_frame(p.pid, f.code, f.instr, &mut |id, s| {
+                let check = sym.code_check(p.pid, f.code);
+                sym.live_frame(p.pid, f.code, check, f.instr, &mut |id, s| {
                     if table.len() <= id as usize {
                         table.resize(id as usize + 1, marker(String::new()));
                     }
