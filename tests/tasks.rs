@@ -415,3 +415,29 @@ fn asgi_service_on_uvloop() {
         .sum();
     assert!(db > 0, "no request waits in query_db in the wall view:\n{wall:?}");
 }
+
+/// A process whose asyncio pyperf cannot read (no C `_asyncio`: pure-Python tasks) is recorded with plain stacks,
+/// and the recording says so once, in one line.
+#[test]
+fn pure_python_tasks_are_said_once() {
+    let _guard = serial();
+    let py = interpreter("3.12.1");
+    let child = Kid(start_workload(&py, "tasks.py", &["pure"]));
+    let pid = child.0.id();
+    let (_dir, out) = scratch("pure.pyp");
+    let o = record_for_cpu(
+        pyperf().args(["record", "-p", &pid.to_string(), "--async-rate", "20", "-o"]).arg(&out),
+        &out,
+        pid,
+        1.0,
+    );
+    assert!(o.status.success());
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let said: Vec<&str> = stderr.lines().filter(|l| l.contains("asyncio tasks of this process are not read")).collect();
+    assert_eq!(said.len(), 1, "said once on stderr:\n{stderr}");
+    assert!(said[0].contains("_asyncio"), "{}", said[0]);
+    let text = report(&out, &[]);
+    assert_eq!(text.matches("asyncio tasks of this process are not read").count(), 1, "once in the file:\n{text}");
+    let plain = report(&out, &["--folded"]);
+    assert!(!plain.contains("[task ") && plain.contains("crunch"), "plain stacks:\n{plain}");
+}

@@ -1,12 +1,17 @@
 """asyncio workload of tests/tasks.rs: named tasks, gather, create_task, nested awaits, a task awaited by two others,
 tasks that end while it runs. Prints `ready`, then runs until killed; on SIGUSR1 prints its own clock of the two
 waits of `waiter` ("waits short=S long=L" in seconds) and goes on. `still`: the same tasks, all parked for good once
-`ready` is printed (for comparing two readers of the task tree); `uvloop`: run on uvloop's event loop.
+`ready` is printed (for comparing two readers of the task tree); `uvloop`: run on uvloop's event loop; `pure`: without
+the C `_asyncio` module (asyncio's pure-Python tasks, which pyperf does not read).
 
 Lines the tests look for carry a `# at:NAME` comment (the line a suspended frame waits on, or a CPU leaf)."""
+import sys
+
+if "pure" in sys.argv[1:]:
+    sys.modules["_asyncio"] = None  # asyncio falls back to its pure-Python Task
+
 import asyncio
 import signal
-import sys
 import time
 
 WAITED = {"short": 0.0, "long": 0.0}
