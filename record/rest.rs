@@ -38,7 +38,7 @@ impl Target {
     pub fn inspect(pid: u32) -> Result<Target> {
         let process = inspect(pid).map_err(|e| anyhow::anyhow!("{e}"))?;
         let ns = namespaces(pid).with_context(|| format!("process {pid} is gone"))?;
-        let config = bpf_config(&process, ns.other_pid_ns).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let config = bpf_config(&process, ns.other_pid_ns, true).map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(Target { process, config, ns })
     }
 
@@ -122,6 +122,8 @@ pub fn raw_sample<'a>(
         user,
         code: None,
         off_cpu,
+        // (The user-space walk records no run roots.)
+        coro_roots: Default::default(),
     }
 }
 

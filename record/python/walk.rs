@@ -778,7 +778,7 @@ mod tests {
             let none = mem.zeros(64);
             addrs.none = Some(none);
             let p = testing::process((v.0, v.1, 0), row, addrs);
-            let config = bpf_config(&p, false).unwrap_or_else(|e| panic!("{v:?}: {e}"));
+            let config = bpf_config(&p, false, true).unwrap_or_else(|e| panic!("{v:?}: {e}"));
             let interp = mem.zeros(size_of(&[l.interp_tstate_head, l.interp_next, l.interp_gil_ptr]));
             mem.u64(config.interp_head_addr, 0, interp);
             if l.interp_gil_ptr >= 0 {
