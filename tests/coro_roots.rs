@@ -21,9 +21,10 @@ use common::{inspect_when_ready, interpreter, repo, serial, workload, Kid};
 use pyperf::abi::RawFrame;
 use pyperf::python::code::{CodeReader, FirstLocal, Resolution};
 use pyperf::python::config::bpf_config;
+use pyperf::python::frees::{code_frees, with_frees, CodeFrees};
 use pyperf::python::mem::ProcMem;
 use pyperf::python::PythonProcess;
-use pyperf::sampler::{RawSample, Rate, SampleEvent, Sampler, SamplerOptions};
+use pyperf::sampler::{Rate, RawSample, SampleEvent, Sampler, SamplerOptions};
 use pyperf_format::StackStatus;
 
 /// `PyGenObject.gi_iframe`/`PyCoroObject.cr_iframe`: where a coroutine embeds its frame (docs/design/asyncio-tasks.md,
@@ -173,7 +174,8 @@ fn check_tracked(t: &Target, by_tid: &HashMap<u32, Vec<Sample>>) -> Vec<(String,
             if StackStatus::from_u8(s.status) != StackStatus::Complete {
                 continue;
             }
-            let what = format!("{} {} thread: stack {names:?}, run roots {:?} of {}", t.name, th.kind, s.roots, s.total);
+            let what =
+                format!("{} {} thread: stack {names:?}, run roots {:?} of {}", t.name, th.kind, s.roots, s.total);
             // The task's coroutine: spin's frame, the loop's Handle._run rootward of it, embedded in the coroutine
             // object the workload made.
             assert_eq!(names.get(spin + 1).map(String::as_str), Some("Handle._run"), "{what}");
@@ -196,7 +198,13 @@ fn check_tracked(t: &Target, by_tid: &HashMap<u32, Vec<Sample>>) -> Vec<(String,
             n += 1;
         }
         checked.push((th.kind.clone(), n));
-        assert!(n >= 30, "{}: only {n} complete samples in spin of the {} thread of {}", t.name, th.kind, samples.len());
+        assert!(
+            n >= 30,
+            "{}: only {n} complete samples in spin of the {} thread of {}",
+            t.name,
+            th.kind,
+            samples.len()
+        );
         if th.kind == "gen" {
             let in_burn = samples.iter().filter(|s| s.roots.len() == 2).count();
             assert!(v < (3, 12) || in_burn >= 10, "{}: {in_burn} samples inside the generator", t.name);
@@ -293,15 +301,18 @@ fn bench_run_roots_cost() {
         let p = inspect_when_ready(kid.0.id());
         let mut rows = Vec::new();
         for r in 0..reps {
-            rows.push(bench_rep(&p, r % 2 == 0, secs));
+            rows.push(bench_rep(&p, r, secs));
             let last = rows.last().expect("a row");
             eprintln!(
-                "{what} rep {r}: off {:.0} ns, on {:.0} ns, on/off {:.3}, {:.1} frames, {:.2} run roots per sample",
+                "{what} rep {r}: off {:.0} ns, on {:.0} ns, on/off {:.3}, {:.1} frames, {:.2} run roots per sample \
+                 (off at {} Hz, {} loaded first)",
                 last.off_ns,
                 last.on_ns,
                 last.on_ns / last.off_ns,
                 last.frames,
-                last.roots
+                last.roots,
+                if r % 2 == 0 { 997 } else { 1009 },
+                if (r / 2) % 2 == 0 { "off" } else { "on" },
             );
         }
         let off = median(rows.iter().map(|r| r.off_ns).collect());
@@ -322,24 +333,42 @@ fn bench_run_roots_cost() {
     }
 }
 
-/// One repetition: samplers with tracking off and on, loaded afresh, on `p` for `secs`; `off_first`: the one off
-/// samples at 997 Hz (else at 1009 Hz).
-fn bench_rep(p: &PythonProcess, off_first: bool, secs: f64) -> Rep {
+/// One repetition: samplers with tracking off and on, loaded afresh, on `p` for `secs`. `r` says which is loaded
+/// first and samples at 997 Hz (the other at 1009 Hz): off on even repetitions of each pair, on on odd ones; the
+/// load order swaps every other pair, so each combination comes once in 4 repetitions.
+fn bench_rep(p: &PythonProcess, r: usize, secs: f64) -> Rep {
     let new = |hz: u64, track: bool| {
         let mut s = Sampler::new(&SamplerOptions {
             event: SampleEvent::CpuClock,
             rate: Rate::Frequency(hz),
             ringbuf_bytes: 4 << 20,
+            // Events on the target's threads, as `record -p` opens them: every run of the program is a sample of it.
+            per_task: true,
             ..SamplerOptions::default()
         })
         .expect("Sampler::new");
         s.enable_bpf_stats().expect("bpf stats");
-        s.add_process(p.pid, &bpf_config(p, false, track).expect("config")).expect("add_process");
+        // The check-word cache on, as a recording turns it on (its count of freed code objects: a uprobe before
+        // 3.14), so that frames take the fast path.
+        let config = bpf_config(p, false, track).expect("config");
+        let mem = ProcMem::open(p.pid, config.interp_head_addr).expect("memory");
+        let frees = code_frees(p, &mem, config.interp_head_addr).expect("code frees");
+        if let CodeFrees::Dealloc { binary, offset, .. } = &frees {
+            s.watch_code_frees(p.pid, binary, *offset).expect("uprobe");
+        }
+        s.add_process(p.pid, &with_frees(config, &frees)).expect("add_process");
+        s.follow_threads(p.pid).expect("follow_threads");
         s
     };
-    let (hz_off, hz_on) = if off_first { (997, 1009) } else { (1009, 997) };
-    let mut off = new(hz_off, false);
-    let mut on = new(hz_on, true);
+    let off_997 = r % 2 == 0;
+    let (hz_off, hz_on) = if off_997 { (997, 1009) } else { (1009, 997) };
+    let (mut off, mut on) = if (r / 2) % 2 == 0 {
+        let off = new(hz_off, false);
+        (off, new(hz_on, true))
+    } else {
+        let on = new(hz_on, true);
+        (new(hz_off, false), on)
+    };
     let header = std::mem::size_of::<pyperf::abi::types::pyperf_event_header>() as f64;
     let (mut n, mut frames, mut roots) = (0u64, 0u64, 0u64);
     let started = Instant::now();
