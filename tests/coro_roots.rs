@@ -320,12 +320,23 @@ fn bench_run_roots_cost() {
         let ratio = median(rows.iter().map(|r| r.on_ns / r.off_ns).collect());
         let diff = median(rows.iter().map(|r| r.on_ns - r.off_ns).collect());
         let bytes = median(rows.iter().map(|r| r.ring_bytes).collect());
+        // The program loaded first runs slower or faster by a few percent, more than the effect measured: per load
+        // order, the median difference; their mean.
+        let by_order = |first: usize| {
+            let reps: Vec<&Rep> =
+                rows.iter().enumerate().filter(|(r, _)| (r / 2) % 2 == first).map(|(_, rep)| rep).collect();
+            median(reps.iter().map(|r| r.on_ns - r.off_ns).collect())
+        };
+        let balanced = (by_order(0) + by_order(1)) / 2.0;
         println!(
             "RESULT {what} python={} depth={depth} frames={:.1} reps={reps} secs={secs}: off {off:.0} ns, on {on:.0} \
-             ns per sample (medians); on-off {diff:+.0} ns, on/off {ratio:.3} (medians per repetition); ring bytes \
-             per sample {bytes:.1} (before #31: {:.1}); run roots per sample {:.2}",
+             ns per sample (medians); on-off {diff:+.0} ns, on/off {ratio:.3} (medians per repetition); on-off by load \
+             order: off first {:+.0} ns, on first {:+.0} ns, mean {balanced:+.0} ns; ring bytes per sample \
+             {bytes:.1} (before #31: {:.1}); run roots per sample {:.2}",
             p.version_string(),
             median(rows.iter().map(|r| r.frames).collect()),
+            by_order(0),
+            by_order(1),
             bytes - 48.0,
             median(rows.iter().map(|r| r.roots).collect()),
         );
