@@ -249,6 +249,9 @@ struct Rep {
     frames: f64,
     ring_bytes: f64,
     roots: f64,
+    /// Of the check words of new code objects, the share taken from the cache (else read): frames the fast path
+    /// can take.
+    cached: f64,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -304,13 +307,14 @@ fn bench_run_roots_cost() {
             rows.push(bench_rep(&p, r, secs));
             let last = rows.last().expect("a row");
             eprintln!(
-                "{what} rep {r}: off {:.0} ns, on {:.0} ns, on/off {:.3}, {:.1} frames, {:.2} run roots per sample \
-                 (off at {} Hz, {} loaded first)",
+                "{what} rep {r}: off {:.0} ns, on {:.0} ns, on/off {:.3}, {:.1} frames, {:.2} run roots per sample, \
+                 check words cached {:.3} (off at {} Hz, {} loaded first)",
                 last.off_ns,
                 last.on_ns,
                 last.on_ns / last.off_ns,
                 last.frames,
                 last.roots,
+                last.cached,
                 if r % 2 == 0 { 997 } else { 1009 },
                 if (r / 2) % 2 == 0 { "off" } else { "on" },
             );
@@ -399,7 +403,9 @@ fn bench_rep(p: &PythonProcess, r: usize, secs: f64) -> Rep {
         ns as f64 / s.counters().samples.max(1) as f64
     };
     let n = n.max(1) as f64;
+    let c = on.counters();
     Rep {
+        cached: c.checks_cached as f64 / (c.checks_cached + c.checks_read).max(1) as f64,
         off_ns: per(&off),
         on_ns: per(&on),
         frames: frames as f64 / n,
