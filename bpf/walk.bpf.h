@@ -31,8 +31,8 @@ struct frame_walk {
 	__u64 chunk;      /* 3.11+: the data stack chunk of the frames reached so far (its start), 0 = unknown */
 	__u64 chunk_prev; /* the chunk before it, once its header was copied; 0 = not yet */
 	/* Run roots (pyperf_event_header.coro_frame): */
-	__u64 run_addr;   /* the last frame taken's address and index: while in_run, the rootmost frame of the open */
-	__u32 run_index;  /* run so far */
+	__u64 run_addr;   /* the address and index of the last frame walk_frame took: while in_run (the fast path */
+	__u32 run_index;  /* takes none then), the rootmost frame of the open run so far */
 	__u32 gen_owner;  /* owner value of generator frames (py_offsets.owner_generator); 256 (no u8) = not tracked */
 	__u32 nruns;      /* runs ended so far (not capped) */
 	__u32 n;
@@ -371,9 +371,9 @@ static __always_inline __u64 check_tag(const struct py_proc *proc, struct pyperf
  * frame's or in the cache. Each test sends anything else (a new window, an interpreter frame, a cache miss, the
  * end) to walk_frame, which does the same for such frames and the rest; so this is a straight line, cheap for the
  * verifier several times over. `fo`: the frame field offsets (back, code, instr, owner, is_entry), checked by the
- * caller, and the generator owner value (w->gen_owner). A generator frame starts or extends a run here; the frame
- * that ends a run (not generator-owned after one that is) is walk_frame's, which writes the run's root. 0 = taken,
- * 1 = not.
+ * caller, and the generator owner value (w->gen_owner). Generator frames and the frame after a run of them are
+ * walk_frame's, which keeps the run roots: a generator's frame lives in the generator, never in a window of the data
+ * stack (it is copied alone), so they cost this path one test. 0 = taken, 1 = not.
  */
 struct fast_offsets {
 	__u32 back, code, instr, owner, entry, entry_mask, owner_min, fsz, gen;
@@ -384,7 +384,7 @@ static __always_inline int fast_frame(struct frame_walk *w, const struct py_proc
 {
 	struct pyperf_frame *f;
 	const __u8 *fb;
-	__u64 cur = w->cur, code, o, gen;
+	__u64 cur = w->cur, code, o;
 	__u32 n = w->n, owner;
 
 	if (cur < w->wlo || cur + fo->fsz > w->whi || cur == w->base)
@@ -396,8 +396,8 @@ static __always_inline int fast_frame(struct frame_walk *w, const struct py_proc
 	owner = fb[fo->owner];
 	if (owner >= fo->owner_min)
 		return 1;
-	gen = ((__u64)(owner ^ fo->gen) - 1) >> 63; /* owner == gen, without a branch */
-	if (w->in_run > gen)
+	/* A run open, or a generator frame (owner == gen, without a branch). */
+	if (w->in_run | (((__u64)(owner ^ fo->gen) - 1) >> 63))
 		return 1;
 	code = *(const __u64 *)(fb + fo->code) & proc->code_mask;
 	if (!code || code == proc->skip_code)
@@ -414,10 +414,6 @@ static __always_inline int fast_frame(struct frame_walk *w, const struct py_proc
 		   ((((__u32)fb[fo->entry] + 0xff) >> 8 & fo->entry_mask) << PYPERF_INSTR_ENTRY_BIT); /* byte != 0 */
 	f->check = w->last_check;
 	hash_frame(w, code, f->check);
-	/* A run starts or goes on (else none is open: in_run was 0). */
-	w->in_run = gen;
-	w->run_addr = cur;
-	w->run_index = n;
 	w->cur = *(const __u64 *)(fb + fo->back);
 	w->n = n + 1;
 	PROF_COUNT(5);
