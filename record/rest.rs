@@ -17,7 +17,7 @@ use crate::python::detect::inspect;
 use crate::python::mem::ProcMem;
 use crate::python::walk::{StackWalker, WalkedStack};
 use crate::python::PythonProcess;
-use crate::sampler::{OffCpu, RawSample, UserStack};
+use crate::sampler::{CoroRoots, OffCpu, RawSample, UserStack};
 use crate::targets::procfs::{namespaces, Namespaces};
 
 /// A process whose threads are read at rest: its interpreter, its configuration row (what the BPF map got for it)
@@ -122,8 +122,7 @@ pub fn raw_sample<'a>(
         user,
         code: None,
         off_cpu,
-        // (The user-space walk records no run roots.)
-        coro_roots: Default::default(),
+        coro_roots: walked.map_or_else(CoroRoots::default, |w| CoroRoots::from_leaf_first(&w.coro_roots)),
     }
 }
 
@@ -147,6 +146,7 @@ mod tests {
             thread_state: 0,
             pthread_id: 0,
             gil_wait_base,
+            coro_roots: Vec::new(),
         }
     }
 

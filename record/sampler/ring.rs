@@ -85,6 +85,21 @@ impl CoroRoots {
         u32::from(self.n)
     }
 
+    /// The run roots as the program would have written them, from every run root of a stack, leaf first:
+    /// (frame index, frame address), as the user-space walk gives them (`WalkedStack::coro_roots`).
+    pub fn from_leaf_first(roots: &[(usize, u64)]) -> CoroRoots {
+        const K: usize = abi::TASK_ROOTS;
+        let mut frames = [(0u16, 0u64); K];
+        for (k, &(index, addr)) in roots.iter().enumerate() {
+            // An index no record can hold is dropped, as when a record is parsed.
+            frames[k % K] = u16::try_from(index).map_or((0, 0), |i| (i, addr));
+        }
+        // The program's count: exact up to 251, then 252 + the count mod 4.
+        let n = roots.len();
+        let n = if n < 256 { n as u8 } else { 252 + (n % K) as u8 };
+        CoroRoots { n, frames }
+    }
+
     /// The run roots of header `h` whose record holds `nframes` frames.
     fn of(h: &types::pyperf_event_header, nframes: usize) -> CoroRoots {
         let mut frames = [(0u16, 0u64); abi::TASK_ROOTS];
@@ -444,6 +459,16 @@ mod tests {
         let c = roots(16, 252 + (258 % 4) as u8, &runs);
         let got: Vec<u64> = c.leaf_first().map(|(_, a)| a).collect();
         assert_eq!(got, vec![0x1000 + 254, 0x1000 + 255, 0x1000 + 256, 0x1000 + 257]);
+    }
+
+    #[test]
+    fn run_roots_of_a_walk_are_kept_as_the_program_keeps_them() {
+        for n in [0u16, 1, 3, 4, 5, 9, 255, 256, 258, 1000] {
+            let all: Vec<(usize, u64)> = (0..n).map(run).map(|(i, a)| (usize::from(i), a)).collect();
+            let c = CoroRoots::from_leaf_first(&all);
+            assert_eq!(leaf_first(&c), all[all.len().saturating_sub(4)..].to_vec(), "{n} runs");
+            assert_eq!(c.total(), if n < 256 { u32::from(n) } else { 252 + u32::from(n % 4) }, "{n} runs");
+        }
     }
 
     #[test]
