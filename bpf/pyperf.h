@@ -420,8 +420,8 @@ struct pyperf_event_header {
 	 * generator-owned, is a skipped interpreter frame, or the walk ended there. A running asyncio task's
 	 * coroutine is the root of the run of its awaiting coroutines (user space matches it to the task). Written
 	 * leaf to root, run k into slot k % PYPERF_TASK_ROOTS, so that with more than PYPERF_TASK_ROOTS runs the
-	 * slots hold the rootmost ones. ncoro: the number of runs, up to 255; more are counted as 252 + the number
-	 * mod 4 (so ncoro % PYPERF_TASK_ROOTS is still the next slot). All 0 when not tracked. */
+	 * slots hold the rootmost ones. ncoro: the number of runs below 256, else 252 + the number mod 4 (so that
+	 * ncoro % PYPERF_TASK_ROOTS is still the next slot; 252-255: at least that many). All 0 when not tracked. */
 	__u64 coro_frame[PYPERF_TASK_ROOTS]; /* the run root's frame (_PyInterpreterFrame) address */
 	__u16 coro_index[PYPERF_TASK_ROOTS]; /* its index in the record's frames (0 = leaf) */
 	__u8 ncoro;
