@@ -83,6 +83,7 @@ __noinline int pyperf_snap_code(const struct py_proc *proc, struct pyperf_scratc
 	c->hdr.cpu = s->ev.hdr.cpu;
 	c->hdr.nframes = 0;
 	c->hdr.kind = PYPERF_EVENT_CODE;
+	c->hdr.ncoro = 0; /* (its coro_frame and coro_index are never written: zero) */
 	c->code = key.code;
 	c->check = check;
 	c->regions[0].addr = key.code;

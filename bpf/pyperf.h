@@ -102,6 +102,8 @@ enum pyperf_limits {
 	/* Bit of pyperf_frame.instr that says the frame is the rootmost Python frame of one activation of the
 	 * evaluation loop (3.11+; see pyperf_frame). */
 	PYPERF_INSTR_ENTRY_BIT = 31,
+	/* Run roots a record keeps (pyperf_event_header.coro_frame): the rootmost ones when there are more. */
+	PYPERF_TASK_ROOTS = 4,
 };
 
 /* pyperf_event_header.user_flags */
@@ -290,7 +292,9 @@ struct py_offsets {
 	 * that would start below a chunk starts at it (below is often unmapped: such a read faults, ~1.7 us), and the
 	 * chunk's first word is the older chunk. -1 = unknown. */
 	__s16 tstate_datastack_chunk;
-	__s16 _pad;
+	/* 3.11+: _PyInterpreterFrame.owner of a generator's or coroutine's frame (FRAME_OWNED_BY_GENERATOR, 1): the
+	 * frames whose run roots a record carries (see pyperf_event_header.coro_frame). -1 = none. */
+	__s16 owner_generator;
 };
 
 /* Value of the `procs` map (key: tgid), filled by user space. Addresses have
@@ -312,7 +316,8 @@ struct py_proc {
 	__u8 frame_window;         /* 1: frames are on the data stack (3.11+), read them by windows (PYPERF_FRAME_WINDOW) */
 	__u8 ns_tid;               /* 1: the process is in another PID namespace than pyperf: its thread states hold
 	                            * the tids of that namespace (the task's innermost pid), not the host's */
-	__u8 _pad[3];
+	__u8 track_tasks;          /* 1: records carry their run roots (coro_frame; needs off.owner_generator) */
+	__u8 _pad[2];
 	/* Where the GIL's condition variables and mutexes are: a thread blocked in futex(2) on an address in
 	 * [gil_wait_addr, gil_wait_addr + gil_wait_len) waits for the GIL. gil_wait_addr 0: relative to the GIL
 	 * block the walk found (3.12+: interp->ceval.gil; 2.7: the semaphore interpreter_lock points to);
@@ -409,6 +414,18 @@ struct pyperf_event_header {
 	__u64 user_ip;      /* the user registers: where the thread is in user space (in a system call: */
 	__u64 user_sp;      /* where it entered the kernel) */
 	__u64 user_bp;
+	/* asyncio tasks (py_proc.track_tasks, 3.11+): the record's *run roots*. A run is a maximal sequence of
+	 * adjacent generator-owned frames (owner == py_offsets.owner_generator) with no skipped interpreter frame (a
+	 * C-stack shim, an entry frame) between them; its root is its rootmost frame: the next frame rootward is not
+	 * generator-owned, is a skipped interpreter frame, or the walk ended there. A running asyncio task's
+	 * coroutine is the root of the run of its awaiting coroutines (user space matches it to the task). Written
+	 * leaf to root, run k into slot k % PYPERF_TASK_ROOTS, so that with more than PYPERF_TASK_ROOTS runs the
+	 * slots hold the rootmost ones. ncoro: the number of runs below 256, else 252 + the number mod 4 (so that
+	 * ncoro % PYPERF_TASK_ROOTS is still the next slot; 252-255: at least that many). All 0 when not tracked. */
+	__u64 coro_frame[PYPERF_TASK_ROOTS]; /* the run root's frame (_PyInterpreterFrame) address */
+	__u16 coro_index[PYPERF_TASK_ROOTS]; /* its index in the record's frames (0 = leaf) */
+	__u8 ncoro;
+	__u8 _pad3[7];
 };
 
 /* The ring buffer record as built in scratch memory: the frames, then `tail` for the kernel addresses and the user

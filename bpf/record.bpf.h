@@ -22,6 +22,7 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 	struct pyperf_event_header *h;
 	struct task_struct *task;
 	__u64 fsbase = 0, ts, global_ts = 0, frame = 0, cframe = 0, size, flags, wait_base = 0, lo;
+	__u32 gen_owner, track;
 	struct walk_ctx c = {};
 	int gil_state;
 
@@ -48,6 +49,9 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 	h->user_ip = 0;
 	h->user_sp = 0;
 	h->user_bp = 0;
+	__builtin_memset(h->coro_frame, 0, sizeof(h->coro_frame));
+	__builtin_memset(h->coro_index, 0, sizeof(h->coro_index));
+	h->ncoro = 0;
 
 	task = bpf_get_current_task_btf();
 	/* pthread_self() on glibc x86-64 is the thread pointer = fs base. */
@@ -118,7 +122,16 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 		/* 3.11+ with the cache: frames the fast way (pyperf_walk_fast), which needs no first local. */
 		c.w.fast = proc->frame_window && c.w.tag && proc->off.instr_kind == INSTR_PTR_MINUS_CODE &&
 			   proc->off.frame_localsplus < 0;
+		/* Run roots: the generator owner value when tracked, else 256, which no frame's u8 owner equals.
+		 * Without a branch (a mask of all ones when tracked), so the verifier does not follow the rest twice. */
+		gen_owner = (__u16)proc->off.owner_generator;
+		track = ((gen_owner >> 15) ^ 1) & (proc->track_tasks != 0);
+		track = -track;
+		barrier_var(track);
+		c.w.gen_owner = (gen_owner & 0xff & track) | (256 & ~track);
 		bpf_loop(PYPERF_MAX_WALK, frame_walk_step, &c, 0);
+		end_run(&c.w, s); /* the end of the walk ends a run */
+		h->ncoro = c.w.nruns < 256 ? c.w.nruns : 252 + (c.w.nruns & (PYPERF_TASK_ROOTS - 1));
 		if (c.w.status == STACK_STATUS_COMPLETE && c.w.cur && !c.w.reached_base)
 			c.w.status = STACK_STATUS_TRUNCATED; /* bpf_loop bound (many skipped shims) */
 		if (c.w.reached_base)

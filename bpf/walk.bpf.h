@@ -2,8 +2,9 @@
 /*
  * The Python frame walk (part of pyperf.bpf.c, after thread.bpf.h): from a thread state's leaf frame to its root,
  * each frame's code object, instruction position and check word (with the per-CPU check-word cache and its tag),
- * the <= 3.10 first locals, and the stack's hash. Two paths take frames: fast_frame (3.11+, cached check words, a
- * straight line) and walk_frame (everything else); both fill s->ev.frames the same way.
+ * the <= 3.10 first locals, the stack's hash, and the run roots of generator frames (asyncio tasks). Two paths take
+ * frames: fast_frame (3.11+, cached check words, a straight line) and walk_frame (everything else); both fill
+ * s->ev.frames the same way.
  */
 
 /* Must equal record/python/code.rs code_check(): user space recomputes it from
@@ -29,10 +30,16 @@ struct frame_walk {
 	__u64 tag;        /* the sample's check-word cache tag (see struct pyperf_check_entry), 0 = no cache */
 	__u64 chunk;      /* 3.11+: the data stack chunk of the frames reached so far (its start), 0 = unknown */
 	__u64 chunk_prev; /* the chunk before it, once its header was copied; 0 = not yet */
+	/* Run roots (pyperf_event_header.coro_frame): */
+	__u64 run_addr;   /* the address and index of the last frame walk_frame took: while in_run (the fast path */
+	__u32 run_index;  /* takes none then), the rootmost frame of the open run so far */
+	__u32 gen_owner;  /* owner value of generator frames (py_offsets.owner_generator); 256 (no u8) = not tracked */
+	__u32 nruns;      /* runs ended so far (not capped) */
 	__u32 n;
 	__u8 status;
 	__u8 reached_base;
 	__u8 fast;        /* the sample may take frames the fast way (see pyperf_walk_fast) */
+	__u8 in_run;      /* the last frame taken is generator-owned: a run is open */
 };
 
 /* bpf_loop's context for the frame walk. */
@@ -53,6 +60,21 @@ static __always_inline void mark_entry(struct frame_walk *w, struct pyperf_scrat
 
 	if (n > 0 && n <= PYPERF_MAX_FRAMES)
 		s->ev.frames[n - 1].instr |= PYPERF_INSTR_ENTRY;
+}
+
+/* The open run of generator frames, if any, ends: its rootmost frame (the last taken) is a run root, written into
+ * slot nruns % PYPERF_TASK_ROOTS of the record (see pyperf_event_header.coro_frame). walk_frame calls it before a
+ * frame that is not generator-owned and at a skipped interpreter frame; record_stack after the walk. */
+static __always_inline void end_run(struct frame_walk *w, struct pyperf_scratch *s)
+{
+	__u32 k = w->nruns & (PYPERF_TASK_ROOTS - 1);
+
+	if (!w->in_run)
+		return;
+	w->in_run = 0;
+	s->ev.hdr.coro_frame[k] = w->run_addr;
+	s->ev.hdr.coro_index[k] = (__u16)w->run_index;
+	w->nruns++;
 }
 
 /* The check-word cache's set of code object `code` (see struct pyperf_check_entry): its 2 entries, most recent first. */
@@ -233,6 +255,7 @@ static __always_inline int walk_frame(struct frame_walk *w, const struct py_proc
 	const __u8 *fb;
 	__u64 code, cur, o;
 	__u32 n, fsz;
+	__s32 owner;
 
 	cur = w->cur;
 	n = w->n;
@@ -255,14 +278,16 @@ static __always_inline int walk_frame(struct frame_walk *w, const struct py_proc
 	}
 	fb = s->wbuf + o;
 	w->cur = get_u64(fb, proc->off.frame_back, PYPERF_FRAME_BUF);
-	if (proc->off.owner_cstack >= 0 &&
-	    get_u8(fb, proc->off.frame_owner, PYPERF_FRAME_BUF) >= proc->off.owner_cstack) {
-		/* the interpreter's own frame (C-stack shim, entry frame): not Python code */
+	owner = get_u8(fb, proc->off.frame_owner, PYPERF_FRAME_BUF); /* -1 <= 3.10 */
+	if (proc->off.owner_cstack >= 0 && owner >= proc->off.owner_cstack) {
+		/* the interpreter's own frame (C-stack shim, entry frame): not Python code, and the end of a run */
+		end_run(w, s);
 		mark_entry(w, s);
 		return 0;
 	}
 	code = get_u64(fb, proc->off.frame_code, PYPERF_FRAME_BUF) & proc->code_mask;
 	if (proc->skip_code && code == proc->skip_code) {
+		end_run(w, s);
 		mark_entry(w, s); /* 3.13+: f_executable == Py_None, a C-stack entry frame */
 		return 0;
 	}
@@ -275,6 +300,12 @@ static __always_inline int walk_frame(struct frame_walk *w, const struct py_proc
 		w->status = STACK_STATUS_TRUNCATED;
 		return 1;
 	}
+	/* A frame not generator-owned ends the run before it (gen_owner is never -1). */
+	if (owner != w->gen_owner)
+		end_run(w, s);
+	w->in_run = owner == w->gen_owner;
+	w->run_addr = cur;
+	w->run_index = n;
 	f = &s->ev.frames[n];
 	f->code = code;
 	/* 31 bits of position (f_lasti -1 becomes 0x7fffffff, still -1 as a 31-bit number), the top bit for the
@@ -340,10 +371,12 @@ static __always_inline __u64 check_tag(const struct py_proc *proc, struct pyperf
  * frame's or in the cache. Each test sends anything else (a new window, an interpreter frame, a cache miss, the
  * end) to walk_frame, which does the same for such frames and the rest; so this is a straight line, cheap for the
  * verifier several times over. `fo`: the frame field offsets (back, code, instr, owner, is_entry), checked by the
- * caller. 0 = taken, 1 = not.
+ * caller, and the generator owner value (w->gen_owner). Generator frames and the frame after a run of them are
+ * walk_frame's, which keeps the run roots: a generator's frame lives in the generator, never in a window of the data
+ * stack (it is copied alone), so they cost this path one test. 0 = taken, 1 = not.
  */
 struct fast_offsets {
-	__u32 back, code, instr, owner, entry, entry_mask, owner_min, fsz;
+	__u32 back, code, instr, owner, entry, entry_mask, owner_min, fsz, gen;
 };
 
 static __always_inline int fast_frame(struct frame_walk *w, const struct py_proc *proc, struct pyperf_scratch *s,
@@ -352,7 +385,7 @@ static __always_inline int fast_frame(struct frame_walk *w, const struct py_proc
 	struct pyperf_frame *f;
 	const __u8 *fb;
 	__u64 cur = w->cur, code, o;
-	__u32 n = w->n;
+	__u32 n = w->n, owner;
 
 	if (cur < w->wlo || cur + fo->fsz > w->whi || cur == w->base)
 		return 1;
@@ -360,7 +393,11 @@ static __always_inline int fast_frame(struct frame_walk *w, const struct py_proc
 	if (o > PYPERF_FRAME_WINDOW)
 		return 1;
 	fb = s->wbuf + o;
-	if (fb[fo->owner] >= fo->owner_min)
+	owner = fb[fo->owner];
+	if (owner >= fo->owner_min)
+		return 1;
+	/* A run open, or a generator frame (owner == gen, without a branch). */
+	if (w->in_run | (((__u64)(owner ^ fo->gen) - 1) >> 63))
 		return 1;
 	code = *(const __u64 *)(fb + fo->code) & proc->code_mask;
 	if (!code || code == proc->skip_code)
@@ -412,6 +449,7 @@ __noinline int pyperf_walk_fast(struct frame_walk *w, const struct py_proc *proc
 	fo.entry_mask = has_entry & 1;
 	fo.owner_min = (cstack & has_cstack) | (256 & ~has_cstack);
 	fo.fsz = proc->off.frame_size;
+	fo.gen = w->gen_owner;
 	if (fo.back > 120 || fo.code > 120 || fo.instr > 120 || fo.owner > 127 || fo.entry > 127 || fo.fsz == 0 ||
 	    fo.fsz > PYPERF_FRAME_BUF)
 		return 1;

@@ -75,6 +75,8 @@ pub const USTACK_MAX: usize = limit(types::pyperf_limits::PYPERF_USTACK_MAX);
 /// Bit of [`RawFrame::instr`] that marks the rootmost Python frame of an activation of the evaluation loop
 /// (`PYPERF_INSTR_ENTRY_BIT`, 3.11+).
 pub const INSTR_ENTRY: u32 = 1 << types::pyperf_limits::PYPERF_INSTR_ENTRY_BIT.0;
+/// Run roots a record keeps (`PYPERF_TASK_ROOTS`, `pyperf_event_header.coro_frame`).
+pub const TASK_ROOTS: usize = limit(types::pyperf_limits::PYPERF_TASK_ROOTS);
 /// `pyperf_event_header.user_flags`: the record carries user registers and a user stack copy.
 pub const USER_REGS: u16 = types::pyperf_user_flags::PYPERF_USER_REGS.0 as u16;
 
@@ -199,7 +201,10 @@ mod tests {
 
     #[test]
     fn shared_struct_sizes() {
-        assert_eq!(std::mem::size_of::<types::pyperf_event_header>(), 120);
+        // 48 bytes of run roots (asyncio tasks) after the first 120.
+        assert_eq!(std::mem::size_of::<types::pyperf_event_header>(), 168);
+        assert_eq!(std::mem::offset_of!(types::pyperf_event_header, coro_frame), 120);
+        assert_eq!(TASK_ROOTS, 4);
         assert_eq!((std::mem::size_of::<RawFrame>(), std::mem::size_of::<RawLocal>()), (16, 16));
         assert_eq!(std::mem::size_of::<ProcConfig>(), 184);
         assert_eq!(std::mem::size_of::<types::pyperf_check_entry>(), 24);

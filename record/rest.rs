@@ -17,7 +17,7 @@ use crate::python::detect::inspect;
 use crate::python::mem::ProcMem;
 use crate::python::walk::{StackWalker, WalkedStack};
 use crate::python::PythonProcess;
-use crate::sampler::{OffCpu, RawSample, UserStack};
+use crate::sampler::{CoroRoots, OffCpu, RawSample, UserStack};
 use crate::targets::procfs::{namespaces, Namespaces};
 
 /// A process whose threads are read at rest: its interpreter, its configuration row (what the BPF map got for it)
@@ -38,7 +38,7 @@ impl Target {
     pub fn inspect(pid: u32) -> Result<Target> {
         let process = inspect(pid).map_err(|e| anyhow::anyhow!("{e}"))?;
         let ns = namespaces(pid).with_context(|| format!("process {pid} is gone"))?;
-        let config = bpf_config(&process, ns.other_pid_ns).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let config = bpf_config(&process, ns.other_pid_ns, true).map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(Target { process, config, ns })
     }
 
@@ -122,6 +122,7 @@ pub fn raw_sample<'a>(
         user,
         code: None,
         off_cpu,
+        coro_roots: walked.map_or_else(CoroRoots::default, |w| CoroRoots::from_leaf_first(&w.coro_roots)),
     }
 }
 
@@ -145,6 +146,7 @@ mod tests {
             thread_state: 0,
             pthread_id: 0,
             gil_wait_base,
+            coro_roots: Vec::new(),
         }
     }
 

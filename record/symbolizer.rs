@@ -371,6 +371,7 @@ mod tests {
             user: None,
             off_cpu: None,
             code: None,
+            coro_roots: Default::default(),
         };
         let mut sym = Symbolizer::new();
         let mut announced = 0;

@@ -127,7 +127,7 @@ fn sample(procs: &[&PythonProcess], rate: Rate, each: usize) -> Sampled {
     .unwrap_or_else(|e| panic!("Sampler::new: {e}"));
     sampler.enable_bpf_stats().expect("enable bpf stats");
     for p in procs {
-        sampler.add_process(p.pid, &bpf_config(p, false).unwrap()).unwrap_or_else(|e| panic!("add_process: {e}"));
+        sampler.add_process(p.pid, &bpf_config(p, false, true).unwrap()).unwrap_or_else(|e| panic!("add_process: {e}"));
     }
     // Shared by the callback and the loop's check between polls.
     let out: RefCell<HashMap<u32, Vec<Sample>>> = RefCell::default();
@@ -419,7 +419,7 @@ fn native_and_kernel_stacks() {
     })
     .unwrap_or_else(|e| panic!("Sampler::new: {e}"));
     for p in &procs {
-        sampler.add_process(p.pid, &bpf_config(p, false).unwrap()).unwrap_or_else(|e| panic!("add_process: {e}"));
+        sampler.add_process(p.pid, &bpf_config(p, false, true).unwrap()).unwrap_or_else(|e| panic!("add_process: {e}"));
     }
     // Shared by the callback and the loop's check between polls.
     let records: RefCell<Vec<NativeRecord>> = RefCell::default();

@@ -710,7 +710,7 @@ fn full_process_map_is_counted_in_the_trailer_and_shown_by_report() {
     loop {
         let mut fake = p.clone();
         fake.pid = u32::MAX - filled;
-        if let Err(e) = sampler.add_process(fake.pid, &bpf_config(&fake, false).unwrap()) {
+        if let Err(e) = sampler.add_process(fake.pid, &bpf_config(&fake, false, true).unwrap()) {
             // Said in words, not as the kernel's E2BIG ("Argument list too long").
             let msg = e.to_string();
             assert!(msg.starts_with("too many Python processes: pyperf samples at most 4096 at once"), "{msg}");

@@ -112,7 +112,7 @@ fn wanted() -> (Vec<Frame>, Vec<Frame>) {
 fn check(name: &str, pid: u32, ns_pid: u32, main: u32, worker: u32) -> Duration {
     let (main_want, worker_leaf) = wanted();
     let p = inspect_when_ready(pid);
-    let config = bpf_config(&p, ns_pid != pid).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let config = bpf_config(&p, ns_pid != pid, true).unwrap_or_else(|e| panic!("{name}: {e}"));
     let mut walker = StackWalker::open(&p, &config, ns_pid).unwrap_or_else(|e| panic!("{name}: {e}"));
     let probe = p.addrs.runtime.or(p.addrs.interp_head).unwrap_or(0);
     let mut reader = CodeReader::new(ProcMem::open(pid, probe).expect("memory"), p.row, p.addrs.code_type);

@@ -108,8 +108,8 @@ pub enum Step {
 pub enum Ended<'a> {
     /// An interval whose stack was taken when it started: write it.
     Interval(Interval),
-    /// A thread blocked in a system call, walked now: symbolize and write it.
-    Walked(RawSample<'a>),
+    /// A thread blocked in a system call, walked now: symbolize and write it. (Boxed: a sample is ~3x an interval.)
+    Walked(Box<RawSample<'a>>),
 }
 
 impl Pairing {
@@ -253,7 +253,7 @@ impl Pairing {
             if raw.status == types::pyperf_stack_status::STACK_STATUS_ERROR.0 as u8 {
                 self.unreadable += 1;
             }
-            out(Ended::Walked(raw));
+            out(Ended::Walked(Box::new(raw)));
         }
     }
 

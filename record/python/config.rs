@@ -34,8 +34,9 @@ pub struct ConfigError {
 
 /// Builds the `procs` map value for a process: addresses with load bias, and the offsets the walk needs,
 /// copied from the version's row. `other_pid_ns`: the process is in another PID namespace than pyperf (its thread
-/// states hold that namespace's tids).
-pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool) -> Result<ProcConfig, ConfigError> {
+/// states hold that namespace's tids). `track_tasks`: its samples carry the run roots of generator frames
+/// (`RawSample::coro_roots`, for asyncio tasks; 3.11+, nothing before).
+pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool, track_tasks: bool) -> Result<ProcConfig, ConfigError> {
     let row = p.row;
     let l: &Layout = row.layout;
     let unsupported = |reason: String| ConfigError { pid: p.pid, version: p.version_string(), reason };
@@ -218,7 +219,8 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool) -> Result<ProcConfig, C
         // 3.11+: _PyInterpreterFrame on the thread's data stack, callers just below callees (see pyperf.h).
         frame_window: u8::from(row.frames.on_data_stack()),
         ns_tid: u8::from(other_pid_ns),
-        _pad: [0; 3],
+        track_tasks: u8::from(track_tasks && l.frame_owned_by_generator >= 0),
+        _pad: [0; 2],
         gil_wait_addr,
         gil_wait_len,
         // The check-word cache is off until the session knows how frees are counted (see `frees::with_frees`).
@@ -274,7 +276,8 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool) -> Result<ProcConfig, C
             interp_code_gen: s16(l.interp_code_gen)?,
             gil_code_gen: s16(gil_code_gen)?,
             tstate_datastack_chunk: s16(tstate_datastack_chunk)?,
-            _pad: 0,
+            // Only where frames carry an owner (3.11+).
+            owner_generator: s16(if l.frame_owner >= 0 { l.frame_owned_by_generator } else { -1 })?,
         },
     })
 }
@@ -309,7 +312,7 @@ mod tests {
         for row in &ROWS {
             let (major, minor) = row.version;
             let p = fake((major, minor, 0), row);
-            let c = bpf_config(&p, false).unwrap_or_else(|e| panic!("{major}.{minor}: {e}"));
+            let c = bpf_config(&p, false, true).unwrap_or_else(|e| panic!("{major}.{minor}: {e}"));
             let o = c.off;
             let v = (major, minor);
             // GIL: 2.7 from the lock pointer + current thread, else struct _gil_runtime_state.
@@ -339,11 +342,16 @@ mod tests {
             assert_eq!(o.tstate_base_frame >= 0, v >= (3, 15), "{v:?}");
             assert_eq!(o.tstate_datastack_chunk >= 0, v >= (3, 11), "{v:?}");
             assert_eq!(o.tstate_gil_requested >= 0, v >= (3, 15), "{v:?}");
+            // Run roots of generator frames (asyncio tasks): 3.11+, where frames have owners, and only when asked.
+            assert_eq!(o.owner_generator, if v >= (3, 11) { 1 } else { -1 }, "{v:?}");
+            assert_eq!(c.track_tasks, u8::from(v >= (3, 11)), "{v:?}");
+            let off = bpf_config(&p, false, false).unwrap_or_else(|e| panic!("{major}.{minor}: {e}"));
+            assert_eq!((off.track_tasks, off.off.owner_generator), (0, o.owner_generator), "{v:?}");
         }
         // 2.7 without the static interpreter_lock (stripped): no GIL information, still sampled.
         let mut p = fake((2, 7, 18), row_for(2, 7).unwrap());
         p.addrs.interpreter_lock = None;
-        let c = bpf_config(&p, false).unwrap();
+        let c = bpf_config(&p, false, true).unwrap();
         assert_eq!(c.off.gil_kind as u32, K::GIL_KIND_NONE.0);
         assert!(c.tstate_current_addr != 0);
     }
@@ -355,8 +363,8 @@ mod tests {
         let (major, minor) = newest.version;
         let block = crate::python::versions::tests::synthetic_block(newest.layout, newest.version, (major, minor + 1));
         let next = crate::python::versions::select((major, minor + 1, 0), Some(&block)).unwrap();
-        let c = bpf_config(&fake((major, minor, 0), newest), false).unwrap();
-        let c_next = bpf_config(&fake((major, minor + 1, 0), next), false).unwrap();
+        let c = bpf_config(&fake((major, minor, 0), newest), false, true).unwrap();
+        let c_next = bpf_config(&fake((major, minor + 1, 0), next), false, true).unwrap();
         assert_eq!(c_next.code_mask, c.code_mask);
         assert_eq!(c_next.skip_code, 0x5000);
         assert_eq!(format!("{:?}", c_next.off), format!("{:?}", c.off));

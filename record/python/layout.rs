@@ -128,6 +128,9 @@ pub struct Layout {
     /// Extra, a value not an offset: the `FRAME_OWNED_BY_CSTACK` enumerator of
     /// `enum _frameowner` (3.12+; 3.11 has no such owner).
     pub frame_owned_by_cstack: i32,
+    /// Extra, a value not an offset: the `FRAME_OWNED_BY_GENERATOR` enumerator of `enum _frameowner` (3.11+): the
+    /// owner of a generator's or coroutine's embedded frame, whose run roots a sample carries (asyncio tasks).
+    pub frame_owned_by_generator: i32,
     /// `PyFrameObject.f_localsplus` (<= 3.10) / `_PyInterpreterFrame.localsplus` (3.11+).
     pub frame_localsplus: i32,
 
@@ -272,6 +275,7 @@ macro_rules! with_fields {
             frame_owner,
             frame_is_entry,
             frame_owned_by_cstack,
+            frame_owned_by_generator,
             frame_localsplus,
             code_argcount,
             code_flags,
@@ -409,6 +413,7 @@ layouts! {
     frame_owner:               [  -1,   -1,   -1,   -1,   -1,   -1,   69,   70,   70,   74,   74],
     frame_is_entry:            [  -1,   -1,   -1,   -1,   -1,   -1,   68,   -1,   -1,   -1,   -1],
     frame_owned_by_cstack:     [  -1,   -1,   -1,   -1,   -1,   -1,   -1,    3,    3,    4,   -1],
+    frame_owned_by_generator:  [  -1,   -1,   -1,   -1,   -1,   -1,    1,    1,    1,    1,    1],
     frame_localsplus:          [ 376,  376,  360,  360,  360,  352,   72,   72,   72,   80,   80],
     code_argcount:             [  16,   16,   16,   16,   16,   16,   56,   52,   52,   52,   52],
     code_flags:                [  28,   32,   32,   36,   36,   36,   48,   48,   48,   48,   48],

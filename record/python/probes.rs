@@ -95,6 +95,7 @@ pub const PROBES: &[Probe] = &[
     p("frame_owner", &[((3, 11), LAST, "off|struct _PyInterpreterFrame|owner")]),
     p("frame_is_entry", &[((3, 11), (3, 11), "off|struct _PyInterpreterFrame|is_entry")]),
     p("frame_owned_by_cstack", &[((3, 12), (3, 14), "val|FRAME_OWNED_BY_CSTACK")]),
+    p("frame_owned_by_generator", &[((3, 11), LAST, "val|FRAME_OWNED_BY_GENERATOR")]),
     p("frame_localsplus", &[
         (FIRST, (3, 10), "off|PyFrameObject|f_localsplus"),
         ((3, 11), LAST, "off|struct _PyInterpreterFrame|localsplus"),

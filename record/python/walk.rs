@@ -10,7 +10,8 @@
 //! (`code_mask`, 3.14+), the thread's base frame ending a complete walk (3.15+, else `INCOMPLETE`), at most
 //! [`MAX_FRAMES`] frames kept (`TRUNCATED`) in at most `PYPERF_MAX_WALK` steps, the check word read once per run of
 //! frames of one code object, the first local (self/cls heuristic, <= 3.10) read for frames whose code takes an
-//! argument. The window reads of 3.11+ (`frame_window`) are an optimisation of the program's and change nothing here.
+//! argument, the run roots of generator frames (`track_tasks`, `owner_generator`: asyncio tasks). The window reads of
+//! 3.11+ (`frame_window`) are an optimisation of the program's and change nothing here.
 //!
 //! Finding the thread's `PyThreadState`: the interpreters' thread lists are walked (bounded: [`MAX_INTERPRETERS`],
 //! [`MAX_THREAD_STATES`]), the main interpreter first as in the program (which looks at no other), and the first
@@ -89,6 +90,10 @@ pub struct WalkedStack {
     /// 0 means "relative to this"): 3.12+ `interp->ceval.gil`, 2.7 the semaphore `interpreter_lock` points to;
     /// 0 otherwise (the configuration's `gil_wait_addr` is absolute then) or when unknown.
     pub gil_wait_base: u64,
+    /// The run roots of generator frames (asyncio tasks; bpf/pyperf.h, `pyperf_event_header.coro_frame`), every
+    /// one, leaf first: (index in `frames`, frame address). Empty when the configuration does not track them (the
+    /// program keeps the rootmost 4 of these).
+    pub coro_roots: Vec<(usize, u64)>,
 }
 
 /// Why a thread's stack could not be walked (nothing is known of it; not a status of a stack).
@@ -254,6 +259,8 @@ struct Chain {
     visited: Vec<u64>,
     /// (code, instr, check, first_local, first_local_type) per frame kept, leaf first.
     frames: Vec<(u64, u32, u32, u64, u64)>,
+    /// Run roots of generator frames, leaf first: (index in `frames`, frame address).
+    roots: Vec<(usize, u64)>,
     status: u8,
 }
 
@@ -303,6 +310,7 @@ impl Proc {
         }
         .0 as u8;
         let has_locals = self.config.off.frame_localsplus >= 0;
+        let coro_roots = chain.as_ref().map(|ch| ch.roots.clone()).unwrap_or_default();
         let (frames, locals, mut status) = match chain {
             Some(ch) => (
                 ch.frames.iter().map(|&(code, instr, check, _, _)| RawFrame { code, instr, check }).collect(),
@@ -318,7 +326,7 @@ impl Proc {
         if status == COMPLETE && frames.is_empty() {
             status = IDLE;
         }
-        WalkedStack { frames, locals, status, gil, thread_state, pthread_id, gil_wait_base }
+        WalkedStack { frames, locals, status, gil, thread_state, pthread_id, gil_wait_base, coro_roots }
     }
 
     /// The thread state of `ns_tid` and the `pthread_t` it was matched by (2.7-3.10), or `None` when it has none:
@@ -482,10 +490,14 @@ impl Proc {
     fn frames<M: ReadMem>(&self, mem: &M, leaf: u64, base: u64) -> Chain {
         let c = &self.config;
         let o = &c.off;
-        let mut ch = Chain { leaf, base, visited: Vec::new(), frames: Vec::new(), status: COMPLETE };
+        let mut ch = Chain { leaf, base, visited: Vec::new(), frames: Vec::new(), roots: Vec::new(), status: COMPLETE };
         if leaf == 0 {
             return ch;
         }
+        // Run roots (the program's end_run): the owner of generator frames when tracked (else 256, no u8), and the
+        // open run's rootmost frame so far.
+        let gen_owner = if c.track_tasks != 0 { i32::from(o.owner_generator) } else { 256 };
+        let mut run: Option<(usize, u64)> = None;
         let fsz = o.frame_size;
         let (mut last_code, mut last_check, mut last_argcount) = (0u64, 0u32, 0i32);
         let mut cur = leaf;
@@ -499,17 +511,21 @@ impl Proc {
                 break;
             }
             ch.visited.push(cur);
+            let here = cur;
             let Some(fb) = block(mem, cur, fsz, FRAME_BUF) else {
                 ch.status = ERROR;
                 break;
             };
             cur = u64_in(&fb, o.frame_back);
-            if o.owner_cstack >= 0 && u8_in(&fb, o.frame_owner) >= i32::from(o.owner_cstack) {
+            let owner = u8_in(&fb, o.frame_owner);
+            if o.owner_cstack >= 0 && owner >= i32::from(o.owner_cstack) {
+                ch.roots.extend(run.take());
                 mark_entry(&mut ch.frames);
-                continue; // the interpreter's own frame (C-stack shim, entry frame)
+                continue; // the interpreter's own frame (C-stack shim, entry frame): it ends a run
             }
             let code = u64_in(&fb, o.frame_code) & c.code_mask;
             if c.skip_code != 0 && code == c.skip_code {
+                ch.roots.extend(run.take());
                 mark_entry(&mut ch.frames);
                 continue; // 3.13+: f_executable == Py_None, a C-stack entry frame
             }
@@ -564,8 +580,15 @@ impl Proc {
                     }
                 }
             }
+            // A generator frame starts or extends a run; any other ends the open one.
+            if owner == gen_owner {
+                run = Some((ch.frames.len(), here));
+            } else {
+                ch.roots.extend(run.take());
+            }
             ch.frames.push((code, instr, check, first_local, first_local_type));
         }
+        ch.roots.extend(run.take()); // the end of the walk ends a run
         if ch.status == COMPLETE && cur != 0 && !reached_base {
             ch.status = TRUNCATED; // the step bound (many skipped frames, or a loop of them)
         }
@@ -778,7 +801,7 @@ mod tests {
             let none = mem.zeros(64);
             addrs.none = Some(none);
             let p = testing::process((v.0, v.1, 0), row, addrs);
-            let config = bpf_config(&p, false).unwrap_or_else(|e| panic!("{v:?}: {e}"));
+            let config = bpf_config(&p, false, true).unwrap_or_else(|e| panic!("{v:?}: {e}"));
             let interp = mem.zeros(size_of(&[l.interp_tstate_head, l.interp_next, l.interp_gil_ptr]));
             mem.u64(config.interp_head_addr, 0, interp);
             if l.interp_gil_ptr >= 0 {
@@ -935,6 +958,50 @@ mod tests {
     fn tuples(s: &WalkedStack) -> Vec<(u64, u32, u32, u64, u64)> {
         let local = |i: usize| s.locals.get(i).map_or((0, 0), |l| (l.first_local, l.first_local_type));
         s.frames.iter().enumerate().map(|(i, f)| (f.code, f.instr, f.check, local(i).0, local(i).1)).collect()
+    }
+
+    /// 3.11+: the run roots of generator frames, as the program keeps them: `handle` -> [entry] -> coroutines
+    /// `child` -> `mid` -> `leaf` -> [entry] -> generator `gen` -> `h`, the entry frames where the version has them
+    /// (3.12: C-stack shims; 3.13+: a `Py_None` one for the generator, to take that path too); 3.11 chains the
+    /// generator to `leaf` directly (one run). None with tracking off.
+    #[test]
+    fn run_roots_of_generator_frames() {
+        for row in ROWS.iter().filter(|r| r.version >= (3, 11)) {
+            let v = row.version;
+            for track in [true, false] {
+                let mut s = Sim::new(row);
+                s.config.track_tasks = u8::from(track);
+                let t = s.thread(500);
+                let base =
+                    if s.l().tstate_base_frame >= 0 { s.mem.get_u64(t + s.l().tstate_base_frame as u64) } else { 0 };
+                let gen_owner = u8::try_from(s.config.off.owner_generator).expect("3.11+: an owner");
+                let code = |n| s.code(n, 0).addr;
+                let coro = |c, back| s.frame(F { code: code(c), back, units: 1, owner: gen_owner, ..F::default() });
+                let handle = s.frame(F { code: code(1), back: base, units: 1, ..F::default() });
+                let below_child = if row.hidden_owners_from.is_some() { s.shim(handle) } else { handle };
+                let child = coro(2, below_child);
+                let mid = coro(3, child);
+                let leaf = coro(4, mid);
+                let below_gen = if row.none_is_entry {
+                    s.frame(F { code: s.none, back: leaf, ..F::default() })
+                } else if row.hidden_owners_from.is_some() {
+                    s.shim(leaf)
+                } else {
+                    leaf
+                };
+                let gen = coro(5, below_gen);
+                let h = s.frame(F { code: code(6), back: gen, units: 1, ..F::default() });
+                s.set_leaf(t, h);
+                let got = s.walker(500).walk(500).unwrap_or_else(|e| panic!("{v:?}: {e}"));
+                assert_eq!(got.frames.len(), 6, "{v:?}");
+                let want = match (track, v >= (3, 12)) {
+                    (false, _) => vec![],
+                    (true, true) => vec![(1, gen), (4, child)],
+                    (true, false) => vec![(4, child)],
+                };
+                assert_eq!(got.coro_roots, want, "{v:?} tracked {track}");
+            }
+        }
     }
 
     /// On every row: a thread in `<module>` -> `f(self)` -> `g` -> `g` (recursion), with the interpreter's own

@@ -30,7 +30,7 @@ use crate::abi::skel::{PyperfSkel, PyperfSkelBuilder};
 use crate::abi::{self, types, ProcConfig};
 use ring::{Callback, CallbackGuard, Shared};
 
-pub use ring::{CodeSnap, OffCpu, OffCpuPart, RawSample, UserStack};
+pub use ring::{CodeSnap, CoroRoots, OffCpu, OffCpuPart, RawSample, UserStack};
 
 /// How often at most [`Sampler::poll`] takes the ring while samples flow (`PYPERF_POLL_NS`, 100 ms). Without
 /// code snapshots, samples that may hold a code object not read yet (a new stack) wake it sooner, within

@@ -41,6 +41,75 @@ pub struct RawSample<'a> {
     pub user: Option<UserStack<'a>>,
     /// `Some`: not a sample but a code object's snapshot (`PYPERF_EVENT_CODE`), for the samples after it.
     pub code: Option<CodeSnap<'a>>,
+    /// The run roots of the generator frames in `frames` (asyncio tasks); none when the process's task tracking
+    /// is off (`bpf_config`'s `track_tasks`) or before 3.11.
+    pub coro_roots: CoroRoots,
+}
+
+/// The *run roots* of a record (bpf/pyperf.h, `pyperf_event_header.coro_frame`): a run is a maximal sequence of
+/// adjacent generator-owned frames with no skipped interpreter frame (C-stack shim, entry frame) between them, its
+/// root the rootmost of them. A running asyncio task's coroutine is the root of the run of the coroutines awaiting
+/// each other down to the leaf; a generator resumed through C (`next()`) or a task run eagerly starts a run of its
+/// own, leafward.
+///
+/// As the program writes them: run `k` (0 = leafmost) in slot `k % 4`, `n` runs in all, so that with more than 4
+/// the slots hold the 4 rootmost; [`CoroRoots::leaf_first`] gives them in order. A slot whose frame index is not
+/// below the record's frame count is dropped when the record is parsed (its address set to 0), never trusted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CoroRoots {
+    /// Runs the walk ended (`ncoro`): exact up to 251; 252 to 255 stand for at least that many (the program keeps
+    /// the count mod 4 right, so the ring order holds).
+    pub n: u8,
+    /// Per slot: (frame index in the record's frames, 0 = leaf; the frame's `_PyInterpreterFrame` address, 0 =
+    /// none or dropped).
+    pub frames: [(u16, u64); abi::TASK_ROOTS],
+}
+
+impl CoroRoots {
+    /// The run roots the record holds, leaf first: (frame index, frame address). At most 4: with more runs, the
+    /// rootmost 4.
+    pub fn leaf_first(&self) -> impl Iterator<Item = (usize, u64)> {
+        const K: usize = abi::TASK_ROOTS;
+        let n = usize::from(self.n);
+        // More than K: the oldest slot still held (the leafmost of the K kept) is the next one to be written.
+        let start = if n > K { n % K } else { 0 };
+        let frames = self.frames;
+        (0..n.min(K))
+            .map(move |i| frames[(start + i) % K])
+            .filter(|&(_, addr)| addr != 0)
+            .map(|(index, addr)| (usize::from(index), addr))
+    }
+
+    /// All runs the walk ended (see [`CoroRoots::n`]), of which [`CoroRoots::leaf_first`] gives the rootmost 4.
+    pub fn total(&self) -> u32 {
+        u32::from(self.n)
+    }
+
+    /// The run roots as the program would have written them, from every run root of a stack, leaf first:
+    /// (frame index, frame address), as the user-space walk gives them (`WalkedStack::coro_roots`).
+    pub fn from_leaf_first(roots: &[(usize, u64)]) -> CoroRoots {
+        const K: usize = abi::TASK_ROOTS;
+        let mut frames = [(0u16, 0u64); K];
+        for (k, &(index, addr)) in roots.iter().enumerate() {
+            // An index no record can hold is dropped, as when a record is parsed.
+            frames[k % K] = u16::try_from(index).map_or((0, 0), |i| (i, addr));
+        }
+        // The program's count: exact up to 251, then 252 + the count mod 4.
+        let n = roots.len();
+        let n = if n < 256 { n as u8 } else { 252 + (n % K) as u8 };
+        CoroRoots { n, frames }
+    }
+
+    /// The run roots of header `h` whose record holds `nframes` frames.
+    fn of(h: &types::pyperf_event_header, nframes: usize) -> CoroRoots {
+        let mut frames = [(0u16, 0u64); abi::TASK_ROOTS];
+        for (slot, (&index, &addr)) in frames.iter_mut().zip(h.coro_index.iter().zip(h.coro_frame.iter())) {
+            if usize::from(index) < nframes {
+                *slot = (index, addr);
+            }
+        }
+        CoroRoots { n: h.ncoro, frames }
+    }
 }
 
 /// A code object as the program copied it the first time a stack held it (`struct pyperf_code_snap`).
@@ -159,6 +228,7 @@ impl Shared {
                 kernel: &[],
                 user: None,
                 code: Some(code),
+                coro_roots: CoroRoots::default(),
             };
             if let Some(callback) = self.callback.get() {
                 // SAFETY: as below.
@@ -199,6 +269,7 @@ impl Shared {
             kernel,
             user,
             code: None,
+            coro_roots: CoroRoots::of(h, frames.len()),
         };
         if let Some(callback) = self.callback.get() {
             // SAFETY: set by `poll` from a live `&mut dyn FnMut` and cleared before it returns;
@@ -221,7 +292,7 @@ struct Parts<'a> {
 /// misaligned.
 fn parts<'a>(h: &types::pyperf_event_header, data: &'a [u8], hsize: usize) -> Option<Parts<'a>> {
     let fend = hsize.checked_add((h.nframes as usize).checked_mul(std::mem::size_of::<RawFrame>())?)?;
-    // Ring buffer records are 8-byte aligned and the header is 120 bytes: no copy needed.
+    // Ring buffer records are 8-byte aligned and the header is 168 bytes: no copy needed.
     let frames = plain::slice_from_bytes::<RawFrame>(data.get(hsize..fend)?).ok()?;
     let lend = if h.has_locals != 0 { fend.checked_add(frames.len() * std::mem::size_of::<RawLocal>())? } else { fend };
     let locals = plain::slice_from_bytes::<RawLocal>(data.get(fend..lend)?).ok()?;
@@ -333,6 +404,84 @@ mod tests {
         assert_eq!(parse(&r, r.len()).map(|p| p.2), Some(Some((0x7ffd_0000, 0))));
         let r = record(0, 0, 0, false);
         assert_eq!(parse(&r, r.len()), Some((0, vec![], None)));
+    }
+
+    /// A header of `nframes` frames whose run roots were written as the program writes them: run `k` of `runs`
+    /// (leaf first, (frame index, address) each) into slot `k % 4`, `ncoro` as given.
+    fn roots(nframes: u32, ncoro: u8, runs: &[(u16, u64)]) -> CoroRoots {
+        // SAFETY: all-zero is a valid header (integers).
+        let mut h: types::pyperf_event_header = unsafe { std::mem::zeroed() };
+        h.nframes = nframes;
+        h.ncoro = ncoro;
+        for (k, &(index, addr)) in runs.iter().enumerate() {
+            h.coro_index[k % abi::TASK_ROOTS] = index;
+            h.coro_frame[k % abi::TASK_ROOTS] = addr;
+        }
+        CoroRoots::of(&h, nframes as usize)
+    }
+
+    fn run(k: u16) -> (u16, u64) {
+        (2 * k + 1, 0x7f00_0000_1000 + 0x100 * u64::from(k))
+    }
+
+    fn leaf_first(c: &CoroRoots) -> Vec<(usize, u64)> {
+        c.leaf_first().collect()
+    }
+
+    fn expected(ks: std::ops::Range<u16>) -> Vec<(usize, u64)> {
+        ks.map(run).map(|(i, a)| (usize::from(i), a)).collect()
+    }
+
+    #[test]
+    fn run_roots_come_leaf_first() {
+        // None, one, up to the 4 slots: in the order written.
+        assert_eq!(leaf_first(&roots(20, 0, &[])), vec![]);
+        assert_eq!((roots(20, 0, &[]).total(), roots(20, 0, &[])), (0, CoroRoots::default()));
+        for n in 1..=4u16 {
+            let runs: Vec<_> = (0..n).map(run).collect();
+            let c = roots(20, n as u8, &runs);
+            assert_eq!(leaf_first(&c), expected(0..n), "{n} runs");
+            assert_eq!(c.total(), u32::from(n));
+        }
+    }
+
+    #[test]
+    fn more_run_roots_than_slots_keep_the_rootmost_in_order() {
+        // 5 to 9 runs: the ring holds the last 4 written, the rootmost, and gives them leaf first.
+        for n in 5..=9u16 {
+            let runs: Vec<_> = (0..n).map(run).collect();
+            let c = roots(64, n as u8, &runs);
+            assert_eq!(leaf_first(&c), expected(n - 4..n), "{n} runs");
+            assert_eq!(c.total(), u32::from(n));
+        }
+        // Past 255 the program counts 252 + (runs mod 4): the order still holds.
+        let runs: Vec<_> = (0..258u16).map(|k| (k % 16, 0x1000 + u64::from(k))).collect();
+        let c = roots(16, 252 + (258 % 4) as u8, &runs);
+        let got: Vec<u64> = c.leaf_first().map(|(_, a)| a).collect();
+        assert_eq!(got, vec![0x1000 + 254, 0x1000 + 255, 0x1000 + 256, 0x1000 + 257]);
+    }
+
+    #[test]
+    fn run_roots_of_a_walk_are_kept_as_the_program_keeps_them() {
+        for n in [0u16, 1, 3, 4, 5, 9, 255, 256, 258, 1000] {
+            let all: Vec<(usize, u64)> = (0..n).map(run).map(|(i, a)| (usize::from(i), a)).collect();
+            let c = CoroRoots::from_leaf_first(&all);
+            assert_eq!(leaf_first(&c), all[all.len().saturating_sub(4)..].to_vec(), "{n} runs");
+            assert_eq!(c.total(), if n < 256 { u32::from(n) } else { 252 + u32::from(n % 4) }, "{n} runs");
+        }
+    }
+
+    #[test]
+    fn run_roots_outside_the_frames_are_dropped() {
+        // Indices 1, 3, 5, 7 of a record of 6 frames: the last is not a frame of the record.
+        let runs: Vec<_> = (0..4).map(run).collect();
+        assert_eq!(leaf_first(&roots(6, 4, &runs)), expected(0..3));
+        // None kept of a record without frames, whatever the count says.
+        assert_eq!(leaf_first(&roots(0, 4, &runs)), vec![]);
+        // A count beyond the slots written: the empty slots give nothing.
+        assert_eq!(leaf_first(&roots(20, 3, &runs[..2])), expected(0..2));
+        // Index u16::MAX in a short record: dropped, no overflow.
+        assert_eq!(leaf_first(&roots(3, 1, &[(u16::MAX, 0x1000)])), vec![]);
     }
 
     #[test]
