@@ -466,7 +466,7 @@ impl Session {
     /// Registers `p` with the sampler and the symbolizer.
     fn set_up(&mut self, p: &PythonProcess, ns: &Namespaces) -> Result<()> {
         let config =
-            bpf_config(p, ns.other_pid_ns, true).with_context(|| format!("cannot profile process {}", p.pid))?;
+            bpf_config(p, ns.other_pid_ns, self.tasks.is_some()).with_context(|| format!("cannot profile process {}", p.pid))?;
         // Its age decides when a uprobe goes in (see `FreesPlan::config`).
         let age = crate::targets::procfs::age(p.pid).unwrap_or(Duration::ZERO);
         let config = self.frees.config(p, config, age, &mut self.sampler);
@@ -606,8 +606,8 @@ fn task_view<'t>(
 }
 
 /// The run roots of the sample's coroutine frames, leaf first (frame index, frame address).
-fn coro_roots(_s: &RawSample<'_>) -> Vec<(usize, u64)> {
-    Vec::new()
+fn coro_roots(s: &RawSample<'_>) -> Vec<(usize, u64)> {
+    s.coro_roots.leaf_first().collect()
 }
 
 /// A raw sample or whole off-CPU interval, symbolized and handed to the sink.
