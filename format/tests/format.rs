@@ -92,6 +92,7 @@ fn write(n: usize, flush_every: usize) -> Written {
             pthread_id: PthreadIdMatch::Match,
             status,
             stack: leaf,
+            task_stack: 0,
         })
         .unwrap();
         expected.push((t, pid, tid, comm.to_string(), gil, status, st.iter().map(|&k| syms[k].clone()).collect()));
@@ -654,6 +655,7 @@ fn interval(i: u64, stacks: &[u32]) -> OffCpuInterval {
         stack: stacks[(i % stacks.len() as u64) as usize],
         flags: [0, off_cpu_flags::BEFORE_START, off_cpu_flags::OPEN_AT_END, 3, 0x80][(i % 5) as usize],
         comm: if i % 4 == 0 { "python3".into() } else { format!("wörker-{}", i % 7) },
+        task_stack: 0,
     }
 }
 
@@ -695,6 +697,7 @@ fn write_off_cpu(n: u64, flush_every: u64, min: Option<u64>) -> (Vec<u8>, Vec<(O
                 pthread_id: PthreadIdMatch::Match,
                 status: StackStatus::Complete,
                 stack: iv.stack,
+            task_stack: 0,
             })
             .unwrap();
         }
@@ -993,6 +996,7 @@ fn write_native() -> (Vec<u8>, Vec<Vec<Symbol>>) {
             pthread_id: PthreadIdMatch::Match,
             status: StackStatus::Complete,
             stack: leaves[k],
+            task_stack: 0,
         })
         .unwrap();
         expected.push(stacks[k].clone());
@@ -1019,7 +1023,7 @@ fn kinds(bytes: &[u8]) -> Vec<u16> {
 #[test]
 fn native_frames_and_libraries_round_trip() {
     let (bytes, expected) = write_native();
-    assert_eq!(&bytes[8..12], &[1, 0, 4, 0], "format 1.4");
+    assert_eq!(&bytes[8..12], &[1, 0, MINOR as u8, 0], "this format version");
     let (_, t, got, notes) = read(&bytes).unwrap();
     assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
     let stacks: Vec<Vec<Symbol>> = got.into_iter().map(|s| s.6).collect();
