@@ -297,6 +297,27 @@ mod tests {
         Symbol { scope: scope.into(), name: name.into(), file: file.into(), line, flags }
     }
 
+    /// Every run of digits of a task's name is one `N`; the awaiters suffix, `[asyncio loop]` and names without digits
+    /// stay as they are.
+    #[test]
+    fn task_names_aggregate_their_counters() {
+        let agg = |m: &str| aggregate_task_name(m);
+        assert_eq!(agg("[task request-36]").as_deref(), Some("[task request-N]"));
+        assert_eq!(agg("[task Task-17]").as_deref(), Some("[task Task-N]"));
+        assert_eq!(agg("[task 12ab345c6]").as_deref(), Some("[task NabNcN]"));
+        assert_eq!(agg("[task orders-3 (+12 awaiters)]").as_deref(), Some("[task orders-N (+12 awaiters)]"));
+        assert_eq!(agg("[task v2 (+x awaiters)]").as_deref(), Some("[task vN (+x awaiters)]"), "not a suffix");
+        assert_eq!(agg("[task main (+1 awaiters)]"), None);
+        assert_eq!(agg("[task worker]"), None);
+        assert_eq!(agg("[asyncio loop]"), None);
+        assert_eq!(agg("[task 7"), None, "no closing bracket: not a marker");
+        assert_eq!(agg("[task ١٢]"), None, "ASCII digits only");
+        assert_eq!(task_of_marker("[task request-N (+1 awaiters)]"), "request-N (+1 awaiters)");
+        assert_eq!(task_of_marker("[asyncio loop]"), "[asyncio loop]");
+        let marker = sym("", "[task request-N]", "", 0, symbol_flags::TASK);
+        assert_eq!(frame_name(&marker, true), "[task request-N]");
+    }
+
     #[test]
     fn frame_names() {
         assert_eq!(frame_name(&sym("Cls", "run", "/a/b.py", 12, 0), true), "Cls.run (/a/b.py:12)");

@@ -1561,6 +1561,7 @@ mod tests {
             stack: 0,
             flags,
             comm: String::new(),
+            task_stack: 0,
         }
     }
 
@@ -1629,23 +1630,53 @@ mod tests {
         // 1 a; 2 a;n; 3 a;n;k; 4 a;g; 5 a;g;b; 6 a;b; 7 n (root); 8 n;k
         t.nodes = vec![(0, 0), (1, 1), (2, 3), (1, 2), (4, 4), (1, 4), (0, 1), (7, 3)];
         let before = t.clone();
-        assert_eq!(remove_hidden_frames(&mut t, ShowFrames { native: true, kernel: true, glue: true }), None);
+        assert_eq!(canonicalize_frames(&mut t, ShowFrames { native: true, kernel: true, glue: true }, false), None);
         assert_eq!(t.nodes, before.nodes, "nothing left out: untouched");
 
-        let map = remove_hidden_frames(&mut t, ShowFrames::default()).expect("glue left out");
+        let map = canonicalize_frames(&mut t, ShowFrames::default(), false).expect("glue left out");
         // 1 a; 2 a;n; 3 a;n;k; 4 a;b; 5 n; 6 n;k
         assert_eq!(t.nodes, vec![(0, 0), (1, 1), (2, 3), (1, 4), (0, 1), (5, 3)]);
         assert_eq!(map, vec![0, 1, 2, 3, 1, 4, 4, 5, 6], "a;g is a, a;g;b and a;b are one");
 
         let mut t = before.clone();
-        let map = remove_hidden_frames(&mut t, ShowFrames { native: false, kernel: false, glue: true }).unwrap();
+        let map = canonicalize_frames(&mut t, ShowFrames { native: false, kernel: false, glue: true }, false).unwrap();
         assert_eq!(t.nodes, vec![(0, 0), (1, 4)]);
         assert_eq!(map, vec![0, 1, 1, 1, 1, 2, 2, 0, 0], "native and kernel only: no frames");
 
         let mut t = before;
-        let map = remove_hidden_frames(&mut t, ShowFrames { native: false, kernel: true, glue: false }).unwrap();
+        let map = canonicalize_frames(&mut t, ShowFrames { native: false, kernel: true, glue: false }, false).unwrap();
         assert_eq!(t.nodes, vec![(0, 0), (1, 3), (1, 4), (0, 3)]);
         assert_eq!(map, vec![0, 1, 1, 2, 1, 3, 3, 0, 4]);
+    }
+
+    /// Task markers whose names differ only by counters become one symbol (the recording's own when it has the
+    /// aggregated name, else one added) and their stacks one node; exact names leave the table alone.
+    #[test]
+    fn task_markers_aggregate_into_one_symbol() {
+        use pyperf_format::{symbol_flags, Symbol};
+        let sym = |name: &str, flags| Symbol { scope: String::new(), name: name.into(), file: String::new(), line: 0, flags };
+        let task = |name: &str| sym(name, symbol_flags::TASK);
+        let mut t = Tables::default();
+        // 0 [task request-3], 1 [task request-12], 2 handle, 3 [asyncio loop], 4 [task a (+2 awaiters)]
+        t.symbols =
+            vec![task("[task request-3]"), task("[task request-12]"), sym("handle", 0), task("[asyncio loop]"), task("[task a (+2 awaiters)]")];
+        // 1 r3; 2 r3;handle; 3 r12; 4 r12;handle; 5 loop; 6 a
+        t.nodes = vec![(0, 0), (1, 2), (0, 1), (3, 2), (0, 3), (0, 4)];
+        let before = t.clone();
+        assert_eq!(canonicalize_frames(&mut t, ShowFrames::default(), true), None, "exact names");
+        assert_eq!((t.nodes.clone(), t.symbols.len()), (before.nodes.clone(), 5));
+
+        let map = canonicalize_frames(&mut t, ShowFrames::default(), false).expect("aggregated");
+        assert_eq!(t.symbols.len(), 6);
+        assert_eq!(t.symbols[5], task("[task request-N]"));
+        assert_eq!(t.nodes, vec![(0, 5), (1, 2), (0, 3), (0, 4)]);
+        assert_eq!(map, vec![0, 1, 2, 1, 2, 3, 4]);
+
+        // A recording that has the aggregated name already: that symbol, none added.
+        let mut t = before;
+        t.symbols.push(task("[task request-N]"));
+        canonicalize_frames(&mut t, ShowFrames::default(), false).expect("aggregated");
+        assert_eq!((t.symbols.len(), t.nodes[0]), (6, (0, 5)));
     }
 
     #[test]
