@@ -410,9 +410,10 @@ impl Tables {
         let max = self.nodes.len() as u32;
         let mut stacks = stacks;
         match stacks.find(|&s| s > max) {
-            Some(bad) => {
-                Err(Error::Corrupt { offset, what: format!("{what} names stack {bad}, which is not defined before it") })
-            }
+            Some(bad) => Err(Error::Corrupt {
+                offset,
+                what: format!("{what} names stack {bad}, which is not defined before it"),
+            }),
             None => Ok(()),
         }
     }

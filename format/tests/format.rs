@@ -712,7 +712,7 @@ fn write_off_cpu(n: u64, flush_every: u64, min: Option<u64>) -> (Vec<u8>, Vec<(O
                 pthread_id: PthreadIdMatch::Match,
                 status: StackStatus::Complete,
                 stack: iv.stack,
-            task_stack: 0,
+                task_stack: 0,
             })
             .unwrap();
         }
@@ -1297,15 +1297,12 @@ fn write_tasks(n: usize, waits: usize, flush_every: usize) -> (Vec<u8>, TaskRead
     ];
     let ids: Vec<u32> = syms.iter().map(|s| w.intern_symbol(s)).collect();
     // (thread stack, task stack) shapes; an empty task stack is none.
-    let shapes: [(&[usize], &[usize]); 4] = [
-        (&[0, 1, 2], &[4, 5, 2]),
-        (&[0, 1, 3], &[4, 5, 2, 6, 3]),
-        (&[0, 8], &[7, 0, 8]),
-        (&[0, 1, 2], &[]),
-    ];
+    let shapes: [(&[usize], &[usize]); 4] =
+        [(&[0, 1, 2], &[4, 5, 2]), (&[0, 1, 3], &[4, 5, 2, 6, 3]), (&[0, 8], &[7, 0, 8]), (&[0, 1, 2], &[])];
     let symbols = |shape: &[usize]| shape.iter().map(|&k| syms[k].clone()).collect::<Vec<Symbol>>();
     let mut expected = TaskRead { wait_chunks: 1, ..Default::default() };
-    let intern = |w: &mut Writer<Vec<u8>>, shape: &[usize]| w.intern_stack(&shape.iter().map(|&k| ids[k]).collect::<Vec<u32>>());
+    let intern =
+        |w: &mut Writer<Vec<u8>>, shape: &[usize]| w.intern_stack(&shape.iter().map(|&k| ids[k]).collect::<Vec<u32>>());
     for i in 0..n {
         let (thread, task) = shapes[i % shapes.len()];
         let (stack, task_stack) = (intern(&mut w, thread), intern(&mut w, task));
@@ -1498,7 +1495,10 @@ fn task_references_to_undefined_stacks_are_errors() {
     assert!(max > 0 && max <= defined);
     let wait = |stack| TaskWait { pid: 1, tid: 1, time_ns: 0, weight_ns: 1, stack };
     let waits = |w: &[TaskWait]| postcard::to_stdvec(&TaskWaitChunk::from_waits(w)).unwrap();
-    check(raw_chunk(Kind::TaskWaits as u16, &waits(&[wait(1), wait(max + 1)])), &format!("task wait names stack {}", max + 1));
+    check(
+        raw_chunk(Kind::TaskWaits as u16, &waits(&[wait(1), wait(max + 1)])),
+        &format!("task wait names stack {}", max + 1),
+    );
     let sample = SampleChunk {
         time_delta_ns: vec![0],
         cpu: vec![0],
@@ -1514,16 +1514,25 @@ fn task_references_to_undefined_stacks_are_errors() {
         task_stack: vec![max + 7],
         ..Default::default()
     };
-    check(raw_chunk(Kind::Samples as u16, &encode_sample_chunk(&sample).unwrap()), &format!("sample names stack {}", max + 7));
+    check(
+        raw_chunk(Kind::Samples as u16, &encode_sample_chunk(&sample).unwrap()),
+        &format!("sample names stack {}", max + 7),
+    );
     let iv = OffCpuInterval { task_stack: max + 2, ..interval(1, &[1]) };
     let off = postcard::to_stdvec(&OffCpuChunk::from_intervals(OFF_CPU_MIN_NS, &[iv])).unwrap();
     check(raw_chunk(Kind::OffCpu as u16, &off), &format!("off-CPU interval names stack {}", max + 2));
     let mut uneven = TaskWaitChunk::from_waits(&[wait(1)]);
     uneven.weight_ns.push(5);
-    check(raw_chunk(Kind::TaskWaits as u16, &postcard::to_stdvec(&uneven).unwrap()), "task wait chunk columns differ in length");
+    check(
+        raw_chunk(Kind::TaskWaits as u16, &postcard::to_stdvec(&uneven).unwrap()),
+        "task wait chunk columns differ in length",
+    );
     let mut uneven = OffCpuChunk::from_intervals(OFF_CPU_MIN_NS, &[interval(1, &[1])]);
     uneven.task_stack.push(1);
-    check(raw_chunk(Kind::OffCpu as u16, &postcard::to_stdvec(&uneven).unwrap()), "off-CPU chunk columns differ in length");
+    check(
+        raw_chunk(Kind::OffCpu as u16, &postcard::to_stdvec(&uneven).unwrap()),
+        "off-CPU chunk columns differ in length",
+    );
     // A sample column one value short is no 1.4 chunk: an error, not samples without task stacks.
     let mut short = encode_sample_chunk(&SampleChunk { task_stack: vec![1], ..sample.clone() }).unwrap();
     let n = short.len();

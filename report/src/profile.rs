@@ -683,6 +683,9 @@ struct Aggregator {
     task_view: bool,
     task_waits_all: TaskWaitTime,
     task_waits_matched: TaskWaitTime,
+    /// With [`LoadOptions::gil`]: the task waits' ns per (thread or ALL_THREADS, status, leaf), apart from
+    /// `gil_counts`, whose CPU samples (reason 0, as the waits) are multiplied by the sample's weight.
+    task_gil_counts: FxMap<(u32, u8, u32), u64>,
     /// Per thread: (chunk number, comm index) of its last sample, to name threads without comparing strings
     /// per sample.
     comm_mark: Vec<(u64, u32)>,
@@ -773,6 +776,7 @@ impl Aggregator {
             task_view: options.task_view,
             task_waits_all: TaskWaitTime::default(),
             task_waits_matched: TaskWaitTime::default(),
+            task_gil_counts: FxMap::default(),
             comm_mark: Vec::new(),
             touched: Vec::new(),
             chunk_no: 0,
@@ -937,7 +941,8 @@ impl Aggregator {
         let (gils, tss, pts) = (col(&c.gil, STATES, n), col(&c.thread_state, STATES, n), col(&c.pthread_id, STATES, n));
         let (sts, leaves) = (&c.status[..n], &c.stack[..n]);
         // The task view's stacks: empty when off, or for a file before 1.5 (no column).
-        let task_leaves = if self.task_view && c.task_stack.len() == n { &c.task_stack[..n] } else { &c.task_stack[..0] };
+        let task_leaves =
+            if self.task_view && c.task_stack.len() == n { &c.task_stack[..n] } else { &c.task_stack[..0] };
         let chunk_no = self.chunk_no;
         self.chunk_no += 1;
         let mut all = Local::new();
@@ -1123,8 +1128,7 @@ impl Aggregator {
             let count = self.off_counts.entry(key).or_insert(0);
             *count = count.saturating_add(w.weight_ns);
             if self.by_gil {
-                let gil = GilState::NoInfo.as_u8();
-                let count = self.gil_counts.entry((key.0, status, w.stack, 0, gil)).or_insert(0);
+                let count = self.task_gil_counts.entry((key.0, status, w.stack)).or_insert(0);
                 *count = count.saturating_add(w.weight_ns);
             }
             if self.track_threads && self.timeline {
@@ -1253,6 +1257,10 @@ impl Profile {
                 let status = StackStatus::from_u8(status);
                 Some((StackCount { thread, status, leaf, reason, count }, GilState::from_u8(gil)))
             })
+            .chain(agg.task_gil_counts.into_iter().map(|((thread, status, leaf), count)| {
+                let status = StackStatus::from_u8(status);
+                (StackCount { thread, status, leaf, reason: 0, count }, GilState::NoInfo)
+            }))
             .collect();
         let recorded_frames = FrameKinds::of(&tables);
         let (mut timeline, mut timeline_stacks, mut timeline_reasons) =
@@ -1654,12 +1662,18 @@ mod tests {
     #[test]
     fn task_markers_aggregate_into_one_symbol() {
         use pyperf_format::{symbol_flags, Symbol};
-        let sym = |name: &str, flags| Symbol { scope: String::new(), name: name.into(), file: String::new(), line: 0, flags };
+        let sym =
+            |name: &str, flags| Symbol { scope: String::new(), name: name.into(), file: String::new(), line: 0, flags };
         let task = |name: &str| sym(name, symbol_flags::TASK);
         let mut t = Tables::default();
         // 0 [task request-3], 1 [task request-12], 2 handle, 3 [asyncio loop], 4 [task a (+2 awaiters)]
-        t.symbols =
-            vec![task("[task request-3]"), task("[task request-12]"), sym("handle", 0), task("[asyncio loop]"), task("[task a (+2 awaiters)]")];
+        t.symbols = vec![
+            task("[task request-3]"),
+            task("[task request-12]"),
+            sym("handle", 0),
+            task("[asyncio loop]"),
+            task("[task a (+2 awaiters)]"),
+        ];
         // 1 r3; 2 r3;handle; 3 r12; 4 r12;handle; 5 loop; 6 a
         t.nodes = vec![(0, 0), (1, 2), (0, 1), (3, 2), (0, 3), (0, 4)];
         let before = t.clone();

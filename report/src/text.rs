@@ -340,13 +340,15 @@ pub fn task_chains(profile: &Profile) -> Vec<TaskChain> {
     for st in &profile.stacks {
         let id = *of_leaf.entry(st.leaf).or_insert_with(|| {
             tables.frames_root_first(st.leaf, &mut ids);
-            let markers: Vec<u32> = ids.iter().copied().filter(|&s| tables.symbol(s).kind() == FrameKind::Task).collect();
+            let markers: Vec<u32> =
+                ids.iter().copied().filter(|&s| tables.symbol(s).kind() == FrameKind::Task).collect();
             if markers.is_empty() {
                 return None;
             }
             let next = chains.len();
             Some(*chain_ids.entry(markers).or_insert_with_key(|markers| {
-                let tasks = markers.iter().map(|&s| names::task_of_marker(&tables.symbol(s).name).to_string()).collect();
+                let tasks =
+                    markers.iter().map(|&s| names::task_of_marker(&tables.symbol(s).name).to_string()).collect();
                 chains.push(TaskChain { tasks, count: 0 });
                 next
             }))
@@ -705,8 +707,12 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
     let chains = task_chains(profile);
     if !chains.is_empty() {
         let shown = chains.len().min(TASK_CHAINS);
-        let _ = writeln!(o, "
-Busiest task chains, root task first (top {shown} of {})", chains.len());
+        let _ = writeln!(
+            o,
+            "
+Busiest task chains, root task first (top {shown} of {})",
+            chains.len()
+        );
         let head = if mode.is_time() { "    TIME ms      %" } else { "    SAMPLES      %" };
         let _ = writeln!(o, "{head}  CHAIN");
         for c in chains.iter().take(TASK_CHAINS) {

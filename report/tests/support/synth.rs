@@ -1181,7 +1181,8 @@ fn tasks() -> Vec<u8> {
     let orders = |w: &mut Writer<Vec<u8>>, r: u32, o: u32, tail: &[u32]| {
         w.intern_stack(&with(&[task1, main, r, handle_request, o, fetch_orders], tail))
     };
-    let task_query = [orders(&mut w, requests[0], orders3, &[query_db]), orders(&mut w, requests[1], orders7, &[query_db])];
+    let task_query =
+        [orders(&mut w, requests[0], orders3, &[query_db]), orders(&mut w, requests[1], orders7, &[query_db])];
     let task_select = w.intern_stack(&with(&with(&[loop_marker], &lp), &[select]));
     let cruncher = w.intern_stack(&[bootstrap, worker_run, crunch]);
 
@@ -1243,8 +1244,10 @@ fn tasks() -> Vec<u8> {
     // The sweeps: (task stack, first sweep, last sweep), sweeps numbered 1..=10.
     let task1_wait = w.intern_stack(&[task1, main]);
     let request_wait: Vec<u32> = requests.iter().map(|&r| w.intern_stack(&[task1, main, r, handle_request])).collect();
-    let orders_wait =
-        [orders(&mut w, requests[0], orders3, &[query_db, sleep]), orders(&mut w, requests[1], orders7, &[query_db, sleep])];
+    let orders_wait = [
+        orders(&mut w, requests[0], orders3, &[query_db, sleep]),
+        orders(&mut w, requests[1], orders7, &[query_db, sleep]),
+    ];
     let waiting = [
         (task1_wait, 1, 10),
         (request_wait[0], 1, 5),
@@ -1258,7 +1261,13 @@ fn tasks() -> Vec<u8> {
         let now: Vec<TaskWait> = waiting
             .iter()
             .filter(|&&(_, first, last)| (first..=last).contains(&sweep))
-            .map(|&(stack, _, _)| TaskWait { pid: 700, tid: 700, time_ns: sweep * 100 * MS, weight_ns: 100 * MS, stack })
+            .map(|&(stack, _, _)| TaskWait {
+                pid: 700,
+                tid: 700,
+                time_ns: sweep * 100 * MS,
+                weight_ns: 100 * MS,
+                stack,
+            })
             .collect();
         waits += now.len() as u64;
         w.task_waits(&now).expect("task waits");
