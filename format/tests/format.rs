@@ -1462,7 +1462,7 @@ fn older_readers_skip_task_waits_and_read_the_prefix_of_the_columns() {
     assert_eq!(seen, 1);
     // An off-CPU chunk as 1.4 wrote it: the same.
     let iv = interval(1, &[1]);
-    let v15 = postcard::to_stdvec(&OffCpuChunk::from_intervals(OFF_CPU_MIN_NS, &[iv.clone()])).unwrap();
+    let v15 = postcard::to_stdvec(&OffCpuChunk::from_intervals(OFF_CPU_MIN_NS, std::slice::from_ref(&iv))).unwrap();
     assert_eq!(v15.last(), Some(&0), "task_stack 0, the last column");
     let v14 = &v15[..v15.len() - 2]; // the column: count 1, value 0
     let mut bytes = w.bytes[..ends[ends.len() - 3]].to_vec();
