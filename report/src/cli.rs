@@ -135,7 +135,7 @@ pub struct ReportArgs {
     /// What to weigh, in every format: cpu: CPU samples; off-cpu: time off CPU (blocked on I/O, sleep or locks,
     /// runnable waiting for a CPU, waiting for the GIL); wall: both, each thread's whole life (a CPU sample weighs
     /// one sampling period; with asyncio tasks also where suspended tasks wait). off-cpu and wall need a recording
-    /// made with --off-cpu and count time (folded counts are microseconds)
+    /// made with --off-cpu (wall: or with asyncio task waits) and count time (folded counts are microseconds)
     #[arg(long, value_enum, value_name = "MODE", default_value_t = Mode::Cpu, hide_possible_values = true)]
     pub mode: Mode,
 
@@ -407,7 +407,10 @@ impl ReportArgs {
             },
             other => other,
         })?;
-        check_mode(self.mode, &shown(input), &profile.header, Some(profile.off_cpu_min_ns().is_some()))?;
+        // Wall-clock time is also where suspended asyncio tasks waited: the task sweep gives it without --off-cpu.
+        let task_waits = self.mode == Mode::Wall && !self.no_async && profile.tables.task_sweep();
+        let has_time = profile.off_cpu_min_ns().is_some() || task_waits;
+        check_mode(self.mode, &shown(input), &profile.header, Some(has_time))?;
         Ok(profile)
     }
 

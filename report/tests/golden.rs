@@ -706,3 +706,51 @@ fn task_names_aggregate_in_every_format() {
     let svg = String::from_utf8(render(&recording, &["--flamegraph".to_string()])).unwrap();
     assert_eq!(svg.matches("<title>[task request-N] (").count(), 1, "one flame graph node: {svg}");
 }
+
+/// A recording with the asyncio task sweep and without --off-cpu has wall-clock time (CPU samples and task waits) but
+/// no off-CPU time; the thread view of it has neither.
+#[test]
+fn task_waits_alone_give_wall_clock_time() {
+    use pyperf_format::{GilState, PthreadIdMatch, SampleRecord, StackStatus, Stats, TaskWait, ThreadStateMatch};
+    let mut header = pyperf_format::Reader::new(&synth::recording("mixed")[..]).unwrap().header().clone();
+    header.rate = pyperf_format::Rate::Frequency(100);
+    header.event = "cpu-clock".into();
+    let mut w = pyperf_format::Writer::new(Vec::new(), &header).unwrap();
+    w.start_task_waits().unwrap();
+    let main = w.intern_symbol(&synth::sym("", "main", "/a.py", 1));
+    let task = w.intern_symbol(&synth::task_sym("[task Task-1]"));
+    let (stack, task_stack) = (w.intern_stack(&[main]), w.intern_stack(&[task, main]));
+    w.push_sample(&SampleRecord {
+        time_ns: 0,
+        cpu: 0,
+        pid: 1,
+        tid: 1,
+        comm: "python3",
+        thread_state: ThreadStateMatch::Match,
+        gil: GilState::ThisThread,
+        pthread_id: PthreadIdMatch::Match,
+        status: StackStatus::Complete,
+        stack,
+        task_stack,
+    })
+    .unwrap();
+    w.task_waits(&[TaskWait { pid: 1, tid: 1, time_ns: 5, weight_ns: 30_000_000, stack: task_stack }]).unwrap();
+    let bytes = w.finish(&Stats::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sweep.pyp");
+    std::fs::write(&path, bytes).unwrap();
+    let args = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let folded = String::from_utf8(render(&path, &args(&["--folded", "--mode", "wall"]))).unwrap();
+    assert_eq!(folded, "[task Task-N];main (/a.py:1) 40000\n");
+    let text = String::from_utf8(render(&path, &args(&["--mode", "wall"]))).unwrap();
+    assert!(text.contains("  1 task wait, 30.000 ms: where suspended asyncio tasks waited"), "{text}");
+    let load = |list: &[&str]| {
+        let mut argv = args(&["pyperf-report", "-i", path.to_str().unwrap()]);
+        argv.extend(args(list));
+        Cli::try_parse_from(&argv).unwrap().report.load().map(|_| ()).map_err(|e| e.to_string())
+    };
+    for refused in [&["--mode", "off-cpu"][..], &["--mode", "wall", "--no-async"]] {
+        let err = load(refused).expect_err("no off-CPU data");
+        assert!(err.contains("has no off-CPU data"), "{refused:?}: {err}");
+    }
+}
