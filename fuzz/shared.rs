@@ -103,7 +103,8 @@ impl std::io::Write for Capped {
 /// (stack counts only), each written in every output format of the report crate (`Format::ALL`, so a new
 /// exporter is fuzzed without a change here) and as folded stacks without lines (and with process and thread
 /// roots when loaded per thread), each output up to [`OUTPUT_CAP`]. A file with native or kernel frames (format 1.4)
-/// is also reported with frames left out (`--no-native --no-kernel`) and with glue shown (`--show-glue`). An
+/// is also reported with frames left out (`--no-native --no-kernel`) and with glue shown (`--show-glue`), one with
+/// asyncio task stacks (format 1.5) in the thread view (`--no-async`) and with exact task names. An
 /// exporter may refuse with an error (a clear error for the user, e.g. a flame graph of no samples); it must not
 /// panic.
 pub fn report_all_formats(bytes: &[u8]) {
@@ -122,6 +123,18 @@ pub fn report_all_formats(bytes: &[u8]) {
                 if frame_options.len() == 1 && (has.native || has.glue || has.marker || has.kernel) {
                     frame_options.push(ShowFrames { native: false, kernel: false, glue: true });
                     frame_options.push(ShowFrames { native: true, kernel: true, glue: true });
+                }
+                if has.task && k == 0 {
+                    // An asyncio file (format 1.5): also the thread view and the exact task names.
+                    for (task_view, exact_task_names) in [(false, false), (true, true)] {
+                        let mut o = options.clone();
+                        (o.task_view, o.exact_task_names) = (task_view, exact_task_names);
+                        if let Ok(p) = Profile::load(bytes, &o) {
+                            for args in Format::ALL.map(|f| ReportArgs { mode, ..ReportArgs::with_format(f) }) {
+                                let _ = write_report(&args, &p, Capped(0));
+                            }
+                        }
+                    }
                 }
                 let roots = ReportArgs {
                     no_lines: true,

@@ -342,13 +342,14 @@ fn gil_key(t: &DumpedThread) -> &'static str {
     }
 }
 
-/// A frame's kind in the JSON: python, native, kernel or marker.
+/// A frame's kind in the JSON: python, native, kernel, marker or task.
 fn frame_kind(s: &Symbol) -> &'static str {
     match s.kind() {
         pyperf_format::FrameKind::Python => "python",
         pyperf_format::FrameKind::Native | pyperf_format::FrameKind::Glue => "native",
         pyperf_format::FrameKind::Kernel => "kernel",
         pyperf_format::FrameKind::Marker => "marker",
+        pyperf_format::FrameKind::Task => "task",
     }
 }
 

@@ -10,7 +10,7 @@ pub const MAGIC: [u8; 8] = *b"\x89PYP\r\n\x1a\n";
 /// Major version: a reader refuses files with a higher one.
 pub const MAJOR: u16 = 1;
 /// Minor version: a reader accepts higher ones, ignoring what it does not know.
-pub const MINOR: u16 = 4;
+pub const MINOR: u16 = 5;
 
 /// Bytes before the first chunk: magic, major, minor, four reserved bytes.
 pub const PREAMBLE_LEN: usize = 16;
@@ -68,6 +68,9 @@ pub enum Kind {
     OffCpu = 10,
     /// [`crate::LibraryChunk`]: native libraries new since the previous one (1.4+).
     Libraries = 11,
+    /// [`crate::TaskWaitChunk`]: suspended asyncio tasks, sampled by the recorder's task sweep (1.5+); an empty one
+    /// right after the header (after the off-CPU one, if any) says the sweep ran.
+    TaskWaits = 12,
 }
 
 impl Kind {
@@ -85,6 +88,7 @@ impl Kind {
             9 => Kind::ThreadNames,
             10 => Kind::OffCpu,
             11 => Kind::Libraries,
+            12 => Kind::TaskWaits,
             _ => return None,
         })
     }

@@ -69,14 +69,18 @@ fn raw_bytes(bytes: &[u8], n: usize, out: &mut Vec<u8>) -> Result<(), &'static s
 
 /// Encodes a chunk for writing. `buf` receives the columns back to back; the wire struct borrows from it.
 pub fn encode(c: &SampleChunk) -> Result<Vec<u8>, postcard::Error> {
-    let mut cols: [Vec<u8>; 6] = Default::default();
+    let mut cols: [Vec<u8>; 7] = Default::default();
     for &d in &c.time_delta_ns {
         put_varint(&mut cols[0], zigzag(d));
     }
-    for (col, values) in cols[1..].iter_mut().zip([&c.cpu, &c.pid, &c.tid, &c.comm, &c.stack]) {
+    for (col, values) in cols[1..6].iter_mut().zip([&c.cpu, &c.pid, &c.tid, &c.comm, &c.stack]) {
         for &v in values {
             put_varint(col, v as u64);
         }
+    }
+    // Always `len` values (0: no task stack), so that a 1.5 file's column is never taken for a missing one.
+    for i in 0..c.len() {
+        put_varint(&mut cols[6], c.task_stack.get(i).copied().unwrap_or(0) as u64);
     }
     let wire = WireSampleChunk {
         base_time_ns: c.base_time_ns,
@@ -92,6 +96,7 @@ pub fn encode(c: &SampleChunk) -> Result<Vec<u8>, postcard::Error> {
         pthread_id: &c.pthread_id,
         status: &c.status,
         stack: &cols[5],
+        task_stack: &cols[6],
     };
     postcard::to_stdvec(&wire)
 }
@@ -115,6 +120,8 @@ pub fn decode(w: &WireSampleChunk<'_>, want: Columns, out: &mut SampleChunk) -> 
     clear(want.pid, &mut out.pid, w.pid)?;
     clear(want.tid, &mut out.tid, w.tid)?;
     clear(want.comm, &mut out.comm, w.comm)?;
+    // An empty column: a file before 1.5, whose samples have no task stack.
+    clear(want.task_stack && !w.task_stack.is_empty(), &mut out.task_stack, w.task_stack)?;
     out.time_delta_ns.clear();
     if want.time {
         let mut raw = Vec::new();

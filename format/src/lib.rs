@@ -18,7 +18,7 @@ pub use reader::{samples, Frames, Reader, Record, Sample, Tables};
 pub use states::{GilState, OffCpuKind, PthreadIdMatch, StackStatus, ThreadStateMatch};
 pub use writer::{
     SampleRecord, Writer, LIBRARIES_PER_CHUNK, OFF_CPU_PER_CHUNK, SAMPLES_PER_CHUNK, SYMBOLS_PER_CHUNK,
-    THREAD_NAMES_PER_CHUNK,
+    TASK_WAITS_PER_CHUNK, THREAD_NAMES_PER_CHUNK,
 };
 
 use std::io::Read;
@@ -94,7 +94,7 @@ pub struct ScanNotes {
 /// Reads the rest of a recording, keeping `tables` up to date and handing every sample chunk to `on_samples`
 /// after the tables know everything it refers to. A file cut off mid-chunk is not an error: the complete
 /// chunks are delivered and a warning says what was lost. Any other damage is an error. Other records (off-CPU
-/// intervals among them) only go to the tables: see [`scan_records`] to get them too.
+/// intervals and task waits among them) only go to the tables: see [`scan_records`] to get them too.
 pub fn scan<R: Read>(
     reader: &mut Reader<R>,
     tables: &mut Tables,

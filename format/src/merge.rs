@@ -74,6 +74,7 @@ impl Tables {
         if self.off_cpu_min_ns.is_none() {
             self.off_cpu_min_ns = other.off_cpu_min_ns;
         }
+        self.task_sweep |= other.task_sweep;
         for (path, id) in &other.libraries {
             self.libraries.entry(path.clone()).or_insert_with(|| id.clone());
         }

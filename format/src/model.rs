@@ -195,6 +195,10 @@ pub struct OffCpuInterval {
     pub flags: u8,
     /// Thread name (task comm).
     pub comm: String,
+    /// 1.5+: leaf node of the interval's task-view stack (the asyncio task chain, [`symbol_flags::TASK`] markers
+    /// between the tasks' frames), 0 for none (not an asyncio thread, unknown, or a file before 1.5): then the task
+    /// view uses `stack`.
+    pub task_stack: u32,
 }
 
 /// The on-disk form of a chunk of off-CPU intervals (kind 10, format 1.3+): the recording's minimum and one column
@@ -230,6 +234,8 @@ pub struct OffCpuChunk {
     pub flags: Vec<u8>,
     /// [`OffCpuInterval::comm`] of each interval.
     pub comm: Vec<String>,
+    /// 1.5+: [`OffCpuInterval::task_stack`] of each interval; empty in files before 1.5 (every interval reads 0).
+    pub task_stack: Vec<u32>,
 }
 
 impl OffCpuChunk {
@@ -257,6 +263,7 @@ impl OffCpuChunk {
         self.stack.push(iv.stack);
         self.flags.push(iv.flags);
         self.comm.push(iv.comm.clone());
+        self.task_stack.push(iv.task_stack);
     }
 
     /// Number of intervals (of the `pid` column: see [`OffCpuChunk::intervals`] for the check that all agree).
@@ -286,7 +293,8 @@ impl OffCpuChunk {
             self.flags.len(),
             self.comm.len(),
         ];
-        if lens.iter().any(|&l| l != n) {
+        // An empty task_stack column is a file before 1.5 (FORMAT.md, "Versioning").
+        if lens.iter().any(|&l| l != n) || !(self.task_stack.is_empty() || self.task_stack.len() == n) {
             return None;
         }
         let mut comm = self.comm.into_iter();
@@ -306,6 +314,7 @@ impl OffCpuChunk {
                     stack: self.stack[i],
                     flags: self.flags[i],
                     comm: comm.next().unwrap_or_default(),
+                    task_stack: self.task_stack.get(i).copied().unwrap_or(0),
                 })
                 .collect(),
         )
@@ -355,6 +364,89 @@ impl LibraryChunk {
     }
 }
 
+/// A suspended asyncio task, sampled by the recorder's task sweep (format 1.5+): where it waits (its task-view stack:
+/// the root task's marker ... the task's own suspended coroutine frames, leaf = the await it is suspended in) and the
+/// wall time it stands for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TaskWait {
+    /// Process id (tgid), as in the samples.
+    pub pid: u32,
+    /// Thread whose event loop owns the task, as in the samples; 0 when unknown.
+    pub tid: u32,
+    /// Sweep time, ns since the recording's start (the samples' clock).
+    pub time_ns: u64,
+    /// Wall time it stands for: the time since the previous sweep (several identical (pid, tid, stack) of one sweep
+    /// may be summed into one).
+    pub weight_ns: u64,
+    /// Leaf node of its task-view stack (never 0 from the recorder).
+    pub stack: u32,
+}
+
+/// The on-disk form of a chunk of task waits (kind 12, format 1.5+): one column per field, all of the same length
+/// (wait `i` is element `i` of every column). Columns so that a later minor version can append one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskWaitChunk {
+    /// [`TaskWait::pid`] of each wait.
+    pub pid: Vec<u32>,
+    /// [`TaskWait::tid`] of each wait.
+    pub tid: Vec<u32>,
+    /// [`TaskWait::time_ns`] of each wait.
+    pub time_ns: Vec<u64>,
+    /// [`TaskWait::weight_ns`] of each wait.
+    pub weight_ns: Vec<u64>,
+    /// [`TaskWait::stack`] of each wait.
+    pub stack: Vec<u32>,
+}
+
+impl TaskWaitChunk {
+    /// Appends one wait to every column.
+    pub fn push(&mut self, w: &TaskWait) {
+        self.pid.push(w.pid);
+        self.tid.push(w.tid);
+        self.time_ns.push(w.time_ns);
+        self.weight_ns.push(w.weight_ns);
+        self.stack.push(w.stack);
+    }
+
+    /// The chunk holding `waits`, in order.
+    pub fn from_waits(waits: &[TaskWait]) -> TaskWaitChunk {
+        let mut c = TaskWaitChunk::default();
+        for w in waits {
+            c.push(w);
+        }
+        c
+    }
+
+    /// Number of waits (of the `pid` column: see [`TaskWaitChunk::waits`] for the check that all agree).
+    pub fn len(&self) -> usize {
+        self.pid.len()
+    }
+
+    /// Whether the chunk holds no wait.
+    pub fn is_empty(&self) -> bool {
+        self.pid.is_empty()
+    }
+
+    /// Its waits, in order; `None` if the columns differ in length.
+    pub fn waits(&self) -> Option<Vec<TaskWait>> {
+        let n = self.pid.len();
+        if [self.tid.len(), self.time_ns.len(), self.weight_ns.len(), self.stack.len()].iter().any(|&l| l != n) {
+            return None;
+        }
+        Some(
+            (0..n)
+                .map(|i| TaskWait {
+                    pid: self.pid[i],
+                    tid: self.tid[i],
+                    time_ns: self.time_ns[i],
+                    weight_ns: self.weight_ns[i],
+                    stack: self.stack[i],
+                })
+                .collect(),
+        )
+    }
+}
+
 /// `Symbol::flags` bits. A symbol with neither [`symbol_flags::NATIVE`] nor [`symbol_flags::KERNEL`] is a Python
 /// frame; [`Symbol::kind`] tells the kinds apart.
 pub mod symbol_flags {
@@ -382,6 +474,16 @@ pub mod symbol_flags {
     /// walk could not be merged with the Python one: the sample keeps its Python frames), `[native: truncated]`
     /// (the native frames rootward of it are missing), `[native: no stack copy]`. `file` is empty.
     pub const MARKER: u32 = 64;
+    /// A task-view pseudo-frame (1.5+, asyncio): `[task NAME]` (the boundary into the task NAME, as
+    /// `Task.get_name()` gives it: its frames follow, leafward), `[task NAME (+K awaiters)]` (the same, K >= 1 other
+    /// tasks or futures also await it: the stack follows one of them), or `[asyncio loop]` (root of a task-view stack
+    /// of a thread running an event loop when no task runs on it: its frames follow). `scope` and `file` empty, `line`
+    /// 0. See [`TASK_MARKER_PREFIX`] and [`ASYNCIO_LOOP`].
+    pub const TASK: u32 = 128;
+    /// How the name of every [`TASK`] symbol naming a task starts.
+    pub const TASK_MARKER_PREFIX: &str = "[task ";
+    /// The name of the [`TASK`] symbol at the root of an event loop thread's stack when no task runs on it.
+    pub const ASYNCIO_LOOP: &str = "[asyncio loop]";
 }
 
 /// What a frame is, from its symbol's flags ([`Symbol::kind`]).
@@ -398,6 +500,8 @@ pub enum FrameKind {
     Marker,
     /// A kernel function ([`symbol_flags::KERNEL`]).
     Kernel,
+    /// A task-view pseudo-frame ([`symbol_flags::TASK`], 1.5+): `[task NAME]`, `[asyncio loop]`.
+    Task,
 }
 
 /// A frame as shown to the user: one Python function at one line, or (1.4+) a native or kernel function
@@ -430,13 +534,15 @@ impl Symbol {
         }
     }
 
-    /// What kind of frame it is: [`symbol_flags::KERNEL`] first, then [`symbol_flags::NATIVE`] with
-    /// [`symbol_flags::MARKER`] or [`symbol_flags::GLUE`] (in that order), else Python. GLUE and MARKER without
-    /// NATIVE mean nothing.
+    /// What kind of frame it is: [`symbol_flags::KERNEL`] first, then [`symbol_flags::TASK`], then
+    /// [`symbol_flags::NATIVE`] with [`symbol_flags::MARKER`] or [`symbol_flags::GLUE`] (in that order), else Python.
+    /// GLUE and MARKER without NATIVE mean nothing.
     pub fn kind(&self) -> FrameKind {
         use symbol_flags::*;
         if self.flags & KERNEL != 0 {
             FrameKind::Kernel
+        } else if self.flags & TASK != 0 {
+            FrameKind::Task
         } else if self.flags & NATIVE == 0 {
             FrameKind::Python
         } else if self.flags & MARKER != 0 {
@@ -500,6 +606,9 @@ pub struct SampleChunk {
     pub status: Vec<u8>,
     /// Leaf stack node; 0 for no Python frames.
     pub stack: Vec<u32>,
+    /// 1.5+: leaf node of each sample's task-view stack (asyncio), 0 for none (then the task view uses `stack`).
+    /// Empty when the file has no such column (before 1.5) or the reader skipped it ([`Columns::task_stack`]).
+    pub task_stack: Vec<u32>,
 }
 
 impl SampleChunk {
@@ -530,14 +639,17 @@ pub struct Columns {
     pub comm: bool,
     /// `thread_state`, `gil` and `pthread_id`.
     pub states: bool,
+    /// `task_stack` (1.5+).
+    pub task_stack: bool,
 }
 
 impl Columns {
     /// Every column.
-    pub const ALL: Columns = Columns { time: true, cpu: true, pid: true, tid: true, comm: true, states: true };
+    pub const ALL: Columns =
+        Columns { time: true, cpu: true, pid: true, tid: true, comm: true, states: true, task_stack: true };
     /// Only what every reader gets: time base, status, stack.
     pub const MINIMAL: Columns =
-        Columns { time: false, cpu: false, pid: false, tid: false, comm: false, states: false };
+        Columns { time: false, cpu: false, pid: false, tid: false, comm: false, states: false, task_stack: false };
 }
 
 impl Default for Columns {
@@ -573,6 +685,9 @@ pub(crate) struct WireSampleChunk<'a> {
     pub status: &'a [u8],
     #[serde(serialize_with = "as_bytes")]
     pub stack: &'a [u8],
+    /// 1.5+; an empty byte string when decoding a file before 1.5 (the reader appends one, FORMAT.md "Versioning").
+    #[serde(serialize_with = "as_bytes")]
+    pub task_stack: &'a [u8],
 }
 
 /// A column as one byte string: what serde's `&[u8]` deserializes from (postcard: a length, then the bytes), written

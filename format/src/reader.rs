@@ -39,6 +39,9 @@ pub enum Record {
     },
     /// Native libraries new since the previous such chunk (1.4+), in file order.
     Libraries(Vec<Library>),
+    /// Suspended asyncio tasks sampled by the recorder's task sweep (1.5+), in file order; none in the chunk the
+    /// recorder writes first to say that the sweep ran.
+    TaskWaits(Vec<TaskWait>),
     /// A chunk kind from a newer minor version; skipped.
     Unknown {
         /// Its on-disk kind value.
@@ -123,7 +126,8 @@ impl<R: Read> Reader<R> {
                 Record::Stacks(c)
             }
             Some(Kind::Samples) => {
-                let wire: WireSampleChunk<'_> = decode_borrowed(&raw.payload, at)?;
+                let payload = missing_column_reads_empty(raw.payload);
+                let wire: WireSampleChunk<'_> = decode_borrowed(&payload, at)?;
                 let mut c = SampleChunk::default();
                 crate::columns::decode(&wire, self.columns, &mut c)
                     .map_err(|what| Error::Corrupt { offset: at, what: what.into() })?;
@@ -141,7 +145,8 @@ impl<R: Read> Reader<R> {
                 Record::ThreadNames(names)
             }
             Some(Kind::OffCpu) => {
-                let c: OffCpuChunk = decode(&raw.payload, at)?;
+                let payload = missing_column_reads_empty(raw.payload);
+                let c: OffCpuChunk = decode(&payload, at)?;
                 let min_ns = c.min_ns;
                 let intervals = c.into_intervals().ok_or_else(|| Error::Corrupt {
                     offset: at,
@@ -156,6 +161,14 @@ impl<R: Read> Reader<R> {
                     what: "library chunk columns differ in length".into(),
                 })?;
                 Record::Libraries(libraries)
+            }
+            Some(Kind::TaskWaits) => {
+                let c: TaskWaitChunk = decode(&raw.payload, at)?;
+                let waits = c.waits().ok_or_else(|| Error::Corrupt {
+                    offset: at,
+                    what: "task wait chunk columns differ in length".into(),
+                })?;
+                Record::TaskWaits(waits)
             }
             None => Record::Unknown { kind: raw.kind },
         };
@@ -180,6 +193,14 @@ fn decode_process(payload: &[u8], offset: u64) -> Result<Process, Error> {
         ns_pid: v11.as_ref().map_or(0, |t| t.ns_pid),
         cgroup: v11.map(|t| t.cgroup).unwrap_or_default(),
     })
+}
+
+/// The payload of a sample or off-CPU chunk, ready for a decoder that knows the 1.5 `task_stack` column: a file
+/// before 1.5 ends before it, and the zero byte added here reads as its empty value (postcard's empty byte string or
+/// vector), which says "no task stacks"; after a 1.5 chunk it is a trailing byte, ignored like a newer minor's fields.
+fn missing_column_reads_empty(mut payload: Vec<u8>) -> Vec<u8> {
+    payload.push(0);
+    payload
 }
 
 /// Decodes the known prefix of a record; trailing bytes are fields of a newer minor version.
@@ -218,6 +239,8 @@ pub struct Sample<'a> {
     pub status: StackStatus,
     /// Leaf stack node, 0 for none; resolve with [`Tables::frames`].
     pub stack: u32,
+    /// 1.5+: leaf node of its task-view stack (asyncio), 0 for none (or a file before 1.5, or the column skipped).
+    pub task_stack: u32,
 }
 
 /// Iterates the samples of a chunk. Columns the reader skipped read as 0 (time: the chunk's base time).
@@ -239,6 +262,7 @@ pub fn samples(c: &SampleChunk) -> impl Iterator<Item = Sample<'_>> + '_ {
             pthread_id: PthreadIdMatch::from_u8(u8_at(&c.pthread_id, i)),
             status: StackStatus::from_u8(c.status[i]),
             stack: c.stack[i],
+            task_stack: u32_at(&c.task_stack, i),
         }
     })
 }
@@ -270,6 +294,8 @@ pub struct Tables {
     pub(crate) off_cpu_min_ns: Option<u64>,
     /// Native libraries (1.4+): path -> build id.
     pub(crate) libraries: BTreeMap<String, String>,
+    /// Whether a task wait chunk was applied (1.5+).
+    pub(crate) task_sweep: bool,
 }
 
 /// Thread names by thread, for [`Tables::thread_name`].
@@ -352,13 +378,7 @@ impl Tables {
                 }
             }
             Record::Samples(c) => {
-                let max = self.nodes.len() as u32;
-                if let Some(bad) = c.stack.iter().find(|&&s| s > max) {
-                    return Err(Error::Corrupt {
-                        offset,
-                        what: format!("sample names stack {bad}, which is not defined before it"),
-                    });
-                }
+                self.check_stacks(c.stack.iter().chain(&c.task_stack).copied(), "sample", offset)?;
             }
             Record::Stats(s) => self.stats = Some(s.clone()),
             Record::Warning(w) => self.warnings.push(w.clone()),
@@ -367,14 +387,13 @@ impl Tables {
                 self.name_index.take();
             }
             Record::OffCpu { min_ns, intervals } => {
-                let max = self.nodes.len() as u32;
-                if let Some(bad) = intervals.iter().map(|iv| iv.stack).find(|&s| s > max) {
-                    return Err(Error::Corrupt {
-                        offset,
-                        what: format!("off-CPU interval names stack {bad}, which is not defined before it"),
-                    });
-                }
+                let stacks = intervals.iter().flat_map(|iv| [iv.stack, iv.task_stack]);
+                self.check_stacks(stacks, "off-CPU interval", offset)?;
                 self.off_cpu_min_ns.get_or_insert(*min_ns);
+            }
+            Record::TaskWaits(waits) => {
+                self.check_stacks(waits.iter().map(|w| w.stack), "task wait", offset)?;
+                self.task_sweep = true;
             }
             Record::Libraries(libraries) => {
                 for l in libraries {
@@ -384,6 +403,19 @@ impl Tables {
             Record::Unknown { .. } => {}
         }
         Ok(())
+    }
+
+    /// Every stack node a record of `what` names is defined (ordering rule: in an earlier chunk).
+    fn check_stacks(&self, stacks: impl Iterator<Item = u32>, what: &str, offset: u64) -> Result<(), Error> {
+        let max = self.nodes.len() as u32;
+        let mut stacks = stacks;
+        match stacks.find(|&s| s > max) {
+            Some(bad) => Err(Error::Corrupt {
+                offset,
+                what: format!("{what} names stack {bad}, which is not defined before it"),
+            }),
+            None => Ok(()),
+        }
     }
 
     fn add_symbols(&mut self, c: &SymbolChunk, offset: u64) -> Result<(), Error> {
@@ -425,6 +457,12 @@ impl Tables {
     /// of a file has the same).
     pub fn off_cpu_min_ns(&self) -> Option<u64> {
         self.off_cpu_min_ns
+    }
+
+    /// Whether the recorder's asyncio task sweep ran (1.5+): a task wait chunk was applied (the recorder writes an empty
+    /// one first), so the recording says where suspended tasks waited, even if no wait was recorded.
+    pub fn task_sweep(&self) -> bool {
+        self.task_sweep
     }
 
     /// The native libraries the recording has frames of (1.4+, `record --native`): path as mapped -> GNU build id

@@ -19,6 +19,8 @@ pub const THREAD_NAMES_PER_CHUNK: usize = 4096;
 pub const OFF_CPU_PER_CHUNK: usize = 16 * 1024;
 /// Native libraries per chunk (format 1.4+): at most a few hundred KiB of paths.
 pub const LIBRARIES_PER_CHUNK: usize = 1024;
+/// Task waits per chunk (format 1.5+): as samples, a few hundred KiB before compression.
+pub const TASK_WAITS_PER_CHUNK: usize = 16 * 1024;
 
 /// One sample as the recorder hands it over.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +45,9 @@ pub struct SampleRecord<'a> {
     pub status: StackStatus,
     /// Leaf stack node from [`Writer::intern_stack`], 0 for none.
     pub stack: u32,
+    /// 1.5+: leaf node of its task-view stack (asyncio: task markers between the tasks' frames) from
+    /// [`Writer::intern_stack`], 0 for none (the task view then uses `stack`).
+    pub task_stack: u32,
 }
 
 /// Hasher for the stack-node map, keyed by one `u64` (parent << 32 | symbol) that the writer makes itself: a
@@ -100,6 +105,10 @@ pub struct Writer<W: Write> {
     libraries: HashMap<String, String>,
     /// Libraries pushed but not yet on disk.
     pending_libraries: Vec<Library>,
+    /// Whether [`Writer::start_task_waits`] was called.
+    task_sweep: bool,
+    task_wait_batch: TaskWaitChunk,
+    task_waits: u64,
 }
 
 impl<W: Write> Writer<W> {
@@ -127,6 +136,9 @@ impl<W: Write> Writer<W> {
             off_cpu: 0,
             libraries: HashMap::new(),
             pending_libraries: Vec::new(),
+            task_sweep: false,
+            task_wait_batch: TaskWaitChunk::default(),
+            task_waits: 0,
         };
         w.write_record(Kind::Header, header)?;
         Ok(w)
@@ -150,6 +162,11 @@ impl<W: Write> Writer<W> {
     /// Off-CPU intervals pushed so far, batched ones included.
     pub fn off_cpu_written(&self) -> u64 {
         self.off_cpu
+    }
+
+    /// Task waits pushed so far, batched ones included (format 1.5+).
+    pub fn task_waits_written(&self) -> u64 {
+        self.task_waits
     }
 
     /// Distinct symbols interned so far.
@@ -258,7 +275,7 @@ impl<W: Write> Writer<W> {
 
     /// Adds a sample. Its stack must come from this writer. Writes a chunk when the batch is full.
     pub fn push_sample(&mut self, s: &SampleRecord<'_>) -> Result<(), Error> {
-        debug_assert!(s.stack < self.node_count);
+        debug_assert!(s.stack < self.node_count && s.task_stack < self.node_count);
         let b = &mut self.batch;
         if b.stack.is_empty() {
             b.base_time_ns = s.time_ns;
@@ -289,6 +306,7 @@ impl<W: Write> Writer<W> {
         b.pthread_id.push(s.pthread_id.as_u8());
         b.status.push(s.status.as_u8());
         b.stack.push(s.stack);
+        b.task_stack.push(s.task_stack);
         self.samples += 1;
         if self.batch.len() >= SAMPLES_PER_CHUNK {
             self.write_definitions()?;
@@ -316,7 +334,7 @@ impl<W: Write> Writer<W> {
         if self.off_cpu_min_ns.is_none() {
             return Err(Error::Encode("push_off_cpu called before start_off_cpu".into()));
         }
-        debug_assert!(iv.stack < self.node_count);
+        debug_assert!(iv.stack < self.node_count && iv.task_stack < self.node_count);
         self.off_cpu_batch.push(iv);
         self.off_cpu += 1;
         if self.off_cpu_batch.len() >= OFF_CPU_PER_CHUNK {
@@ -326,7 +344,37 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
-    /// Writes everything buffered (new symbols, then new stacks, then samples and off-CPU intervals: each
+    /// Says that the recorder's asyncio task sweep runs (format 1.5+): writes an empty task wait chunk now, so that a
+    /// reader knows it even if no wait follows. Call it once, before [`Writer::task_waits`] (after
+    /// [`Writer::start_off_cpu`], if that is called).
+    pub fn start_task_waits(&mut self) -> Result<(), Error> {
+        if self.task_sweep {
+            return Err(Error::Encode("start_task_waits called twice".into()));
+        }
+        self.task_sweep = true;
+        self.write_record(Kind::TaskWaits, &TaskWaitChunk::default())
+    }
+
+    /// Adds suspended asyncio tasks of one sweep (format 1.5+; after [`Writer::start_task_waits`]). Their stacks must
+    /// come from this writer. Batched like samples: writes a chunk (after the stack nodes and symbols it may use)
+    /// when the batch holds [`TASK_WAITS_PER_CHUNK`].
+    pub fn task_waits(&mut self, waits: &[TaskWait]) -> Result<(), Error> {
+        if !self.task_sweep {
+            return Err(Error::Encode("task_waits called before start_task_waits".into()));
+        }
+        for w in waits {
+            debug_assert!(w.stack < self.node_count);
+            self.task_wait_batch.push(w);
+            self.task_waits += 1;
+            if self.task_wait_batch.len() >= TASK_WAITS_PER_CHUNK {
+                self.write_definitions()?;
+                self.write_task_waits()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes everything buffered (new symbols, then new stacks, then samples, off-CPU intervals and task waits: each
     /// reference reaches the disk no later than what it refers to) and flushes the output. Call it periodically
     /// so that a killed recorder loses little.
     pub fn flush(&mut self) -> Result<(), Error> {
@@ -338,7 +386,17 @@ impl<W: Write> Writer<W> {
     fn write_pending(&mut self) -> Result<(), Error> {
         self.write_definitions()?;
         self.write_samples()?;
-        self.write_off_cpu()
+        self.write_off_cpu()?;
+        self.write_task_waits()
+    }
+
+    /// Writes the task wait batch, if any (the definitions it uses must be written before).
+    fn write_task_waits(&mut self) -> Result<(), Error> {
+        if !self.task_wait_batch.is_empty() {
+            let chunk = std::mem::take(&mut self.task_wait_batch);
+            self.write_record(Kind::TaskWaits, &chunk)?;
+        }
+        Ok(())
     }
 
     /// Writes the off-CPU batch, if any (the definitions it uses must be written before).

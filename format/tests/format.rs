@@ -92,6 +92,7 @@ fn write(n: usize, flush_every: usize) -> Written {
             pthread_id: PthreadIdMatch::Match,
             status,
             stack: leaf,
+            task_stack: 0,
         })
         .unwrap();
         expected.push((t, pid, tid, comm.to_string(), gil, status, st.iter().map(|&k| syms[k].clone()).collect()));
@@ -518,18 +519,19 @@ fn recording(name: &str) -> Vec<u8> {
 }
 
 /// The recordings kept from earlier format versions (1.0: as 0.1.0 wrote them, a real one and the synthetic ones;
-/// 1.1, 1.2 and 1.3: the synthetic ones as 0.2.0, 0.3.0 and 0.4.0 wrote them) read with this reader: every chunk,
-/// no thread names, no off-CPU data, no native libraries or frames, and each synthetic recording gives the same
+/// 1.1 to 1.4: the synthetic ones as 0.2.0 to 0.5.0 wrote them) read with this reader: every chunk, no thread names,
+/// no off-CPU data, no native libraries or frames, no task stacks, and each synthetic recording gives the same
 /// samples, stacks and processes in every version (a 1.0 process record reads with the 1.1 fields unknown). The
-/// off-CPU recording of 1.3 reads with its intervals.
+/// off-CPU recordings of 1.3 and 1.4 read with their intervals (none with a task stack), the native one of 1.4 with
+/// its libraries.
 #[test]
-fn recordings_of_format_1_0_to_1_3_still_read() {
+fn recordings_of_format_1_0_to_1_4_still_read() {
     let (_, t, got, notes) = read(&recording("split-3.11.pyp")).unwrap();
     assert!(!got.is_empty() && t.stats.is_some() && t.thread_names.is_empty(), "{:?}", notes.warnings);
     assert_eq!(t.off_cpu_min_ns(), None);
     for name in ["mixed", "killed", "cutoff"] {
         let mut read_as = Vec::new();
-        for minor in 0..=3u8 {
+        for minor in 0..=4u8 {
             let v = format!("1.{minor}");
             let bytes = recording(&format!("{name}-{v}.pyp"));
             assert_eq!(&bytes[8..12], &[1, 0, minor, 0], "{name}-{v}: format {v}");
@@ -541,6 +543,7 @@ fn recordings_of_format_1_0_to_1_3_still_read() {
             assert_eq!(t.off_cpu_min_ns(), None, "{name}-{v}: recorded without off-CPU");
             assert!(t.libraries().is_empty(), "{name}-{v}: no native libraries");
             assert!(t.symbols.iter().all(|s| s.kind() == FrameKind::Python), "{name}-{v}: Python frames only");
+            assert!(!t.task_sweep(), "{name}-{v}: no task waits");
             // Only what the file itself says is wrong with it: the killed and cut-off ones lack their trailer.
             assert_eq!(notes.warnings.is_empty(), name == "mixed", "{name}-{v}: {:?}", notes.warnings);
             let processes: Vec<(u32, Vec<String>, String)> =
@@ -550,13 +553,26 @@ fn recordings_of_format_1_0_to_1_3_still_read() {
         assert!(read_as[0] == read_as[1], "{name}: 1.0 and 1.1 read differently");
         assert!(read_as[1] == read_as[2], "{name}: 1.1 and 1.2 read differently");
         assert!(read_as[2] == read_as[3], "{name}: 1.2 and 1.3 read differently");
+        assert!(read_as[3] == read_as[4], "{name}: 1.3 and 1.4 read differently");
     }
-    let bytes = recording("offcpu-1.3.pyp");
-    assert_eq!(&bytes[8..12], &[1, 0, 3, 0], "offcpu-1.3: format 1.3");
-    let (t, mins, intervals, notes) = read_off_cpu(&bytes).unwrap();
-    assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
-    assert_eq!((t.off_cpu_min_ns(), mins.len(), intervals.len()), (Some(1_000_000), 3, 10));
-    assert!(t.libraries().is_empty());
+    let mut read_as = Vec::new();
+    for minor in [3u8, 4] {
+        let bytes = recording(&format!("offcpu-1.{minor}.pyp"));
+        assert_eq!(&bytes[8..12], &[1, 0, minor, 0], "offcpu-1.{minor}: format 1.{minor}");
+        let (t, mins, intervals, notes) = read_off_cpu(&bytes).unwrap();
+        assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
+        assert_eq!((t.off_cpu_min_ns(), mins.len(), intervals.len()), (Some(1_000_000), 3, 10));
+        assert!(t.libraries().is_empty());
+        assert!(intervals.iter().all(|(iv, _)| iv.task_stack == 0), "no task stacks before 1.5");
+        read_as.push(intervals);
+    }
+    assert!(read_as[0] == read_as[1], "offcpu: 1.3 and 1.4 read differently");
+    let bytes = recording("native-1.4.pyp");
+    assert_eq!(&bytes[8..12], &[1, 0, 4, 0], "native-1.4: format 1.4");
+    let (_, t, got, notes) = read(&bytes).unwrap();
+    assert!(notes.warnings.is_empty() && got.len() == 100, "{:?}", notes.warnings);
+    assert_eq!(t.libraries().len(), 5);
+    assert!(t.symbols.iter().any(|s| s.kind() == FrameKind::Native) && !t.task_sweep());
 }
 
 /// An empty name (the recorder's "unknown from here": the tid was reused, or the thread is gone) ends the name
@@ -654,6 +670,7 @@ fn interval(i: u64, stacks: &[u32]) -> OffCpuInterval {
         stack: stacks[(i % stacks.len() as u64) as usize],
         flags: [0, off_cpu_flags::BEFORE_START, off_cpu_flags::OPEN_AT_END, 3, 0x80][(i % 5) as usize],
         comm: if i % 4 == 0 { "python3".into() } else { format!("wörker-{}", i % 7) },
+        task_stack: 0,
     }
 }
 
@@ -695,6 +712,7 @@ fn write_off_cpu(n: u64, flush_every: u64, min: Option<u64>) -> (Vec<u8>, Vec<(O
                 pthread_id: PthreadIdMatch::Match,
                 status: StackStatus::Complete,
                 stack: iv.stack,
+                task_stack: 0,
             })
             .unwrap();
         }
@@ -993,6 +1011,7 @@ fn write_native() -> (Vec<u8>, Vec<Vec<Symbol>>) {
             pthread_id: PthreadIdMatch::Match,
             status: StackStatus::Complete,
             stack: leaves[k],
+            task_stack: 0,
         })
         .unwrap();
         expected.push(stacks[k].clone());
@@ -1019,7 +1038,7 @@ fn kinds(bytes: &[u8]) -> Vec<u16> {
 #[test]
 fn native_frames_and_libraries_round_trip() {
     let (bytes, expected) = write_native();
-    assert_eq!(&bytes[8..12], &[1, 0, 4, 0], "format 1.4");
+    assert_eq!(&bytes[8..12], &[1, 0, MINOR as u8, 0], "this format version");
     let (_, t, got, notes) = read(&bytes).unwrap();
     assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
     let stacks: Vec<Vec<Symbol>> = got.into_iter().map(|s| s.6).collect();
@@ -1206,4 +1225,364 @@ fn appended_tables_keep_every_stack() {
     assert_eq!(stats.samples, (sa.len() + sb.len()) as u64);
     assert_eq!(stats.duration_ns, tb.stats.as_ref().unwrap().duration_ns + 1_000);
     assert!(merged.complete_symbol_table);
+}
+
+// ---- asyncio task stacks and task waits (1.5) ----------------------------------------------------------------------
+
+fn task_marker(name: &str) -> Symbol {
+    Symbol { scope: String::new(), name: name.into(), file: String::new(), line: 0, flags: symbol_flags::TASK }
+}
+
+/// What a 1.5 file holds, resolved to symbols (root first): per sample (thread stack, task stack), per interval the
+/// same, per wait (pid, tid, time, weight, stack).
+#[derive(Debug, Default, PartialEq)]
+struct TaskRead {
+    samples: Vec<(Vec<Symbol>, Vec<Symbol>)>,
+    intervals: Vec<(Vec<Symbol>, Vec<Symbol>)>,
+    waits: Vec<(u32, u32, u64, u64, Vec<Symbol>)>,
+    /// Task wait chunks read, the empty first one included.
+    wait_chunks: usize,
+}
+
+fn root_first(t: &Tables, leaf: u32) -> Vec<Symbol> {
+    let mut ids = Vec::new();
+    t.frames_root_first(leaf, &mut ids);
+    ids.into_iter().map(|id| t.symbol(id).clone()).collect()
+}
+
+fn read_tasks(bytes: &[u8]) -> Result<(Tables, TaskRead, ScanNotes), Error> {
+    let mut r = Reader::new(bytes)?;
+    let mut tables = Tables::default();
+    let mut got = TaskRead::default();
+    let notes = scan_records(&mut r, &mut tables, |t, record| match record {
+        Record::Samples(c) => {
+            for s in samples(c) {
+                got.samples.push((root_first(t, s.stack), root_first(t, s.task_stack)));
+            }
+        }
+        Record::OffCpu { intervals, .. } => {
+            for iv in intervals {
+                got.intervals.push((root_first(t, iv.stack), root_first(t, iv.task_stack)));
+            }
+        }
+        Record::TaskWaits(waits) => {
+            got.wait_chunks += 1;
+            for w in waits {
+                got.waits.push((w.pid, w.tid, w.time_ns, w.weight_ns, root_first(t, w.stack)));
+            }
+        }
+        _ => {}
+    })?;
+    Ok((tables, got, notes))
+}
+
+/// A recording of an asyncio program: `n` samples (every other one with a task stack), an off-CPU interval per ten
+/// samples (with and without task stacks) and `waits` task waits over a few stacks, flushed every `flush_every`
+/// samples (0: never). Returns the file and what a reader must find.
+fn write_tasks(n: usize, waits: usize, flush_every: usize) -> (Vec<u8>, TaskRead) {
+    let mut w = Writer::new(Vec::new(), &header()).unwrap();
+    w.start_off_cpu(OFF_CPU_MIN_NS).unwrap();
+    w.start_task_waits().unwrap();
+    w.add_process(&process(100)).unwrap();
+    let syms = [
+        sym("", "<module>", 1),
+        sym("Handle", "_run", 88),
+        sym("", "handle_request", 20),
+        sym("", "query_db", 6),
+        task_marker("[task Task-1]"),
+        task_marker("[task request-3]"),
+        task_marker("[task orders-3 (+1 awaiters)]"),
+        task_marker(symbol_flags::ASYNCIO_LOOP),
+        sym("", "select", 468),
+    ];
+    let ids: Vec<u32> = syms.iter().map(|s| w.intern_symbol(s)).collect();
+    // (thread stack, task stack) shapes; an empty task stack is none.
+    let shapes: [(&[usize], &[usize]); 4] =
+        [(&[0, 1, 2], &[4, 5, 2]), (&[0, 1, 3], &[4, 5, 2, 6, 3]), (&[0, 8], &[7, 0, 8]), (&[0, 1, 2], &[])];
+    let symbols = |shape: &[usize]| shape.iter().map(|&k| syms[k].clone()).collect::<Vec<Symbol>>();
+    let mut expected = TaskRead { wait_chunks: 1, ..Default::default() };
+    let intern =
+        |w: &mut Writer<Vec<u8>>, shape: &[usize]| w.intern_stack(&shape.iter().map(|&k| ids[k]).collect::<Vec<u32>>());
+    for i in 0..n {
+        let (thread, task) = shapes[i % shapes.len()];
+        let (stack, task_stack) = (intern(&mut w, thread), intern(&mut w, task));
+        w.push_sample(&SampleRecord {
+            time_ns: i as u64 * 1_000_000,
+            cpu: 0,
+            pid: 100,
+            tid: 100,
+            comm: "python3",
+            thread_state: ThreadStateMatch::Match,
+            gil: GilState::ThisThread,
+            pthread_id: PthreadIdMatch::Match,
+            status: StackStatus::Complete,
+            stack,
+            task_stack,
+        })
+        .unwrap();
+        expected.samples.push((symbols(thread), symbols(task)));
+        if i % 10 == 0 {
+            let iv = OffCpuInterval { stack, task_stack, ..interval(i as u64, &[stack]) };
+            w.push_off_cpu(&iv).unwrap();
+            expected.intervals.push((symbols(thread), symbols(task)));
+        }
+        if flush_every > 0 && (i + 1) % flush_every == 0 {
+            w.flush().unwrap();
+        }
+    }
+    let mut batch = Vec::new();
+    for i in 0..waits {
+        // Stacks new to the writer too: their nodes must reach the disk before the waits that use them.
+        let shape: &[usize] = [&[4, 0][..], &[4, 0, 5, 2], &[4, 0, 5, 2, 6, 3], &[4, 0, 5, 2, 6, 3, 8]][i % 4];
+        let stack = intern(&mut w, shape);
+        let wait = TaskWait {
+            pid: 100,
+            tid: if i % 7 == 0 { 0 } else { 100 },
+            time_ns: (i as u64 / 4 + 1) * 100_000_000,
+            weight_ns: 100_000_000 + i as u64,
+            stack,
+        };
+        expected.waits.push((wait.pid, wait.tid, wait.time_ns, wait.weight_ns, symbols(shape)));
+        batch.push(wait);
+        if batch.len() == 4 {
+            w.task_waits(&batch).unwrap();
+            batch.clear();
+        }
+    }
+    w.task_waits(&batch).unwrap();
+    assert_eq!(w.task_waits_written(), waits as u64);
+    let chunks_of_waits = waits.div_ceil(TASK_WAITS_PER_CHUNK);
+    expected.wait_chunks += chunks_of_waits;
+    (w.finish(&stats(n as u64)).unwrap(), expected)
+}
+
+/// Task stacks of samples and intervals, and task waits, survive write -> read with every field, the waits in chunks
+/// of at most TASK_WAITS_PER_CHUNK after the empty one that says the sweep ran (after the off-CPU one); task markers
+/// are their own kind of frame.
+#[test]
+fn task_stacks_and_waits_round_trip() {
+    let (bytes, expected) = write_tasks(200, TASK_WAITS_PER_CHUNK + 5, 64);
+    assert_eq!(&bytes[8..12], &[1, 0, 5, 0], "format 1.5");
+    let (t, got, notes) = read_tasks(&bytes).unwrap();
+    assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
+    assert!(t.task_sweep());
+    assert_eq!(got, expected);
+    assert_eq!(got.wait_chunks, 3);
+    let kinds = kinds(&bytes);
+    assert_eq!(&kinds[..3], &[Kind::Header as u16, Kind::OffCpu as u16, Kind::TaskWaits as u16]);
+    assert_eq!(task_marker("[task x]").kind(), FrameKind::Task);
+    assert_eq!(task_marker(symbol_flags::ASYNCIO_LOOP).kind(), FrameKind::Task);
+    let flags = |f| Symbol { flags: f, ..sym("", "f", 1) }.kind();
+    assert_eq!(flags(symbol_flags::TASK | symbol_flags::NATIVE | symbol_flags::MARKER), FrameKind::Task);
+    assert_eq!(flags(symbol_flags::TASK | symbol_flags::KERNEL), FrameKind::Kernel);
+    // Skipping the column leaves it empty: every sample reads 0.
+    let mut r = Reader::new(&bytes[..]).unwrap();
+    r.set_columns(Columns { task_stack: false, ..Columns::ALL });
+    let mut tables = Tables::default();
+    scan(&mut r, &mut tables, |_, c| assert!(c.task_stack.is_empty() && samples(c).all(|s| s.task_stack == 0)))
+        .unwrap();
+}
+
+/// Without the sweep, no task wait chunk: `task_sweep` says so. Misuse of the writer is an error, not a bad file.
+#[test]
+fn task_waits_need_the_sweep_started_once() {
+    let (bytes, _) = write_off_cpu(10, 0, Some(OFF_CPU_MIN_NS));
+    let (t, got, _) = read_tasks(&bytes).unwrap();
+    assert!(!t.task_sweep() && got.wait_chunks == 0);
+    let mut w = Writer::new(Vec::new(), &header()).unwrap();
+    let msg = w.task_waits(&[]).expect_err("before start").to_string();
+    assert!(msg.contains("task_waits called before start_task_waits"), "{msg}");
+    w.start_task_waits().unwrap();
+    assert!(w.start_task_waits().is_err(), "twice");
+    let bytes = w.finish(&stats(0)).unwrap();
+    let (t, got, notes) = read_tasks(&bytes).unwrap();
+    assert!(t.task_sweep() && got.wait_chunks == 1 && got.waits.is_empty(), "{:?}", notes.warnings);
+}
+
+/// What a 1.4 reader does with a 1.5 file: kind 12 is a kind it does not know, skipped with a warning (relabelled
+/// here to one this reader does not know either, which takes the same path); the sample and off-CPU chunks it decodes
+/// as their 1.4 prefix, the appended `task_stack` column trailing bytes it ignores. And this reader reads a chunk as
+/// 1.4 wrote it (no `task_stack` column) as one without task stacks.
+#[test]
+fn older_readers_skip_task_waits_and_read_the_prefix_of_the_columns() {
+    let (bytes, expected) = write_tasks(50, 30, 0);
+    let mut old = bytes.clone();
+    let mut relabelled = 0;
+    for w in chunk_ends(&bytes).windows(2) {
+        let at = w[0];
+        if u16::from_le_bytes([old[at], old[at + 1]]) == Kind::TaskWaits as u16 {
+            old[at..at + 2].copy_from_slice(&999u16.to_le_bytes());
+            let crc = crc32fast::hash(&old[at..at + 16]);
+            old[at + 16..at + 20].copy_from_slice(&crc.to_le_bytes());
+            relabelled += 1;
+        }
+    }
+    assert_eq!(relabelled, 2);
+    let (t, got, notes) = read_tasks(&old).unwrap();
+    assert!(!t.task_sweep() && got.waits.is_empty());
+    assert_eq!((got.samples, got.intervals), (expected.samples, expected.intervals));
+    assert_eq!(notes.warnings, vec!["skipped 2 chunks of a kind this pyperf does not know (newer minor version)"]);
+
+    // A 1.5 sample chunk is a 1.4 one with the column after it: the prefix a 1.4 reader decodes is intact.
+    let chunk = SampleChunk {
+        time_delta_ns: vec![0, 5],
+        cpu: vec![0, 1],
+        pid: vec![1, 1],
+        tid: vec![1, 2],
+        comm: vec![0, 0],
+        comms: vec!["x".into()],
+        thread_state: vec![0, 0],
+        gil: vec![0, 0],
+        pthread_id: vec![0, 0],
+        status: vec![0, 0],
+        stack: vec![1, 1],
+        task_stack: vec![2, 300],
+        ..Default::default()
+    };
+    let v15 = encode_sample_chunk(&chunk).unwrap();
+    let none = encode_sample_chunk(&SampleChunk { task_stack: Vec::new(), ..chunk.clone() }).unwrap();
+    let v14 = &none[..none.len() - 3]; // the zeros column: its length (2) and two zero bytes
+    assert_eq!(&v15[..v14.len()], v14);
+    assert_eq!(&v15[v14.len()..], &[3, 2, 0xac, 0x02]);
+    // This reader, given the 1.4 form (stacks 1 and 2 defined): samples without task stacks.
+    let w = write(3, 0);
+    let ends = chunk_ends(&w.bytes);
+    let mut bytes = w.bytes[..ends[ends.len() - 3]].to_vec();
+    bytes.extend_from_slice(&raw_chunk(Kind::Samples as u16, v14));
+    let mut r = Reader::new(&bytes[..]).unwrap();
+    let mut t = Tables::default();
+    let mut seen = 0;
+    scan(&mut r, &mut t, |_, c| {
+        if c.comms == ["x"] {
+            assert!(c.task_stack.is_empty() && samples(c).all(|s| s.task_stack == 0 && s.stack == 1));
+            seen += 1;
+        }
+    })
+    .unwrap();
+    assert_eq!(seen, 1);
+    // An off-CPU chunk as 1.4 wrote it: the same.
+    let iv = interval(1, &[1]);
+    let v15 = postcard::to_stdvec(&OffCpuChunk::from_intervals(OFF_CPU_MIN_NS, std::slice::from_ref(&iv))).unwrap();
+    assert_eq!(v15.last(), Some(&0), "task_stack 0, the last column");
+    let v14 = &v15[..v15.len() - 2]; // the column: count 1, value 0
+    let mut bytes = w.bytes[..ends[ends.len() - 3]].to_vec();
+    bytes.extend_from_slice(&raw_chunk(Kind::OffCpu as u16, v14));
+    let (_, mins, intervals, _) = read_off_cpu(&bytes).unwrap();
+    assert_eq!((mins, intervals.len(), intervals[0].0.clone()), (vec![OFF_CPU_MIN_NS], 1, iv));
+}
+
+/// Every stack a task stack or a task wait names is defined before it, like a sample's: anything else is an error
+/// naming the chunk; columns of different lengths too.
+#[test]
+fn task_references_to_undefined_stacks_are_errors() {
+    let (bytes, _) = write_tasks(20, 8, 0);
+    let ends = chunk_ends(&bytes);
+    // The file up to its stack nodes: the definitions, no samples, intervals or waits.
+    let (t, _, _) = read_tasks(&bytes).unwrap();
+    let defined = t.nodes.len() as u32;
+    let stacks = kinds(&bytes).iter().position(|&k| k == Kind::Stacks as u16).expect("a stack chunk");
+    let head = bytes[..ends[stacks + 1]].to_vec();
+    let at = head.len();
+    let check = |chunk: Vec<u8>, what: &str| {
+        let mut bad = head.clone();
+        bad.extend_from_slice(&chunk);
+        let msg = read_tasks(&bad).expect_err("refused").to_string();
+        assert!(msg.contains(what) && msg.contains(&format!("at byte {at}")), "{what}: {msg}");
+    };
+    // Nodes defined in the head: those of the first chunks of the file.
+    let (head_tables, _, _) = read_tasks(&head).unwrap();
+    let max = head_tables.nodes.len() as u32;
+    assert!(max > 0 && max <= defined);
+    let wait = |stack| TaskWait { pid: 1, tid: 1, time_ns: 0, weight_ns: 1, stack };
+    let waits = |w: &[TaskWait]| postcard::to_stdvec(&TaskWaitChunk::from_waits(w)).unwrap();
+    check(
+        raw_chunk(Kind::TaskWaits as u16, &waits(&[wait(1), wait(max + 1)])),
+        &format!("task wait names stack {}", max + 1),
+    );
+    let sample = SampleChunk {
+        time_delta_ns: vec![0],
+        cpu: vec![0],
+        pid: vec![1],
+        tid: vec![1],
+        comm: vec![0],
+        comms: vec!["x".into()],
+        thread_state: vec![0],
+        gil: vec![0],
+        pthread_id: vec![0],
+        status: vec![0],
+        stack: vec![1],
+        task_stack: vec![max + 7],
+        ..Default::default()
+    };
+    check(
+        raw_chunk(Kind::Samples as u16, &encode_sample_chunk(&sample).unwrap()),
+        &format!("sample names stack {}", max + 7),
+    );
+    let iv = OffCpuInterval { task_stack: max + 2, ..interval(1, &[1]) };
+    let off = postcard::to_stdvec(&OffCpuChunk::from_intervals(OFF_CPU_MIN_NS, &[iv])).unwrap();
+    check(raw_chunk(Kind::OffCpu as u16, &off), &format!("off-CPU interval names stack {}", max + 2));
+    let mut uneven = TaskWaitChunk::from_waits(&[wait(1)]);
+    uneven.weight_ns.push(5);
+    check(
+        raw_chunk(Kind::TaskWaits as u16, &postcard::to_stdvec(&uneven).unwrap()),
+        "task wait chunk columns differ in length",
+    );
+    let mut uneven = OffCpuChunk::from_intervals(OFF_CPU_MIN_NS, &[interval(1, &[1])]);
+    uneven.task_stack.push(1);
+    check(
+        raw_chunk(Kind::OffCpu as u16, &postcard::to_stdvec(&uneven).unwrap()),
+        "off-CPU chunk columns differ in length",
+    );
+    // A sample column one value short is no 1.4 chunk: an error, not samples without task stacks.
+    let mut short = encode_sample_chunk(&SampleChunk { task_stack: vec![1], ..sample.clone() }).unwrap();
+    let n = short.len();
+    short[n - 2] = 2; // the column claims 2 bytes, holds 1
+    short.push(0x80);
+    check(raw_chunk(Kind::Samples as u16, &short), "sample column");
+    // A wait chunk claiming billions of waits in a few bytes: refused, nothing that size allocated.
+    check(raw_chunk(Kind::TaskWaits as u16, &[0xff, 0xff, 0xff, 0xff, 0x0f, 1, 2]), "undecodable record");
+}
+
+/// Every cut of a 1.5 file reads its complete chunks (task waits included) or fails cleanly, and every flipped byte
+/// is caught.
+#[test]
+fn task_files_cut_or_damaged_anywhere_read_safely() {
+    let (bytes, expected) = write_tasks(40, 12, 16);
+    let ends = chunk_ends(&bytes);
+    for cut in ends[1]..bytes.len() {
+        let (_, got, notes) = read_tasks(&bytes[..cut]).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        assert!(expected.samples.starts_with(&got.samples), "cut at {cut}");
+        assert!(expected.intervals.starts_with(&got.intervals), "cut at {cut}");
+        assert!(expected.waits.starts_with(&got.waits), "cut at {cut}");
+        assert!(!notes.warnings.is_empty(), "cut at {cut}");
+    }
+    for pos in 16..bytes.len() {
+        let mut bad = bytes.clone();
+        bad[pos] ^= 0x10;
+        assert!(read_tasks(&bad).is_err(), "flip at {pos} went unnoticed");
+    }
+}
+
+/// The synthetic asyncio recording as 1.5 wrote it (testdata/recordings/tasks-1.5.pyp, kept): task stacks, task
+/// waits and markers as report/tests/support/synth.rs documents them.
+#[test]
+fn the_kept_1_5_recording_reads_with_its_tasks() {
+    let bytes = recording("tasks-1.5.pyp");
+    assert_eq!(&bytes[8..12], &[1, 0, 5, 0], "format 1.5");
+    let (t, got, notes) = read_tasks(&bytes).unwrap();
+    assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
+    assert!(t.task_sweep());
+    assert_eq!(got.samples.len(), 45);
+    assert_eq!(got.samples.iter().filter(|(_, task)| !task.is_empty()).count(), 34);
+    let first = |task: &[Symbol]| task.first().map(|s| s.name.clone()).unwrap_or_default();
+    assert_eq!(got.samples.iter().filter(|(_, task)| first(task) == "[asyncio loop]").count(), 4);
+    assert_eq!(got.intervals.iter().filter(|(_, task)| first(task) == "[asyncio loop]").count(), 1);
+    assert_eq!(got.waits.len(), 37);
+    assert_eq!(got.waits.iter().map(|w| w.3).sum::<u64>(), 3_700_000_000);
+    assert!(got.waits.iter().all(|w| w.4.first().is_some_and(|s| s.name == "[task Task-1]")));
+    let markers: std::collections::BTreeSet<&str> =
+        t.symbols.iter().filter(|s| s.kind() == FrameKind::Task).map(|s| s.name.as_str()).collect();
+    assert_eq!(markers.len(), 7, "{markers:?}");
+    let counter = |name: &str| t.stats.as_ref().and_then(|s| s.counters.iter().find(|c| c.0 == name)).map(|c| c.1);
+    assert_eq!((counter("task_samples"), counter("task_waits")), (Some(34), Some(37)));
 }

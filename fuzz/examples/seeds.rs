@@ -158,6 +158,7 @@ fn writer_with_samples() -> Writer<Vec<u8>> {
             pthread_id: PthreadIdMatch::from_u8(1),
             status: StackStatus::from_u8((i % 4) as u8),
             stack: [deep, short, 0][i as usize % 3],
+            task_stack: 0,
         })
         .unwrap();
     }
@@ -224,6 +225,7 @@ fn with_off_cpu() -> Vec<u8> {
             stack: i % 4,
             flags: [0, off_cpu_flags::BEFORE_START, off_cpu_flags::OPEN_AT_END][i as usize % 3],
             comm: if i % 2 == 0 { "python".into() } else { "worker".into() },
+            task_stack: 0,
         })
         .unwrap();
         if i == 5 {
@@ -278,6 +280,7 @@ fn with_native() -> Vec<u8> {
             pthread_id: PthreadIdMatch::from_u8(1),
             status: StackStatus::from_u8(if i == 3 { 3 } else { 0 }),
             stack: leaf,
+            task_stack: 0,
         })
         .unwrap();
         if i == 1 {

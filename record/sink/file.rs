@@ -119,6 +119,8 @@ impl Sink for FileSink {
             pthread_id: s.pthread_id,
             status: s.status,
             stack,
+            // The task view (#31) is wired by the recorder's task reader; none yet.
+            task_stack: 0,
         };
         self.last_time_ns = s.time_ns;
         if let Err(e) = self.writer.push_sample(&rec) {
@@ -154,6 +156,7 @@ impl Sink for FileSink {
             stack,
             flags: o.flags,
             comm: s.comm.to_string(),
+            task_stack: 0,
         };
         match self.writer.push_off_cpu(&iv) {
             Ok(()) => self.off_cpu += 1,

@@ -154,6 +154,7 @@ fn generate(path: &Path, samples: u64) -> anyhow::Result<()> {
             pthread_id: PthreadIdMatch::Match,
             status: if idle { StackStatus::Idle } else { StackStatus::Complete },
             stack: if idle { 0 } else { stacks[si] },
+            task_stack: 0,
         })?;
     }
     let stats = Stats { samples, duration_ns: time, ..Default::default() };

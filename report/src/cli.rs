@@ -134,8 +134,8 @@ pub struct ReportArgs {
 
     /// What to weigh, in every format: cpu: CPU samples; off-cpu: time off CPU (blocked on I/O, sleep or locks,
     /// runnable waiting for a CPU, waiting for the GIL); wall: both, each thread's whole life (a CPU sample weighs
-    /// one sampling period). off-cpu and wall need a recording made with --off-cpu and count time (folded counts
-    /// are microseconds)
+    /// one sampling period; with asyncio tasks also where suspended tasks wait). off-cpu and wall need a recording
+    /// made with --off-cpu (wall: or with asyncio task waits) and count time (folded counts are microseconds)
     #[arg(long, value_enum, value_name = "MODE", default_value_t = Mode::Cpu, hide_possible_values = true)]
     pub mode: Mode,
 
@@ -189,6 +189,15 @@ pub struct ReportArgs {
     /// out by default (a recording made with --native)
     #[arg(long)]
     pub show_glue: bool,
+    /// The plain thread view of an asyncio recording: each thread's own stack (event loop, `Handle._run`, the running
+    /// coroutine) instead of the task view (the chain of tasks awaiting one another, `[task NAME]` between their
+    /// frames, and in --mode wall where suspended tasks wait)
+    #[arg(long)]
+    pub no_async: bool,
+    /// Keep task names as recorded in `[task NAME]` frames (`request-36`, `request-37`): by default names that
+    /// differ only by numbers are one (`[task request-N]`)
+    #[arg(long)]
+    pub exact_task_names: bool,
     /// Put the process (`python3.11 [pid 123]`) at the root of every stack (folded, flame graph)
     #[arg(long)]
     pub pid_root: bool,
@@ -229,6 +238,8 @@ impl Default for ReportArgs {
             no_native: false,
             no_kernel: false,
             show_glue: false,
+            no_async: false,
+            exact_task_names: false,
             pid_root: false,
             tid_root: false,
             top: 20,
@@ -304,6 +315,8 @@ impl ReportArgs {
         o.states = format == Format::Text;
         o.mode = self.mode;
         o.frames = ShowFrames { native: !self.no_native, kernel: !self.no_kernel, glue: self.show_glue };
+        o.task_view = !self.no_async;
+        o.exact_task_names = self.exact_task_names;
         if format == Format::Pprof {
             // Labels: pid, tid, thread and process need per-thread counts, gil the GIL column.
             o.per_thread = true;
@@ -394,7 +407,10 @@ impl ReportArgs {
             },
             other => other,
         })?;
-        check_mode(self.mode, &shown(input), &profile.header, Some(profile.off_cpu_min_ns().is_some()))?;
+        // Wall-clock time is also where suspended asyncio tasks waited: the task sweep gives it without --off-cpu.
+        let task_waits = self.mode == Mode::Wall && !self.no_async && profile.tables.task_sweep();
+        let has_time = profile.off_cpu_min_ns().is_some() || task_waits;
+        check_mode(self.mode, &shown(input), &profile.header, Some(has_time))?;
         Ok(profile)
     }
 

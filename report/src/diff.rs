@@ -80,10 +80,7 @@ pub fn attach_base(new: &mut Profile, base: Profile) {
     tables.stats = new.tables.stats.take();
     new.tables = tables;
     new.diff_base = Some(stacks);
-    new.recorded_frames.native |= base.recorded_frames.native;
-    new.recorded_frames.glue |= base.recorded_frames.glue;
-    new.recorded_frames.marker |= base.recorded_frames.marker;
-    new.recorded_frames.kernel |= base.recorded_frames.kernel;
+    new.recorded_frames.add(base.recorded_frames);
 }
 
 /// `base` scaled to `new_total / base_total`, rounded half up.

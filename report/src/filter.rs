@@ -202,6 +202,12 @@ impl Compiled {
     pub fn matches_interval(&self, pid: u32, tid: u32, gil: u8, status: u8) -> bool {
         self.thread_state.is_none() && self.pthread_id.is_none() && self.matches(pid, tid, gil, 0, 0, status)
     }
+
+    /// Whether a suspended asyncio task's wait (format 1.5) passes: it has no GIL state, thread-state or pthread-id
+    /// match (a filter on any of them selects samples and intervals only), and its stack is complete.
+    pub fn matches_task_wait(&self, pid: u32, tid: u32) -> bool {
+        self.gil.is_none() && self.matches_interval(pid, tid, 0, 0)
+    }
 }
 
 #[cfg(test)]

@@ -29,6 +29,13 @@
 //! named as [`names::frame_name`] says (`deflate (libz.so.1.3)`, `do_syscall_64_[k]`). Which of them the stacks keep
 //! is [`LoadOptions::frames`] ([`ShowFrames`]: `--no-native`, `--no-kernel`, `--show-glue`): the others are taken
 //! out of the stack table once, after reading, so that every exporter sees the stacks without them.
+//!
+//! A recording of asyncio programs (format 1.5) has task-view stacks: the chain of tasks awaiting one another, root
+//! task first, `[task NAME]` markers between the tasks' frames ([`LoadOptions::task_view`], `--no-async` for the
+//! plain thread view). In [`Mode::Wall`] the waits of suspended tasks add their time where they wait. Task names
+//! that differ only by counters aggregate (`[task request-N]`, [`names::aggregate_task_name`]; `--exact-task-names`
+//! keeps them), by rewriting the symbols once after reading, as frames left out are, so every exporter shows one
+//! node per aggregated name.
 
 mod cli;
 mod error;
@@ -55,7 +62,7 @@ pub use error::{ReportError, Result};
 pub use filter::Filter;
 pub use profile::{
     split_weight, FrameKinds, LoadOptions, Mode, OffCpuTime, ProcessInstance, Profile, ShowFrames, StackCount,
-    StateCounts, Thread, Timeline, ALL_THREADS,
+    StateCounts, TaskWaitTime, Thread, Timeline, ALL_THREADS,
 };
 
 /// Name used in messages: `pyperf-report: warning: ...`.

@@ -20,7 +20,7 @@ use std::collections::{BTreeSet, HashMap};
 use pyperf_format::{Merger, Rate, Tables};
 
 use crate::error::ReportError;
-use crate::profile::{OffCpuTime, Profile, StackCount, StateCounts, ALL_THREADS};
+use crate::profile::{OffCpuTime, Profile, StackCount, StateCounts, TaskWaitTime, ALL_THREADS};
 
 fn rate_text(rate: Rate) -> String {
     match rate {
@@ -158,6 +158,8 @@ impl Profile {
             recorded_frames: out.recorded_frames,
             diff_base: None,
             sources: Vec::new(),
+            task_waits_all: TaskWaitTime::default(),
+            task_waits_matched: TaskWaitTime::default(),
         };
         let first_part = Profile {
             tables: Tables::default(),
@@ -183,6 +185,8 @@ impl Profile {
             recorded_frames: merged.recorded_frames,
             diff_base: None,
             sources: Vec::new(),
+            task_waits_all: out.task_waits_all,
+            task_waits_matched: out.task_waits_matched,
         };
         let mut reason_ids: HashMap<String, u32> = HashMap::from([(String::new(), 0)]);
         // (pid, start, part, index in its part) of every process instance, to sort them as the report expects.
@@ -196,11 +200,7 @@ impl Profile {
             if i > 0 {
                 merged.warnings.extend(named(&name, std::mem::take(&mut p.warnings)));
                 merged.version = merged.version.min(p.version);
-                let k = &mut merged.recorded_frames;
-                k.native |= p.recorded_frames.native;
-                k.glue |= p.recorded_frames.glue;
-                k.marker |= p.recorded_frames.marker;
-                k.kernel |= p.recorded_frames.kernel;
+                merged.recorded_frames.add(p.recorded_frames);
             }
             let reasons: Vec<u32> = p
                 .reasons
@@ -244,6 +244,8 @@ impl Profile {
             add_states(&mut merged.matched, &p.matched, shift);
             add_off_cpu(&mut merged.off_cpu_all, &p.off_cpu_all);
             add_off_cpu(&mut merged.off_cpu_matched, &p.off_cpu_matched);
+            merged.task_waits_all.add_all(&p.task_waits_all);
+            merged.task_waits_matched.add_all(&p.task_waits_matched);
             merged.thread_off_cpu.extend(p.thread_off_cpu);
             let stack_base = merged.timeline_stacks.len() as u32;
             merged.timeline_stacks.extend(p.timeline_stacks.iter().map(|&(status, leaf)| (status, node(leaf))));

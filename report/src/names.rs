@@ -131,8 +131,56 @@ pub fn frame_name(sym: &Symbol, lines: bool) -> String {
         }
         FrameKind::Native | FrameKind::Glue => format!("{} ({})", function_name(sym), library_name(sym)),
         FrameKind::Kernel => format!("{}{KERNEL_SUFFIX}", function_name(sym)),
-        FrameKind::Marker => marker_name(sym),
+        FrameKind::Marker | FrameKind::Task => marker_name(sym),
     }
+}
+
+/// A `[task NAME]` marker's name (format 1.5, [`pyperf_format::symbol_flags::TASK`]) with the counters of NAME
+/// aggregated: each maximal run of ASCII digits becomes `N` (`[task request-36]` -> `[task request-N]`, `[task
+/// Task-17 (+2 awaiters)]` -> `[task Task-N (+2 awaiters)]`: the awaiters suffix is kept). `None` when it stays as it
+/// is (no digits in NAME, `[asyncio loop]`, not a task marker).
+pub fn aggregate_task_name(marker: &str) -> Option<String> {
+    let inner = marker.strip_prefix(symbol_flags::TASK_MARKER_PREFIX)?.strip_suffix(']')?;
+    let (name, suffix) = split_awaiters(inner);
+    if !name.bytes().any(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut out = String::with_capacity(marker.len());
+    out.push_str(symbol_flags::TASK_MARKER_PREFIX);
+    let mut in_digits = false;
+    for c in name.chars() {
+        if c.is_ascii_digit() {
+            if !in_digits {
+                out.push('N');
+            }
+            in_digits = true;
+        } else {
+            out.push(c);
+            in_digits = false;
+        }
+    }
+    out.push_str(suffix);
+    out.push(']');
+    Some(out)
+}
+
+/// A task marker's inside split into (NAME, ` (+K awaiters)` suffix or "").
+fn split_awaiters(inner: &str) -> (&str, &str) {
+    if let Some(open) = inner.rfind(" (+") {
+        let tail = &inner[open + 3..];
+        if let Some(k) = tail.strip_suffix(" awaiters)") {
+            if !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()) {
+                return inner.split_at(open);
+            }
+        }
+    }
+    (inner, "")
+}
+
+/// The name of the task a `[task NAME]` marker enters, as the task chains of the text report show it: NAME with its
+/// awaiters suffix (`request-N (+1 awaiters)`); `[asyncio loop]` as it is.
+pub fn task_of_marker(marker: &str) -> &str {
+    marker.strip_prefix(symbol_flags::TASK_MARKER_PREFIX).and_then(|m| m.strip_suffix(']')).unwrap_or(marker)
 }
 
 /// A recorder's marker frame ([`FrameKind::Marker`]) as shown: its name, `[native: unmerged]`; in brackets if it has
@@ -247,6 +295,27 @@ mod tests {
 
     fn sym(scope: &str, name: &str, file: &str, line: u32, flags: u32) -> Symbol {
         Symbol { scope: scope.into(), name: name.into(), file: file.into(), line, flags }
+    }
+
+    /// Every run of digits of a task's name is one `N`; the awaiters suffix, `[asyncio loop]` and names without digits
+    /// stay as they are.
+    #[test]
+    fn task_names_aggregate_their_counters() {
+        let agg = |m: &str| aggregate_task_name(m);
+        assert_eq!(agg("[task request-36]").as_deref(), Some("[task request-N]"));
+        assert_eq!(agg("[task Task-17]").as_deref(), Some("[task Task-N]"));
+        assert_eq!(agg("[task 12ab345c6]").as_deref(), Some("[task NabNcN]"));
+        assert_eq!(agg("[task orders-3 (+12 awaiters)]").as_deref(), Some("[task orders-N (+12 awaiters)]"));
+        assert_eq!(agg("[task v2 (+x awaiters)]").as_deref(), Some("[task vN (+x awaiters)]"), "not a suffix");
+        assert_eq!(agg("[task main (+1 awaiters)]"), None);
+        assert_eq!(agg("[task worker]"), None);
+        assert_eq!(agg("[asyncio loop]"), None);
+        assert_eq!(agg("[task 7"), None, "no closing bracket: not a marker");
+        assert_eq!(agg("[task ١٢]"), None, "ASCII digits only");
+        assert_eq!(task_of_marker("[task request-N (+1 awaiters)]"), "request-N (+1 awaiters)");
+        assert_eq!(task_of_marker("[asyncio loop]"), "[asyncio loop]");
+        let marker = sym("", "[task request-N]", "", 0, symbol_flags::TASK);
+        assert_eq!(frame_name(&marker, true), "[task request-N]");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use pyperf_format::{
     off_cpu_flags, Columns, FrameKind, GilState, Header, OffCpuInterval, OffCpuKind, PthreadIdMatch, Rate, Reader,
-    Record, SampleChunk, StackStatus, Tables, ThreadStateMatch,
+    Record, SampleChunk, StackStatus, Symbol, Tables, TaskWait, ThreadStateMatch,
 };
 
 use crate::error::{io_reason, ReportError};
@@ -88,6 +88,7 @@ impl ShowFrames {
             FrameKind::Native | FrameKind::Marker => self.native,
             FrameKind::Glue => self.native && self.glue,
             FrameKind::Kernel => self.kernel,
+            FrameKind::Task => true,
         }
     }
 }
@@ -120,6 +121,15 @@ pub struct LoadOptions {
     /// Also count stacks per GIL state ([`Profile::gil_stacks`]: the pprof export labels samples with it). Needs
     /// `states` (the GIL column is read only then).
     pub gil: bool,
+    /// The asyncio task view (format 1.5, on by default; `--no-async` turns it off): a sample or off-CPU interval
+    /// with a task-view stack counts at it (the task chain: `[task NAME]` markers between the tasks' frames), and in
+    /// [`Mode::Wall`] every suspended task's wait adds its weight at its stack. Off: the plain thread view (task
+    /// stacks and waits ignored). A recording without task stacks reads the same either way.
+    pub task_view: bool,
+    /// Keep task names as recorded (`--exact-task-names`). Without it, names that differ only by counters aggregate:
+    /// in every `[task NAME]` marker each run of ASCII digits of NAME becomes `N` (`[task request-N]`,
+    /// [`names::aggregate_task_name`]), one symbol in the tables for every exporter.
+    pub exact_task_names: bool,
 }
 
 impl Default for LoadOptions {
@@ -140,6 +150,8 @@ impl LoadOptions {
             mode: Mode::Cpu,
             frames: ShowFrames::default(),
             gil: false,
+            task_view: true,
+            exact_task_names: false,
         }
     }
 
@@ -154,6 +166,8 @@ impl LoadOptions {
             mode: Mode::Cpu,
             frames: ShowFrames::default(),
             gil: false,
+            task_view: true,
+            exact_task_names: false,
         }
     }
 }
@@ -335,6 +349,29 @@ impl OffCpuTime {
     }
 }
 
+/// Suspended asyncio tasks' waits (format 1.5, the recorder's task sweep): how many and the wall time they stand for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TaskWaitTime {
+    /// Waits (one per task and sweep, or several identical ones of a sweep summed).
+    pub waits: u64,
+    /// Their weights' sum, ns.
+    pub weight_ns: u64,
+}
+
+impl TaskWaitTime {
+    /// Counts one wait.
+    pub fn add(&mut self, w: &TaskWait) {
+        self.waits += 1;
+        self.weight_ns = self.weight_ns.saturating_add(w.weight_ns);
+    }
+
+    /// Adds another's counts.
+    pub fn add_all(&mut self, other: &TaskWaitTime) {
+        self.waits = self.waits.saturating_add(other.waits);
+        self.weight_ns = self.weight_ns.saturating_add(other.weight_ns);
+    }
+}
+
 /// An interval's weight split into (runnable part, rest), in proportion `runnable / duration` (rounded to the
 /// nearest ns): a sampled interval weighing more than its duration keeps its proportions. `runnable` past the
 /// duration counts as the whole of it; a zero duration is all rest.
@@ -403,6 +440,10 @@ pub struct Profile {
     pub diff_base: Option<Vec<StackCount>>,
     /// The recordings merged into this profile (`-i A -i B`: their names as given); empty for one recording.
     pub sources: Vec<String>,
+    /// Every suspended asyncio task's wait read (format 1.5), whatever the filter and mode (none with `--no-async`).
+    pub task_waits_all: TaskWaitTime,
+    /// The waits counted in the stacks: those that passed the filter, in [`Mode::Wall`] with the task view.
+    pub task_waits_matched: TaskWaitTime,
 }
 
 /// Which kinds of frames besides Python ones a recording's stacks hold (format 1.4).
@@ -416,6 +457,8 @@ pub struct FrameKinds {
     pub marker: bool,
     /// Kernel frames ([`FrameKind::Kernel`]).
     pub kernel: bool,
+    /// Asyncio task markers ([`FrameKind::Task`], format 1.5): the recording has task-view stacks.
+    pub task: bool,
 }
 
 impl FrameKinds {
@@ -433,6 +476,7 @@ impl FrameKinds {
                 FrameKind::Glue => k.glue = true,
                 FrameKind::Marker => k.marker = true,
                 FrameKind::Kernel => k.kernel = true,
+                FrameKind::Task => k.task = true,
             }
         }
         k
@@ -446,40 +490,93 @@ impl FrameKinds {
             FrameKind::Glue => self.glue,
             FrameKind::Marker => self.marker,
             FrameKind::Kernel => self.kernel,
+            FrameKind::Task => self.task,
         }
+    }
+
+    /// Adds the kinds `other` has (several recordings as one).
+    pub fn add(&mut self, other: FrameKinds) {
+        self.native |= other.native;
+        self.glue |= other.glue;
+        self.marker |= other.marker;
+        self.kernel |= other.kernel;
+        self.task |= other.task;
     }
 }
 
-/// Takes the frames `show` leaves out of the stack table of `tables`: each node becomes the node of its stack's kept
-/// frames, in order (a frame left out joins its caller and callee; a stack of left-out frames only becomes node 0, no
-/// frames). Returns, per node of the table as it was (0 included), the node it became; `None` when no symbol is
-/// left out (the table is untouched). One step per node: every stack of the profile is then one lookup away.
-fn remove_hidden_frames(tables: &mut Tables, show: ShowFrames) -> Option<Vec<u32>> {
-    let hidden: Vec<bool> = tables.symbols.iter().map(|s| !show.shows(s.kind())).collect();
-    if !hidden.contains(&true) {
-        return None;
+/// Per symbol of `tables`, the symbol its frames become: `None` for a frame `show` leaves out, else the symbol itself,
+/// or for a task marker whose name aggregates (unless `exact_task_names`) the one symbol of its aggregated name
+/// ([`names::aggregate_task_name`]), added to the symbols when the recording has none. `None` overall when every
+/// frame stays as it is.
+fn canonical_symbols(tables: &mut Tables, show: ShowFrames, exact_task_names: bool) -> Option<Vec<Option<u32>>> {
+    let mut canonical: Vec<Option<u32>> = Vec::with_capacity(tables.symbols.len());
+    let mut changed = false;
+    // Aggregated task markers by name: one symbol each, the recording's own if it has it.
+    let mut task_ids: HashMap<Symbol, u32> = HashMap::new();
+    if !exact_task_names {
+        for (i, sym) in tables.symbols.iter().enumerate() {
+            if sym.kind() == FrameKind::Task {
+                task_ids.entry(sym.clone()).or_insert(i as u32);
+            }
+        }
     }
+    for i in 0..tables.symbols.len() {
+        let sym = &tables.symbols[i];
+        let kind = sym.kind();
+        if !show.shows(kind) {
+            canonical.push(None);
+            changed = true;
+            continue;
+        }
+        let aggregated = match kind {
+            FrameKind::Task if !exact_task_names => names::aggregate_task_name(&sym.name),
+            _ => None,
+        };
+        let Some(name) = aggregated else {
+            canonical.push(Some(i as u32));
+            continue;
+        };
+        changed = true;
+        let target = Symbol { scope: String::new(), name, file: String::new(), line: 0, flags: sym.flags };
+        let next = tables.symbols.len() as u32;
+        let id = *task_ids.entry(target).or_insert_with_key(|target| {
+            tables.symbols.push(target.clone());
+            next
+        });
+        canonical.push(Some(id));
+    }
+    changed.then_some(canonical)
+}
+
+/// Rewrites the stack table of `tables` with every frame as [`canonical_symbols`] says: a frame left out joins its
+/// caller and callee (a stack of left-out frames only becomes node 0, no frames), a task marker becomes its aggregated
+/// one, and stacks that became equal are one node. Returns, per node of the table as it was (0 included), the node it
+/// became; `None` when no frame changes (the table is untouched). One step per node: every stack of the profile is
+/// then one lookup away, and every exporter sees the same symbols.
+fn canonicalize_frames(tables: &mut Tables, show: ShowFrames, exact_task_names: bool) -> Option<Vec<u32>> {
+    let canonical = canonical_symbols(tables, show, exact_task_names)?;
     let mut map = vec![0u32; tables.nodes.len() + 1];
     let mut nodes: Vec<(u32, u32)> = Vec::new();
     let mut ids: FxMap<(u32, u32), u32> = FxMap::default();
     for (i, &(parent, sym)) in tables.nodes.iter().enumerate() {
         // Parents come before their children (Tables::apply checked it): the parent's new node is known.
         let at = map[parent as usize];
-        map[i + 1] = if hidden[sym as usize] {
-            at
-        } else {
-            let next = nodes.len() as u32 + 1;
-            *ids.entry((at, sym)).or_insert_with(|| {
-                nodes.push((at, sym));
-                next
-            })
+        map[i + 1] = match canonical[sym as usize] {
+            None => at,
+            Some(sym) => {
+                let next = nodes.len() as u32 + 1;
+                *ids.entry((at, sym)).or_insert_with(|| {
+                    nodes.push((at, sym));
+                    next
+                })
+            }
         };
     }
     tables.nodes = nodes;
     Some(map)
 }
 
-/// The timelines' stacks with their leaves mapped through `map` ([`remove_hidden_frames`]); stacks that became the
+/// The timelines' stacks with their leaves mapped through `map` ([`canonicalize_frames`]); stacks that became the
 /// same are merged, and the timeline renumbers its entries as they are read.
 fn remap_timelines(map: &[u32], timeline: &mut Timeline, stacks: &mut Vec<(StackStatus, u32)>, reasons: &mut Vec<u32>) {
     let mut ids: FxMap<(u8, u32, u32), u32> = FxMap::default();
@@ -582,6 +679,13 @@ struct Aggregator {
     off_all: OffCpuTime,
     off_matched: OffCpuTime,
     thread_off: Vec<OffCpuTime>,
+    /// [`LoadOptions::task_view`].
+    task_view: bool,
+    task_waits_all: TaskWaitTime,
+    task_waits_matched: TaskWaitTime,
+    /// With [`LoadOptions::gil`]: the task waits' ns per (thread or ALL_THREADS, status, leaf), apart from
+    /// `gil_counts`, whose CPU samples (reason 0, as the waits) are multiplied by the sample's weight.
+    task_gil_counts: FxMap<(u32, u8, u32), u64>,
     /// Per thread: (chunk number, comm index) of its last sample, to name threads without comparing strings
     /// per sample.
     comm_mark: Vec<(u64, u32)>,
@@ -669,6 +773,10 @@ impl Aggregator {
             off_all: OffCpuTime::default(),
             off_matched: OffCpuTime::default(),
             thread_off: Vec::new(),
+            task_view: options.task_view,
+            task_waits_all: TaskWaitTime::default(),
+            task_waits_matched: TaskWaitTime::default(),
+            task_gil_counts: FxMap::default(),
             comm_mark: Vec::new(),
             touched: Vec::new(),
             chunk_no: 0,
@@ -686,6 +794,7 @@ impl Aggregator {
             tid: threads || filtering,
             comm: threads,
             states,
+            task_stack: self.task_view,
         }
     }
 
@@ -831,6 +940,9 @@ impl Aggregator {
         let deltas = col(&c.time_delta_ns, STATES || THREADS, n);
         let (gils, tss, pts) = (col(&c.gil, STATES, n), col(&c.thread_state, STATES, n), col(&c.pthread_id, STATES, n));
         let (sts, leaves) = (&c.status[..n], &c.stack[..n]);
+        // The task view's stacks: empty when off, or for a file before 1.5 (no column).
+        let task_leaves =
+            if self.task_view && c.task_stack.len() == n { &c.task_stack[..n] } else { &c.task_stack[..0] };
         let chunk_no = self.chunk_no;
         self.chunk_no += 1;
         let mut all = Local::new();
@@ -855,7 +967,7 @@ impl Aggregator {
                 *mark = (chunk_no, comms[i]);
             }
             let (gil, ts, pt) = if STATES { (gils[i], tss[i], pts[i]) } else { (0, 0, 0) };
-            let (st, leaf) = (sts[i], leaves[i]);
+            let (st, leaf) = (sts[i], task_leaves.get(i).copied().filter(|&t| t != 0).unwrap_or(leaves[i]));
             if FILTERING {
                 all.add(gil, ts, pt, st);
                 if !self.filter.matches(pids[i], tids[i], gil, ts, pt, st) {
@@ -966,7 +1078,8 @@ impl Aggregator {
                 self.thread_off[s].add(iv);
             }
             let reason = self.reason(iv.kind, iv.syscall);
-            let (status, leaf) = (iv.status.as_u8(), iv.stack);
+            let leaf = if self.task_view && iv.task_stack != 0 { iv.task_stack } else { iv.stack };
+            let status = iv.status.as_u8();
             let key = (if self.per_thread { slot } else { ALL_THREADS }, status, leaf, reason);
             let count = self.off_counts.entry(key).or_insert(0);
             *count = count.saturating_add(iv.weight_ns);
@@ -978,6 +1091,50 @@ impl Aggregator {
                 let id = self.timeline_stack(status, leaf, reason);
                 let (time, gil, weight) = (iv.start_ns, iv.gil.as_u8(), Some(iv.weight_ns));
                 self.timelines.push(Entry { thread: slot, time, stack: id, gil, weight });
+            }
+        }
+    }
+}
+
+impl Aggregator {
+    /// Counts a chunk of suspended asyncio tasks' waits (format 1.5): all of them in `task_waits_all`; in wall mode
+    /// with the task view the matching ones at their stacks (complete, no reason: a task waits where its leaf frame
+    /// awaits), per thread (the one running the task's event loop) and in the timelines. Never in cpu and off-cpu
+    /// modes: a suspended task uses no CPU and is no thread's off-CPU time.
+    fn add_task_waits(&mut self, tables: &Tables, waits: &[TaskWait]) {
+        if !self.task_view {
+            return;
+        }
+        for w in waits {
+            self.task_waits_all.add(w);
+        }
+        if self.mode != Mode::Wall {
+            return;
+        }
+        if self.filter.active {
+            self.filter.learn(&tables.processes);
+        }
+        if self.track_threads {
+            self.learn_processes(&tables.processes);
+        }
+        let status = StackStatus::Complete.as_u8();
+        for w in waits {
+            if self.filter.active && !self.filter.matches_task_wait(w.pid, w.tid) {
+                continue;
+            }
+            self.task_waits_matched.add(w);
+            let slot = if self.track_threads { self.thread(w.pid, w.tid, w.time_ns) } else { ALL_THREADS };
+            let key = (if self.per_thread { slot } else { ALL_THREADS }, status, w.stack, 0);
+            let count = self.off_counts.entry(key).or_insert(0);
+            *count = count.saturating_add(w.weight_ns);
+            if self.by_gil {
+                let count = self.task_gil_counts.entry((key.0, status, w.stack)).or_insert(0);
+                *count = count.saturating_add(w.weight_ns);
+            }
+            if self.track_threads && self.timeline {
+                let id = self.timeline_stack(status, w.stack, 0);
+                let entry = Entry { thread: slot, time: w.time_ns, stack: id, gil: 0, weight: Some(w.weight_ns) };
+                self.timelines.push(entry);
             }
         }
     }
@@ -1029,6 +1186,7 @@ impl Profile {
         let notes = pyperf_format::scan_records(&mut reader, &mut tables, |tables, record| match record {
             Record::Samples(chunk) => agg.add(tables, chunk),
             Record::OffCpu { intervals, .. } => agg.add_off_cpu(tables, intervals),
+            Record::TaskWaits(waits) => agg.add_task_waits(tables, waits),
             _ => {}
         })?;
         let mut warnings = Vec::new();
@@ -1099,12 +1257,16 @@ impl Profile {
                 let status = StackStatus::from_u8(status);
                 Some((StackCount { thread, status, leaf, reason, count }, GilState::from_u8(gil)))
             })
+            .chain(agg.task_gil_counts.into_iter().map(|((thread, status, leaf), count)| {
+                let status = StackStatus::from_u8(status);
+                (StackCount { thread, status, leaf, reason: 0, count }, GilState::NoInfo)
+            }))
             .collect();
         let recorded_frames = FrameKinds::of(&tables);
         let (mut timeline, mut timeline_stacks, mut timeline_reasons) =
             (agg.timelines, agg.timeline_stacks, agg.timeline_reasons);
         timeline.finish();
-        if let Some(map) = remove_hidden_frames(&mut tables, options.frames) {
+        if let Some(map) = canonicalize_frames(&mut tables, options.frames, options.exact_task_names) {
             // Counted by leaf node, so what was counted needs nothing more than each leaf's new node.
             for s in &mut stacks {
                 s.leaf = map[s.leaf as usize];
@@ -1154,6 +1316,8 @@ impl Profile {
             gil_stacks,
             diff_base: None,
             sources: Vec::new(),
+            task_waits_all: agg.task_waits_all,
+            task_waits_matched: agg.task_waits_matched,
         })
     }
 
@@ -1405,6 +1569,7 @@ mod tests {
             stack: 0,
             flags,
             comm: String::new(),
+            task_stack: 0,
         }
     }
 
@@ -1473,23 +1638,59 @@ mod tests {
         // 1 a; 2 a;n; 3 a;n;k; 4 a;g; 5 a;g;b; 6 a;b; 7 n (root); 8 n;k
         t.nodes = vec![(0, 0), (1, 1), (2, 3), (1, 2), (4, 4), (1, 4), (0, 1), (7, 3)];
         let before = t.clone();
-        assert_eq!(remove_hidden_frames(&mut t, ShowFrames { native: true, kernel: true, glue: true }), None);
+        assert_eq!(canonicalize_frames(&mut t, ShowFrames { native: true, kernel: true, glue: true }, false), None);
         assert_eq!(t.nodes, before.nodes, "nothing left out: untouched");
 
-        let map = remove_hidden_frames(&mut t, ShowFrames::default()).expect("glue left out");
+        let map = canonicalize_frames(&mut t, ShowFrames::default(), false).expect("glue left out");
         // 1 a; 2 a;n; 3 a;n;k; 4 a;b; 5 n; 6 n;k
         assert_eq!(t.nodes, vec![(0, 0), (1, 1), (2, 3), (1, 4), (0, 1), (5, 3)]);
         assert_eq!(map, vec![0, 1, 2, 3, 1, 4, 4, 5, 6], "a;g is a, a;g;b and a;b are one");
 
         let mut t = before.clone();
-        let map = remove_hidden_frames(&mut t, ShowFrames { native: false, kernel: false, glue: true }).unwrap();
+        let map = canonicalize_frames(&mut t, ShowFrames { native: false, kernel: false, glue: true }, false).unwrap();
         assert_eq!(t.nodes, vec![(0, 0), (1, 4)]);
         assert_eq!(map, vec![0, 1, 1, 1, 1, 2, 2, 0, 0], "native and kernel only: no frames");
 
         let mut t = before;
-        let map = remove_hidden_frames(&mut t, ShowFrames { native: false, kernel: true, glue: false }).unwrap();
+        let map = canonicalize_frames(&mut t, ShowFrames { native: false, kernel: true, glue: false }, false).unwrap();
         assert_eq!(t.nodes, vec![(0, 0), (1, 3), (1, 4), (0, 3)]);
         assert_eq!(map, vec![0, 1, 1, 2, 1, 3, 3, 0, 4]);
+    }
+
+    /// Task markers whose names differ only by counters become one symbol (the recording's own when it has the
+    /// aggregated name, else one added) and their stacks one node; exact names leave the table alone.
+    #[test]
+    fn task_markers_aggregate_into_one_symbol() {
+        use pyperf_format::{symbol_flags, Symbol};
+        let sym =
+            |name: &str, flags| Symbol { scope: String::new(), name: name.into(), file: String::new(), line: 0, flags };
+        let task = |name: &str| sym(name, symbol_flags::TASK);
+        let mut t = Tables::default();
+        // 0 [task request-3], 1 [task request-12], 2 handle, 3 [asyncio loop], 4 [task a (+2 awaiters)]
+        t.symbols = vec![
+            task("[task request-3]"),
+            task("[task request-12]"),
+            sym("handle", 0),
+            task("[asyncio loop]"),
+            task("[task a (+2 awaiters)]"),
+        ];
+        // 1 r3; 2 r3;handle; 3 r12; 4 r12;handle; 5 loop; 6 a
+        t.nodes = vec![(0, 0), (1, 2), (0, 1), (3, 2), (0, 3), (0, 4)];
+        let before = t.clone();
+        assert_eq!(canonicalize_frames(&mut t, ShowFrames::default(), true), None, "exact names");
+        assert_eq!((t.nodes.clone(), t.symbols.len()), (before.nodes.clone(), 5));
+
+        let map = canonicalize_frames(&mut t, ShowFrames::default(), false).expect("aggregated");
+        assert_eq!(t.symbols.len(), 6);
+        assert_eq!(t.symbols[5], task("[task request-N]"));
+        assert_eq!(t.nodes, vec![(0, 5), (1, 2), (0, 3), (0, 4)]);
+        assert_eq!(map, vec![0, 1, 2, 1, 2, 3, 4]);
+
+        // A recording that has the aggregated name already: that symbol, none added.
+        let mut t = before;
+        t.symbols.push(task("[task request-N]"));
+        canonicalize_frames(&mut t, ShowFrames::default(), false).expect("aggregated");
+        assert_eq!((t.symbols.len(), t.nodes[0]), (6, (0, 5)));
     }
 
     #[test]

@@ -181,7 +181,7 @@ pub fn function_shares(profile: &Profile) -> Vec<FunctionShare> {
 /// kernel function and `[kernel.kallsyms]`; a recorder's marker (`[native: unmerged]`) and no file.
 fn function_of(symbol: &Symbol) -> (String, String) {
     match symbol.kind() {
-        FrameKind::Marker => (names::marker_name(symbol), String::new()),
+        FrameKind::Marker | FrameKind::Task => (names::marker_name(symbol), String::new()),
         _ => (names::function_name(symbol), names::file_name(symbol)),
     }
 }
@@ -309,6 +309,69 @@ pub fn top_stacks(profile: &Profile) -> Vec<StackCount> {
             .then(a.reason.cmp(&b.reason))
     });
     out
+}
+
+/// Task chains the text report lists at most.
+const TASK_CHAINS: usize = 10;
+
+/// One asyncio task chain and what its stacks weigh ([`task_chains`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskChain {
+    /// The tasks, root task first, as their `[task NAME]` markers name them (aggregated unless the profile was loaded
+    /// with exact names): `Task-N`, `request-N`, `orders-N (+1 awaiters)`; or `[asyncio loop]` alone.
+    pub tasks: Vec<String>,
+    /// Matching samples (in [`Mode::OffCpu`] and [`Mode::Wall`]: ns) of the stacks of this chain.
+    pub count: u64,
+}
+
+/// The task chains of the profile's stacks (format 1.5, the task view): for every stack with task markers, the
+/// sequence of its markers root to leaf, weighed; the busiest first. Empty for a recording without task stacks (or
+/// loaded with `--no-async`).
+pub fn task_chains(profile: &Profile) -> Vec<TaskChain> {
+    let tables = &profile.tables;
+    if !tables.symbols.iter().any(|s| s.kind() == FrameKind::Task) {
+        return Vec::new();
+    }
+    // Per leaf, its chain's index (None: no marker); the stacks share leaves across threads and reasons.
+    let mut of_leaf: FxMap<u32, Option<usize>> = FxMap::default();
+    let mut chain_ids: HashMap<Vec<u32>, usize> = HashMap::new();
+    let mut chains: Vec<TaskChain> = Vec::new();
+    let mut ids = Vec::new();
+    for st in &profile.stacks {
+        let id = *of_leaf.entry(st.leaf).or_insert_with(|| {
+            tables.frames_root_first(st.leaf, &mut ids);
+            let markers: Vec<u32> =
+                ids.iter().copied().filter(|&s| tables.symbol(s).kind() == FrameKind::Task).collect();
+            if markers.is_empty() {
+                return None;
+            }
+            let next = chains.len();
+            Some(*chain_ids.entry(markers).or_insert_with_key(|markers| {
+                let tasks =
+                    markers.iter().map(|&s| names::task_of_marker(&tables.symbol(s).name).to_string()).collect();
+                chains.push(TaskChain { tasks, count: 0 });
+                next
+            }))
+        });
+        if let Some(c) = id {
+            chains[c].count = chains[c].count.saturating_add(st.count);
+        }
+    }
+    // Chains of symbols that read the same (a crafted file's twins) are one.
+    let mut merged: Vec<TaskChain> = Vec::with_capacity(chains.len());
+    let mut by_text: HashMap<Vec<String>, usize> = HashMap::new();
+    for c in chains {
+        match by_text.get(&c.tasks) {
+            Some(&i) => merged[i].count = merged[i].count.saturating_add(c.count),
+            None => {
+                by_text.insert(c.tasks.clone(), merged.len());
+                merged.push(c);
+            }
+        }
+    }
+    merged.retain(|c| c.count > 0);
+    merged.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.tasks.cmp(&b.tasks)));
+    merged
 }
 
 fn plural(n: u64, word: &str) -> String {
@@ -640,6 +703,24 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
         }
     }
 
+    // --- Task chains (asyncio, format 1.5).
+    let chains = task_chains(profile);
+    if !chains.is_empty() {
+        let shown = chains.len().min(TASK_CHAINS);
+        let _ = writeln!(
+            o,
+            "
+Busiest task chains, root task first (top {shown} of {})",
+            chains.len()
+        );
+        let head = if mode.is_time() { "    TIME ms      %" } else { "    SAMPLES      %" };
+        let _ = writeln!(o, "{head}  CHAIN");
+        for c in chains.iter().take(TASK_CHAINS) {
+            let chain = c.tasks.iter().map(|t| e(t)).collect::<Vec<_>>().join(" > ");
+            let _ = writeln!(o, "  {:>9} {}  {chain}", amount(c.count), pct(c.count, whole));
+        }
+    }
+
     if mode.is_time() {
         // The sample states describe CPU samples: --mode cpu shows them.
         return;
@@ -788,6 +869,16 @@ fn render_time<O: fmt::Write>(profile: &Profile, top: usize, o: &mut O) {
         notes.push(format!("{} still open at its end (counted to it)", m.open_at_end));
     }
     let _ = writeln!(o, "  {}", notes.join("; "));
+    let waits = &profile.task_waits_matched;
+    if profile.mode == Mode::Wall && waits.waits > 0 {
+        // Suspended tasks wait side by side: their time is not any thread's, and may add up to more than the threads'.
+        let _ = writeln!(
+            o,
+            "  {}, {} ms: where suspended asyncio tasks waited (beside the threads' time)",
+            plural(waits.waits, "task wait"),
+            format_ms(waits.weight_ns)
+        );
+    }
 
     // Threads with matching samples or intervals, the busiest first: the most time on CPU, then in all (wall: a
     // thread's wall-clock time is its life, about the same for every thread that lived through the recording), or

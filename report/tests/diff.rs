@@ -58,6 +58,7 @@ fn recording(calls: &[(&str, u32, u32)]) -> Vec<u8> {
                 pthread_id: PthreadIdMatch::Match,
                 status: StackStatus::Complete,
                 stack,
+                task_stack: 0,
             })
             .expect("sample");
         }

@@ -72,11 +72,17 @@ const EXTRA: &[(&str, &str, &[&str])] = &[
     ("native", "off-cpu.folded", &["--folded", "--mode", "off-cpu"]),
     ("native", "off-cpu.no-native.folded", &["--folded", "--mode", "off-cpu", "--no-native"]),
     ("native", "wall.no-kernel.speedscope.json", &["--speedscope", "--mode", "wall", "--no-kernel"]),
+    ("tasks", "exact.folded", &["--folded", "--exact-task-names"]),
+    ("tasks", "exact.text", &["--exact-task-names"]),
+    ("tasks", "no-async.folded", &["--folded", "--no-async"]),
+    ("tasks", "no-async.text", &["--no-async"]),
+    ("tasks", "wall.exact.folded", &["--folded", "--mode", "wall", "--exact-task-names"]),
+    ("tasks", "wall.no-async.folded", &["--folded", "--mode", "wall", "--no-async"]),
 ];
 
 /// Recordings with off-CPU intervals (`pyperf record --off-cpu`), also reported in every output format and variant
 /// with `--mode off-cpu` and `--mode wall` (expected file `RECORDING.MODE.SUFFIX`).
-const OFF_CPU: &[&str] = &["offcpu"];
+const OFF_CPU: &[&str] = &["offcpu", "tasks"];
 
 /// The modes besides the default (cpu) every [`OFF_CPU`] recording is reported in.
 const TIME_MODES: &[&str] = &["off-cpu", "wall"];
@@ -408,16 +414,17 @@ fn flame_graphs_have_the_command_as_title() {
     assert!(svg.contains(">pyperf record -a -e cycles -c 100000</text>"), "title");
 }
 
-/// The synthetic recordings as formats 1.0 to 1.3 wrote them (testdata/recordings/NAME-1.0.pyp to NAME-1.3.pyp, kept,
+/// The synthetic recordings as formats 1.0 to 1.4 wrote them (testdata/recordings/NAME-1.0.pyp to NAME-1.4.pyp, kept,
 /// never regenerated) report exactly what their current regenerations do, in every format whose output does not
 /// name the format version or byte offsets: this reader loses nothing of an older file (1.0 process records lack the
 /// 1.1 fields, which read as unknown; 1.0 and 1.1 have no 1.2 thread names; none before 1.3 has off-CPU intervals,
-/// none before 1.4 native frames). The off-CPU recording as 1.3 wrote it reports as today's in every mode.
+/// none before 1.4 native frames, none before 1.5 task stacks). The off-CPU recording as 1.3 and 1.4 wrote it reports
+/// as today's in every mode, the native one of 1.4 as today's.
 #[test]
 fn older_format_recordings_report_as_before() {
     let _files = lock();
-    let old = [0u8, 1, 2, 3].into_iter().flat_map(|m| ["mixed", "killed", "cutoff"].map(move |n| (m, n)));
-    for (minor, name) in old.chain([(3, "offcpu")]) {
+    let old = [0u8, 1, 2, 3, 4].into_iter().flat_map(|m| ["mixed", "killed", "cutoff"].map(move |n| (m, n)));
+    for (minor, name) in old.chain([(3, "offcpu"), (4, "offcpu"), (4, "native")]) {
         let old = testdata().join("recordings").join(format!("{name}-1.{minor}.pyp"));
         let bytes = std::fs::read(&old).unwrap_or_else(|e| panic!("{}: {e}", old.display()));
         assert_eq!(&bytes[8..12], &[1, 0, minor, 0], "{name}: a format 1.{minor} file");
@@ -426,6 +433,9 @@ fn older_format_recordings_report_as_before() {
             ("folded-pid-tid-root", vec!["--folded", "--pid-root", "--tid-root"]),
             ("speedscope.json", vec!["--speedscope"]),
         ];
+        if name == "native" {
+            cases.push(("off-cpu.folded", vec!["--folded", "--mode", "off-cpu"]));
+        }
         if name == "offcpu" {
             cases.extend([
                 ("off-cpu.folded", vec!["--folded", "--mode", "off-cpu"]),
@@ -580,4 +590,167 @@ fn native_and_kernel_frames_are_left_out_as_asked() {
         String::from_utf8(render(&recording, &["--folded", "--mode", "off-cpu", "--no-native"].map(String::from)))
             .unwrap();
     assert!(off.contains(&format!("\n{worker};{syscall};[off-CPU: read] 300000\n")), "{off}");
+}
+
+/// Every line of a folded export: (stack, count).
+fn folded_lines(folded: &str) -> Vec<(String, u64)> {
+    folded
+        .lines()
+        .map(|l| {
+            let (stack, n) = l.rsplit_once(' ').expect("count");
+            (stack.to_string(), n.parse().expect("count"))
+        })
+        .collect()
+}
+
+/// The hand-checked numbers of `tasks` (support/synth.rs): the task view by default, counter names aggregated, the
+/// thread view with --no-async, and task waits counted in wall mode only.
+#[test]
+fn task_view_weighs_as_recorded() {
+    let _files = lock();
+    let recording = recording_path("tasks");
+    let folded = |options: &[&str]| -> Vec<(String, u64)> {
+        let args: Vec<String> = ["--folded"].iter().chain(options).map(|s| s.to_string()).collect();
+        folded_lines(&String::from_utf8(render(&recording, &args)).expect("utf-8"))
+    };
+    let sum = |lines: &[(String, u64)], part: &str| -> u64 {
+        lines.iter().filter(|(stack, _)| stack.contains(part)).map(|(_, n)| n).sum()
+    };
+    let total = |lines: &[(String, u64)]| sum(lines, "");
+    let cpu = folded(&[]);
+    assert_eq!(total(&cpu), 45);
+    assert_eq!(sum(&cpu, "[task request-N];"), 30, "render 20, orders 10");
+    assert_eq!(sum(&cpu, "[task orders-N (+1 awaiters)];"), 6);
+    assert_eq!(sum(&cpu, "[task orders-N];"), 4);
+    assert_eq!(sum(&cpu, "[asyncio loop];"), 4);
+    assert_eq!(sum(&cpu, "Handle._run"), 1, "the sample whose task was not found keeps its thread stack");
+    assert_eq!(sum(&cpu, "request-3"), 0);
+    let exact = folded(&["--exact-task-names"]);
+    let request = |lines: &[(String, u64)], k: u32| sum(lines, &format!("[task request-{k}];"));
+    assert_eq!((request(&exact, 3), request(&exact, 7), request(&exact, 12)), (14, 11, 5));
+    assert_eq!(sum(&exact, "[task Task-1];"), 30);
+    let plain = folded(&["--no-async"]);
+    assert_eq!(total(&plain), 45);
+    assert_eq!(sum(&plain, "[task"), 0);
+    assert_eq!(sum(&plain, "[asyncio loop]"), 0);
+    assert_eq!(sum(&plain, "Handle._run"), 31);
+
+    // Time in µs. Wall: running 450 ms, off CPU 1550 ms (the loop's idle time under [asyncio loop]), waits 3700 ms.
+    let wall = folded(&["--mode", "wall"]);
+    assert_eq!(total(&wall), 5_700_000);
+    assert_eq!(sum(&wall, "[asyncio loop];"), 40_000 + 650_000);
+    let wait = |lines: &[(String, u64)], leaf: &str| -> u64 {
+        lines.iter().filter(|(stack, _)| stack.ends_with(leaf)).map(|(_, n)| n).sum()
+    };
+    assert_eq!(wait(&wall, "[task Task-N];main (/srv/service.py:35)"), 1_000_000, "Task-1 waits every sweep");
+    assert_eq!(wait(&wall, "[task request-N];handle_request (/srv/service.py:20)"), 1_600_000);
+    assert_eq!(wait(&wall, "sleep (/usr/lib/python3.12/asyncio/tasks.py:718)"), 1_100_000);
+    let wall_exact = folded(&["--mode", "wall", "--exact-task-names"]);
+    assert_eq!(wait(&wall_exact, "[task request-7];handle_request (/srv/service.py:20)"), 600_000);
+    assert_eq!(total(&folded(&["--mode", "wall", "--no-async"])), 2_000_000, "no waits in the thread view");
+    assert_eq!(total(&folded(&["--mode", "off-cpu"])), 1_550_000, "waits count in wall mode only");
+
+    let text = |options: &[&str]| {
+        let args: Vec<String> = options.iter().map(|s| s.to_string()).collect();
+        String::from_utf8(render(&recording, &args)).unwrap()
+    };
+    let chains = text(&[]);
+    let section = chains.split("Busiest task chains").nth(1).expect("task chains section");
+    assert!(section.contains("\n         20  44.4%  Task-N > request-N\n"), "{section}");
+    assert!(text(&["--exact-task-names"]).contains("  Task-1 > request-3 > orders-3 (+1 awaiters)\n"));
+    assert!(!text(&["--no-async"]).contains("task chains"));
+    let wall_text = text(&["--mode", "wall"]);
+    assert!(wall_text.contains("  37 task waits, 3700.000 ms: where suspended asyncio tasks waited"), "{wall_text}");
+    assert!(wall_text.contains("   1800.000  31.6%  Task-N > request-N\n"), "{wall_text}");
+    assert!(wall_text.contains("   1000.000  17.5%  Task-N\n"), "the root task's own waits: {wall_text}");
+}
+
+/// Task names that differ only by counters are one frame in every format, in every mode (the profile's symbols are
+/// rewritten once, not each exporter's strings); --exact-task-names keeps them apart; --no-async shows no task.
+#[test]
+fn task_names_aggregate_in_every_format() {
+    let _files = lock();
+    let recording = recording_path("tasks");
+    let text_of = |format: Format, bytes: Vec<u8>| -> String {
+        if format == Format::Pprof {
+            let mut raw = Vec::new();
+            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut raw).expect("gzip");
+            String::from_utf8_lossy(&raw).into_owned()
+        } else {
+            String::from_utf8(bytes).expect("utf-8")
+        }
+    };
+    for format in Format::ALL {
+        for mode in ["cpu", "wall"] {
+            let render_with = |extra: &[&str]| {
+                let args: Vec<String> =
+                    [format.flag(), "--mode", mode].iter().chain(extra).map(|s| s.to_string()).collect();
+                text_of(format, render(&recording, &args))
+            };
+            let what = format!("{} --mode {mode}", format.flag());
+            let aggregated = render_with(&[]);
+            assert!(aggregated.contains("[task request-N]") && aggregated.contains("[task Task-N]"), "{what}");
+            for exact in ["request-3", "request-7", "request-12", "Task-1", "orders-3"] {
+                assert!(!aggregated.contains(exact), "{what}: {exact} not aggregated");
+            }
+            let exact = render_with(&["--exact-task-names"]);
+            assert!(exact.contains("[task request-12]") && !exact.contains("request-N"), "{what} --exact-task-names");
+            let plain = render_with(&["--no-async"]);
+            assert!(!plain.contains("[task ") && !plain.contains("[asyncio loop]"), "{what} --no-async");
+        }
+    }
+    // One frame for the aggregated name where exporters keep a frame table.
+    let json: serde_json::Value = serde_json::from_slice(&render(&recording, &["--speedscope".to_string()])).unwrap();
+    let frames = json["shared"]["frames"].as_array().expect("frames");
+    assert_eq!(frames.iter().filter(|f| f["name"] == "[task request-N]").count(), 1, "speedscope frames");
+    let svg = String::from_utf8(render(&recording, &["--flamegraph".to_string()])).unwrap();
+    assert_eq!(svg.matches("<title>[task request-N] (").count(), 1, "one flame graph node: {svg}");
+}
+
+/// A recording with the asyncio task sweep and without --off-cpu has wall-clock time (CPU samples and task waits) but
+/// no off-CPU time; the thread view of it has neither.
+#[test]
+fn task_waits_alone_give_wall_clock_time() {
+    use pyperf_format::{GilState, PthreadIdMatch, SampleRecord, StackStatus, Stats, TaskWait, ThreadStateMatch};
+    let mut header = pyperf_format::Reader::new(&synth::recording("mixed")[..]).unwrap().header().clone();
+    header.rate = pyperf_format::Rate::Frequency(100);
+    header.event = "cpu-clock".into();
+    let mut w = pyperf_format::Writer::new(Vec::new(), &header).unwrap();
+    w.start_task_waits().unwrap();
+    let main = w.intern_symbol(&synth::sym("", "main", "/a.py", 1));
+    let task = w.intern_symbol(&synth::task_sym("[task Task-1]"));
+    let (stack, task_stack) = (w.intern_stack(&[main]), w.intern_stack(&[task, main]));
+    w.push_sample(&SampleRecord {
+        time_ns: 0,
+        cpu: 0,
+        pid: 1,
+        tid: 1,
+        comm: "python3",
+        thread_state: ThreadStateMatch::Match,
+        gil: GilState::ThisThread,
+        pthread_id: PthreadIdMatch::Match,
+        status: StackStatus::Complete,
+        stack,
+        task_stack,
+    })
+    .unwrap();
+    w.task_waits(&[TaskWait { pid: 1, tid: 1, time_ns: 5, weight_ns: 30_000_000, stack: task_stack }]).unwrap();
+    let bytes = w.finish(&Stats::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sweep.pyp");
+    std::fs::write(&path, bytes).unwrap();
+    let args = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let folded = String::from_utf8(render(&path, &args(&["--folded", "--mode", "wall"]))).unwrap();
+    assert_eq!(folded, "[task Task-N];main (/a.py:1) 40000\n");
+    let text = String::from_utf8(render(&path, &args(&["--mode", "wall"]))).unwrap();
+    assert!(text.contains("  1 task wait, 30.000 ms: where suspended asyncio tasks waited"), "{text}");
+    let load = |list: &[&str]| {
+        let mut argv = args(&["pyperf-report", "-i", path.to_str().unwrap()]);
+        argv.extend(args(list));
+        Cli::try_parse_from(&argv).unwrap().report.load().map(|_| ()).map_err(|e| e.to_string())
+    };
+    for refused in [&["--mode", "off-cpu"][..], &["--mode", "wall", "--no-async"]] {
+        let err = load(refused).expect_err("no off-CPU data");
+        assert!(err.contains("has no off-CPU data"), "{refused:?}: {err}");
+    }
 }

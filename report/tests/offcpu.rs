@@ -130,6 +130,7 @@ fn unknown_kinds_frameless_intervals_and_tiny_lines() {
         stack: 0,
         flags: 0,
         comm: "t".into(),
+        task_stack: 0,
     };
     w.push_off_cpu(&iv(1, 0, 5 * MS, OffCpuKind::Unknown(9), 63)).expect("interval");
     w.push_off_cpu(&iv(1, 5 * MS, 2 * MS, OffCpuKind::Unknown0, -1)).expect("interval");
@@ -202,6 +203,7 @@ fn extreme_intervals_do_not_overflow() {
                 stack: if i % 2 == 0 { leaf } else { 0 },
                 flags: 255,
                 comm: String::new(),
+                task_stack: 0,
             })
             .expect("interval");
         }
@@ -216,6 +218,7 @@ fn extreme_intervals_do_not_overflow() {
             pthread_id: PthreadIdMatch::Match,
             status: StackStatus::Complete,
             stack: leaf,
+            task_stack: 0,
         })
         .expect("sample");
     }

@@ -143,6 +143,35 @@ fn off_cpu_and_wall_time() {
     }
 }
 
+/// Task names that differ only by counters are one pprof function (`[task request-N]`) with one location, in cpu and
+/// wall modes; with --exact-task-names one function per task; and the wall profile weighs the task waits too.
+#[test]
+fn aggregated_task_names_are_one_function() {
+    let path = testdata().join("recordings/tasks-1.5.pyp");
+    let functions = |p: &proto::Profile, name: &str| {
+        p.function.iter().filter(|f| p.string_table[f.name as usize] == name).map(|f| f.id).collect::<Vec<_>>()
+    };
+    for mode in [Mode::Cpu, Mode::Wall] {
+        let p = decode(&export(&path, mode));
+        let ids = functions(&p, "[task request-N]");
+        assert_eq!(ids.len(), 1, "{mode:?}");
+        assert_eq!(p.location.iter().filter(|l| l.line[0].function_id == ids[0]).count(), 1, "{mode:?}");
+        assert!(functions(&p, "[task request-3]").is_empty(), "{mode:?}");
+        let total: i64 = p.sample.iter().map(|s| s.value[0]).sum();
+        let want = if mode == Mode::Cpu { 45 } else { 5_700_000_000 };
+        assert_eq!(total, want, "{mode:?}: CPU samples, or wall ns with the task waits");
+    }
+    let args = ReportArgs { input: vec![path], exact_task_names: true, ..ReportArgs::with_format(Format::Pprof) };
+    let profile = args.load().expect("load");
+    let mut out = Vec::new();
+    write_report(&args, &profile, &mut out).expect("write");
+    let p = decode(&out);
+    for k in [3, 7, 12] {
+        assert_eq!(functions(&p, &format!("[task request-{k}]")).len(), 1);
+    }
+    assert!(functions(&p, "[task request-N]").is_empty());
+}
+
 /// `go tool pprof` with its caches in a temporary home; None (after a loud message) when go is missing off CI.
 fn go_pprof(args: &[&str], file: &Path) -> Option<(String, String)> {
     let home = tempfile::tempdir().expect("home");

@@ -180,6 +180,7 @@ fn stack_leaves_out_of_order_and_huge_values_do_not_panic() {
             pthread_id: PthreadIdMatch::Unknown(255),
             status: StackStatus::Unknown(255),
             stack: if i % 2 == 0 { leaf } else { 0 },
+            task_stack: 0,
         })
         .expect("sample");
     }

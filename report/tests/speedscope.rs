@@ -79,6 +79,7 @@ impl Rec {
                 pthread_id: PthreadIdMatch::Match,
                 status: StackStatus::Complete,
                 stack,
+                task_stack: 0,
             })
             .expect("sample");
     }

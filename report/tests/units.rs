@@ -71,6 +71,7 @@ impl Rec {
                     pthread_id: PthreadIdMatch::Match,
                     status,
                     stack,
+                    task_stack: 0,
                 })
                 .expect("sample");
         }
@@ -296,6 +297,7 @@ fn a_process_in_its_own_pid_namespace_is_found_by_either_pid() {
             pthread_id: PthreadIdMatch::Match,
             status: StackStatus::Complete,
             stack: s,
+            task_stack: 0,
         })
         .unwrap();
     }

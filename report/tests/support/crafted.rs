@@ -53,6 +53,7 @@ fn sample(w: &mut Writer<Vec<u8>>, i: u64, tid: u32, stack: u32) {
         pthread_id: PthreadIdMatch::Match,
         status: StackStatus::Complete,
         stack,
+        task_stack: 0,
     })
     .expect("sample");
 }

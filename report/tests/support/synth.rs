@@ -10,11 +10,11 @@
 
 use pyperf_format::{
     off_cpu_flags, symbol_flags, GilState, Header, OffCpuInterval, OffCpuKind, Process, PthreadIdMatch, Rate,
-    SampleRecord, StackStatus, Stats, Symbol, ThreadName, ThreadStateMatch, Writer,
+    SampleRecord, StackStatus, Stats, Symbol, TaskWait, ThreadName, ThreadStateMatch, Writer,
 };
 
 /// Names of the synthetic recordings, without `.pyp`.
-pub const RECORDINGS: &[&str] = &["mixed", "killed", "cutoff", "newer-minor", "offcpu", "native"];
+pub const RECORDINGS: &[&str] = &["mixed", "killed", "cutoff", "newer-minor", "offcpu", "native", "tasks"];
 
 /// The bytes of a synthetic recording.
 pub fn recording(name: &str) -> Vec<u8> {
@@ -25,6 +25,7 @@ pub fn recording(name: &str) -> Vec<u8> {
         "newer-minor" => newer_minor(),
         "offcpu" => offcpu(),
         "native" => native(),
+        "tasks" => tasks(),
         other => panic!("no synthetic recording called {other}"),
     }
 }
@@ -330,6 +331,7 @@ fn mixed() -> Vec<u8> {
                 pthread_id,
                 status,
                 stack: leaves[si],
+                task_stack: 0,
             })
             .expect("sample");
             count += 1;
@@ -392,6 +394,7 @@ fn killed() -> Vec<u8> {
             pthread_id: PthreadIdMatch::Match,
             status: if stack == 0 { StackStatus::Idle } else { StackStatus::Complete },
             stack,
+            task_stack: 0,
         })
         .expect("sample");
         if i % 80 == 79 {
@@ -474,6 +477,7 @@ fn newer_minor() -> Vec<u8> {
             pthread_id: PthreadIdMatch::Match,
             status: StackStatus::Complete,
             stack: if i % 4 == 0 { s0 } else { s },
+            task_stack: 0,
         })
         .expect("sample");
     }
@@ -512,6 +516,7 @@ fn push(w: &mut Writer<Vec<u8>>, time_ms: u64, pid: u32, tid: u32, comm: &str, s
         pthread_id: PthreadIdMatch::Match,
         status: StackStatus::Complete,
         stack,
+        task_stack: 0,
     })
     .expect("sample");
 }
@@ -555,6 +560,7 @@ pub fn exec() -> Vec<u8> {
         pthread_id: PthreadIdMatch::Match,
         status: StackStatus::Complete,
         stack: x,
+        task_stack: 0,
     })
     .expect("sample");
     w.flush().expect("flush");
@@ -637,6 +643,7 @@ fn interval(
         stack,
         flags,
         comm: comm.into(),
+        task_stack: 0,
     }
 }
 
@@ -777,6 +784,7 @@ fn offcpu() -> Vec<u8> {
                 pthread_id: PthreadIdMatch::Match,
                 status: StackStatus::Complete,
                 stack,
+                task_stack: 0,
             })
             .expect("sample");
             si += 1;
@@ -1050,6 +1058,7 @@ fn native() -> Vec<u8> {
             pthread_id: if idle { PthreadIdMatch::ThreadStateNull } else { PthreadIdMatch::Match },
             status: if idle { StackStatus::Idle } else { StackStatus::Complete },
             stack: leaves[template],
+            task_stack: 0,
         })
         .expect("sample");
     }
@@ -1067,6 +1076,220 @@ fn native() -> Vec<u8> {
     w.finish(&Stats {
         samples: samples.len() as u64,
         duration_ns: 800 * MS,
+        counters: counters.iter().map(|&(k, v)| (k.to_string(), v)).collect(),
+        ..Default::default()
+    })
+    .expect("finish")
+}
+
+/// A task-view pseudo-frame (format 1.5): `[task NAME]`, `[asyncio loop]`.
+pub fn task_sym(name: &str) -> Symbol {
+    Symbol { scope: String::new(), name: name.into(), file: String::new(), line: 0, flags: symbol_flags::TASK }
+}
+
+/// A recording of an asyncio service made with `--off-cpu` and the task view (format 1.5), 1 s at 100 Hz (a CPU
+/// sample weighs 10 ms), one process (pid 700, Python 3.12) and two threads. Thread view (`stack`) of the event loop
+/// thread: `<module>`, asyncio.run, Runner.run, run_until_complete, run_forever, _run_once (L), then `Handle._run`
+/// and the running coroutine; task view (`task_stack`): the tasks root first, `[task NAME]` between their frames.
+///
+/// - 700 `MainThread` (comm python3.12), the loop:
+///   - R, 20 samples, 0-200 ms: render() running in request-3 (8), request-7 (7), request-12 (5): task view
+///     `[task Task-1]`, main, `[task request-K]`, handle_request, render; thread view L, Handle._run, handle_request,
+///     render;
+///   - Q, 10 samples, 200-300 ms: query_db() running in orders-3 (6, awaited by request-3 and one more:
+///     `[task orders-3 (+1 awaiters)]`) and orders-7 (4, `[task orders-7]`), under request-3 / request-7;
+///   - U, 1 sample at 300 ms: fetch_orders() whose task the recorder did not find (no task stack: the thread view);
+///   - S, 4 samples, 310-350 ms: the loop's own work, no task running: `[asyncio loop]`, L, EpollSelector.select;
+///   - then off CPU in epoll_wait(2) 350-1000 ms (650 ms, open at the end), task view `[asyncio loop]` ... select.
+/// - 701 `cruncher` (comm worker), a plain thread (no task stacks): Thread._bootstrap, Worker.run, crunch, 10
+///   samples 0-100 ms, then blocked in futex(2) 100-1000 ms (900 ms, open at the end).
+///
+/// Task waits, one sweep every 100 ms (at 100, 200, ... 1000 ms), each weighing 100 ms, all owned by thread 700:
+/// Task-1 in main (`[task Task-1]`, main) every sweep: 1000 ms; request-3 in handle_request sweeps 1-5 (500 ms),
+/// request-7 sweeps 3-8 (600 ms), request-12 sweeps 6-10 (500 ms); orders-3 in fetch_orders, query_db, sleep
+/// sweeps 1-5 (500 ms); orders-7 the same, sweeps 3-8 (600 ms). 37 waits, 3700 ms.
+///
+/// So, aggregated (default): CPU: `[task request-N]` 30 samples (render 20, orders 10), chains `Task-N > request-N`
+/// 20, `Task-N > request-N > orders-N (+1 awaiters)` 6, `Task-N > request-N > orders-N` 4, `[asyncio loop]` 4.
+/// Wall: running 450 ms, off CPU 1550 ms, task waits 3700 ms: chains `Task-N > request-N` 1800 ms (render 200, waits
+/// 1600), `Task-N` 1000 ms, `[asyncio loop]` 690 ms (select 40, epoll_wait 650). The thread view (--no-async) has no
+/// task waits: wall 2000 ms.
+fn tasks() -> Vec<u8> {
+    let mut w = Writer::new(
+        Vec::new(),
+        &header(
+            &["python3.12", "service.py"],
+            &["pyperf", "record", "--off-cpu", "-F", "100", "--", "python3.12", "service.py"],
+            "cpu-clock",
+            Rate::Frequency(100),
+        ),
+    )
+    .expect("header");
+    w.start_off_cpu(OFF_CPU_MIN_NS).expect("off-CPU chunk");
+    w.start_task_waits().expect("task wait chunk");
+    w.add_process(&Process {
+        pid: 700,
+        command: args(&["/usr/bin/python3.12", "service.py"]),
+        python_version: "3.12.3".into(),
+        interpreter_path: "/usr/bin/python3.12".into(),
+        build_id: String::new(),
+        first_seen_ns: 0,
+        ns_pid: 0,
+        cgroup: String::new(),
+    })
+    .expect("process");
+    w.add_thread_names(&[
+        ThreadName { pid: 700, tid: 700, time_ns: 0, name: "MainThread".into() },
+        ThreadName { pid: 700, tid: 701, time_ns: 0, name: "cruncher".into() },
+    ])
+    .expect("thread names");
+    let svc = "/srv/service.py";
+    let aio = "/usr/lib/python3.12/asyncio";
+    let mut i = |s: Symbol| w.intern_symbol(&s);
+    let module = i(sym("", "<module>", svc, 40));
+    let run = i(sym("", "run", &format!("{aio}/runners.py"), 194));
+    let runner = i(sym("Runner", "run", &format!("{aio}/runners.py"), 118));
+    let until = i(sym("BaseEventLoop", "run_until_complete", &format!("{aio}/base_events.py"), 678));
+    let forever = i(sym("BaseEventLoop", "run_forever", &format!("{aio}/base_events.py"), 645));
+    let once = i(sym("BaseEventLoop", "_run_once", &format!("{aio}/base_events.py"), 1999));
+    let handle_run = i(sym("Handle", "_run", &format!("{aio}/events.py"), 88));
+    let select = i(sym("EpollSelector", "select", "/usr/lib/python3.12/selectors.py", 468));
+    let main = i(sym("", "main", svc, 35));
+    let handle_request = i(sym("", "handle_request", svc, 20));
+    let render = i(sym("", "render", svc, 24));
+    let fetch_orders = i(sym("", "fetch_orders", svc, 12));
+    let query_db = i(sym("", "query_db", svc, 6));
+    let sleep = i(sym("", "sleep", &format!("{aio}/tasks.py"), 718));
+    let bootstrap = i(sym("Thread", "_bootstrap", "/usr/lib/python3.12/threading.py", 1010));
+    let worker_run = i(sym("Worker", "run", svc, 50));
+    let crunch = i(sym("", "crunch", svc, 55));
+    let loop_marker = i(task_sym(symbol_flags::ASYNCIO_LOOP));
+    let task1 = i(task_sym("[task Task-1]"));
+    let request = |k: u32| task_sym(&format!("[task request-{k}]"));
+    let requests: Vec<u32> = [3, 7, 12].iter().map(|&k| w.intern_symbol(&request(k))).collect();
+    let orders3 = w.intern_symbol(&task_sym("[task orders-3 (+1 awaiters)]"));
+    let orders7 = w.intern_symbol(&task_sym("[task orders-7]"));
+    let lp = [module, run, runner, until, forever, once];
+    let with = |prefix: &[u32], rest: &[u32]| -> Vec<u32> { prefix.iter().chain(rest).copied().collect() };
+
+    let thread_render = w.intern_stack(&with(&lp, &[handle_run, handle_request, render]));
+    let thread_query = w.intern_stack(&with(&lp, &[handle_run, fetch_orders, query_db]));
+    let thread_fetch = w.intern_stack(&with(&lp, &[handle_run, fetch_orders]));
+    let thread_select = w.intern_stack(&with(&lp, &[select]));
+    let task_render: Vec<u32> =
+        requests.iter().map(|&r| w.intern_stack(&[task1, main, r, handle_request, render])).collect();
+    let orders = |w: &mut Writer<Vec<u8>>, r: u32, o: u32, tail: &[u32]| {
+        w.intern_stack(&with(&[task1, main, r, handle_request, o, fetch_orders], tail))
+    };
+    let task_query =
+        [orders(&mut w, requests[0], orders3, &[query_db]), orders(&mut w, requests[1], orders7, &[query_db])];
+    let task_select = w.intern_stack(&with(&with(&[loop_marker], &lp), &[select]));
+    let cruncher = w.intern_stack(&[bootstrap, worker_run, crunch]);
+
+    let sample = |w: &mut Writer<Vec<u8>>, time_ms: u64, tid: u32, stack: u32, task_stack: u32| {
+        w.push_sample(&SampleRecord {
+            time_ns: time_ms * MS,
+            cpu: tid - 700,
+            pid: 700,
+            tid,
+            comm: if tid == 700 { "python3.12" } else { "worker" },
+            thread_state: ThreadStateMatch::Match,
+            gil: GilState::ThisThread,
+            pthread_id: PthreadIdMatch::Match,
+            status: StackStatus::Complete,
+            stack,
+            task_stack,
+        })
+        .expect("sample");
+    };
+    // Render: request-3 x8, request-7 x7, request-12 x5; the cruncher's 10 samples beside them.
+    let per_request = [8u64, 7, 5];
+    let mut t = 0;
+    for (k, &n) in per_request.iter().enumerate() {
+        for _ in 0..n {
+            sample(&mut w, t, 700, thread_render, task_render[k]);
+            t += 10;
+        }
+    }
+    for k in 0..10 {
+        sample(&mut w, k * 10, 701, cruncher, 0);
+    }
+    for k in 0..10u64 {
+        sample(&mut w, 200 + k * 10, 700, thread_query, task_query[usize::from(k >= 6)]);
+    }
+    sample(&mut w, 300, 700, thread_fetch, 0);
+    w.flush().expect("flush");
+    for k in 0..4 {
+        sample(&mut w, 310 + k * 10, 700, thread_select, task_select);
+    }
+    let off = |tid: u32, comm: &str, start_ms: u64, syscall: i32, stack: u32, task_stack: u32| OffCpuInterval {
+        pid: 700,
+        tid,
+        start_ns: start_ms * MS,
+        duration_ns: (1000 - start_ms) * MS,
+        runnable_ns: 0,
+        weight_ns: (1000 - start_ms) * MS,
+        kind: OffCpuKind::Blocked,
+        syscall,
+        gil: GilState::NotLocked,
+        status: StackStatus::Complete,
+        stack,
+        flags: off_cpu_flags::OPEN_AT_END,
+        comm: comm.into(),
+        task_stack,
+    };
+    w.push_off_cpu(&off(701, "worker", 100, 202, cruncher, 0)).expect("interval");
+    w.push_off_cpu(&off(700, "python3.12", 350, 232, thread_select, task_select)).expect("interval");
+
+    // The sweeps: (task stack, first sweep, last sweep), sweeps numbered 1..=10.
+    let task1_wait = w.intern_stack(&[task1, main]);
+    let request_wait: Vec<u32> = requests.iter().map(|&r| w.intern_stack(&[task1, main, r, handle_request])).collect();
+    let orders_wait = [
+        orders(&mut w, requests[0], orders3, &[query_db, sleep]),
+        orders(&mut w, requests[1], orders7, &[query_db, sleep]),
+    ];
+    let waiting = [
+        (task1_wait, 1, 10),
+        (request_wait[0], 1, 5),
+        (request_wait[1], 3, 8),
+        (request_wait[2], 6, 10),
+        (orders_wait[0], 1, 5),
+        (orders_wait[1], 3, 8),
+    ];
+    let mut waits = 0;
+    for sweep in 1..=10u64 {
+        let now: Vec<TaskWait> = waiting
+            .iter()
+            .filter(|&&(_, first, last)| (first..=last).contains(&sweep))
+            .map(|&(stack, _, _)| TaskWait {
+                pid: 700,
+                tid: 700,
+                time_ns: sweep * 100 * MS,
+                weight_ns: 100 * MS,
+                stack,
+            })
+            .collect();
+        waits += now.len() as u64;
+        w.task_waits(&now).expect("task waits");
+    }
+    let counters = [
+        ("off_cpu_intervals", 2),
+        ("off_cpu_short", 0),
+        ("off_cpu_sampled", 0),
+        ("off_cpu_lost", 0),
+        ("off_cpu_unreadable", 0),
+        ("off_cpu_open_at_end", 2),
+        ("task_samples", 34),
+        ("task_unknown", 1),
+        ("task_sweeps", 10),
+        ("task_waits", waits),
+        ("task_sweep_us", 1234),
+        ("task_sweep_max_us", 210),
+        ("task_read_errors", 0),
+    ];
+    w.finish(&Stats {
+        samples: 45,
+        duration_ns: 1000 * MS,
         counters: counters.iter().map(|&(k, v)| (k.to_string(), v)).collect(),
         ..Default::default()
     })
