@@ -465,8 +465,8 @@ impl Session {
 
     /// Registers `p` with the sampler and the symbolizer.
     fn set_up(&mut self, p: &PythonProcess, ns: &Namespaces) -> Result<()> {
-        let config =
-            bpf_config(p, ns.other_pid_ns, self.tasks.is_some()).with_context(|| format!("cannot profile process {}", p.pid))?;
+        let config = bpf_config(p, ns.other_pid_ns, self.tasks.is_some())
+            .with_context(|| format!("cannot profile process {}", p.pid))?;
         // Its age decides when a uprobe goes in (see `FreesPlan::config`).
         let age = crate::targets::procfs::age(p.pid).unwrap_or(Duration::ZERO);
         let config = self.frees.config(p, config, age, &mut self.sampler);

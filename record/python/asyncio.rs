@@ -351,6 +351,16 @@ pub struct TaskInfo {
     pub other_awaiters: u32,
     /// The kernel tid (the process's PID namespace) of the thread whose list holds it (3.14+), 0 unknown.
     pub ns_tid: u32,
+    /// What tells this task from another one at the same address later (objects are freed and their memory
+    /// reused, often by an object of the same kind): its name object and that object's first bytes.
+    pub identity: Identity,
+}
+
+/// A task's identity ([`TaskInfo::identity`], [`TaskReader::same`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    name_obj: u64,
+    name_peek: Vec<u8>,
 }
 
 /// A frame of a coroutine chain: its code object and raw instruction position as the BPF program reports frames
@@ -393,19 +403,29 @@ pub struct TaskReader<M> {
     hints: [Option<usize>; 8],
     /// What the last list read of each task that it does not read again while they stay the same.
     known: HashMap<u64, Known>,
-    /// The children of each `gather`'s future the last list met (they do not change), 3.11-3.13.
-    gathered: HashMap<u64, Vec<u64>>,
 }
 
 /// A task's name and coroutine, as a list read them.
 #[derive(Debug, Clone)]
 struct Known {
-    coro: u64,
-    name_obj: u64,
+    /// The first [`NAME_PEEK`] bytes of its name object.
+    name_block: Option<Vec<u8>>,
     name: String,
     coro_code: u64,
     running: bool,
 }
+
+/// Bytes of a name object compared from one list to the next: header, hash and the text of names up to ~24 bytes
+/// (`Task-17`, `request-36`) or an int's digits.
+const NAME_PEEK: usize = 64;
+/// Whether two peeks at a name object show the same name: all but the reference count (the first word), which
+/// changes whenever something refers to the name.
+fn same_name(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.len() > 8 && a[8..] == b[8..]
+}
+
+/// Names this long at most are whole in the [`NAME_PEEK`] bytes (a compact ASCII str's text starts at 40 or 48).
+const SHORT_NAME: usize = 16;
 
 impl<M: ReadMem> TaskReader<M> {
     /// A reader of the tasks of a process whose interpreter `row` describes, with the asyncio facts `layout` (its
@@ -432,7 +452,6 @@ impl<M: ReadMem> TaskReader<M> {
             task_types: HashMap::new(),
             hints: [None; 8],
             known: HashMap::new(),
-            gathered: HashMap::new(),
         }
     }
 
@@ -488,9 +507,19 @@ impl<M: ReadMem> TaskReader<M> {
         let mut waiters: Vec<(u64, u64)> = Vec::new();
         let mut sets: Vec<(usize, u64)> = Vec::new();
         let mut singles: Vec<(usize, u64)> = Vec::new();
+        // The names' first bytes and the coroutines' heads, in two more batches. A name is read again only when
+        // those bytes changed: an address says nothing (tasks, coroutines and names come and go at the same
+        // addresses, a new task often where the last one was), the bytes (type, length, hash, text or digits) do.
+        let field_of = |b: &Option<Vec<u8>>, o: i32| b.as_ref().and_then(|b| u64_in(b, o)).unwrap_or(0);
+        let name_blocks =
+            self.mem.read_many(&blocks.iter().map(|b| (field_of(b, l.task_name), NAME_PEEK)).collect::<Vec<_>>());
+        let frame_code = u64::try_from(self.row.layout.frame_code).unwrap_or(0);
+        let head_len = usize::try_from(l.gen_iframe).unwrap_or(0) + frame_code as usize + 8;
+        let heads =
+            self.mem.read_many(&blocks.iter().map(|b| (field_of(b, l.task_coro), head_len)).collect::<Vec<_>>());
         let mut known = std::mem::take(&mut self.known);
         let mut kept: HashMap<u64, Known> = HashMap::new();
-        for (&(t, tid), block) in found.iter().zip(&blocks) {
+        for (((&(t, tid), block), name_block), head) in found.iter().zip(&blocks).zip(name_blocks).zip(heads) {
             let Some(block) = block else { continue };
             let field = |o: i32| if o >= 0 { u64_in(block, o) } else { Some(0) };
             let Some(ty) = u64_in(block, 8) else { continue };
@@ -503,14 +532,28 @@ impl<M: ReadMem> TaskReader<M> {
             else {
                 continue;
             };
-            let k = match known.remove(&t).filter(|k| k.coro == coro && k.name_obj == name_obj) {
-                Some(k) => k,
-                None => {
-                    let (coro_code, running) = cx.coro_head(coro).unwrap_or((0, false));
-                    let name = cx.name(name_obj).unwrap_or_default();
-                    Known { coro, name_obj, name, coro_code, running }
-                }
+            let (coro_code, running) = match head {
+                Some(h) => (
+                    u64_in(&h, l.gen_iframe as u64 + frame_code).map_or(0, |c| c & self.row.code_tag_mask),
+                    usize::try_from(l.gen_frame_state)
+                        .ok()
+                        .and_then(|o| h.get(o))
+                        .is_some_and(|&s| s as i8 == l.executing),
+                ),
+                None => (0, false),
             };
+            let name = match known.remove(&t) {
+                // (A longer name's text is not all in the bytes compared: read again.)
+                Some(k)
+                    if k.name.len() <= SHORT_NAME
+                        && matches!((&k.name_block, &name_block), (Some(a), Some(b)) if same_name(a, b)) =>
+                {
+                    k.name
+                }
+                _ => cx.name(name_obj).unwrap_or_default(),
+            };
+            let identity = Identity { name_obj, name_peek: name_block.clone().unwrap_or_default() };
+            let k = Known { name_block, name, coro_code, running };
             if l.task_awaited_by >= 0 {
                 let by = field(l.task_awaited_by).unwrap_or(0);
                 let is_set = usize::try_from(l.task_awaited_by_is_set).ok().and_then(|o| block.get(o)).copied();
@@ -532,6 +575,7 @@ impl<M: ReadMem> TaskReader<M> {
                 awaited_by: Vec::new(),
                 other_awaiters: 0,
                 ns_tid: tid,
+                identity,
             });
             kept.insert(t, k);
         }
@@ -556,17 +600,10 @@ impl<M: ReadMem> TaskReader<M> {
             }
         }
         // Before 3.14 nothing records who awaits a task: a task waiting on a task awaits it; one waiting on a
-        // gather's future awaits each of its children (a gather's children do not change: remembered by future).
-        let mut gathered = std::mem::take(&mut self.gathered);
-        let mut still: HashMap<u64, Vec<u64>> = HashMap::new();
+        // gather's future awaits each of its children. Read every time: futures and tasks come and go at the same
+        // addresses, so a gather's children remembered by address would join a new parent to an old child's heir.
         for (parent, fut) in waiters {
-            let children = if index.contains_key(&fut) {
-                vec![fut]
-            } else {
-                let c = gathered.remove(&fut).unwrap_or_else(|| cx.gathered(fut));
-                still.insert(fut, c.clone());
-                c
-            };
+            let children = if index.contains_key(&fut) { vec![fut] } else { cx.gathered(fut) };
             for c in children {
                 if let Some(&i) = index.get(&c) {
                     if out[i].awaited_by.len() < MAX_AWAITERS && !out[i].awaited_by.contains(&parent) {
@@ -575,11 +612,31 @@ impl<M: ReadMem> TaskReader<M> {
                 }
             }
         }
-        self.gathered = still;
         if mem.exhausted() && out.is_empty() {
             return Err(AsyncioError::Unreadable("the tasks (too much work)"));
         }
         Ok(out)
+    }
+
+    /// Whether the tasks at the addresses of `tasks` are still those a list read (pending, same coroutine, same name
+    /// object holding the same first bytes), read now in two batches.
+    pub fn same(&self, tasks: &[&TaskInfo]) -> Vec<bool> {
+        let l = self.layout;
+        let Ok(size) = usize::try_from(l.task_size) else { return vec![false; tasks.len()] };
+        let blocks = self.mem.read_many(&tasks.iter().map(|t| (t.addr, size)).collect::<Vec<_>>());
+        let peeks = self.mem.read_many(&tasks.iter().map(|t| (t.identity.name_obj, NAME_PEEK)).collect::<Vec<_>>());
+        tasks
+            .iter()
+            .zip(blocks.iter().zip(peeks))
+            .map(|(t, (b, peek))| {
+                let Some(b) = b else { return false };
+                let field = |o: i32| if o >= 0 { u64_in(b, o) } else { Some(0) };
+                field(l.task_state).map(|v| v as u32) == Some(0)
+                    && field(l.task_coro) == Some(t.coro)
+                    && field(l.task_name) == Some(t.identity.name_obj)
+                    && peek.is_some_and(|p| same_name(&p, &t.identity.name_peek))
+            })
+            .collect()
     }
 
     /// The frames of the coroutine `coro` and of the coroutines it awaits, root first (the task's coroutine
@@ -744,15 +801,6 @@ impl<M: ReadMem> Cx<'_, '_, M> {
         }
         self.task_types.insert(t, yes);
         yes
-    }
-
-    /// The code object of coroutine `coro`'s frame and whether it runs now.
-    fn coro_head(&mut self, coro: u64) -> Option<(u64, bool)> {
-        let frame = at(coro, self.l.gen_iframe)?;
-        let state = self.objs.bytes(at(coro, self.l.gen_frame_state)?, 1)?[0] as i8;
-        let row = self.objs.row();
-        let code = self.objs.u64_at(at(frame, row.layout.frame_code)?)? & row.code_tag_mask;
-        Some((code, state == self.l.executing))
     }
 
     /// A task's name: a str, or an int `N` for the default `Task-N`.

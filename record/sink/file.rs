@@ -108,6 +108,7 @@ impl Sink for FileSink {
             return;
         }
         let stack = self.writer.intern_stack(s.frames);
+        let task_stack = if s.tasks.is_empty() { 0 } else { self.writer.intern_stack(s.tasks) };
         let rec = SampleRecord {
             time_ns: s.time_ns,
             cpu: s.cpu,
@@ -119,8 +120,7 @@ impl Sink for FileSink {
             pthread_id: s.pthread_id,
             status: s.status,
             stack,
-            // The task view (#31) is wired by the recorder's task reader; none yet.
-            task_stack: 0,
+            task_stack,
         };
         self.last_time_ns = s.time_ns;
         if let Err(e) = self.writer.push_sample(&rec) {
@@ -142,6 +142,7 @@ impl Sink for FileSink {
         }
         let s = &o.sample;
         let stack = self.writer.intern_stack(s.frames);
+        let task_stack = if s.tasks.is_empty() { 0 } else { self.writer.intern_stack(s.tasks) };
         let iv = OffCpuInterval {
             pid: s.pid,
             tid: s.tid,
@@ -156,7 +157,7 @@ impl Sink for FileSink {
             stack,
             flags: o.flags,
             comm: s.comm.to_string(),
-            task_stack: 0,
+            task_stack,
         };
         match self.writer.push_off_cpu(&iv) {
             Ok(()) => self.off_cpu += 1,
@@ -166,6 +167,29 @@ impl Sink for FileSink {
 
     fn off_cpu_intervals(&self) -> u64 {
         self.off_cpu
+    }
+
+    fn start_task_waits(&mut self) -> Result<()> {
+        self.writer.start_task_waits().map_err(|e| self.failed(e))
+    }
+
+    fn task_waits(&mut self, waits: &[crate::tasks::Wait]) {
+        if self.error.is_some() {
+            return;
+        }
+        let waits: Vec<pyperf_format::TaskWait> = waits
+            .iter()
+            .map(|w| pyperf_format::TaskWait {
+                pid: w.pid,
+                tid: w.tid,
+                time_ns: w.time_ns,
+                weight_ns: w.weight_ns,
+                stack: self.writer.intern_stack(&w.frames),
+            })
+            .collect();
+        if let Err(e) = self.writer.task_waits(&waits) {
+            self.error = Some(e);
+        }
     }
 
     fn flush(&mut self) -> Result<()> {

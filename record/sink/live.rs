@@ -12,7 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::Result;
-use pyperf_format::{GilState, OffCpuKind, Process, RecorderWarning, Stats, Symbol, ThreadName};
+use pyperf_format::{symbol_flags, GilState, OffCpuKind, Process, RecorderWarning, Stats, Symbol, ThreadName};
 use pyperf_report::names;
 
 use super::{OffCpuSample, Sample, Sink};
@@ -181,7 +181,12 @@ impl Live {
 
     /// Symbol `id` (dense, in order) is `sym`.
     pub fn symbol(&mut self, id: u32, sym: &Symbol) {
-        let f = self.intern(names::function_name(sym), names::file_name(sym), sym.line);
+        // Task boundaries aggregated as reports do (`[task request-N]`): one row per kind of task, not per request.
+        let name = match names::aggregate_task_name(&sym.name).filter(|_| sym.flags & symbol_flags::TASK != 0) {
+            Some(agg) => agg,
+            None => names::function_name(sym),
+        };
+        let f = self.intern(name, names::file_name(sym), sym.line);
         let i = id as usize;
         if self.symbol_function.len() <= i {
             self.symbol_function.resize(i + 1, u32::MAX);

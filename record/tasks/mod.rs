@@ -27,13 +27,10 @@ use crate::python::mem::ProcMem;
 use crate::python::PythonProcess;
 use crate::symbolizer::Symbolizer;
 
-/// Symbol flag of the task boundary pseudo-frames (format 1.5 `task`).
-pub const TASK_FLAG: u32 = 128;
-/// The pseudo-frame at the root of a loop thread's sample taken while no task runs on it.
-pub const LOOP_MARKER: &str = "[asyncio loop]";
+use pyperf_format::symbol_flags::{ASYNCIO_LOOP as LOOP_MARKER, TASK as TASK_FLAG};
 /// Tasks are listed again for an unknown coroutine at most this often (a generator that is no task's runs on every
 /// sample of a program that iterates one).
-pub const REFRESH_EVERY: Duration = Duration::from_millis(50);
+pub const REFRESH_EVERY: Duration = Duration::from_millis(10);
 /// Stitched prefixes (awaiting tasks' frames) are read again at least this often: an awaiting task moves on.
 const PREFIX_TTL: Duration = Duration::from_millis(500);
 /// The sweep lists a process's tasks again this often (new tasks, awaiters); in between it reads those it knows.
@@ -85,6 +82,12 @@ struct Proc {
     tasks: HashMap<u64, TaskInfo>,
     by_coro: HashMap<u64, u64>,
     listed: Option<Instant>,
+    /// CLOCK_MONOTONIC ns when the last list began.
+    listed_ns: u64,
+    /// Tasks the last list found that the one before did not.
+    fresh: HashSet<u64>,
+    /// When each task was last seen to be the one listed (CLOCK_MONOTONIC ns; see [`asyncio::TaskReader::same`]).
+    validated: HashMap<u64, u64>,
     /// Stitched prefixes (ending with the task's own boundary), by task.
     prefixes: HashMap<u64, (Instant, Vec<u32>)>,
     /// Event loop -> host tid of the thread seen running its tasks.
@@ -157,6 +160,9 @@ impl Tasks {
                 tasks: HashMap::new(),
                 by_coro: HashMap::new(),
                 listed: None,
+                listed_ns: 0,
+                fresh: HashSet::new(),
+                validated: HashMap::new(),
                 prefixes: HashMap::new(),
                 loops: HashMap::new(),
                 loop_threads: HashSet::new(),
@@ -221,7 +227,9 @@ impl Tasks {
         } else {
             match pr.running_task(s, roots) {
                 Some(hit) => Some(hit),
-                None if pr.listed.is_none_or(|t| t.elapsed() >= REFRESH_EVERY) => {
+                // A list older than the sample may not know its task; a newer one would (at most one list per
+                // REFRESH_EVERY: a generator that is no task's misses on every sample).
+                None if pr.listed_ns < s.time_ns && pr.listed.is_none_or(|t| t.elapsed() >= REFRESH_EVERY) => {
                     if let Err(why) = pr.list(&mut self.counters) {
                         self.warnings.extend(why.map(|w| (s.pid, w)));
                     }
@@ -229,6 +237,41 @@ impl Tasks {
                 }
                 None => None,
             }
+        };
+        // The task at that address may have ended since it was listed and another taken its place (memory is
+        // reused, often by a task of the same shape): checked when not seen to be the same since the sample.
+        let found = match found {
+            Some((_, task)) if pr.validated.get(&task).is_none_or(|&v| v < s.time_ns) => {
+                let same = pr.tasks.get(&task).is_some_and(|t| pr.reader.same(&[t]) == [true]);
+                if same {
+                    pr.validated.insert(task, crate::clock::monotonic_ns());
+                    found
+                } else {
+                    // Which one ran at the sample cannot be told: the thread view, counted.
+                    if let Err(why) = pr.list(&mut self.counters) {
+                        self.warnings.extend(why.map(|w| (s.pid, w)));
+                    }
+                    None
+                }
+            }
+            other => other,
+        };
+        // A task new in a list taken before this sample, awaited by none: the list may have caught its creator
+        // between creating it and awaiting it (the process runs while it is read). It runs now, so its creator
+        // has since yielded: a list from now on shows who awaits it.
+        let found = match found {
+            Some((_, task))
+                if pr.fresh.contains(&task)
+                    && pr.listed_ns < s.time_ns
+                    && pr.tasks.get(&task).is_some_and(|t| t.awaited_by.is_empty()) =>
+            {
+                if let Err(why) = pr.list(&mut self.counters) {
+                    self.warnings.extend(why.map(|w| (s.pid, w)));
+                }
+                pr.prefixes.remove(&task);
+                pr.running_task(s, roots)
+            }
+            other => other,
         };
         let Some((index, task)) = found else {
             if !roots.is_empty() && !pr.tasks.is_empty() {
@@ -248,7 +291,10 @@ impl Tasks {
         if let Some(t) = pr.tasks.get(&task) {
             pr.loops.insert(t.event_loop, s.tid);
         }
-        let prefix = pr.prefix(task, sym, &mut self.counters, s.pid, new_symbol);
+        let Some(prefix) = pr.prefix(task, sym, &mut self.counters, s.pid, new_symbol) else {
+            self.counters.unknown += 1;
+            return None;
+        };
         self.stack.clear();
         self.stack.extend_from_slice(&prefix);
         self.stack.extend_from_slice(sym.last_stack().get(pos..)?);
@@ -294,6 +340,18 @@ impl Tasks {
                 eprintln!("list {:?}", tl.elapsed());
             }
             let t0 = Instant::now();
+            // Tasks replaced by others at their addresses since the list are dropped (the next list finds the new).
+            let infos: Vec<&TaskInfo> = pr.tasks.values().collect();
+            let same = pr.reader.same(&infos);
+            let replaced: Vec<u64> = infos.iter().zip(same).filter(|(_, ok)| !ok).map(|(t, _)| t.addr).collect();
+            for t in replaced {
+                pr.tasks.remove(&t);
+                pr.prefixes.remove(&t);
+            }
+            let now_ns = crate::clock::monotonic_ns();
+            for t in pr.tasks.keys() {
+                pr.validated.insert(*t, now_ns);
+            }
             let addrs: Vec<u64> = pr.tasks.keys().copied().collect();
             let swept = pr.reader.sweep(&addrs);
             if std::env::var_os("PYPERF_DEBUG_SWEEP").is_some() {
@@ -381,6 +439,7 @@ impl Proc {
     /// Lists the process's tasks again. `Err(Some(text))`: a warning to say once; `Err(None)`: not now.
     fn list(&mut self, counters: &mut Counters) -> Result<(), Option<String>> {
         self.listed = Some(Instant::now());
+        self.listed_ns = crate::clock::monotonic_ns();
         if self.section_pending {
             // (3.14: `_asyncio` is mapped once asyncio is imported; the samples of coroutines say it may be now.)
             match find_extension(self.reader.pid()) {
@@ -404,9 +463,28 @@ impl Proc {
         counters.lists += 1;
         match self.reader.tasks() {
             Ok(list) => {
+                if std::env::var_os("PYPERF_DEBUG_SWEEP").is_some() {
+                    let names: HashMap<u64, &str> = list.iter().map(|t| (t.addr, t.name.as_str())).collect();
+                    let d: Vec<String> = list
+                        .iter()
+                        .map(|t| {
+                            format!(
+                                "{}<{:?}",
+                                t.name,
+                                t.awaited_by.iter().map(|a| names.get(a).copied().unwrap_or("?")).collect::<Vec<_>>()
+                            )
+                        })
+                        .collect();
+                    eprintln!("LIST {} {}", crate::clock::monotonic_ns(), d.join(" "));
+                }
+                let before = &self.tasks;
+                self.fresh = list.iter().map(|t| t.addr).filter(|t| !before.contains_key(t)).collect();
                 self.by_coro = list.iter().map(|t| (t.coro, t.addr)).collect();
+                let at = self.listed_ns;
+                self.validated = list.iter().map(|t| (t.addr, at)).collect();
                 self.tasks = list.into_iter().map(|t| (t.addr, t)).collect();
-                self.prefixes.retain(|_, (at, _)| at.elapsed() < PREFIX_TTL);
+                let tasks = &self.tasks;
+                self.prefixes.retain(|t, _| tasks.contains_key(t));
                 self.checks.clear();
                 Ok(())
             }
@@ -450,11 +528,11 @@ impl Proc {
         counters: &mut Counters,
         pid: u32,
         new_symbol: &mut dyn FnMut(u32, &Symbol),
-    ) -> Vec<u32> {
-        if let Some((at, p)) = self.prefixes.get(&task) {
-            if at.elapsed() < PREFIX_TTL {
-                return p.clone();
-            }
+    ) -> Option<Vec<u32>> {
+        let cached = self.prefixes.get(&task);
+        if let Some((at, p)) = cached.filter(|(at, _)| at.elapsed() < PREFIX_TTL) {
+            let _ = at;
+            return Some(p.clone());
         }
         let chain = self.path_to_root(task);
         let mut out = Vec::new();
@@ -462,16 +540,20 @@ impl Proc {
             let name = self.tasks.get(&t).map(|t| t.name.clone()).unwrap_or_default();
             out.push(sym.intern(marker(boundary(&name, others)), new_symbol));
             if i > 0 {
-                let Some(coro) = self.tasks.get(&t).map(|t| t.coro) else { continue };
+                let coro = self.tasks.get(&t).map(|t| t.coro).unwrap_or(0);
                 let (frames, _) = self.reader.chain(coro);
                 if frames.is_empty() {
+                    // The awaiting task ended since the sample (it is read up to a poll later), or a read failed:
+                    // the prefix read before stands (who awaits a running task does not change while it runs, nor
+                    // where), else the sample keeps its thread view.
                     counters.read_errors += 1;
+                    return self.prefixes.get(&task).map(|(_, p)| p.clone());
                 }
                 self.symbolize(sym, pid, &frames, &mut out, new_symbol);
             }
         }
         self.prefixes.insert(task, (Instant::now(), out.clone()));
-        out
+        Some(out)
     }
 }
 

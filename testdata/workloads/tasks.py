@@ -80,10 +80,10 @@ async def waiter():
         await long_wait_still()  # at:waiter_still
     while True:
         t = time.monotonic()
-        await short_wait()
+        await short_wait()  # at:waiter_short
         WAITED["short"] += time.monotonic() - t
         t = time.monotonic()
-        await long_wait()
+        await long_wait()  # at:waiter_long
         WAITED["long"] += time.monotonic() - t
 
 
