@@ -48,6 +48,10 @@ const RESCAN_EVERY: Duration = Duration::from_millis(200);
 /// long after each scan, up to SLOW_SCAN: an interpreter it starts later is caught within SLOW_SCAN, still before
 /// its own code runs (starting an interpreter takes longer), and waiting costs SLOW_SCAN's wakeups with a few small
 /// /proc reads each (the command's process tree, not every process), instead of a busy loop.
+/// How often at least the ring is taken while a followed process has asyncio tasks (see [`crate::tasks`]): a task
+/// that ends sooner after a sample than this is not named (its sample keeps the thread view, counted). A request's
+/// task lives tens of milliseconds; each take is a wakeup of the recorder (bench/RESULTS.md, #31).
+const TASKS_POLL: Duration = Duration::from_millis(10);
 const FAST_SCAN: Duration = Duration::from_micros(500);
 const FAST_FOR: Duration = Duration::from_millis(20);
 const SLOW_SCAN: Duration = Duration::from_millis(20);
@@ -365,6 +369,8 @@ impl Session {
     /// `--async`: the sweep of suspended tasks when due, and what the task view has to say.
     fn tasks_due(&mut self) -> Result<()> {
         let Some(tasks) = self.tasks.as_mut() else { return Ok(()) };
+        // While a followed process has tasks, its samples are read sooner (a task is named only while it lives).
+        self.sampler.set_max_interval(if tasks.any_tasks() { TASKS_POLL } else { Duration::MAX });
         let now = monotonic_ns();
         if tasks.sweep_due(now) {
             let sink = &mut self.sink;

@@ -373,6 +373,8 @@ pub struct Sampler {
     last_take: Option<(Instant, u64)>,
     /// How long the next poll leaves the ring while samples flow: [`POLL_INTERVAL`], less for a fast flow.
     interval: Duration,
+    /// The longest `interval` ([`Sampler::set_max_interval`]).
+    max_interval: Duration,
     /// What `poll` sleeps on: the ring's own epoll set, and descriptors given to [`Sampler::wake_on`].
     wake: OwnedFd,
     woken: bool,
@@ -514,6 +516,7 @@ impl Sampler {
             ring_bytes: ring_bytes as u64,
             last_take: None,
             interval: POLL_INTERVAL,
+            max_interval: POLL_INTERVAL,
             wake,
             woken: false,
             _storage: storage,
@@ -755,6 +758,14 @@ impl Sampler {
         }
     }
 
+    /// Takes the ring at least every `d` while samples flow (at most [`POLL_INTERVAL`], at least [`POLL_MIN`]): a
+    /// caller that must read the target's memory soon after a sample asks for less (asyncio tasks: a request's task
+    /// lives tens of milliseconds, and is named only while it lives).
+    pub fn set_max_interval(&mut self, d: Duration) {
+        self.max_interval = d.clamp(POLL_MIN, POLL_INTERVAL);
+        self.interval = self.interval.min(self.max_interval);
+    }
+
     /// Sets [`Sampler::interval`] from the flow since the last take: the time the ring takes to fill
     /// 1/[`POLL_FILL`] at that rate, between [`POLL_MIN`] and [`POLL_INTERVAL`]. A wakeup of ours costs our own CPU,
     /// one from the program the target's; at 1 kHz of 20-frame stacks a take every 50 ms instead of 100 was a fifth
@@ -768,9 +779,9 @@ impl Sampler {
             }
             let flow = bytes - before;
             self.interval = if flow == 0 {
-                POLL_INTERVAL
+                self.max_interval
             } else {
-                dt.mul_f64((self.ring_bytes / POLL_FILL) as f64 / flow as f64).clamp(POLL_MIN, POLL_INTERVAL)
+                dt.mul_f64((self.ring_bytes / POLL_FILL) as f64 / flow as f64).clamp(POLL_MIN, self.max_interval)
             };
         }
         self.last_take = Some((now, bytes));

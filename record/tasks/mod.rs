@@ -188,6 +188,11 @@ impl Tasks {
         std::mem::take(&mut self.warnings)
     }
 
+    /// Whether a followed process has had asyncio tasks.
+    pub fn any_tasks(&self) -> bool {
+        self.procs.values().any(|p| !p.dead && p.listed.is_some() && !p.tasks.is_empty())
+    }
+
     /// What the trailer says.
     pub fn counters(&self) -> Counters {
         self.counters
