@@ -556,7 +556,9 @@ fn announce_libraries(symbolizer: &mut Symbolizer, sink: &mut dyn Sink) {
 }
 
 /// One raw sample or off-CPU record: symbolized, counted, handed to the sink (an off-CPU record through the
-/// pairing, [`crate::offcpu`]).
+/// pairing, [`crate::offcpu`]). (The session's parts one by one: the ring's callback borrows them apart from the
+/// sampler, which a borrow of the whole session would not allow.)
+#[allow(clippy::too_many_arguments)]
 fn on_sample(
     symbolizer: &mut Symbolizer,
     names: &mut ThreadNames,

@@ -302,8 +302,7 @@ pub fn with_section(layout: &AsyncioLayout, s: &[u64; 13]) -> Result<AsyncioLayo
         *s;
     let small = |v: u64, below: u64| i32::try_from(v).ok().filter(|&o| o > 0 && (o as u64) < below);
     let f = |v: u64| small(v, size);
-    let ok = size >= 64
-        && size <= 4096
+    let ok = (64..=4096).contains(&size)
         && f(awaited_by).is_some()
         && awaited_by < is_task
         && is_task < is_set
@@ -1013,7 +1012,7 @@ fn chain<M: ReadMem>(objs: &mut Objects<'_, M>, l: &AsyncioLayout, tag_mask: u64
         let awaited = match l.stack {
             ValueStack::Top { stacktop, localsplus } => {
                 let Some(top) = u64_in(&head, stacktop).map(|v| v as u32 as i32) else { break };
-                if top < 1 || top > 1 << 16 {
+                if !(1..=1 << 16).contains(&top) {
                     break;
                 }
                 at(frame, localsplus).and_then(|b| at(b, (top as u64 - 1) * 8)).and_then(|a| objs.u64_at(a))
