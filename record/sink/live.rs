@@ -181,12 +181,14 @@ impl Live {
 
     /// Symbol `id` (dense, in order) is `sym`.
     pub fn symbol(&mut self, id: u32, sym: &Symbol) {
-        // Task boundaries aggregated as reports do (`[task request-N]`): one row per kind of task, not per request.
-        let name = match names::aggregate_task_name(&sym.name).filter(|_| sym.flags & symbol_flags::TASK != 0) {
-            Some(agg) => agg,
-            None => names::function_name(sym),
+        // Task boundaries are pseudo-frames (no file), aggregated as reports do (`[task request-N]`): one row per
+        // kind of task, not per request.
+        let f = if sym.flags & symbol_flags::TASK != 0 {
+            let name = names::aggregate_task_name(&sym.name).unwrap_or_else(|| sym.name.clone());
+            self.pseudo(&name)
+        } else {
+            self.intern(names::function_name(sym), names::file_name(sym), sym.line)
         };
-        let f = self.intern(name, names::file_name(sym), sym.line);
         let i = id as usize;
         if self.symbol_function.len() <= i {
             self.symbol_function.resize(i + 1, u32::MAX);
