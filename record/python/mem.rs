@@ -78,10 +78,60 @@ impl ReadMem for ProcMem {
         buf.is_empty() || matches!(self.read_raw(addr, buf), Ok(n) if n == buf.len())
     }
 
+    /// Ranges near one another (objects of one size share an allocator pool: a thousand tasks lie on a few dozen
+    /// pages) are read as one span: the kernel's cost is per range and page pinned, not per byte. A span that cannot
+    /// be read whole (it crossed into an unmapped page) is read again range by range.
+    fn read_many(&self, reqs: &[(u64, usize)]) -> Vec<Option<Vec<u8>>> {
+        let mut order: Vec<usize> = (0..reqs.len()).collect();
+        order.sort_unstable_by_key(|&i| reqs[i].0);
+        // Spans: (start, end, the requests in it).
+        let mut spans: Vec<(u64, u64, Vec<usize>)> = Vec::new();
+        for i in order {
+            let (addr, len) = reqs[i];
+            let end = addr.saturating_add(len as u64);
+            match spans.last_mut() {
+                Some(s) if addr <= s.1.saturating_add(SPAN_GAP) && end.saturating_sub(s.0) <= SPAN_MAX => {
+                    s.1 = s.1.max(end);
+                    s.2.push(i);
+                }
+                _ => spans.push((addr, end, vec![i])),
+            }
+        }
+        let got = self.read_ranges(&spans.iter().map(|s| (s.0, (s.1 - s.0) as usize)).collect::<Vec<_>>());
+        let mut out: Vec<Option<Vec<u8>>> = vec![None; reqs.len()];
+        let mut again: Vec<usize> = Vec::new();
+        for (span, bytes) in spans.iter().zip(got) {
+            match bytes {
+                Some(b) => {
+                    for &i in &span.2 {
+                        let at = (reqs[i].0 - span.0) as usize;
+                        out[i] = b.get(at..at + reqs[i].1).map(<[u8]>::to_vec);
+                    }
+                }
+                None if span.2.len() == 1 => {}
+                None => again.extend(&span.2),
+            }
+        }
+        if !again.is_empty() {
+            let each = self.read_ranges(&again.iter().map(|&i| reqs[i]).collect::<Vec<_>>());
+            for (i, b) in again.into_iter().zip(each) {
+                out[i] = b;
+            }
+        }
+        out
+    }
+}
+
+/// Ranges at most this far apart are read as one span ([`ProcMem::read_many`]).
+const SPAN_GAP: u64 = 1024;
+/// Longest span.
+const SPAN_MAX: u64 = 64 << 10;
+
+impl ProcMem {
     /// process_vm_readv(2) of up to [`BATCH`] ranges a call. It stops at the first range it cannot read whole (the
     /// count it returns says where): that range is `None`, the call goes on from the next one. (For a reused pid the
     /// caller's checks of what it reads apply as for any read: these reads are by pid.)
-    fn read_many(&self, reqs: &[(u64, usize)]) -> Vec<Option<Vec<u8>>> {
+    fn read_ranges(&self, reqs: &[(u64, usize)]) -> Vec<Option<Vec<u8>>> {
         let pid = match self {
             ProcMem::File(_, pid) | ProcMem::Pid(pid) => *pid,
         };
