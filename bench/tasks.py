@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The user-space cost of the asyncio task view (#31) with 1,000 live tasks: the recorder's CPU with the sweep of
-suspended tasks on (`--async-rate HZ`, default 10 Hz) against the same recording without it (`--async-rate 0`),
-alternated in one run, and the sweep's own time from the trailer (`task_sweep_us`). Python standard library; needs
-root and a release build.
+"""The user-space cost of the asyncio task view (#31) with 1,000 live tasks: the recorder's CPU (`record --off-cpu`)
+with the sweep of suspended tasks at its default (10 Hz, spaced to stay under 1% of a CPU), at a fixed `--rate`
+(`--async-rate`, not spaced), and without it (`--async-rate 0`), alternated in one run; and the sweep's own time from
+the trailer (`task_sweep_us`). Python standard library; needs root and a release build.
 
   bench/tasks.py [--bin target/release/pyperf] [--python PY] [--tasks 1000] [--rate 10] [--reps 4] [--seconds 10]
 
@@ -29,9 +29,9 @@ def cpu_s(pid):
     return (int(rest[11]) + int(rest[12])) / TICK
 
 
-def record(binary, pid, rate, seconds, out):
+def record(binary, pid, extra, seconds, out):
     p = subprocess.Popen(
-        [binary, "record", "-p", str(pid), "--async-rate", str(rate), "-d", str(seconds), "-o", out],
+        [binary, "record", "-p", str(pid), "--off-cpu", *extra, "-d", str(seconds), "-o", out],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
     )
@@ -74,28 +74,38 @@ def main():
     w = subprocess.Popen([a.python, work, str(a.tasks)], stdout=subprocess.PIPE, text=True)
     ready = w.stdout.readline().split()
     print(f"workload: {a.python} {ready[1] if len(ready) > 1 else '?'} tasks; load {loadavg()}")
-    on, off, sweep_us, sweeps, waits, size_on, size_off = [], [], [], [], [], [], []
+    configs = {"default": [], f"{a.rate} Hz": ["--async-rate", str(a.rate)], "no sweep": ["--async-rate", "0"]}
+    cpu = {k: [] for k in configs}
+    size = {k: [] for k in configs}
+    sweep = {k: [] for k in configs}
+    rate = {k: [] for k in configs}
+    waits = {k: [] for k in configs}
     try:
         with tempfile.TemporaryDirectory() as d:
             for rep in range(a.reps):
-                order = [(a.rate, on), (0, off)] if rep % 2 == 0 else [(0, off), (a.rate, on)]
-                for rate, into in order:
-                    out = os.path.join(d, f"r{rep}-{rate}.pyp")
-                    cpu, wall = record(a.bin, w.pid, rate, a.seconds, out)
-                    into.append(cpu / wall)
-                    (size_on if rate else size_off).append(os.path.getsize(out) / wall)
-                    if rate:
-                        c = counters(a.bin, out)
-                        sweep_us.append(c.get("task_sweep_us", 0) / max(c.get("task_sweeps", 1), 1))
-                        sweeps.append(c.get("task_sweeps", 0))
-                        waits.append(c.get("task_waits", 0) / max(c.get("task_sweeps", 1), 1))
+                names = list(configs)
+                if rep % 2:
+                    names.reverse()
+                for k in names:
+                    out = os.path.join(d, f"r{rep}-{len(cpu[k])}-{k.replace(' ', '')}.pyp")
+                    c, wall = record(a.bin, w.pid, configs[k], a.seconds, out)
+                    cpu[k].append(c / wall)
+                    size[k].append(os.path.getsize(out) / wall)
+                    n = counters(a.bin, out)
+                    sweeps = n.get("task_sweeps", 0)
+                    sweep[k].append(n.get("task_sweep_us", 0) / sweeps if sweeps else None)
+                    rate[k].append(sweeps / a.seconds)
+                    waits[k].append(n.get("task_waits", 0) / sweeps if sweeps else None)
     finally:
         w.kill()
-    print(f"recorder CPU, share of one CPU (median of {a.reps}): sweep at {a.rate} Hz {100 * median(on):.2f}%, "
-          f"no sweep {100 * median(off):.2f}%, difference {100 * (median(on) - median(off)):.2f} points")
-    print(f"one sweep of {a.tasks} tasks: median {median(sweep_us):.0f} us ({median(sweeps):.0f} sweeps a recording,"
-          f" {median(waits):.0f} waits written each); sweep time {median(sweep_us) * a.rate / 1e4:.2f}% of one CPU")
-    print(f"file growth: {median(size_on) / 1024:.1f} KiB/s with the sweep, {median(size_off) / 1024:.1f} KiB/s without")
+    print(f"record --off-cpu of {a.tasks} tasks, medians of {a.reps} x {a.seconds:.0f} s:")
+    print("| sweep | recorder CPU (share of one CPU) | sweeps/s | one sweep (wall) | waits written a sweep | file |")
+    print("|---|---|---|---|---|---|")
+    for k in configs:
+        one = median(sweep[k])
+        print(f"| {k} | {100 * median(cpu[k]):.2f}% | {median(rate[k]):.1f} | "
+              f"{'-' if one is None else f'{one / 1000:.2f} ms'} | {median(waits[k]) or '-'} | "
+              f"{median(size[k]) / 1024:.1f} KiB/s |")
     print(f"load after: {loadavg()}")
 
 

@@ -137,7 +137,8 @@ pub struct SamplingArgs {
     #[arg(long = "no-async", overrides_with = "async_tasks")]
     pub no_async: bool,
     /// Also weigh suspended asyncio tasks this many times a second, each at the await it waits in (`report --mode
-    /// wall`: where requests wait); default 10 with --off-cpu, else 0 (off)
+    /// wall`: where requests wait); default 10 with --off-cpu (less often when a sweep would cost over 1% of a CPU:
+    /// thousands of tasks), else 0 (off)
     #[arg(long = "async-rate", value_name = "HZ")]
     pub async_rate: Option<u32>,
 }
@@ -242,8 +243,9 @@ struct Push {
 /// The shared arguments, checked: everything a front end needs to set up its session.
 pub struct Plan {
     options: SamplerOptions,
-    /// `--async`: the sweep's rate (0: none), `None` without the task view.
-    tasks: Option<u32>,
+    /// `--async`: the sweep's rate (0: none) and whether it is the default (slowed down for many tasks), `None`
+    /// without the task view.
+    tasks: Option<(u32, bool)>,
     duration: Option<Duration>,
     uprobes: bool,
     push: Option<Push>,
@@ -287,8 +289,8 @@ impl Plan {
             (true, Some(r)) if r > 0 => bail!("--async-rate needs the task view: drop --no-async"),
             (true, _) => None,
             (false, Some(r)) if r > MAX_ASYNC_RATE => bail!("--async-rate must be at most {MAX_ASYNC_RATE} Hz"),
-            (false, Some(r)) => Some(r),
-            (false, None) => Some(if sampling.off_cpu { DEFAULT_ASYNC_RATE } else { 0 }),
+            (false, Some(r)) => Some((r, false)),
+            (false, None) => Some((if sampling.off_cpu { DEFAULT_ASYNC_RATE } else { 0 }, true)),
         };
         Ok(Plan {
             tasks,
@@ -401,8 +403,8 @@ impl Plan {
         if self.options.native || self.options.kernel {
             session = session.with_native(self.options.native, self.options.kernel)?;
         }
-        if let Some(hz) = self.tasks {
-            session = session.with_async(hz)?;
+        if let Some((hz, capped)) = self.tasks {
+            session = session.with_async(hz, capped)?;
         }
         Ok(session)
     }

@@ -103,12 +103,13 @@ impl Session {
     }
 
     /// Gives samples of asyncio tasks their task view (`--async`), and with `sweep_hz` > 0 weighs suspended tasks
-    /// that often (`--async-rate`). Before [`Session::start`].
-    pub fn with_async(mut self, sweep_hz: u32) -> Result<Session> {
+    /// that often (`--async-rate`; `capped`: the default rate, slowed down to keep the sweep's CPU at 1%). Before
+    /// [`Session::start`].
+    pub fn with_async(mut self, sweep_hz: u32, capped: bool) -> Result<Session> {
         if sweep_hz > 0 {
             self.sink.start_task_waits()?;
         }
-        self.tasks = Some(Tasks::new(sweep_hz));
+        self.tasks = Some(Tasks::new(sweep_hz, capped));
         Ok(self)
     }
 

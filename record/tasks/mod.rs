@@ -33,6 +33,8 @@ use pyperf_format::symbol_flags::{ASYNCIO_LOOP as LOOP_MARKER, TASK as TASK_FLAG
 pub const REFRESH_EVERY: Duration = Duration::from_millis(10);
 /// Stitched prefixes (awaiting tasks' frames) are read again at least this often: an awaiting task moves on.
 const PREFIX_TTL: Duration = Duration::from_millis(500);
+/// At the default rate, sweeps are spaced so that they take at most this share of one CPU.
+pub const SWEEP_SHARE: f64 = 0.01;
 /// The sweep lists a process's tasks again this often (new tasks, awaiters); in between it reads those it knows.
 const LIST_EVERY: Duration = Duration::from_secs(1);
 /// Awaiting tasks followed at most from a task to its root.
@@ -103,6 +105,8 @@ struct Proc {
     dead: bool,
     /// CLOCK_MONOTONIC ns of its last sweep.
     last_sweep: Option<u64>,
+    /// The last sweep's parts of stacks, by task ([`Proc::part`]).
+    parts: HashMap<u64, Part, rustc_hash::FxBuildHasher>,
 }
 
 /// The task view of every followed process.
@@ -114,14 +118,21 @@ pub struct Tasks {
     warnings: Vec<(u32, String)>,
     /// Sweep period, `None`: no sweep.
     sweep_every: Option<Duration>,
+    /// The period stretches to keep the sweep's CPU under [`SWEEP_SHARE`].
+    capped: bool,
+    /// Least time between sweeps the last sweep's cost asks for (`capped`), ns.
+    min_gap_ns: u64,
     stack: Vec<u32>,
 }
 
 impl Tasks {
-    /// Task views of the processes added; `sweep_hz` > 0 also weighs suspended tasks that often.
-    pub fn new(sweep_hz: u32) -> Tasks {
+    /// Task views of the processes added; `sweep_hz` > 0 also weighs suspended tasks that often, and with `capped`
+    /// (the default rate, not one the user chose) less often when a sweep costs more than [`SWEEP_SHARE`] of a CPU
+    /// at that rate (many tasks): each sweep's weights are the time since the last one, so the totals stay right.
+    pub fn new(sweep_hz: u32, capped: bool) -> Tasks {
         Tasks {
             sweep_every: (sweep_hz > 0).then(|| Duration::from_secs_f64(1.0 / f64::from(sweep_hz))),
+            capped,
             ..Tasks::default()
         }
     }
@@ -169,6 +180,7 @@ impl Tasks {
                 checks: HashMap::new(),
                 dead: false,
                 last_sweep: None,
+                parts: HashMap::default(),
             },
         );
     }
@@ -310,14 +322,16 @@ impl Tasks {
     /// Whether a sweep is due at `now` (CLOCK_MONOTONIC ns).
     pub fn sweep_due(&self, now: u64) -> bool {
         let Some(every) = self.sweep_every else { return false };
-        self.procs.values().any(|p| p.last_sweep.is_none_or(|t| now.saturating_sub(t) >= every.as_nanos() as u64))
+        let gap = (every.as_nanos() as u64).max(self.min_gap_ns);
+        self.procs.values().any(|p| p.last_sweep.is_none_or(|t| now.saturating_sub(t) >= gap))
     }
 
     /// Weighs every suspended leaf task of every process whose period is over: its wait since the last sweep.
     pub fn sweep(&mut self, sym: &mut Symbolizer, now: u64, new_symbol: &mut dyn FnMut(u32, &Symbol)) -> Vec<Wait> {
         let Some(every) = self.sweep_every else { return Vec::new() };
-        let every_ns = every.as_nanos() as u64;
+        let every_ns = (every.as_nanos() as u64).max(self.min_gap_ns);
         let started = Instant::now();
+        let cpu_before = thread_cpu_ns();
         let mut out = Vec::new();
         let pids: Vec<u32> = self.procs.keys().copied().collect();
         for pid in pids {
@@ -382,30 +396,46 @@ impl Tasks {
             let mut leaves: Vec<u64> =
                 chains.iter().filter(|(t, s)| !s.running && !awaiting.contains(t)).map(|(&t, _)| t).collect();
             leaves.sort_unstable();
-            let mut merged: HashMap<(u32, Vec<u32>), u64> = HashMap::new();
+            // Each task's part of a stack (its boundary and its chain's symbols) is made again only when its name,
+            // awaiters or frames changed since the last sweep: most tasks wait where they waited.
+            let mut parts: FastMap<u64, Part> = FastMap::default();
+            let mut merged: FastMap<u32, FastMap<Vec<u32>, u64>> = FastMap::default();
+            let mut frames: Vec<u32> = Vec::new();
             for t in leaves {
-                let mut frames = Vec::new();
-                let path = pr.path_to_root(t);
-                for (i, &(task, others)) in path.iter().enumerate().rev() {
-                    let name = pr.tasks.get(&task).map(|t| t.name.clone()).unwrap_or_default();
-                    frames.push(sym.intern(marker(boundary(&name, others)), new_symbol));
-                    let _ = i;
-                    if let Some(c) = chains.get(&task) {
-                        let chain = c.frames.clone();
-                        pr.symbolize(sym, pid, &chain, &mut frames, new_symbol);
+                frames.clear();
+                for &(task, others) in pr.path_to_root(t).iter().rev() {
+                    if !parts.contains_key(&task) {
+                        let part = pr.part(task, others, chains.get(&task), sym, pid, new_symbol);
+                        parts.insert(task, part);
+                    }
+                    if let Some(p) = parts.get(&task) {
+                        frames.extend_from_slice(&p.ids);
                     }
                 }
                 let tid = pr.tasks.get(&t).and_then(|i| pr.loops.get(&i.event_loop)).copied().unwrap_or(0);
-                *merged.entry((tid, frames)).or_default() += weight;
+                let by_stack = merged.entry(tid).or_default();
+                match by_stack.get_mut(frames.as_slice()) {
+                    Some(w) => *w += weight,
+                    None => {
+                        by_stack.insert(frames.clone(), weight);
+                    }
+                }
             }
-            for ((tid, frames), weight_ns) in merged {
-                out.push(Wait { pid, tid, time_ns: now, weight_ns, frames });
+            pr.parts = parts;
+            for (tid, by_stack) in merged {
+                for (frames, weight_ns) in by_stack {
+                    out.push(Wait { pid, tid, time_ns: now, weight_ns, frames });
+                }
             }
             if std::env::var_os("PYPERF_DEBUG_SWEEP").is_some() {
                 eprintln!("sweep all {:?}", t0.elapsed());
             }
         }
         let us = started.elapsed().as_micros() as u64;
+        if self.capped {
+            let cost = thread_cpu_ns().saturating_sub(cpu_before);
+            self.min_gap_ns = (cost as f64 / SWEEP_SHARE) as u64;
+        }
         self.counters.sweeps += 1;
         self.counters.waits += out.len() as u64;
         self.counters.sweep_us += us;
@@ -414,7 +444,44 @@ impl Tasks {
     }
 }
 
+/// A task's part of the sweep's stacks: its boundary and its coroutine chain's symbols, and what they were made
+/// from.
+#[derive(Debug, Clone, Default)]
+struct Part {
+    name: String,
+    others: usize,
+    frames: Vec<asyncio::CoroFrame>,
+    ids: Vec<u32>,
+}
+
+/// Maps of the sweep, keyed by addresses and symbol ids: FxHash, not SipHash.
+type FastMap<K, V> = HashMap<K, V, rustc_hash::FxBuildHasher>;
+
 impl Proc {
+    /// `task`'s part of the sweep's stacks, from the last sweep's when its name, awaiters and frames are the same.
+    fn part(
+        &mut self,
+        task: u64,
+        others: usize,
+        swept: Option<&asyncio::Swept>,
+        sym: &mut Symbolizer,
+        pid: u32,
+        new_symbol: &mut dyn FnMut(u32, &Symbol),
+    ) -> Part {
+        let name = self.tasks.get(&task).map_or("", |t| t.name.as_str());
+        let frames: &[asyncio::CoroFrame] = swept.map_or(&[], |s| s.frames.as_slice());
+        if let Some(p) = self.parts.remove(&task) {
+            if p.name == name && p.others == others && p.frames == frames {
+                return p;
+            }
+        }
+        let name = name.to_string();
+        let mut ids = vec![sym.intern(marker(boundary(&name, others)), new_symbol)];
+        let frames = frames.to_vec();
+        self.symbolize(sym, pid, &frames, &mut ids, new_symbol);
+        Part { name, others, frames, ids }
+    }
+
     /// Symbol ids of coroutine frames read from memory.
     fn symbolize(
         &mut self,
@@ -562,6 +629,16 @@ impl Proc {
     }
 }
 
+/// The CPU time of the calling thread, ns (CLOCK_THREAD_CPUTIME_ID): what a sweep costs, not the time it waited.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec it is given, which lives for the call.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// The boundary's text: `[task NAME]`, `[task NAME (+K awaiters)]`; a task whose name could not be read `[task ?]`.
 pub fn boundary(name: &str, others: usize) -> String {
     let name = if name.is_empty() { "?" } else { name };
@@ -619,7 +696,7 @@ pub struct TreeTask {
 
 /// Every task of `p` now, with its coroutine chain and awaiters (`dump --async`). `Err`: a line saying why not.
 pub fn tree(p: &PythonProcess) -> Result<Vec<TreeTask>, String> {
-    let mut tasks = Tasks::new(0);
+    let mut tasks = Tasks::new(0, false);
     tasks.add_process(p);
     if let Some((_, why)) = tasks.warnings.first() {
         return Err(why.clone());
