@@ -459,3 +459,44 @@ fn pure_python_tasks_are_said_once() {
     let plain = report(&out, &["--folded"]);
     assert!(!plain.contains("[task ") && plain.contains("crunch"), "plain stacks:\n{plain}");
 }
+
+/// `pyperf top` shows the task view: task boundaries as rows of their own, aggregated (`[task request-N]`).
+#[test]
+fn top_shows_tasks() {
+    let _guard = serial();
+    let py = interpreter("3.12.1");
+    let child = Kid(start_workload(&py, "tasks.py", &[]));
+    let mut top = Kid(pyperf()
+        .args(["top", "--interval", "1", "--rows", "40", "-p", &child.0.id().to_string()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("pyperf top"));
+    let out = top.0.stdout.take().expect("stdout");
+    // Plain tables (stdout is not a terminal), read until one has the tasks (at most two minutes).
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut table = String::new();
+        for line in std::io::BufRead::lines(std::io::BufReader::new(out)).map_while(Result::ok) {
+            if line.starts_with("pyperf top - ") && !table.is_empty() {
+                if tx.send(std::mem::take(&mut table)).is_err() {
+                    return;
+                }
+            }
+            table.push_str(&line);
+            table.push('\n');
+        }
+    });
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let want = ["[task Task-N]", "[task request-N]", "[task orders-N]", "[task shared (+1 awaiters)]"];
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        let table = rx.recv_timeout(left).expect("a table with the tasks within two minutes");
+        if want.iter().all(|w| table.contains(w)) {
+            assert!(!table.contains("[task request-1]"), "counters aggregated:\n{table}");
+            assert!(!table.contains("[task Task-N] ("), "a boundary has no file:\n{table}");
+            break;
+        }
+    }
+}
