@@ -404,13 +404,13 @@ impl Tasks {
             for t in leaves {
                 frames.clear();
                 for &(task, others) in pr.path_to_root(t).iter().rev() {
-                    if !parts.contains_key(&task) {
-                        let part = pr.part(task, others, chains.get(&task), sym, pid, new_symbol);
-                        parts.insert(task, part);
-                    }
-                    if let Some(p) = parts.get(&task) {
-                        frames.extend_from_slice(&p.ids);
-                    }
+                    let p = match parts.entry(task) {
+                        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                        std::collections::hash_map::Entry::Vacant(e) => {
+                            e.insert(pr.part(task, others, chains.get(&task), sym, pid, new_symbol))
+                        }
+                    };
+                    frames.extend_from_slice(&p.ids);
                 }
                 let tid = pr.tasks.get(&t).and_then(|i| pr.loops.get(&i.event_loop)).copied().unwrap_or(0);
                 let by_stack = merged.entry(tid).or_default();
