@@ -479,10 +479,8 @@ fn top_shows_tasks() {
     std::thread::spawn(move || {
         let mut table = String::new();
         for line in std::io::BufRead::lines(std::io::BufReader::new(out)).map_while(Result::ok) {
-            if line.starts_with("pyperf top - ") && !table.is_empty() {
-                if tx.send(std::mem::take(&mut table)).is_err() {
-                    return;
-                }
+            if line.starts_with("pyperf top - ") && !table.is_empty() && tx.send(std::mem::take(&mut table)).is_err() {
+                return;
             }
             table.push_str(&line);
             table.push('\n');
