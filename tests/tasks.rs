@@ -250,22 +250,24 @@ fn record_tasks(python: &str) {
     let mut child = Kid(start_workload(&py, "tasks.py", &[]));
     let pid = child.0.id();
     let (_dir, out) = scratch("tasks.pyp");
-    // Enough CPU for several batches of requests (each ~0.7 s) and many sweeps of the waiter.
-    let o = record_for_cpu(
-        pyperf()
-            .args(["record", "-p", &pid.to_string(), "--off-cpu", "--async-rate", "50", "-F", "199", "-o"])
-            .arg(&out),
-        &out,
-        pid,
-        4.0,
-    );
-    assert!(o.status.success(), "{python}: record failed");
-    // The workload's own clock of its two waits, over its whole run.
+    // Enough CPU for several batches of requests (each ~0.7 s) and many sweeps of the waiter. The workload's clock
+    // of its waits covers the recording: reset once the recorder records, read before it stops.
+    let mut rec = Kid(pyperf()
+        .args(["record", "-p", &pid.to_string(), "--off-cpu", "--async-rate", "50", "-F", "199", "-o"])
+        .arg(&out)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run pyperf record"));
+    wait_recording(&out);
     // SAFETY: plain kill(2) of the workload this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGUSR2) };
+    wait_cpu(pid, 4.0);
+    // SAFETY: as above.
     unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(child.0.stdout.as_mut().expect("stdout")), &mut line)
         .expect("the workload's waits");
+    assert!(interrupt(&mut rec.0).success(), "{python}: record failed");
     let secs = |key: &str| -> f64 {
         line.split_whitespace()
             .find_map(|w| w.strip_prefix(&format!("{key}=")))
