@@ -609,14 +609,7 @@ fn task_view<'t>(
     tasks: Option<&'t mut Tasks>,
     s: &RawSample<'_>,
 ) -> Option<&'t [u32]> {
-    let tasks = tasks?;
-    let roots: Vec<(usize, u64)> = coro_roots(s);
-    tasks.stack(symbolizer, s, &roots, &mut |id, sym| sink.symbol(id, sym))
-}
-
-/// The run roots of the sample's coroutine frames, leaf first (frame index, frame address).
-fn coro_roots(s: &RawSample<'_>) -> Vec<(usize, u64)> {
-    s.coro_roots.leaf_first().collect()
+    tasks?.stack(symbolizer, s, &mut |id, sym| sink.symbol(id, sym))
 }
 
 /// A raw sample or whole off-CPU interval, symbolized and handed to the sink.

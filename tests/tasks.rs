@@ -32,40 +32,40 @@ fn tail(path: &str) -> String {
 /// awaiting it.
 type Task = (String, Vec<(String, String, u64)>, Vec<String>);
 
+/// Tasks as JSON objects with "id", "name", "frames" (leaf first, each made a frame by `frame`) and "awaited_by"
+/// (ids), by id, awaiters by name.
+fn tasks_of(list: &[Value], frame: impl Fn(&Value) -> (String, String, u64)) -> BTreeMap<String, Task> {
+    let text = |v: &Value| v.as_str().unwrap_or("").to_string();
+    let names: BTreeMap<String, String> = list.iter().map(|t| (text(&t["id"]), text(&t["name"]))).collect();
+    list.iter()
+        .map(|t| {
+            let frames = t["frames"].as_array().expect("frames").iter().map(&frame).collect();
+            let mut by: Vec<String> = t["awaited_by"]
+                .as_array()
+                .expect("awaited_by")
+                .iter()
+                .map(|a| names.get(&text(a)).cloned().unwrap_or_default())
+                .collect();
+            by.sort();
+            (text(&t["id"]), (text(&t["name"]), frames, by))
+        })
+        .collect()
+}
+
 /// `dump --async --json`'s tasks, by id.
 fn pyperf_tasks(pid: u32) -> BTreeMap<String, Task> {
     let o = pyperf().args(["dump", "-p", &pid.to_string(), "--async", "--json"]).output().expect("run pyperf dump");
     assert!(o.status.success(), "dump --async: {}", String::from_utf8_lossy(&o.stderr));
     let doc: Value = serde_json::from_slice(&o.stdout).expect("JSON");
     let tasks = doc["tasks"].as_array().unwrap_or_else(|| panic!("no tasks in {doc:#}"));
-    let names: BTreeMap<String, String> = tasks
-        .iter()
-        .map(|t| (t["id"].as_str().unwrap_or("").to_string(), t["name"].as_str().unwrap_or("").to_string()))
-        .collect();
-    tasks
-        .iter()
-        .map(|t| {
-            let frames = t["frames"]
-                .as_array()
-                .expect("frames")
-                .iter()
-                .map(|f| {
-                    let file = tail(f["file"].as_str().unwrap_or(""));
-                    // Qualified (`Event.wait`), as asyncio.tools names them too (co_qualname).
-                    (f["function"].as_str().unwrap_or("").to_string(), file, f["line"].as_u64().unwrap_or(0))
-                })
-                .collect();
-            let mut by: Vec<String> = t["awaited_by"]
-                .as_array()
-                .expect("awaited_by")
-                .iter()
-                .map(|a| names.get(a.as_str().unwrap_or("")).cloned().unwrap_or_default())
-                .collect();
-            by.sort();
-            assert!(!t["cut"].as_bool().unwrap_or(true), "a short chain cut: {t}");
-            (t["id"].as_str().unwrap_or("").to_string(), (t["name"].as_str().unwrap_or("").to_string(), frames, by))
-        })
-        .collect()
+    for t in tasks {
+        assert!(!t["cut"].as_bool().unwrap_or(true), "a short chain cut: {t}");
+    }
+    // Qualified (`Event.wait`), as asyncio.tools names them too (co_qualname).
+    tasks_of(tasks, |f| {
+        let function = f["function"].as_str().unwrap_or("").to_string();
+        (function, tail(f["file"].as_str().unwrap_or("")), f["line"].as_u64().unwrap_or(0))
+    })
 }
 
 /// CPython's own reader's tasks (testdata/workloads/asyncio_peer.py, run by `python`), by id.
@@ -77,32 +77,9 @@ fn cpython_tasks(python: &std::path::Path, pid: u32) -> BTreeMap<String, Task> {
         .expect("run asyncio_peer.py");
     assert!(o.status.success(), "asyncio.tools: {}", String::from_utf8_lossy(&o.stderr));
     let doc: Value = serde_json::from_slice(&o.stdout).expect("JSON");
-    let list = doc.as_array().expect("a list");
-    let names: BTreeMap<String, String> = list
-        .iter()
-        .map(|t| (t["id"].as_str().unwrap_or("").to_string(), t["name"].as_str().unwrap_or("").to_string()))
-        .collect();
-    list.iter()
-        .map(|t| {
-            let frames = t["frames"]
-                .as_array()
-                .expect("frames")
-                .iter()
-                .map(|f| {
-                    let file = tail(f[1].as_str().unwrap_or(""));
-                    (f[0].as_str().unwrap_or("").to_string(), file, f[2].as_u64().unwrap_or(0))
-                })
-                .collect();
-            let mut by: Vec<String> = t["awaited_by"]
-                .as_array()
-                .expect("awaited_by")
-                .iter()
-                .map(|a| names.get(a.as_str().unwrap_or("")).cloned().unwrap_or_default())
-                .collect();
-            by.sort();
-            (t["id"].as_str().unwrap_or("").to_string(), (t["name"].as_str().unwrap_or("").to_string(), frames, by))
-        })
-        .collect()
+    tasks_of(doc.as_array().expect("a list"), |f| {
+        (f[0].as_str().unwrap_or("").to_string(), tail(f[1].as_str().unwrap_or("")), f[2].as_u64().unwrap_or(0))
+    })
 }
 
 /// The parked workload's tree, as the workload's source says it must be.

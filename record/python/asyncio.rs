@@ -156,113 +156,72 @@ const TOP: ValueStack = ValueStack::Top { stacktop: 64, localsplus: 72 };
 /// The rows, oldest first. 3.11-3.13: DWARF of the pyenv builds' `_asyncio` and libpython (`TaskObj`, `PyCoroObject`,
 /// `_PyInterpreterFrame`), checked in-process with ctypes on 3.13.18 too; 3.14/3.15: their `.AsyncioDebug` sections
 /// (Debian sid 3.14.10, 3.15.2; they win at run time) and `_Py_DebugOffsets` (`gen_object`).
-pub static LAYOUTS: [AsyncioLayout; 5] = [
-    AsyncioLayout {
-        version: (3, 11),
-        task_size: 176,
-        task_loop: 16,
-        task_state: 88,
-        task_fut_waiter: 128,
-        task_coro: 136,
-        task_name: 144,
-        task_awaited_by: -1,
-        task_awaited_by_is_set: -1,
-        task_is_task: -1,
-        task_node: -1,
-        gen_frame_state: 75,
-        gen_iframe: 80,
-        suspended: STATES_311,
-        created: -2,
-        executing: 0,
-        stack: TOP,
-        tasks: SETS_311,
-        section: DebugSection::None,
-    },
-    AsyncioLayout {
-        version: (3, 12),
-        task_size: 176,
-        task_loop: 16,
-        task_state: 88,
-        task_fut_waiter: 128,
-        task_coro: 136,
-        task_name: 144,
-        task_awaited_by: -1,
-        task_awaited_by_is_set: -1,
-        task_is_task: -1,
-        task_node: -1,
-        gen_frame_state: 67,
-        gen_iframe: 72,
-        suspended: STATES_311,
-        created: -2,
-        executing: 0,
-        stack: TOP,
-        tasks: SETS_312,
-        section: DebugSection::None,
-    },
-    AsyncioLayout {
-        version: (3, 13),
-        task_size: 144,
-        task_loop: 16,
-        task_state: 96,
-        task_fut_waiter: 112,
-        task_coro: 120,
-        task_name: 128,
-        task_awaited_by: -1,
-        task_awaited_by_is_set: -1,
-        task_is_task: -1,
-        task_node: -1,
-        gen_frame_state: 67,
-        gen_iframe: 72,
-        suspended: STATES_313,
-        created: -3,
-        executing: 0,
-        stack: TOP,
-        tasks: SETS_312,
-        section: DebugSection::None,
-    },
-    AsyncioLayout {
-        version: (3, 14),
-        task_size: 168,
-        task_loop: 16,
-        task_state: 104,
-        task_fut_waiter: 120,
-        task_coro: 128,
-        task_name: 136,
-        task_awaited_by: 96,
-        task_awaited_by_is_set: 109,
-        task_is_task: 108,
-        task_node: 152,
-        gen_frame_state: 67,
-        gen_iframe: 72,
-        suspended: STATES_313,
-        created: -3,
-        executing: 0,
-        stack: ValueStack::Pointer { stackpointer: 64, back: 1 },
-        tasks: AllTasks::Lists { tstate_head: 0x370, interp_head: 0x2a80 },
-        section: DebugSection::Extension,
-    },
-    AsyncioLayout {
-        version: (3, 15),
-        task_size: 168,
-        task_loop: 16,
-        task_state: 104,
-        task_fut_waiter: 120,
-        task_coro: 128,
-        task_name: 136,
-        task_awaited_by: 96,
-        task_awaited_by_is_set: 109,
-        task_is_task: 108,
-        task_node: 152,
-        gen_frame_state: 67,
-        gen_iframe: 72,
-        suspended: STATES_315,
-        created: 0,
-        executing: 4,
-        stack: ValueStack::Pointer { stackpointer: 64, back: 2 },
-        tasks: AllTasks::Lists { tstate_head: 0x418, interp_head: 0x2a68 },
-        section: DebugSection::Interpreter,
-    },
-];
+pub static LAYOUTS: [AsyncioLayout; 5] = [V311, V312, V313, V314, V315];
+
+/// Each row after the first says what changed from the one before.
+const V311: AsyncioLayout = AsyncioLayout {
+    version: (3, 11),
+    task_size: 176,
+    task_loop: 16,
+    task_state: 88,
+    task_fut_waiter: 128,
+    task_coro: 136,
+    task_name: 144,
+    task_awaited_by: -1,
+    task_awaited_by_is_set: -1,
+    task_is_task: -1,
+    task_node: -1,
+    gen_frame_state: 75,
+    gen_iframe: 80,
+    suspended: STATES_311,
+    created: -2,
+    executing: 0,
+    stack: TOP,
+    tasks: SETS_311,
+    section: DebugSection::None,
+};
+const V312: AsyncioLayout =
+    AsyncioLayout { version: (3, 12), gen_frame_state: 67, gen_iframe: 72, tasks: SETS_312, ..V311 };
+/// The explicit `dict` / `weakreflist` members went (managed dict and weakrefs).
+const V313: AsyncioLayout = AsyncioLayout {
+    version: (3, 13),
+    task_size: 144,
+    task_state: 96,
+    task_fut_waiter: 112,
+    task_coro: 120,
+    task_name: 128,
+    suspended: STATES_313,
+    created: -3,
+    ..V312
+};
+/// Awaiter links and per-thread lists; values from the `.AsyncioDebug` section (which wins at run time).
+const V314: AsyncioLayout = AsyncioLayout {
+    version: (3, 14),
+    task_size: 168,
+    task_state: 104,
+    task_fut_waiter: 120,
+    task_coro: 128,
+    task_name: 136,
+    task_awaited_by: 96,
+    task_awaited_by_is_set: 109,
+    task_is_task: 108,
+    task_node: 152,
+    stack: ValueStack::Pointer { stackpointer: 64, back: 1 },
+    tasks: AllTasks::Lists { tstate_head: 0x370, interp_head: 0x2a80 },
+    section: DebugSection::Extension,
+    ..V313
+};
+/// New frame states; `SEND` leaves a NULL above the awaited object; `_asyncio` built into the interpreter.
+const V315: AsyncioLayout = AsyncioLayout {
+    version: (3, 15),
+    suspended: STATES_315,
+    created: 0,
+    executing: 4,
+    stack: ValueStack::Pointer { stackpointer: 64, back: 2 },
+    tasks: AllTasks::Lists { tstate_head: 0x418, interp_head: 0x2a68 },
+    section: DebugSection::Interpreter,
+    ..V314
+};
 
 /// The asyncio row of a Python row, if pyperf reads that version's tasks (3.11+; not a version newer than it knows,
 /// whose task layout nothing describes).
@@ -641,9 +600,8 @@ impl<M: ReadMem> TaskReader<M> {
     /// The frames of the coroutine `coro` and of the coroutines it awaits, root first (the task's coroutine
     /// first, the leaf where it waits last), at most [`MAX_CHAIN`]; and whether the chain was cut there.
     pub fn chain(&self, coro: u64) -> (Vec<CoroFrame>, bool) {
-        let mem = Metered::new(&self.mem, Budget { bytes: 1 << 20, ops: 4 * MAX_CHAIN as u64 + 16 });
-        let mut objs = Objects::new(&mem, self.row);
-        chain(&mut objs, &self.layout, self.row.code_tag_mask, coro)
+        let c = self.chains(&[coro]).pop().unwrap_or_default();
+        (c.frames, c.cut)
     }
 
     fn main_interpreter(&self, objs: &Objects<'_, Metered<'_, M>>) -> Result<u64, AsyncioError> {
@@ -675,8 +633,6 @@ impl<M: ReadMem> TaskReader<M> {
     /// tasks, where reading them one by one takes thousands. `None` for a task that cannot be read now.
     pub fn sweep(&self, tasks: &[u64]) -> Vec<Option<Swept>> {
         let l = self.layout;
-        let row = self.row;
-        let fl = row.layout;
         let Ok(size) = usize::try_from(l.task_size) else { return vec![None; tasks.len()] };
         let blocks = self.mem.read_many(&tasks.iter().map(|&t| (t, size)).collect::<Vec<_>>());
         let mut out: Vec<Option<Swept>> = vec![None; tasks.len()];
@@ -695,23 +651,45 @@ impl<M: ReadMem> TaskReader<M> {
                 }
             }
         }
+        let (index, coros): (Vec<usize>, Vec<u64>) = active.into_iter().map(|(i, c, _)| (i, c)).unzip();
+        for (i, c) in index.into_iter().zip(self.chains(&coros)) {
+            if let Some(sw) = out[i].as_mut() {
+                (sw.frames, sw.running, sw.cut) = (c.frames, c.running, c.cut);
+            }
+        }
+        out
+    }
+
+    /// The chains of coroutines `coros`, each root first (the coroutine's own frame, then those of the coroutines it
+    /// awaits, to the leaf where it waits), read hop by hop for all of them together: two batches a hop, the
+    /// coroutines with their frames, then the awaited objects on their value stacks. Every hop is a coroutine of the
+    /// first one's type (CPython's own test, `_PyGen_yf`'s callers): a Future, a Task or another awaitable ends the
+    /// chain; so does a finished coroutine, or memory that cannot be read.
+    fn chains(&self, coros: &[u64]) -> Vec<Chain> {
+        let l = self.layout;
+        let row = self.row;
+        let fl = row.layout;
+        let mut out: Vec<Chain> = vec![Chain::default(); coros.len()];
         let (Ok(iframe), Ok(state_at)) = (u64::try_from(l.gen_iframe), usize::try_from(l.gen_frame_state)) else {
             return out;
         };
+        // (chain index, coroutine to read next, the chain's coroutine type, 0 until its first hop)
+        let mut active: Vec<(usize, u64, u64)> =
+            coros.iter().enumerate().filter(|(_, &c)| c != 0).map(|(i, &c)| (i, c, 0)).collect();
         let head_len = iframe as usize + FRAME_HEAD;
         for hop in 0..=MAX_CHAIN {
             if active.is_empty() {
                 break;
             }
             let heads = self.mem.read_many(&active.iter().map(|&(_, c, _)| (c, head_len)).collect::<Vec<_>>());
-            // (task index, coroutine, its type, where the awaited object's pointer is)
+            // (chain index, coroutine, its type), and where the awaited object's pointer is
             let mut slots: Vec<(usize, u64, u64)> = Vec::new();
             let mut slot_addrs: Vec<(u64, usize)> = Vec::new();
             for (&(i, coro, chain_type), head) in active.iter().zip(&heads) {
                 let Some(head) = head else { continue };
-                let Some(sw) = out[i].as_mut() else { continue };
+                let c = &mut out[i];
                 if hop == MAX_CHAIN {
-                    sw.cut = true;
+                    c.cut = true;
                     continue;
                 }
                 let ty = u64_in(head, 8).unwrap_or(0);
@@ -728,9 +706,9 @@ impl<M: ReadMem> TaskReader<M> {
                     continue;
                 };
                 let code = code & row.code_tag_mask;
-                sw.frames.push(CoroFrame { code, instr: (ip.wrapping_sub(code) as u32) & 0x7fff_ffff });
+                c.frames.push(CoroFrame { code, instr: (ip.wrapping_sub(code) as u32) & 0x7fff_ffff });
                 if state == l.executing {
-                    sw.running = true;
+                    c.running = true;
                 }
                 if !suspended {
                     continue;
@@ -762,6 +740,14 @@ impl<M: ReadMem> TaskReader<M> {
         }
         out
     }
+}
+
+/// A coroutine chain as [`TaskReader::chains`] read it.
+#[derive(Debug, Clone, Default)]
+struct Chain {
+    frames: Vec<CoroFrame>,
+    running: bool,
+    cut: bool,
 }
 
 /// What one pass reads with.
@@ -981,54 +967,4 @@ fn list_tasks<M: ReadMem>(
         }
     }
     Ok(out)
-}
-
-/// The frames of coroutine `coro` and those it awaits, root first; and whether the chain was cut at [`MAX_CHAIN`].
-fn chain<M: ReadMem>(objs: &mut Objects<'_, M>, l: &AsyncioLayout, tag_mask: u64, coro: u64) -> (Vec<CoroFrame>, bool) {
-    let fl = objs.row().layout;
-    let mut out = Vec::new();
-    let mut cur = coro;
-    let mut coro_type = None;
-    for _ in 0..MAX_CHAIN {
-        let Some(frame) = at(cur, l.gen_iframe) else { break };
-        let Some(ty) = cur.checked_add(8).and_then(|a| objs.u64_at(a)) else { break };
-        // Every hop is a coroutine of the first one's type (CPython's own test, `_PyGen_yf`'s callers): a Future,
-        // a Task or another awaitable ends the chain.
-        if *coro_type.get_or_insert(ty) != ty {
-            break;
-        }
-        let Some(state) = at(cur, l.gen_frame_state).and_then(|a| objs.bytes(a, 1)).map(|b| b[0] as i8) else { break };
-        let suspended = l.suspended.contains(&state);
-        if !suspended && state != l.created && state != l.executing {
-            break; // finished or cleared
-        }
-        let Some(head) = objs.bytes(frame, FRAME_HEAD) else { break };
-        let Some(code) = u64_in(&head, fl.frame_code).map(|c| c & tag_mask) else { break };
-        let Some(ip) = u64_in(&head, fl.frame_instr) else { break };
-        out.push(CoroFrame { code, instr: (ip.wrapping_sub(code) as u32) & 0x7fff_ffff });
-        if !suspended {
-            return (out, false);
-        }
-        let awaited = match l.stack {
-            ValueStack::Top { stacktop, localsplus } => {
-                let Some(top) = u64_in(&head, stacktop).map(|v| v as u32 as i32) else { break };
-                if !(1..=1 << 16).contains(&top) {
-                    break;
-                }
-                at(frame, localsplus).and_then(|b| at(b, (top as u64 - 1) * 8)).and_then(|a| objs.u64_at(a))
-            }
-            ValueStack::Pointer { stackpointer, back } => u64_in(&head, stackpointer)
-                .and_then(|sp| sp.checked_sub(8 * u64::from(back)))
-                .and_then(|a| objs.u64_at(a))
-                .map(|v| v & !3),
-        };
-        match awaited {
-            Some(next) if next != 0 && next != cur => cur = next,
-            _ => break,
-        }
-        if out.len() == MAX_CHAIN {
-            return (out, true);
-        }
-    }
-    (out, false)
 }

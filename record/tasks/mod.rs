@@ -118,6 +118,8 @@ pub struct Tasks {
     warnings: Vec<(u32, String)>,
     /// Sweep period, `None`: no sweep.
     sweep_every: Option<Duration>,
+    /// The symbol id of [`LOOP_MARKER`], once interned.
+    loop_marker: Option<u32>,
     /// The period stretches to keep the sweep's CPU under [`SWEEP_SHARE`].
     capped: bool,
     /// Least time between sweeps the last sweep's cost asks for (`capped`), ns.
@@ -225,20 +227,27 @@ impl Tasks {
         v.into_iter().map(|(k, n)| (k.to_string(), n)).collect()
     }
 
-    /// The task view of a sample of thread `tid` of `pid`, whose thread view the symbolizer just returned
-    /// (`sym.last_stack()`), given the run roots of its coroutine frames (frame index leaf first, frame address),
-    /// leaf first. `None`: no task view (not an asyncio thread, or its task could not be told).
+    /// The task view of sample `s`, whose thread view the symbolizer just returned (`sym.last_stack()`). `None`: no
+    /// task view (not an asyncio thread, or its task could not be told).
     pub fn stack(
         &mut self,
         sym: &mut Symbolizer,
         s: &crate::sampler::RawSample<'_>,
-        roots: &[(usize, u64)],
         new_symbol: &mut dyn FnMut(u32, &Symbol),
     ) -> Option<&[u32]> {
         let pr = self.procs.get_mut(&s.pid)?;
         if pr.dead {
             return None;
         }
+        // The run roots of its coroutine frames, leaf first (frame index, frame address): on the stack, not the heap
+        // (this runs for every sample of a followed process).
+        let mut buf = [(0usize, 0u64); crate::abi::TASK_ROOTS];
+        let mut n = 0;
+        for (slot, root) in buf.iter_mut().zip(s.coro_roots.leaf_first()) {
+            *slot = root;
+            n += 1;
+        }
+        let roots = &buf[..n];
         let found = if roots.is_empty() {
             None
         } else {
@@ -297,7 +306,7 @@ impl Tasks {
             if !pr.loop_threads.contains(&s.tid) {
                 return None;
             }
-            let marker = sym.intern(marker(LOOP_MARKER.to_string()), new_symbol);
+            let marker = *self.loop_marker.get_or_insert_with(|| sym.intern(marker(LOOP_MARKER.into()), new_symbol));
             self.stack.clear();
             self.stack.push(marker);
             self.stack.extend_from_slice(sym.last_stack());
@@ -348,17 +357,12 @@ impl Tasks {
             pr.last_sweep = Some(now);
             // Listed again once a second (new tasks, who awaits whom); in between, the tasks known are read in
             // batches, a few system calls for all of them.
-            let tl = Instant::now();
             if pr.listed.is_none_or(|t| t.elapsed() >= LIST_EVERY) {
                 if let Err(why) = pr.list(&mut self.counters) {
                     self.warnings.extend(why.map(|w| (pid, w)));
                     continue;
                 }
             }
-            if std::env::var_os("PYPERF_DEBUG_SWEEP").is_some() {
-                eprintln!("list {:?}", tl.elapsed());
-            }
-            let t0 = Instant::now();
             // Tasks replaced by others at their addresses since the list are dropped (the next list finds the new).
             let infos: Vec<&TaskInfo> = pr.tasks.values().collect();
             let same = pr.reader.same(&infos);
@@ -373,9 +377,6 @@ impl Tasks {
             }
             let addrs: Vec<u64> = pr.tasks.keys().copied().collect();
             let swept = pr.reader.sweep(&addrs);
-            if std::env::var_os("PYPERF_DEBUG_SWEEP").is_some() {
-                eprintln!("sweep read {:?}", t0.elapsed());
-            }
             let mut chains: HashMap<u64, asyncio::Swept> = HashMap::new();
             for (t, s) in addrs.into_iter().zip(swept) {
                 match s {
@@ -426,9 +427,6 @@ impl Tasks {
                 for (frames, weight_ns) in by_stack {
                     out.push(Wait { pid, tid, time_ns: now, weight_ns, frames });
                 }
-            }
-            if std::env::var_os("PYPERF_DEBUG_SWEEP").is_some() {
-                eprintln!("sweep all {:?}", t0.elapsed());
             }
         }
         let us = started.elapsed().as_micros() as u64;
@@ -535,20 +533,6 @@ impl Proc {
         counters.lists += 1;
         match self.reader.tasks() {
             Ok(list) => {
-                if std::env::var_os("PYPERF_DEBUG_SWEEP").is_some() {
-                    let names: HashMap<u64, &str> = list.iter().map(|t| (t.addr, t.name.as_str())).collect();
-                    let d: Vec<String> = list
-                        .iter()
-                        .map(|t| {
-                            format!(
-                                "{}<{:?}",
-                                t.name,
-                                t.awaited_by.iter().map(|a| names.get(a).copied().unwrap_or("?")).collect::<Vec<_>>()
-                            )
-                        })
-                        .collect();
-                    eprintln!("LIST {} {}", crate::clock::monotonic_ns(), d.join(" "));
-                }
                 let before = &self.tasks;
                 self.fresh = list.iter().map(|t| t.addr).filter(|t| !before.contains_key(t)).collect();
                 self.by_coro = list.iter().map(|t| (t.coro, t.addr)).collect();
@@ -601,9 +585,7 @@ impl Proc {
         pid: u32,
         new_symbol: &mut dyn FnMut(u32, &Symbol),
     ) -> Option<Vec<u32>> {
-        let cached = self.prefixes.get(&task);
-        if let Some((at, p)) = cached.filter(|(at, _)| at.elapsed() < PREFIX_TTL) {
-            let _ = at;
+        if let Some((_, p)) = self.prefixes.get(&task).filter(|(at, _)| at.elapsed() < PREFIX_TTL) {
             return Some(p.clone());
         }
         let chain = self.path_to_root(task);
