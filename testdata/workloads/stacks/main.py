@@ -9,7 +9,7 @@ from the `# @label` markers in these files: every frame's line is the line carry
 `--repeat TOTAL` cycles through the phases until TOTAL seconds have passed; `--ready` prints `ready` first
 (for tests that attach with -p). DUMP `-` writes no dump.
 
-The interpreter's own view, for comparison: a SIGPROF every 20 ms of CPU time walks the interrupted frame's
+The interpreter's own view, for comparison: a SIGPROF every 20 ms of CPU time (or five times the last walk's cost, if more) walks the interrupted frame's
 f_back chain (what tracebacks and sys._getframe show) and DUMP gets one record per walk, root first:
     S <phase>
     F <co_name> TAB <co_qualname or -> TAB <class of the self/cls heuristic or -> TAB <co_filename> TAB <f_lineno>
@@ -40,6 +40,7 @@ if sys.version_info[0] >= 3:
 
 DUMPS = []
 CURRENT = [None]
+TICK = 0.02
 
 
 def tp_name(t):
@@ -77,6 +78,7 @@ def on_tick(signum, frame):
     phase = CURRENT[0]
     if phase is None:
         return
+    started = phases.now()
     stack = []
     f = frame
     while f is not None:
@@ -85,6 +87,11 @@ def on_tick(signum, frame):
         f = f.f_back
     stack.reverse()
     DUMPS.append((phase, stack))
+    # The walk of a 2,100-frame stack (f_locals for the class heuristic) costs ~10 ms on 2.7, more on a busy
+    # machine; at a fixed 20 ms the next SIGPROF can be due when it ends and the phase becomes all walks (9 of
+    # 400 samples at its leaf once). Keep the walks under a fifth of the CPU whatever they cost.
+    spent = phases.now() - started
+    signal.setitimer(signal.ITIMER_PROF, max(TICK, 5 * spent), TICK)
 
 
 def enc(x):
@@ -131,7 +138,7 @@ def main():
         sys.stdout.write("ready\n")
         sys.stdout.flush()
     signal.signal(signal.SIGPROF, on_tick)
-    signal.setitimer(signal.ITIMER_PROF, 0.02, 0.02)
+    signal.setitimer(signal.ITIMER_PROF, TICK, TICK)
     stop = time.time() + (repeat or 0)
     while True:
         for name, fn, secs in fns:
