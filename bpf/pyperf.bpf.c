@@ -47,6 +47,7 @@
  *  - kernel.bpf.h: kernel stacks (record --kernel);
  *  - native.bpf.h: user registers and the user stack copy (record --native);
  *  - code.bpf.h: code object snapshots for new stacks;
+ *  - tasks.bpf.h: whether a record runs an asyncio task user space does not know yet (wake it);
  *  - record.bpf.h: record_stack, which assembles one record from the above and writes it to the ring;
  *  - offcpu.bpf.h: the off-CPU programs (record --off-cpu), after the CPU sample's programs below.
  * The ABI shared with user space (record layout, map values, enums) is bpf/pyperf.h.
@@ -67,6 +68,7 @@ char LICENSE[] SEC("license") = "GPL";
 #include "kernel.bpf.h"
 #include "native.bpf.h"
 #include "code.bpf.h"
+#include "tasks.bpf.h"
 #include "record.bpf.h"
 
 /*

@@ -74,6 +74,8 @@ enum pyperf_limits {
 	 *    user space has not read yet, which may be freed soon (a module body
 	 *    runs once at import). With snapshots (every supported version) the
 	 *    program copies such code objects itself and nothing is urgent;
+	 *  - an asyncio task not known yet (struct pyperf_task_key): it may end
+	 *    before the next poll, and then cannot be named;
 	 *  - a ring filling past `wakeup_bytes` (always).
 	 * Otherwise user space takes the ring on its own timer, which fires on
 	 * the recorder's CPU, not on the target's: every PYPERF_POLL_NS, 100 ms
@@ -104,6 +106,11 @@ enum pyperf_limits {
 	PYPERF_INSTR_ENTRY_BIT = 31,
 	/* Run roots a record keeps (pyperf_event_header.coro_frame): the rootmost ones when there are more. */
 	PYPERF_TASK_ROOTS = 4,
+	/* Entries of the task_coros map (user space's known tasks' coroutine frames, see struct pyperf_task_key). */
+	PYPERF_TASK_COROS = 32768,
+	/* PyCodeObject.co_flags of a coroutine's code (CO_COROUTINE | CO_ITERABLE_COROUTINE, 3.5+): only such a run
+	 * root can be a task's (a generator's cannot). */
+	PYPERF_CO_TASK_FLAGS = 0x180,
 };
 
 /* pyperf_event_header.user_flags */
@@ -295,6 +302,8 @@ struct py_offsets {
 	/* 3.11+: _PyInterpreterFrame.owner of a generator's or coroutine's frame (FRAME_OWNED_BY_GENERATOR, 1): the
 	 * frames whose run roots a record carries (see pyperf_event_header.coro_frame). -1 = none. */
 	__s16 owner_generator;
+	/* PyCodeObject.co_flags (int), read only for a sample whose run roots are no known task's. -1 = none. */
+	__s16 code_flags;
 };
 
 /* Value of the `procs` map (key: tgid), filled by user space. Addresses have
@@ -334,6 +343,7 @@ struct py_proc {
 	__u8 gen_kind;    /* enum pyperf_gen_kind */
 	__u8 _pad2[7];
 	struct py_offsets off;
+	__u8 _pad3[6]; /* to a multiple of 8 bytes: explicit, as the generated Rust names every field */
 };
 
 /*
@@ -463,6 +473,18 @@ struct pyperf_code_snap {
 };
 
 /* Per-CPU counters; user space sums them over CPUs. */
+/* Key of the task_coros map (asyncio tasks, py_proc.track_tasks): user space puts there the frame address of
+ * each listed task's coroutine (value 1) and of run roots it found to be no task's (value 0), and frame 0 when
+ * the process's tasks can be read at all. A sample of that process whose coroutine run roots are all absent,
+ * the rootmost a coroutine's, may run a task user space has not listed yet, which may end before user space's
+ * next poll (a request's task lives milliseconds): it wakes user space at once (PYPERF_WAKEUP_NS), which lists
+ * the tasks while that one still runs. */
+struct pyperf_task_key {
+	__u64 frame;
+	__u32 pid;
+	__u32 _pad;
+};
+
 struct pyperf_counters {
 	__u64 samples;           /* perf samples that hit a target process */
 	__u64 events;            /* events written to the ring buffer */
@@ -498,6 +520,7 @@ struct pyperf_counters {
 	__u64 checks_read;       /* read from the code object */
 	__u64 checks_cached;     /* taken from the cache (struct pyperf_check_entry) */
 	__u64 window_faults;     /* 3.11+ window reads that faulted (the frame then copied alone): ~1.7 us each */
+	__u64 task_wakeups;      /* wakeups for a task not known yet (struct pyperf_task_key) */
 };
 
 /* Value of the off_cpu map (key: pid_tgid): a followed thread that went off CPU and has not ended the interval

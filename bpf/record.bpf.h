@@ -3,8 +3,8 @@
  * One record (part of pyperf.bpf.c, after the parts it assembles): record_stack writes a sample or an off-CPU
  * interval's record from the thread state and GIL (thread.bpf.h), the frames (walk.bpf.h), the kernel and user
  * stacks (kernel.bpf.h, native.bpf.h) and, for a new stack, the code object snapshots (code.bpf.h), and decides
- * whether the ring's reader is woken. The programs that call it: pyperf_sample (pyperf.bpf.c), the off-CPU ones
- * (offcpu.bpf.h).
+ * whether the ring's reader is woken (also for a task it may not know yet, tasks.bpf.h). The programs that call
+ * it: pyperf_sample (pyperf.bpf.c), the off-CPU ones (offcpu.bpf.h).
  */
 
 /*
@@ -185,6 +185,11 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 			else
 				s->new_stack = 1;
 		}
+	}
+	/* A task not listed yet: user space names it only if it reads it before it ends. */
+	if (h->ncoro && !s->new_stack && h->ktime - s->last_wakeup >= PYPERF_WAKEUP_NS && unknown_task(proc, s, pid, n)) {
+		s->new_stack = 1;
+		s->counters.task_wakeups++;
 	}
 	flags = BPF_RB_NO_WAKEUP;
 	if (!wakeup_bytes ||

@@ -206,7 +206,9 @@ mod tests {
         assert_eq!(std::mem::offset_of!(types::pyperf_event_header, coro_frame), 120);
         assert_eq!(TASK_ROOTS, 4);
         assert_eq!((std::mem::size_of::<RawFrame>(), std::mem::size_of::<RawLocal>()), (16, 16));
-        assert_eq!(std::mem::size_of::<ProcConfig>(), 184);
+        // py_offsets.code_flags (asyncio task wakeups) and the padding after it.
+        assert_eq!(std::mem::size_of::<ProcConfig>(), 192);
+        assert_eq!(std::mem::size_of::<types::pyperf_task_key>(), 16);
         assert_eq!(std::mem::size_of::<types::pyperf_check_entry>(), 24);
         assert_eq!(std::mem::size_of::<types::off_kstack>(), 16 + 32 * 8);
         assert_eq!(MAX_FRAMES, 2048);

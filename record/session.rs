@@ -383,6 +383,10 @@ impl Session {
                 self.sink.task_waits(&waits);
             }
         }
+        // The program wakes us for a task it does not know (bpf/tasks.bpf.h): it learns those we listed.
+        for (pid, frame, known) in tasks.take_root_updates() {
+            self.sampler.set_task_root(pid, frame, known);
+        }
         for (pid, text) in tasks.take_warnings() {
             crate::say!("pyperf: warning: process {pid}: {text}");
             self.sink.warning(&RecorderWarning { pid, text })?;

@@ -1,10 +1,14 @@
 //! The run roots of generator frames (asyncio tasks, #31) as the BPF program records them, against live
-//! interpreters (needs root: loads BPF). testdata/workloads/coro_roots.py runs two threads, each an event loop whose
-//! task `spinner` (coroutine spin -> mid -> leaf) burns the CPU; in one thread leaf burns it in a generator resumed
-//! with next(). On 3.11, 3.12, 3.13 (pyenv) and Debian sid's 3.14 and 3.15 every complete sample must carry the run
-//! root of the task: the index of spin's frame (Handle._run the next frame rootward), at the address of the frame
-//! embedded in the very coroutine object the workload created; the generator's frame is a run of its own from
-//! 3.12 on (behind next()'s C-stack entry frame). Nothing with the process's tracking off, nothing before 3.11.
+//! interpreters (needs root: loads BPF). testdata/workloads/coro_roots.py runs three threads: two an event loop whose
+//! task `spinner` (coroutine spin -> mid -> leaf) burns the CPU, in one of them leaf burns it in a generator resumed
+//! with next(); the third resumes that generator from a plain function. On 3.11, 3.12, 3.13 (pyenv) and Debian sid's
+//! 3.14 and 3.15 every complete sample must carry the run root of the task: the index of spin's frame (Handle._run
+//! the next frame rootward), at the address of the frame embedded in the very coroutine object the workload created;
+//! the generator's frame is a run of its own from 3.12 on (behind next()'s C-stack entry frame). Nothing with the
+//! process's tracking off, nothing before 3.11.
+//!
+//! `unknown_tasks_wake_user_space`: the program wakes user space for a sample whose coroutine runs user space has not
+//! told it are tasks' (bpf/tasks.bpf.h), only for a process user space reads tasks of, never for a generator's.
 //!
 //! `bench_run_roots_cost` (ignored; bench/tasks-bpf.sh runs it) measures what the run roots cost per sample.
 
@@ -76,7 +80,7 @@ fn start(name: &'static str) -> Target {
         let num = |s: &str| s.parse::<u64>().unwrap_or_else(|_| panic!("{name}: {line:?}"));
         threads.push(Thread { kind: f[0].to_string(), tid: num(f[1]) as u32, coro: num(f[2]), gen: num(f[3]) });
     }
-    assert_eq!(threads.len(), 2, "{name}: the workload ended early");
+    assert_eq!(threads.len(), 3, "{name}: the workload ended early");
     let p = inspect_when_ready(kid.0.id());
     Target { name, p, threads, _kid: kid }
 }
@@ -165,7 +169,7 @@ fn check_tracked(t: &Target, by_tid: &HashMap<u32, Vec<Sample>>) -> Vec<(String,
     let mut reader = CodeReader::new(ProcMem::open(t.p.pid, probe).expect("memory"), t.p.row, t.p.addrs.code_type);
     let mem = File::open(format!("/proc/{}/mem", t.p.pid)).expect("/proc/PID/mem");
     let mut checked = Vec::new();
-    for th in &t.threads {
+    for th in t.threads.iter().filter(|th| th.kind != "plain") {
         let samples = by_tid.get(&th.tid).map_or(&[][..], Vec::as_slice);
         let mut n = 0;
         for s in samples {
@@ -239,6 +243,61 @@ fn run_roots_point_at_the_task_coroutine() {
             assert!(s.iter().all(|s| s.total == 0 && s.roots.is_empty()), "{}: run roots with tracking off", t.name);
         }
     }
+}
+
+/// The wakeups for unknown tasks (bpf/tasks.bpf.h): none before user space says it reads the process's tasks
+/// (frame 0), some once it does while the spinner tasks are unknown, none once their coroutine frames are known,
+/// though the plain thread's generator stays unknown (a generator's run is no task's).
+#[test]
+fn unknown_tasks_wake_user_space() {
+    let _serial = serial();
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test loads BPF: run it as root");
+    let targets: Vec<Target> = ["3.11.7", "3.12.1", "sid-3.14"].into_iter().map(start).collect();
+    let mut sampler = Sampler::new(&SamplerOptions {
+        event: SampleEvent::CpuClock,
+        rate: Rate::Frequency(499),
+        ringbuf_bytes: 4 << 20,
+        ..SamplerOptions::default()
+    })
+    .unwrap_or_else(|e| panic!("Sampler::new: {e}"));
+    for t in &targets {
+        let config = bpf_config(&t.p, false, true).unwrap_or_else(|e| panic!("{}: {e}", t.name));
+        sampler.add_process(t.p.pid, &config).unwrap_or_else(|e| panic!("{}: add_process: {e}", t.name));
+    }
+    let tids: Vec<u32> = targets.iter().flat_map(|t| t.threads.iter().map(|th| th.tid)).collect();
+    // Samples every thread `each` more times (within two minutes); returns the wakeups counted so far.
+    let more = |sampler: &mut Sampler, each: usize| -> u64 {
+        let mut n: HashMap<u32, usize> = HashMap::new();
+        let started = Instant::now();
+        while !tids.iter().all(|t| n.get(t).is_some_and(|&k| k >= each)) {
+            assert!(started.elapsed() < Duration::from_secs(120), "too few samples in 2 minutes: {n:?}");
+            sampler
+                .poll(Duration::from_millis(100), &mut |s: &RawSample<'_>| {
+                    if s.code.is_none() {
+                        *n.entry(s.tid).or_default() += 1;
+                    }
+                })
+                .expect("poll");
+        }
+        sampler.counters().task_wakeups
+    };
+    assert_eq!(more(&mut sampler, 40), 0, "wakeups before user space reads tasks");
+    for t in &targets {
+        sampler.set_task_root(t.p.pid, 0, Some(true));
+    }
+    let unknown = more(&mut sampler, 40);
+    assert!(unknown > 0, "no wakeup for unknown tasks");
+    for t in &targets {
+        let v = (t.p.version.0, t.p.version.1);
+        for th in t.threads.iter().filter(|th| th.coro != 0) {
+            sampler.set_task_root(t.p.pid, th.coro + gi_iframe(v), Some(true));
+        }
+    }
+    // From here on every sample is gated: read after the updates, the counter must not move.
+    let known = sampler.counters().task_wakeups;
+    assert_eq!(more(&mut sampler, 40), known, "wakeups for known tasks or a generator");
+    eprintln!("wakeups: {unknown} while the tasks were unknown, none after");
 }
 
 /// One repetition of the benchmark: the BPF program's run time per target sample of two samplers recording the

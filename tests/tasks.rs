@@ -370,8 +370,10 @@ fn asgi_service_on_uvloop() {
         // Root: the request's task (uvicorn's per-request task, default name), then uvicorn's cycle.
         fr[0].0 == "[task Task-N]" && fr.get(1).is_some_and(|f| f.0 == "RequestResponseCycle.run_asgi")
     };
-    // CPU: the endpoint under its request task. A request lives ~25 ms and renders at its end: a sample taken in
-    // its last milliseconds is read after the task is gone, and keeps the thread view (counted, never guessed).
+    // CPU: the endpoint under its request task. A request lives ~25 ms and renders at its end: the program wakes
+    // the recorder for a task it does not know (~86% of the samples stitched; 30% when only the 10 ms poll read
+    // them), and a sample taken in a task's last moments, read after it is gone, keeps the thread view (counted,
+    // never guessed).
     let cpu = folded(&report(&out, &["--folded"]));
     let render: Vec<&(Vec<String>, u64)> =
         cpu.iter().filter(|(s, _)| s.iter().any(|f| frame(f).0 == "render")).collect();
@@ -388,7 +390,7 @@ fn asgi_service_on_uvloop() {
     let good: u64 = tasked.iter().map(|(_, n)| n).sum();
     assert!(total >= 20, "only {total} samples in render:\n{cpu:?}");
     assert!(wrong.is_empty(), "wrongly stitched: {wrong:#?}");
-    assert!(good * 10 >= total, "{good} of {total} render samples under their request task:\n{render:#?}");
+    assert!(good * 2 >= total, "{good} of {total} render samples under their request task:\n{render:#?}");
     let text = report(&out, &[]);
     let unknown = text
         .split(", ")
@@ -396,6 +398,8 @@ fn asgi_service_on_uvloop() {
         .and_then(|n| n.trim().parse::<u64>().ok())
         .expect("the task_unknown counter");
     assert!(unknown + good >= total, "samples neither stitched nor counted unknown: {good} + {unknown} < {total}");
+    let wakeups = text.split(", ").find_map(|c| c.strip_prefix("bpf_task_wakeups ")).map(str::trim);
+    eprintln!("render: {good} of {total} samples under their request task, {unknown} unknown, wakeups {wakeups:?}");
 
     let wall = folded(&report(&out, &["--folded", "--mode", "wall"]));
     let db: u64 = wall

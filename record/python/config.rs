@@ -278,7 +278,9 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool, track_tasks: bool) -> R
             tstate_datastack_chunk: s16(tstate_datastack_chunk)?,
             // Only where frames carry an owner (3.11+).
             owner_generator: s16(if l.frame_owner >= 0 { l.frame_owned_by_generator } else { -1 })?,
+            code_flags: s16(l.code_flags)?,
         },
+        _pad3: [0; 6],
     })
 }
 

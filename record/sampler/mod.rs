@@ -148,6 +148,8 @@ pub struct Counters {
     pub checks_cached: u64,
     /// 3.11+ window reads of frames that faulted (the frame was then copied alone).
     pub window_faults: u64,
+    /// Wakeups for a sample of an asyncio task user space had not listed.
+    pub task_wakeups: u64,
 }
 
 impl Counters {
@@ -184,6 +186,7 @@ impl Counters {
             ("bpf_checks_read", self.checks_read),
             ("bpf_checks_cached", self.checks_cached),
             ("bpf_window_faults", self.window_faults),
+            ("bpf_task_wakeups", self.task_wakeups),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -827,6 +830,25 @@ impl Sampler {
         }
     }
 
+    /// asyncio tasks: what user space knows of run root `frame` of `pid` (`pyperf_task_key`): `Some(true)` a listed
+    /// task's coroutine frame, `Some(false)` no task's, `None` nothing (forgotten); frame 0 stands for the process
+    /// (its tasks are read: unknown ones wake user space). A failed update only costs a wakeup or a late name.
+    pub fn set_task_root(&mut self, pid: u32, frame: u64, known: Option<bool>) {
+        let key = types::pyperf_task_key { frame, pid, _pad: 0 };
+        // SAFETY: plain integers, repr(C), no padding holes (bpf/pyperf.h); the slice lives as long as `key`.
+        let key = unsafe {
+            std::slice::from_raw_parts(
+                &key as *const types::pyperf_task_key as *const u8,
+                std::mem::size_of::<types::pyperf_task_key>(),
+            )
+        };
+        let map = &self.inner.skel.maps.task_coros;
+        let _ = match known {
+            Some(task) => map.update(key, &[u8::from(task)], MapFlags::ANY),
+            None => map.delete(key),
+        };
+    }
+
     /// `--off-cpu`: the threads of `pids` that are off CPU now, as `(pid, tid, entry)`: their intervals have not
     /// ended. Read at the end of a recording, after the processes were removed (so the program no longer changes
     /// their entries).
@@ -893,6 +915,7 @@ impl Sampler {
             c.checks_read += pc.checks_read;
             c.checks_cached += pc.checks_cached;
             c.window_faults += pc.window_faults;
+            c.task_wakeups += pc.task_wakeups;
         }
         c
     }

@@ -8,9 +8,11 @@
 //! `next()` starts a run too, leafward of it, and is no task's). Its frames are the thread stack's from that frame
 //! leafward; rootward of them (the loop's `_run_once`, `Handle._run`) only the thread view keeps. Above them go
 //! the tasks awaiting it, each as a `[task NAME]` boundary and its suspended coroutine chain, root task first.
-//! Tasks are listed when a sample's coroutine is not among those known (at most every [`REFRESH_EVERY`]), so a task
-//! that started and ended between two lists is not named: its sample keeps the thread view and is counted
-//! (`task_unknown`).
+//! Tasks are listed when a sample's coroutine is not among those known (at most a tenth of the time, see
+//! [`refresh_gap`]). The BPF program knows the listed tasks' coroutine frames too ([`Tasks::take_root_updates`],
+//! for the sampler's `task_coros` map) and wakes user space at once for a sample of a coroutine it does not know,
+//! so a task of a few milliseconds (a request) is listed while it still runs. One that ends before that read is
+//! not named: its sample keeps the thread view and is counted (`task_unknown`).
 //!
 //! The sweep ([`Tasks::sweep`], `--async-rate`): every period, each suspended task that awaits no other task (the
 //! leaf of its chain: where a request really waits) weighs the time since the last sweep at its stitched stack.
@@ -28,9 +30,14 @@ use crate::python::PythonProcess;
 use crate::symbolizer::Symbolizer;
 
 use pyperf_format::symbol_flags::{ASYNCIO_LOOP as LOOP_MARKER, TASK as TASK_FLAG};
-/// Tasks are listed again for an unknown coroutine at most this often (a generator that is no task's runs on every
-/// sample of a program that iterates one).
-pub const REFRESH_EVERY: Duration = Duration::from_millis(10);
+/// Tasks are listed again for an unknown coroutine at most this often...
+const REFRESH_MIN: Duration = Duration::from_millis(1);
+/// ... and at most this share of the time (a list of 1,000 tasks takes ~6 ms; a coroutine that is no task's runs
+/// on every sample of a program that drives one itself).
+const REFRESH_SHARE: u32 = 10;
+/// Run roots found to be no task's that user space remembers telling the program, per process, before it starts
+/// over (the map forgets the oldest itself).
+const NOT_TASKS_MAX: usize = 4096;
 /// Stitched prefixes (awaiting tasks' frames) are read again at least this often: an awaiting task moves on.
 const PREFIX_TTL: Duration = Duration::from_millis(500);
 /// At the default rate, sweeps are spaced so that they take at most this share of one CPU.
@@ -103,6 +110,14 @@ struct Proc {
     section_pending: bool,
     /// Its tasks cannot be read (said once).
     dead: bool,
+    /// How long the last list took.
+    list_cost: Duration,
+    /// Coroutine frames of listed tasks the program knows, and run roots it was told are no task's.
+    told: HashSet<u64>,
+    not_tasks: HashSet<u64>,
+    /// Changes for the program's map not handed out yet: (frame, known), frame 0 the process (see
+    /// [`Tasks::take_root_updates`]).
+    updates: Vec<(u64, Option<bool>)>,
     /// CLOCK_MONOTONIC ns of its last sweep.
     last_sweep: Option<u64>,
     /// The last sweep's parts of stacks, by task ([`Proc::part`]).
@@ -124,6 +139,8 @@ pub struct Tasks {
     capped: bool,
     /// Least time between sweeps the last sweep's cost asks for (`capped`), ns.
     min_gap_ns: u64,
+    /// Processes removed whose frames the program still knows (frame 0 included).
+    gone: Vec<(u32, Vec<u64>)>,
     stack: Vec<u32>,
 }
 
@@ -181,6 +198,10 @@ impl Tasks {
                 loop_threads: HashSet::new(),
                 checks: HashMap::new(),
                 dead: false,
+                list_cost: Duration::ZERO,
+                told: HashSet::new(),
+                not_tasks: HashSet::new(),
+                updates: Vec::new(),
                 last_sweep: None,
                 parts: HashMap::default(),
             },
@@ -194,7 +215,23 @@ impl Tasks {
 
     /// Stops following a process that exited.
     pub fn remove_process(&mut self, pid: u32) {
-        self.procs.remove(&pid);
+        if let Some(pr) = self.procs.remove(&pid) {
+            self.gone.push((pid, pr.told.into_iter().collect()));
+        }
+    }
+
+    /// What the BPF program should know of run roots since the last call (`Sampler::set_task_root`): (pid, frame,
+    /// known), known `Some(true)` a listed task's coroutine frame, `Some(false)` no task's, `None` forgotten;
+    /// frame 0 `Some(true)`: the process's tasks are read (its unknown coroutines are worth a wakeup).
+    pub fn take_root_updates(&mut self) -> Vec<(u32, u64, Option<bool>)> {
+        let mut out = Vec::new();
+        for (pid, frames) in self.gone.drain(..) {
+            out.extend(frames.into_iter().map(|f| (pid, f, None)));
+        }
+        for (&pid, pr) in &mut self.procs {
+            out.extend(pr.updates.drain(..).map(|(f, k)| (pid, f, k)));
+        }
+        out
     }
 
     /// Warnings to hand to the recording (each once): (pid, text).
@@ -253,9 +290,11 @@ impl Tasks {
         } else {
             match pr.running_task(s, roots) {
                 Some(hit) => Some(hit),
-                // A list older than the sample may not know its task; a newer one would (at most one list per
-                // REFRESH_EVERY: a generator that is no task's misses on every sample).
-                None if pr.listed_ns < s.time_ns && pr.listed.is_none_or(|t| t.elapsed() >= REFRESH_EVERY) => {
+                // A list older than the sample may not know its task; a newer one would (rationed: a generator
+                // that is no task's misses on every sample).
+                None if pr.listed_ns < s.time_ns
+                    && pr.listed.is_none_or(|t| t.elapsed() >= refresh_gap(pr.list_cost)) =>
+                {
                     if let Err(why) = pr.list(&mut self.counters) {
                         self.warnings.extend(why.map(|w| (s.pid, w)));
                     }
@@ -302,6 +341,10 @@ impl Tasks {
         let Some((index, task)) = found else {
             if !roots.is_empty() && !pr.tasks.is_empty() {
                 self.counters.unknown += 1;
+            }
+            // Listed since the sample and still no task's: the program need not wake user space for it again.
+            if let Some(&(_, root)) = roots.last().filter(|_| pr.listed_ns > s.time_ns) {
+                pr.tell_not_task(root);
             }
             if !pr.loop_threads.contains(&s.tid) {
                 return None;
@@ -391,6 +434,7 @@ impl Tasks {
                 }
             }
             pr.by_coro.retain(|_, t| chains.contains_key(t));
+            pr.tell_tasks();
             // Leaves: suspended tasks no other task waits for.
             let awaiting: HashSet<u64> =
                 chains.keys().filter_map(|t| pr.tasks.get(t)).flat_map(|t| t.awaited_by.iter().copied()).collect();
@@ -440,6 +484,11 @@ impl Tasks {
         self.counters.sweep_max_us = self.counters.sweep_max_us.max(us);
         out
     }
+}
+
+/// Least time between two lists for unknown coroutines, given what the last one took.
+fn refresh_gap(list_cost: Duration) -> Duration {
+    (list_cost * REFRESH_SHARE).max(REFRESH_MIN)
 }
 
 /// A task's part of the sweep's stacks: its boundary and its coroutine chain's symbols, and what they were made
@@ -508,6 +557,44 @@ impl Proc {
 
     /// Lists the process's tasks again. `Err(Some(text))`: a warning to say once; `Err(None)`: not now.
     fn list(&mut self, counters: &mut Counters) -> Result<(), Option<String>> {
+        let started = Instant::now();
+        let result = self.list_now(counters);
+        self.list_cost = started.elapsed();
+        if result.is_ok() {
+            self.tell_tasks();
+        }
+        result
+    }
+
+    /// Hands the program the coroutine frames of the tasks now known, and forgets those of tasks gone.
+    fn tell_tasks(&mut self) {
+        let mut frames: HashSet<u64> = self.by_coro.keys().map(|c| c + self.gi_iframe).collect();
+        // Frame 0, the process: told once it has had tasks, and kept (a process between two bursts of requests).
+        if !frames.is_empty() || self.told.contains(&0) {
+            frames.insert(0);
+        }
+        for &f in frames.difference(&self.told) {
+            self.updates.push((f, Some(true)));
+            self.not_tasks.remove(&f);
+        }
+        for &f in self.told.difference(&frames) {
+            self.updates.push((f, None));
+        }
+        self.told = frames;
+    }
+
+    /// Tells the program that run root `frame` is no task's (the program forgets the oldest such roots itself).
+    fn tell_not_task(&mut self, frame: u64) {
+        if self.told.contains(&frame) || !self.not_tasks.insert(frame) {
+            return;
+        }
+        if self.not_tasks.len() > NOT_TASKS_MAX {
+            self.not_tasks.clear();
+        }
+        self.updates.push((frame, Some(false)));
+    }
+
+    fn list_now(&mut self, counters: &mut Counters) -> Result<(), Option<String>> {
         self.listed = Some(Instant::now());
         self.listed_ns = crate::clock::monotonic_ns();
         if self.section_pending {

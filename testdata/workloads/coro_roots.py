@@ -1,18 +1,20 @@
 """Run roots of coroutine frames (tests/coro_roots.rs). Python 3.8+.
 
-Two threads, each running its own event loop, each a task busy on the CPU that never returns to its loop:
+Three threads busy on the CPU; two run their own event loop, each a task that never returns to its loop:
   "task": the task `spinner`, whose coroutine spin() awaits mid(), which awaits leaf(), which burns CPU: the
           thread's stack is its loop's frames, Handle._run, then spin <- mid <- leaf, one run of coroutine frames
           whose root is spin's.
   "gen":  the same, but leaf() burns the CPU in a generator, burn(), that it resumes with next(): burn's frame is a
           run of its own behind the C-stack entry frame of next() (3.12+; 3.11 chains it to leaf directly).
-Prints, for each thread, "NAME TID SPIN_COROUTINE_ID BURN_GENERATOR_ID" (0: none), then "ready" once both burn.
+  "plain": no event loop: a function resumes burn() with next(), so burn's frame is the one run root, a generator's
+          (what must not wake user space as an unknown task would).
+Prints, for each thread, "NAME TID SPIN_COROUTINE_ID BURN_GENERATOR_ID" (0: none), then "ready" once all burn.
 """
 import asyncio
 import sys
 import threading
 
-started = {"task": threading.Event(), "gen": threading.Event()}
+started = {"task": threading.Event(), "gen": threading.Event(), "plain": threading.Event()}
 facts = {}
 
 
@@ -55,6 +57,12 @@ async def main(name):
 
 
 def thread(name):
+    if name == "plain":
+        g = burn()
+        facts[name] = (threading.get_native_id(), 0, g)
+        started[name].set()
+        while True:
+            next(g)
     asyncio.run(main(name))
 
 
