@@ -105,9 +105,8 @@ impl Sample {
     }
 }
 
-/// Samples the targets (their tracking as `track`) until each of their threads has `each` samples, within two
-/// minutes; by tid.
-fn sample(targets: &[&Target], track: bool, each: usize) -> HashMap<u32, Vec<Sample>> {
+/// A sampler at 499 Hz following the targets, their tracking as `track`.
+fn sampler(targets: &[&Target], track: bool) -> Sampler {
     let mut sampler = Sampler::new(&SamplerOptions {
         event: SampleEvent::CpuClock,
         rate: Rate::Frequency(499),
@@ -119,6 +118,13 @@ fn sample(targets: &[&Target], track: bool, each: usize) -> HashMap<u32, Vec<Sam
         let config = bpf_config(&t.p, false, track).unwrap_or_else(|e| panic!("{}: {e}", t.name));
         sampler.add_process(t.p.pid, &config).unwrap_or_else(|e| panic!("{}: add_process: {e}", t.name));
     }
+    sampler
+}
+
+/// Samples the targets (their tracking as `track`) until each of their threads has `each` samples, within two
+/// minutes; by tid.
+fn sample(targets: &[&Target], track: bool, each: usize) -> HashMap<u32, Vec<Sample>> {
+    let mut sampler = sampler(targets, track);
     let tids: Vec<u32> = targets.iter().flat_map(|t| t.threads.iter().map(|th| th.tid)).collect();
     let mut out: HashMap<u32, Vec<Sample>> = HashMap::new();
     let started = Instant::now();
@@ -254,17 +260,7 @@ fn unknown_tasks_wake_user_space() {
     // SAFETY: geteuid has no preconditions.
     assert_eq!(unsafe { libc::geteuid() }, 0, "this test loads BPF: run it as root");
     let targets: Vec<Target> = ["3.11.7", "3.12.1", "sid-3.14"].into_iter().map(start).collect();
-    let mut sampler = Sampler::new(&SamplerOptions {
-        event: SampleEvent::CpuClock,
-        rate: Rate::Frequency(499),
-        ringbuf_bytes: 4 << 20,
-        ..SamplerOptions::default()
-    })
-    .unwrap_or_else(|e| panic!("Sampler::new: {e}"));
-    for t in &targets {
-        let config = bpf_config(&t.p, false, true).unwrap_or_else(|e| panic!("{}: {e}", t.name));
-        sampler.add_process(t.p.pid, &config).unwrap_or_else(|e| panic!("{}: add_process: {e}", t.name));
-    }
+    let mut sampler = sampler(&targets.iter().collect::<Vec<_>>(), true);
     let tids: Vec<u32> = targets.iter().flat_map(|t| t.threads.iter().map(|th| th.tid)).collect();
     // Samples every thread `each` more times (within two minutes); returns the wakeups counted so far.
     let more = |sampler: &mut Sampler, each: usize| -> u64 {

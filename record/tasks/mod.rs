@@ -562,6 +562,9 @@ impl Proc {
         self.list_cost = started.elapsed();
         if result.is_ok() {
             self.tell_tasks();
+        } else if self.dead && self.told.remove(&0) {
+            // Its tasks are no longer read: its unknown coroutines are worth no wakeup.
+            self.updates.push((0, None));
         }
         result
     }
