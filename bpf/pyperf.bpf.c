@@ -43,6 +43,7 @@
  *  - common.bpf.h: kernel field offsets, shared settings and maps, the record's layout, target memory reads;
  *  - bench.h: the benchmark-only hooks (empty in a shipped build);
  *  - thread.bpf.h: the sampled thread's PyThreadState, namespace tid, GIL state;
+ *  - gc.bpf.h: whether that thread runs the cyclic garbage collector;
  *  - walk.bpf.h: the Python frame walk and its check words;
  *  - kernel.bpf.h: kernel stacks (record --kernel);
  *  - native.bpf.h: user registers and the user stack copy (record --native);
@@ -64,6 +65,7 @@ char LICENSE[] SEC("license") = "GPL";
  * that are empty in the shipped build. */
 #include "bench.h"
 #include "thread.bpf.h"
+#include "gc.bpf.h"
 #include "walk.bpf.h"
 #include "kernel.bpf.h"
 #include "native.bpf.h"

@@ -304,6 +304,9 @@ struct py_offsets {
 	__s16 owner_generator;
 	/* PyCodeObject.co_flags (int), read only for a sample whose run roots are no known task's. -1 = none. */
 	__s16 code_flags;
+	/* 3.9+: PyInterpreterState.gc.collecting (int) of the sampled thread's interpreter (tstate_interp): 1 while
+	 * its cyclic garbage collector runs. -1 = none (see py_proc.gc_addr). */
+	__s16 interp_gc_collecting;
 };
 
 /* Value of the `procs` map (key: tgid), filled by user space. Addresses have
@@ -340,10 +343,13 @@ struct py_proc {
 	__u64 code_gen;   /* GEN_UPROBE: code objects freed since registration (the uprobe increments it) */
 	__u64 gen_interp; /* GEN_INTERP: the main interpreter (its id 0 cannot be destroyed before the process
 	                   * exits); only its threads' frames use the cache */
+	/* 2.7-3.8: address of the process's one "collecting" flag (int: 2.7/3.6 gcmodule.c's static, 3.7/3.8
+	 * _PyRuntime.gc.collecting), 0 = none (3.9+: off.interp_gc_collecting). */
+	__u64 gc_addr;
 	__u8 gen_kind;    /* enum pyperf_gen_kind */
 	__u8 _pad2[7];
 	struct py_offsets off;
-	__u8 _pad3[6]; /* to a multiple of 8 bytes: explicit, as the generated Rust names every field */
+	__u8 _pad3[4]; /* to a multiple of 8 bytes: explicit, as the generated Rust names every field */
 };
 
 /*
@@ -435,7 +441,12 @@ struct pyperf_event_header {
 	__u64 coro_frame[PYPERF_TASK_ROOTS]; /* the run root's frame (_PyInterpreterFrame) address */
 	__u16 coro_index[PYPERF_TASK_ROOTS]; /* its index in the record's frames (0 = leaf) */
 	__u8 ncoro;
-	__u8 _pad3[7];
+	/* 1: the sampled thread was running the interpreter's cyclic garbage collector: the interpreter's
+	 * `collecting` flag was set and this thread held the GIL (or no GIL exists yet: one thread). The flag is
+	 * the interpreter's, not the thread's: a thread running C code with the GIL released beside a collection
+	 * is not collecting (docs/design/gc.md). */
+	__u8 in_gc;
+	__u8 _pad3[6];
 };
 
 /* The ring buffer record as built in scratch memory: the frames, then `tail` for the kernel addresses and the user
@@ -521,6 +532,7 @@ struct pyperf_counters {
 	__u64 checks_cached;     /* taken from the cache (struct pyperf_check_entry) */
 	__u64 window_faults;     /* 3.11+ window reads that faulted (the frame then copied alone): ~1.7 us each */
 	__u64 task_wakeups;      /* wakeups for a task not known yet (struct pyperf_task_key) */
+	__u64 in_gc;             /* records of a thread running the cyclic garbage collector (header in_gc) */
 };
 
 /* Value of the off_cpu map (key: pid_tgid): a followed thread that went off CPU and has not ended the interval

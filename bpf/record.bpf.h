@@ -52,6 +52,7 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 	__builtin_memset(h->coro_frame, 0, sizeof(h->coro_frame));
 	__builtin_memset(h->coro_index, 0, sizeof(h->coro_index));
 	h->ncoro = 0;
+	h->in_gc = 0;
 
 	task = bpf_get_current_task_btf();
 	/* pthread_self() on glibc x86-64 is the thread pointer = fs base. */
@@ -93,6 +94,8 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 		if (h->off_kind == OFF_KIND_GIL)
 			h->gil_state = GIL_STATE_WAITING;
 	}
+	h->in_gc = thread_in_gc(proc, s, ts, h->gil_state);
+	s->counters.in_gc += h->in_gc;
 	PROF(2); /* GIL block, states */
 
 	/* Leaf frame: tstate->frame / ->current_frame, or tstate->cframe->current_frame. */

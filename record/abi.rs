@@ -206,8 +206,8 @@ mod tests {
         assert_eq!(std::mem::offset_of!(types::pyperf_event_header, coro_frame), 120);
         assert_eq!(TASK_ROOTS, 4);
         assert_eq!((std::mem::size_of::<RawFrame>(), std::mem::size_of::<RawLocal>()), (16, 16));
-        // py_offsets.code_flags (asyncio task wakeups) and the padding after it.
-        assert_eq!(std::mem::size_of::<ProcConfig>(), 192);
+        // py_offsets.code_flags (asyncio task wakeups), interp_gc_collecting, py_proc.gc_addr, padding.
+        assert_eq!(std::mem::size_of::<ProcConfig>(), 200);
         assert_eq!(std::mem::size_of::<types::pyperf_task_key>(), 16);
         assert_eq!(std::mem::size_of::<types::pyperf_check_entry>(), 24);
         assert_eq!(std::mem::size_of::<types::off_kstack>(), 16 + 32 * 8);

@@ -648,6 +648,7 @@ fn write_sample(
         status: StackStatus::from_u8(s.status),
         frames,
         tasks: task_frames,
+        in_gc: s.in_gc,
     };
     let Some(off) = s.off_cpu else {
         sink.sample(&sample);
@@ -680,6 +681,7 @@ fn write_interval(sink: &mut dyn Sink, start_ns: u64, i: &Interval) {
             status: i.status,
             frames: &i.frames,
             tasks: &i.task_frames,
+            in_gc: i.in_gc,
         },
         start_ns: i.start.saturating_sub(start_ns),
         duration_ns: i.duration_ns,

@@ -372,6 +372,7 @@ mod tests {
             off_cpu: None,
             code: None,
             coro_roots: Default::default(),
+            in_gc: false,
         };
         let mut sym = Symbolizer::new();
         let mut announced = 0;

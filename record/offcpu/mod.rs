@@ -49,6 +49,7 @@ struct Pending {
     start: u64,
     kind: OffCpuKind,
     flags: u8,
+    in_gc: bool,
 }
 
 /// An off-CPU interval whose stack came with its start (symbolized then: see [`Step::Hold`]), ended: what the sink
@@ -89,6 +90,8 @@ pub struct Interval {
     pub kind: OffCpuKind,
     /// On-disk `OffCpuInterval` flags.
     pub flags: u8,
+    /// Its thread was running the cyclic garbage collector when it left.
+    pub in_gc: bool,
 }
 
 /// What the session does with an off-CPU record (see [`Pairing::record`]).
@@ -188,6 +191,7 @@ impl Pairing {
                 start: off.start_ns,
                 kind: OffCpuKind::from_u8(off.kind),
                 flags: off.flags,
+                in_gc: s.in_gc,
             },
         );
     }
@@ -290,6 +294,7 @@ impl Pending {
             weight_ns,
             kind: self.kind,
             flags: self.flags | flags,
+            in_gc: self.in_gc,
         }
     }
 }

@@ -227,6 +227,10 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool, track_tasks: bool) -> R
         cache_id: 0,
         code_gen: 0,
         gen_interp: 0,
+        // The process's one collecting flag (<= 3.8); 3.9+ per interpreter (off.interp_gc_collecting).
+        gc_addr: at(rt, l.runtime_gc_collecting)
+            .or(p.addrs.gc_collecting.filter(|_| l.interp_gc_collecting < 0))
+            .unwrap_or(0),
         gen_kind: types::pyperf_gen_kind::GEN_NONE.0 as u8,
         _pad2: [0; 7],
         off: types::py_offsets {
@@ -279,8 +283,9 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool, track_tasks: bool) -> R
             // Only where frames carry an owner (3.11+).
             owner_generator: s16(if l.frame_owner >= 0 { l.frame_owned_by_generator } else { -1 })?,
             code_flags: s16(l.code_flags)?,
+            interp_gc_collecting: s16(l.interp_gc_collecting)?,
         },
-        _pad3: [0; 6],
+        _pad3: [0; 4],
     })
 }
 

@@ -198,6 +198,10 @@ pub const GIL_STATE: &str = "interpreter_state.gil_runtime_state";
 pub const GIL_LOCKED: &str = "interpreter_state.gil_runtime_state_locked";
 /// Offset of `_gil.last_holder` in the interpreter.
 pub const GIL_HOLDER: &str = "interpreter_state.gil_runtime_state_holder";
+/// `interpreter_state.gc` + `gc.collecting`: `interp_gc_collecting` (3.13+ blocks have both).
+pub const GC_STATE: &str = "interpreter_state.gc";
+/// Offset of `collecting` in the interpreter's `struct _gc_runtime_state`.
+pub const GC_COLLECTING: &str = "gc.collecting";
 
 /// `(size member, Layout fields that are offsets inside that struct)`: each such offset plus 4 must not exceed
 /// the size (a block read with the wrong positions, or a field moved out of its struct, is refused).
@@ -205,7 +209,14 @@ pub const SIZES: &[(&str, &[&str])] = &[
     ("runtime_state.size", &["runtime_interpreters_head"]),
     (
         "interpreter_state.size",
-        &["interp_next", "interp_tstate_head", "interp_gil_ptr", "interp_code_gen", "interp_modules"],
+        &[
+            "interp_next",
+            "interp_tstate_head",
+            "interp_gil_ptr",
+            "interp_code_gen",
+            "interp_gc_collecting",
+            "interp_modules",
+        ],
     ),
     (
         "thread_state.size",
@@ -323,6 +334,9 @@ pub fn layout_from_debug_offsets(
     let gil = offset(GIL_STATE).ok_or_else(|| required(GIL_STATE))??;
     let gil_locked = offset(GIL_LOCKED).ok_or_else(|| required(GIL_LOCKED))?? - gil;
     let gil_last_holder = offset(GIL_HOLDER).ok_or_else(|| required(GIL_HOLDER))?? - gil;
+    if let (Some(gc), Some(collecting)) = (offset(GC_STATE), offset(GC_COLLECTING)) {
+        vals.insert("interp_gc_collecting", gc? + collecting?);
+    }
     let base_fields = base.fields();
     for s in SENTINELS {
         let want = base_fields.iter().find(|f| f.0 == *s).map_or(-1, |f| f.1);

@@ -129,6 +129,8 @@ pub struct PythonAddrs {
     /// 3.6: the statics `gil_mutex`, `gil_cond`, `switch_mutex`, `switch_cond` (`.symtab` only), as the range
     /// `[start, end)` they fill when they lie together: a thread blocked in futex(2) there waits for the GIL.
     pub gil_wait: Option<(u64, u64)>,
+    /// `collecting` (2.7/3.6 static of gcmodule.c, `.symtab` only): 1 while the cyclic garbage collector runs.
+    pub gc_collecting: Option<u64>,
 }
 
 /// A process found to run a supported CPython interpreter.
@@ -206,6 +208,7 @@ const WANTED: &[&str] = &[
     "gil_cond",
     "switch_mutex",
     "switch_cond",
+    "collecting",
     // Only in Py_REF_DEBUG (debug) builds, whose object header and structs differ.
     "_Py_NegativeRefcount",
     // PyPy's libpypy*-c.so.
@@ -301,6 +304,7 @@ pub fn inspect(pid: u32) -> Result<PythonProcess, InspectError> {
             none: at("_Py_NoneStruct"),
             type_type: at("PyType_Type"),
             gil_wait: statics_range(&["gil_mutex", "gil_cond", "switch_mutex", "switch_cond"].map(at)),
+            gc_collecting: at("collecting"),
         };
         if addrs.runtime.is_none() && addrs.interp_head.is_none() {
             // Pre-3.7 with a stripped .symtab: interp_head is static, nothing to walk.

@@ -50,6 +50,10 @@ pub struct Layout {
     /// Extra: `_PyRuntimeState.debug_offsets` (3.13+): the `_Py_DebugOffsets` block (cookie
     /// `"xdebugpy"`, version, `free_threaded`, ...) sits at the very start of `_PyRuntime` (0).
     pub runtime_debug_offsets: i32,
+    /// `_PyRuntimeState.gc.collecting` [i32] (3.7-3.8): 1 while the cyclic garbage collector runs (one for the
+    /// process). 2.7/3.6: the static `collecting` of gcmodule.c (`.symtab` only); 3.9+: per interpreter,
+    /// [`Layout::interp_gc_collecting`].
+    pub runtime_gc_collecting: i32,
     /// Extra: `Py_tss_t._key` [u32 pthread_key_t] (3.7+): 4, after `int _is_initialized`.
     pub tss_key: i32,
 
@@ -65,6 +69,8 @@ pub struct Layout {
     /// `PyInterpreterState._code_object_generation` [u64] (3.14+): incremented first thing in `code_dealloc`, so
     /// while it stays put no code object of the interpreter has been freed (the BPF check-word cache's count).
     pub interp_code_gen: i32,
+    /// `PyInterpreterState.gc.collecting` [i32] (3.9+): 1 while the interpreter's cyclic garbage collector runs.
+    pub interp_gc_collecting: i32,
 
     // ---- struct _gil_runtime_state (3.7+) ----
     /// `struct _gil_runtime_state.locked` [i32] (3.7+). 3.6: static `gil_locked` symbol (.symtab
@@ -249,11 +255,13 @@ macro_rules! with_fields {
             runtime_gil_locked,
             runtime_gil_last_holder,
             runtime_debug_offsets,
+            runtime_gc_collecting,
             tss_key,
             interp_next,
             interp_tstate_head,
             interp_gil_ptr,
             interp_code_gen,
+            interp_gc_collecting,
             gil_locked,
             gil_last_holder,
             tstate_next,
@@ -387,11 +395,13 @@ layouts! {
     runtime_gil_locked:        [  -1,   -1, 1280, 1168,  368,  368,  376,   -1,   -1,   -1,   -1],
     runtime_gil_last_holder:   [  -1,   -1, 1272, 1160,  360,  360,  368,   -1,   -1,   -1,   -1],
     runtime_debug_offsets:     [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,    0,    0,    0],
+    runtime_gc_collecting:     [  -1,   -1,  632,  544,   -1,   -1,   -1,   -1,   -1,   -1,   -1],
     tss_key:                   [  -1,   -1,    4,    4,    4,    4,    4,    4,    4,    4,    4],
     interp_next:               [   0,    0,    0,    0,    0,    0,    0,    0, 7264, 7272, 7264],
     interp_tstate_head:        [   8,    8,    8,    8,    8,    8,   16,   72, 7344, 7344, 7336],
     interp_gil_ptr:            [  -1,   -1,   -1,   -1,   -1,   -1,   -1,  384,   16,   16,   16],
     interp_code_gen:           [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1, 7992, 7944],
+    interp_gc_collecting:      [  -1,   -1,   -1,   -1,  816,  816,  848,  312, 7600, 7600, 7512],
     gil_locked:                [  -1,   -1,   16,   16,   16,   16,   16,   16,   16,   16,   16],
     gil_last_holder:           [  -1,   -1,    8,    8,    8,    8,    8,    8,    8,    8,    8],
     tstate_next:               [   0,    8,    8,    8,    8,    8,    8,    8,    8,    8,    8],

@@ -59,6 +59,8 @@ pub const PROBES: &[Probe] = &[
     ]),
     p("interp_gil_ptr", &[((3, 12), LAST, "off|PyInterpreterState|ceval.gil")]),
     p("interp_code_gen", &[((3, 14), LAST, "off|PyInterpreterState|_code_object_generation")]),
+    p("runtime_gc_collecting", &[((3, 7), (3, 8), "off|_PyRuntimeState|gc.collecting")]),
+    p("interp_gc_collecting", &[((3, 9), LAST, "off|PyInterpreterState|gc.collecting")]),
     p("gil_locked", &[((3, 7), LAST, "off|struct _gil_runtime_state|locked")]),
     p("gil_last_holder", &[((3, 7), LAST, "off|struct _gil_runtime_state|last_holder")]),
     p("tstate_next", &[(FIRST, LAST, "off|PyThreadState|next")]),

@@ -150,6 +150,8 @@ pub struct Counters {
     pub window_faults: u64,
     /// Wakeups for a sample of an asyncio task user space had not listed.
     pub task_wakeups: u64,
+    /// Records of a thread running the cyclic garbage collector.
+    pub in_gc: u64,
 }
 
 impl Counters {
@@ -187,6 +189,7 @@ impl Counters {
             ("bpf_checks_cached", self.checks_cached),
             ("bpf_window_faults", self.window_faults),
             ("bpf_task_wakeups", self.task_wakeups),
+            ("bpf_in_gc", self.in_gc),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -916,6 +919,7 @@ impl Sampler {
             c.checks_cached += pc.checks_cached;
             c.window_faults += pc.window_faults;
             c.task_wakeups += pc.task_wakeups;
+            c.in_gc += pc.in_gc;
         }
         c
     }

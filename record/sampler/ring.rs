@@ -44,6 +44,8 @@ pub struct RawSample<'a> {
     /// The run roots of the generator frames in `frames` (asyncio tasks); none when the process's task tracking
     /// is off (`bpf_config`'s `track_tasks`) or before 3.11.
     pub coro_roots: CoroRoots,
+    /// The thread was running the interpreter's cyclic garbage collector (`pyperf_event_header.in_gc`).
+    pub in_gc: bool,
 }
 
 /// The *run roots* of a record (bpf/pyperf.h, `pyperf_event_header.coro_frame`): a run is a maximal sequence of
@@ -229,6 +231,7 @@ impl Shared {
                 user: None,
                 code: Some(code),
                 coro_roots: CoroRoots::default(),
+                in_gc: false,
             };
             if let Some(callback) = self.callback.get() {
                 // SAFETY: as below.
@@ -270,6 +273,7 @@ impl Shared {
             user,
             code: None,
             coro_roots: CoroRoots::of(h, frames.len()),
+            in_gc: h.in_gc != 0,
         };
         if let Some(callback) = self.callback.get() {
             // SAFETY: set by `poll` from a live `&mut dyn FnMut` and cleared before it returns;

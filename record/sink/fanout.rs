@@ -169,6 +169,7 @@ mod tests {
             status: StackStatus::from_u8(0),
             frames: &[],
             tasks: &[],
+            in_gc: false,
         }
     }
 

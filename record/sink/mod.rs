@@ -42,6 +42,8 @@ pub struct Sample<'a> {
     pub frames: &'a [u32],
     /// The task view of the same sample (asyncio, [`crate::tasks`]): symbol ids root first, empty when it has none.
     pub tasks: &'a [u32],
+    /// The thread was running the cyclic garbage collector (the file says so: format 1.6 sample flag `GC`).
+    pub in_gc: bool,
 }
 
 impl Sample<'_> {
