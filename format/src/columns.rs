@@ -82,6 +82,8 @@ pub fn encode(c: &SampleChunk) -> Result<Vec<u8>, postcard::Error> {
     for i in 0..c.len() {
         put_varint(&mut cols[6], c.task_stack.get(i).copied().unwrap_or(0) as u64);
     }
+    // The same for the flags (1.6): `len` bytes, 0 for none.
+    let flags: Vec<u8> = (0..c.len()).map(|i| c.flags.get(i).copied().unwrap_or(0)).collect();
     let wire = WireSampleChunk {
         base_time_ns: c.base_time_ns,
         len: c.len() as u32,
@@ -97,6 +99,7 @@ pub fn encode(c: &SampleChunk) -> Result<Vec<u8>, postcard::Error> {
         status: &c.status,
         stack: &cols[5],
         task_stack: &cols[6],
+        flags: &flags,
     };
     postcard::to_stdvec(&wire)
 }
@@ -139,6 +142,8 @@ pub fn decode(w: &WireSampleChunk<'_>, want: Columns, out: &mut SampleChunk) -> 
         (want.states, &mut out.thread_state, w.thread_state),
         (want.states, &mut out.gil, w.gil),
         (want.states, &mut out.pthread_id, w.pthread_id),
+        // An empty column: a file before 1.6, whose samples have no flags.
+        (want.flags && !w.flags.is_empty(), &mut out.flags, w.flags),
     ] {
         if on {
             raw_bytes(bytes, n, col)?;

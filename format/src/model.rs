@@ -160,6 +160,16 @@ pub mod off_cpu_flags {
     pub const BEFORE_START: u8 = 1;
     /// The thread was still off CPU when the recording ended: the interval's duration is cut there.
     pub const OPEN_AT_END: u8 = 2;
+    /// 1.6+: the thread was in the interpreter's cyclic garbage collector when its stack was walked (as
+    /// [`crate::sample_flags::GC`] for a sample).
+    pub const GC: u8 = 4;
+}
+
+/// [`crate::Sample::flags`] bits (format 1.6+); unknown bits are a newer recorder's.
+pub mod sample_flags {
+    /// The interpreter's cyclic garbage collector was running in this thread: the interpreter's collecting flag was
+    /// set and this thread held the GIL (3.15+: its frame chain holds the frame the collection started in).
+    pub const GC: u8 = 1;
 }
 
 /// One interval a thread spent off CPU, from its switch-out to its next switch-in (format 1.3+), with the Python
@@ -609,6 +619,9 @@ pub struct SampleChunk {
     /// 1.5+: leaf node of each sample's task-view stack (asyncio), 0 for none (then the task view uses `stack`).
     /// Empty when the file has no such column (before 1.5) or the reader skipped it ([`Columns::task_stack`]).
     pub task_stack: Vec<u32>,
+    /// 1.6+: each sample's [`sample_flags`], 0 for none. Empty when the file has no such column (before 1.6: every
+    /// sample 0) or the reader skipped it ([`Columns::flags`]).
+    pub flags: Vec<u8>,
 }
 
 impl SampleChunk {
@@ -641,15 +654,33 @@ pub struct Columns {
     pub states: bool,
     /// `task_stack` (1.5+).
     pub task_stack: bool,
+    /// `flags` (1.6+).
+    pub flags: bool,
 }
 
 impl Columns {
     /// Every column.
-    pub const ALL: Columns =
-        Columns { time: true, cpu: true, pid: true, tid: true, comm: true, states: true, task_stack: true };
+    pub const ALL: Columns = Columns {
+        time: true,
+        cpu: true,
+        pid: true,
+        tid: true,
+        comm: true,
+        states: true,
+        task_stack: true,
+        flags: true,
+    };
     /// Only what every reader gets: time base, status, stack.
-    pub const MINIMAL: Columns =
-        Columns { time: false, cpu: false, pid: false, tid: false, comm: false, states: false, task_stack: false };
+    pub const MINIMAL: Columns = Columns {
+        time: false,
+        cpu: false,
+        pid: false,
+        tid: false,
+        comm: false,
+        states: false,
+        task_stack: false,
+        flags: false,
+    };
 }
 
 impl Default for Columns {
@@ -688,6 +719,9 @@ pub(crate) struct WireSampleChunk<'a> {
     /// 1.5+; an empty byte string when decoding a file before 1.5 (the reader appends one, FORMAT.md "Versioning").
     #[serde(serialize_with = "as_bytes")]
     pub task_stack: &'a [u8],
+    /// 1.6+, raw bytes; an empty byte string when decoding a file before 1.6 (as `task_stack`).
+    #[serde(serialize_with = "as_bytes")]
+    pub flags: &'a [u8],
 }
 
 /// A column as one byte string: what serde's `&[u8]` deserializes from (postcard: a length, then the bytes), written

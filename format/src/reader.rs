@@ -126,7 +126,7 @@ impl<R: Read> Reader<R> {
                 Record::Stacks(c)
             }
             Some(Kind::Samples) => {
-                let payload = missing_column_reads_empty(raw.payload);
+                let payload = missing_columns_read_empty(raw.payload, SAMPLE_COLUMNS_ADDED);
                 let wire: WireSampleChunk<'_> = decode_borrowed(&payload, at)?;
                 let mut c = SampleChunk::default();
                 crate::columns::decode(&wire, self.columns, &mut c)
@@ -145,7 +145,7 @@ impl<R: Read> Reader<R> {
                 Record::ThreadNames(names)
             }
             Some(Kind::OffCpu) => {
-                let payload = missing_column_reads_empty(raw.payload);
+                let payload = missing_columns_read_empty(raw.payload, OFF_CPU_COLUMNS_ADDED);
                 let c: OffCpuChunk = decode(&payload, at)?;
                 let min_ns = c.min_ns;
                 let intervals = c.into_intervals().ok_or_else(|| Error::Corrupt {
@@ -195,11 +195,17 @@ fn decode_process(payload: &[u8], offset: u64) -> Result<Process, Error> {
     })
 }
 
-/// The payload of a sample or off-CPU chunk, ready for a decoder that knows the 1.5 `task_stack` column: a file
-/// before 1.5 ends before it, and the zero byte added here reads as its empty value (postcard's empty byte string or
-/// vector), which says "no task stacks"; after a 1.5 chunk it is a trailing byte, ignored like a newer minor's fields.
-fn missing_column_reads_empty(mut payload: Vec<u8>) -> Vec<u8> {
-    payload.push(0);
+/// Columns appended to the sample chunk since 1.4: `task_stack` (1.5), `flags` (1.6).
+const SAMPLE_COLUMNS_ADDED: usize = 2;
+/// Columns appended to the off-CPU chunk since 1.4: `task_stack` (1.5).
+const OFF_CPU_COLUMNS_ADDED: usize = 1;
+
+/// The payload of a sample or off-CPU chunk, ready for a decoder that knows the `added` columns appended since 1.4: a
+/// file before them ends before them, and each zero byte added here reads as one's empty value (postcard's empty
+/// byte string or vector), which says "none" (no task stacks, no flags); after a chunk that has them they are
+/// trailing bytes, ignored like a newer minor's fields.
+fn missing_columns_read_empty(mut payload: Vec<u8>, added: usize) -> Vec<u8> {
+    payload.resize(payload.len() + added, 0);
     payload
 }
 
@@ -241,6 +247,9 @@ pub struct Sample<'a> {
     pub stack: u32,
     /// 1.5+: leaf node of its task-view stack (asyncio), 0 for none (or a file before 1.5, or the column skipped).
     pub task_stack: u32,
+    /// 1.6+: its [`crate::sample_flags`] ([`crate::sample_flags::GC`]: in the garbage collector), 0 before 1.6 (or
+    /// the column skipped).
+    pub flags: u8,
 }
 
 /// Iterates the samples of a chunk. Columns the reader skipped read as 0 (time: the chunk's base time).
@@ -263,6 +272,7 @@ pub fn samples(c: &SampleChunk) -> impl Iterator<Item = Sample<'_>> + '_ {
             status: StackStatus::from_u8(c.status[i]),
             stack: c.stack[i],
             task_stack: u32_at(&c.task_stack, i),
+            flags: u8_at(&c.flags, i),
         }
     })
 }

@@ -48,6 +48,8 @@ pub struct SampleRecord<'a> {
     /// 1.5+: leaf node of its task-view stack (asyncio: task markers between the tasks' frames) from
     /// [`Writer::intern_stack`], 0 for none (the task view then uses `stack`).
     pub task_stack: u32,
+    /// 1.6+: its [`crate::sample_flags`], 0 for none.
+    pub flags: u8,
 }
 
 /// Hasher for the stack-node map, keyed by one `u64` (parent << 32 | symbol) that the writer makes itself: a
@@ -307,6 +309,7 @@ impl<W: Write> Writer<W> {
         b.status.push(s.status.as_u8());
         b.stack.push(s.stack);
         b.task_stack.push(s.task_stack);
+        b.flags.push(s.flags);
         self.samples += 1;
         if self.batch.len() >= SAMPLES_PER_CHUNK {
             self.write_definitions()?;

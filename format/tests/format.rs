@@ -93,6 +93,7 @@ fn write(n: usize, flush_every: usize) -> Written {
             status,
             stack: leaf,
             task_stack: 0,
+            flags: 0,
         })
         .unwrap();
         expected.push((t, pid, tid, comm.to_string(), gil, status, st.iter().map(|&k| syms[k].clone()).collect()));
@@ -713,6 +714,7 @@ fn write_off_cpu(n: u64, flush_every: u64, min: Option<u64>) -> (Vec<u8>, Vec<(O
                 status: StackStatus::Complete,
                 stack: iv.stack,
                 task_stack: 0,
+                flags: 0,
             })
             .unwrap();
         }
@@ -1012,6 +1014,7 @@ fn write_native() -> (Vec<u8>, Vec<Vec<Symbol>>) {
             status: StackStatus::Complete,
             stack: leaves[k],
             task_stack: 0,
+            flags: 0,
         })
         .unwrap();
         expected.push(stacks[k].clone());
@@ -1318,6 +1321,7 @@ fn write_tasks(n: usize, waits: usize, flush_every: usize) -> (Vec<u8>, TaskRead
             status: StackStatus::Complete,
             stack,
             task_stack,
+            flags: 0,
         })
         .unwrap();
         expected.samples.push((symbols(thread), symbols(task)));
@@ -1362,7 +1366,7 @@ fn write_tasks(n: usize, waits: usize, flush_every: usize) -> (Vec<u8>, TaskRead
 #[test]
 fn task_stacks_and_waits_round_trip() {
     let (bytes, expected) = write_tasks(200, TASK_WAITS_PER_CHUNK + 5, 64);
-    assert_eq!(&bytes[8..12], &[1, 0, 5, 0], "format 1.5");
+    assert_eq!(&bytes[8..12], &[1, 0, MINOR as u8, 0], "this format (1.5+)");
     let (t, got, notes) = read_tasks(&bytes).unwrap();
     assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
     assert!(t.task_sweep());
@@ -1423,7 +1427,8 @@ fn older_readers_skip_task_waits_and_read_the_prefix_of_the_columns() {
     assert_eq!((got.samples, got.intervals), (expected.samples, expected.intervals));
     assert_eq!(notes.warnings, vec!["skipped 2 chunks of a kind this pyperf does not know (newer minor version)"]);
 
-    // A 1.5 sample chunk is a 1.4 one with the column after it: the prefix a 1.4 reader decodes is intact.
+    // A 1.5 sample chunk is a 1.4 one with the column after it (and a 1.6 one a 1.5 one with the flags after it,
+    // here all 0): the prefix a 1.4 reader decodes is intact.
     let chunk = SampleChunk {
         time_delta_ns: vec![0, 5],
         cpu: vec![0, 1],
@@ -1439,9 +1444,11 @@ fn older_readers_skip_task_waits_and_read_the_prefix_of_the_columns() {
         task_stack: vec![2, 300],
         ..Default::default()
     };
-    let v15 = encode_sample_chunk(&chunk).unwrap();
+    let v16 = encode_sample_chunk(&chunk).unwrap();
+    let v15 = &v16[..v16.len() - 3]; // the flags column: its length (2) and two zero bytes
+    assert_eq!(&v16[v15.len()..], &[2, 0, 0]);
     let none = encode_sample_chunk(&SampleChunk { task_stack: Vec::new(), ..chunk.clone() }).unwrap();
-    let v14 = &none[..none.len() - 3]; // the zeros column: its length (2) and two zero bytes
+    let v14 = &none[..none.len() - 6]; // the zeros column and the flags column: each its length (2) and two zeros
     assert_eq!(&v15[..v14.len()], v14);
     assert_eq!(&v15[v14.len()..], &[3, 2, 0xac, 0x02]);
     // This reader, given the 1.4 form (stacks 1 and 2 defined): samples without task stacks.
@@ -1535,6 +1542,7 @@ fn task_references_to_undefined_stacks_are_errors() {
     );
     // A sample column one value short is no 1.4 chunk: an error, not samples without task stacks.
     let mut short = encode_sample_chunk(&SampleChunk { task_stack: vec![1], ..sample.clone() }).unwrap();
+    short.truncate(short.len() - 2); // as 1.5 wrote it: without the flags column (length 1, one zero byte)
     let n = short.len();
     short[n - 2] = 2; // the column claims 2 bytes, holds 1
     short.push(0x80);
@@ -1585,4 +1593,201 @@ fn the_kept_1_5_recording_reads_with_its_tasks() {
     assert_eq!(markers.len(), 7, "{markers:?}");
     let counter = |name: &str| t.stats.as_ref().and_then(|s| s.counters.iter().find(|c| c.0 == name)).map(|c| c.1);
     assert_eq!((counter("task_samples"), counter("task_waits")), (Some(34), Some(37)));
+}
+
+// ---- garbage collection flags (1.6) --------------------------------------------------------------------------------
+
+/// A recording of `n` samples whose flags cycle through none, GC and GC with a bit this reader does not know (a newer
+/// recorder's), and off-CPU intervals with and without the GC flag; flushed every `flush_every` samples (0: never).
+/// Returns the file, each sample's (flags, root-first stack) and each interval's flags.
+fn write_gc(n: usize, flush_every: usize) -> (Vec<u8>, Vec<(u8, Vec<Symbol>)>, Vec<u8>) {
+    let mut w = Writer::new(Vec::new(), &header()).unwrap();
+    w.add_process(&process(100)).unwrap();
+    w.start_off_cpu(OFF_CPU_MIN_NS).unwrap();
+    let syms = [sym("", "<module>", 1), sym("", "build", 10), sym("", "collect", 20)];
+    let ids: Vec<u32> = syms.iter().map(|s| w.intern_symbol(s)).collect();
+    let shapes: [&[usize]; 3] = [&[0, 1], &[0, 2], &[]];
+    let leaves: Vec<u32> =
+        shapes.iter().map(|s| w.intern_stack(&s.iter().map(|&k| ids[k]).collect::<Vec<_>>())).collect();
+    let flags = [0, sample_flags::GC, 0, sample_flags::GC | 0x80];
+    let (mut samples, mut intervals) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let (shape, f) = (i % shapes.len(), flags[i % flags.len()]);
+        w.push_sample(&SampleRecord {
+            time_ns: i as u64 * 1_000_000,
+            cpu: 0,
+            pid: 100,
+            tid: 100 + (i % 2) as u32,
+            comm: "python3",
+            thread_state: ThreadStateMatch::Match,
+            gil: GilState::ThisThread,
+            pthread_id: PthreadIdMatch::Match,
+            status: if shape == 2 { StackStatus::Idle } else { StackStatus::Complete },
+            stack: leaves[shape],
+            task_stack: 0,
+            flags: f,
+        })
+        .unwrap();
+        samples.push((f, shapes[shape].iter().map(|&k| syms[k].clone()).collect()));
+        if i % 10 == 0 {
+            let gc = if i % 20 == 0 { off_cpu_flags::GC } else { 0 };
+            let iv = OffCpuInterval { flags: gc | off_cpu_flags::OPEN_AT_END, ..interval(i as u64, &leaves) };
+            w.push_off_cpu(&iv).unwrap();
+            intervals.push(iv.flags);
+        }
+        if flush_every > 0 && (i + 1) % flush_every == 0 {
+            w.flush().unwrap();
+        }
+    }
+    (w.finish(&stats(n as u64)).unwrap(), samples, intervals)
+}
+
+/// (each sample's flags and root-first stack, each interval's flags)
+type GcRead = (Vec<(u8, Vec<Symbol>)>, Vec<u8>, ScanNotes);
+
+fn read_gc(bytes: &[u8], columns: Columns) -> Result<GcRead, Error> {
+    let mut r = Reader::new(bytes)?;
+    r.set_columns(columns);
+    let mut tables = Tables::default();
+    let (mut samples, mut intervals) = (Vec::new(), Vec::new());
+    let notes = scan_records(&mut r, &mut tables, |t, record| match record {
+        Record::Samples(c) => {
+            assert!(c.flags.is_empty() || c.flags.len() == c.len(), "a decoded column is len long");
+            samples.extend(crate::samples(c).map(|s| (s.flags, root_first(t, s.stack))));
+        }
+        Record::OffCpu { intervals: ivs, .. } => intervals.extend(ivs.iter().map(|iv| iv.flags)),
+        _ => {}
+    })?;
+    Ok((samples, intervals, notes))
+}
+
+/// Sample flags survive write -> read (bits this reader does not know kept), in several chunks, beside off-CPU
+/// intervals with the GC flag; a reader that skips the column reads every sample as 0.
+#[test]
+fn gc_flags_round_trip() {
+    let (bytes, samples, intervals) = write_gc(SAMPLES_PER_CHUNK + 50, 700);
+    assert_eq!(&bytes[8..12], &[1, 0, 6, 0], "format 1.6");
+    let (got, got_intervals, notes) = read_gc(&bytes, Columns::ALL).unwrap();
+    assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
+    assert_eq!(got, samples);
+    assert_eq!(got_intervals, intervals);
+    assert_eq!(got.iter().filter(|(f, _)| f & sample_flags::GC != 0).count(), samples.len() / 2);
+    assert!(got.iter().any(|(f, _)| *f == sample_flags::GC | 0x80), "an unknown bit is kept");
+    assert!(got_intervals.iter().any(|f| f & off_cpu_flags::GC != 0) && got_intervals.iter().any(|f| f & 4 == 0));
+    let (skipped, _, _) = read_gc(&bytes, Columns { flags: false, ..Columns::ALL }).unwrap();
+    assert!(skipped.iter().all(|(f, _)| *f == 0));
+    assert_eq!(skipped.iter().map(|(_, s)| s).collect::<Vec<_>>(), samples.iter().map(|(_, s)| s).collect::<Vec<_>>());
+    let (minimal, _, _) = read_gc(&bytes, Columns::MINIMAL).unwrap();
+    assert!(minimal.iter().all(|(f, _)| *f == 0));
+}
+
+/// Files before 1.6 have no flags column: every sample reads 0 (the kept 1.5 recording, and the 1.0-1.4 ones); a
+/// 1.6 chunk is a 1.5 one with the column appended (what a 1.5 reader decodes is intact), and this reader reads the
+/// 1.5 form as samples without flags.
+#[test]
+fn files_before_1_6_read_flags_0() {
+    for name in ["tasks-1.5.pyp", "mixed-1.4.pyp", "native-1.4.pyp", "offcpu-1.3.pyp", "mixed-1.0.pyp"] {
+        let (got, intervals, _) = read_gc(&recording(name), Columns::ALL).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(!got.is_empty(), "{name}");
+        assert!(got.iter().all(|(f, _)| *f == 0), "{name}: no flags before 1.6");
+        assert!(intervals.iter().all(|f| f & off_cpu_flags::GC == 0), "{name}: no GC interval before 1.6");
+    }
+    let chunk = SampleChunk {
+        time_delta_ns: vec![0, 5],
+        cpu: vec![0, 1],
+        pid: vec![1, 1],
+        tid: vec![1, 2],
+        comm: vec![0, 0],
+        comms: vec!["x".into()],
+        thread_state: vec![0, 0],
+        gil: vec![0, 0],
+        pthread_id: vec![0, 0],
+        status: vec![0, 0],
+        stack: vec![1, 1],
+        task_stack: vec![0, 2],
+        flags: vec![sample_flags::GC, 0],
+        ..Default::default()
+    };
+    let v16 = encode_sample_chunk(&chunk).unwrap();
+    let v15 = encode_sample_chunk(&SampleChunk { flags: Vec::new(), ..chunk.clone() }).unwrap();
+    let v15 = &v15[..v15.len() - 3]; // its flags column: length 2, two zero bytes
+    assert_eq!(&v16[..v15.len()], v15);
+    assert_eq!(&v16[v15.len()..], &[2, sample_flags::GC, 0]);
+    // The 1.5 form (stacks 1 and 2 defined by the file it is put in): the same samples, flags 0.
+    let w = write(3, 0);
+    let ends = chunk_ends(&w.bytes);
+    for (payload, flags) in [(v15, [0, 0]), (&v16[..], [sample_flags::GC, 0])] {
+        let mut bytes = w.bytes[..ends[ends.len() - 3]].to_vec();
+        bytes.extend_from_slice(&raw_chunk(Kind::Samples as u16, payload));
+        let mut r = Reader::new(&bytes[..]).unwrap();
+        let mut t = Tables::default();
+        let mut seen = 0;
+        scan(&mut r, &mut t, |_, c| {
+            if c.comms == ["x"] {
+                let got: Vec<(u8, u32, u32)> = samples(c).map(|s| (s.flags, s.stack, s.task_stack)).collect();
+                assert_eq!(got, vec![(flags[0], 1, 0), (flags[1], 1, 2)]);
+                seen += 1;
+            }
+        })
+        .unwrap();
+        assert_eq!(seen, 1);
+    }
+}
+
+/// A flags column of another length than the chunk's (neither empty nor `len` bytes) is damage, named with the
+/// chunk's offset: not samples without flags.
+#[test]
+fn a_flags_column_of_the_wrong_length_is_corrupt() {
+    let w = write(3, 0);
+    let ends = chunk_ends(&w.bytes);
+    let head = w.bytes[..ends[ends.len() - 3]].to_vec();
+    let chunk = SampleChunk {
+        time_delta_ns: vec![0, 5, 5],
+        cpu: vec![0; 3],
+        pid: vec![1; 3],
+        tid: vec![1; 3],
+        comm: vec![0; 3],
+        comms: vec!["x".into()],
+        thread_state: vec![0; 3],
+        gil: vec![0; 3],
+        pthread_id: vec![0; 3],
+        status: vec![0; 3],
+        stack: vec![1; 3],
+        task_stack: vec![0; 3],
+        flags: vec![1, 0, 1],
+        ..Default::default()
+    };
+    let good = encode_sample_chunk(&chunk).unwrap();
+    let flags_at = good.len() - 4; // length 3, then 3 bytes
+    assert_eq!(&good[flags_at..], &[3, 1, 0, 1]);
+    for (what, column) in [("short", &[2u8, 1, 0][..]), ("long", &[4, 1, 0, 1, 1][..]), ("one of three", &[1, 1][..])] {
+        let mut bad = good[..flags_at].to_vec();
+        bad.extend_from_slice(column);
+        let mut bytes = head.clone();
+        let at = bytes.len();
+        bytes.extend_from_slice(&raw_chunk(Kind::Samples as u16, &bad));
+        let mut r = Reader::new(&bytes[..]).unwrap();
+        let msg = scan(&mut r, &mut Tables::default(), |_, _| {}).expect_err(what).to_string();
+        assert!(
+            msg.contains("sample column length differs") && msg.contains(&format!("at byte {at}")),
+            "{what}: {msg}"
+        );
+    }
+}
+
+/// Every cut of a 1.6 file reads its complete chunks or fails cleanly, and every flipped byte is caught.
+#[test]
+fn gc_files_cut_or_damaged_anywhere_read_safely() {
+    let (bytes, samples, _) = write_gc(60, 16);
+    let ends = chunk_ends(&bytes);
+    for cut in ends[1]..bytes.len() {
+        let (got, _, notes) = read_gc(&bytes[..cut], Columns::ALL).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        assert!(samples.starts_with(&got), "cut at {cut}");
+        assert!(!notes.warnings.is_empty(), "cut at {cut}");
+    }
+    for pos in 16..bytes.len() {
+        let mut bad = bytes.clone();
+        bad[pos] ^= 0x10;
+        assert!(read_gc(&bad, Columns::ALL).is_err(), "flip at {pos} went unnoticed");
+    }
 }

@@ -159,6 +159,7 @@ fn writer_with_samples() -> Writer<Vec<u8>> {
             status: StackStatus::from_u8((i % 4) as u8),
             stack: [deep, short, 0][i as usize % 3],
             task_stack: 0,
+            flags: 0,
         })
         .unwrap();
     }
@@ -281,6 +282,7 @@ fn with_native() -> Vec<u8> {
             status: StackStatus::from_u8(if i == 3 { 3 } else { 0 }),
             stack: leaf,
             task_stack: 0,
+            flags: 0,
         })
         .unwrap();
         if i == 1 {

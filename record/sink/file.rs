@@ -121,6 +121,7 @@ impl Sink for FileSink {
             status: s.status,
             stack,
             task_stack,
+            flags: 0,
         };
         self.last_time_ns = s.time_ns;
         if let Err(e) = self.writer.push_sample(&rec) {

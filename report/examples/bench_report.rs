@@ -155,6 +155,7 @@ fn generate(path: &Path, samples: u64) -> anyhow::Result<()> {
             status: if idle { StackStatus::Idle } else { StackStatus::Complete },
             stack: if idle { 0 } else { stacks[si] },
             task_stack: 0,
+            flags: 0,
         })?;
     }
     let stats = Stats { samples, duration_ns: time, ..Default::default() };

@@ -59,6 +59,7 @@ fn recording(calls: &[(&str, u32, u32)]) -> Vec<u8> {
                 status: StackStatus::Complete,
                 stack,
                 task_stack: 0,
+                flags: 0,
             })
             .expect("sample");
         }

@@ -732,6 +732,7 @@ fn task_waits_alone_give_wall_clock_time() {
         status: StackStatus::Complete,
         stack,
         task_stack,
+        flags: 0,
     })
     .unwrap();
     w.task_waits(&[TaskWait { pid: 1, tid: 1, time_ns: 5, weight_ns: 30_000_000, stack: task_stack }]).unwrap();

@@ -219,6 +219,7 @@ fn extreme_intervals_do_not_overflow() {
             status: StackStatus::Complete,
             stack: leaf,
             task_stack: 0,
+            flags: 0,
         })
         .expect("sample");
     }

@@ -72,6 +72,7 @@ impl Rec {
                     status,
                     stack,
                     task_stack: 0,
+                    flags: 0,
                 })
                 .expect("sample");
         }
@@ -298,6 +299,7 @@ fn a_process_in_its_own_pid_namespace_is_found_by_either_pid() {
             status: StackStatus::Complete,
             stack: s,
             task_stack: 0,
+            flags: 0,
         })
         .unwrap();
     }

@@ -54,6 +54,7 @@ fn sample(w: &mut Writer<Vec<u8>>, i: u64, tid: u32, stack: u32) {
         status: StackStatus::Complete,
         stack,
         task_stack: 0,
+        flags: 0,
     })
     .expect("sample");
 }

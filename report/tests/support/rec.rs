@@ -62,6 +62,7 @@ impl Rec {
                     status: StackStatus::Complete,
                     stack,
                     task_stack: 0,
+                    flags: 0,
                 })
                 .expect("sample");
         }

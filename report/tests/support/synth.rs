@@ -332,6 +332,7 @@ fn mixed() -> Vec<u8> {
                 status,
                 stack: leaves[si],
                 task_stack: 0,
+                flags: 0,
             })
             .expect("sample");
             count += 1;
@@ -395,6 +396,7 @@ fn killed() -> Vec<u8> {
             status: if stack == 0 { StackStatus::Idle } else { StackStatus::Complete },
             stack,
             task_stack: 0,
+            flags: 0,
         })
         .expect("sample");
         if i % 80 == 79 {
@@ -478,6 +480,7 @@ fn newer_minor() -> Vec<u8> {
             status: StackStatus::Complete,
             stack: if i % 4 == 0 { s0 } else { s },
             task_stack: 0,
+            flags: 0,
         })
         .expect("sample");
     }
@@ -517,6 +520,7 @@ fn push(w: &mut Writer<Vec<u8>>, time_ms: u64, pid: u32, tid: u32, comm: &str, s
         status: StackStatus::Complete,
         stack,
         task_stack: 0,
+        flags: 0,
     })
     .expect("sample");
 }
@@ -561,6 +565,7 @@ pub fn exec() -> Vec<u8> {
         status: StackStatus::Complete,
         stack: x,
         task_stack: 0,
+        flags: 0,
     })
     .expect("sample");
     w.flush().expect("flush");
@@ -785,6 +790,7 @@ fn offcpu() -> Vec<u8> {
                 status: StackStatus::Complete,
                 stack,
                 task_stack: 0,
+                flags: 0,
             })
             .expect("sample");
             si += 1;
@@ -1059,6 +1065,7 @@ fn native() -> Vec<u8> {
             status: if idle { StackStatus::Idle } else { StackStatus::Complete },
             stack: leaves[template],
             task_stack: 0,
+            flags: 0,
         })
         .expect("sample");
     }
@@ -1199,6 +1206,7 @@ fn tasks() -> Vec<u8> {
             status: StackStatus::Complete,
             stack,
             task_stack,
+            flags: 0,
         })
         .expect("sample");
     };
