@@ -121,7 +121,7 @@ impl Sink for FileSink {
             status: s.status,
             stack,
             task_stack,
-            flags: 0,
+            flags: if s.in_gc { pyperf_format::sample_flags::GC } else { 0 },
         };
         self.last_time_ns = s.time_ns;
         if let Err(e) = self.writer.push_sample(&rec) {
@@ -156,7 +156,7 @@ impl Sink for FileSink {
             gil: s.gil,
             status: s.status,
             stack,
-            flags: o.flags,
+            flags: o.flags | if s.in_gc { pyperf_format::off_cpu_flags::GC } else { 0 },
             comm: s.comm.to_string(),
             task_stack,
         };

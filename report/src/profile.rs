@@ -795,6 +795,7 @@ impl Aggregator {
             comm: threads,
             states,
             task_stack: self.task_view,
+            flags: true,
         }
     }
 
