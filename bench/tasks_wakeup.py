@@ -33,13 +33,13 @@ def cpu_s(pid):
     return (int(rest[11]) + int(rest[12])) / TICK
 
 
-def one(binary, py, seconds, tmp):
+def one(binary, py, seconds, clients, extra, tmp):
     app = subprocess.Popen([py, os.path.join(WORKLOADS, "asgi_app.py")], stdout=subprocess.PIPE)
     try:
         port = app.stdout.readline().decode().split()[1]
         out = os.path.join(tmp, "asgi.pyp")
         rec = subprocess.Popen(
-            [binary, "record", "-p", str(app.pid), "--off-cpu", "-o", out],
+            [binary, "record", "-p", str(app.pid), "--off-cpu", *extra, "-o", out],
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
         )
@@ -50,7 +50,7 @@ def one(binary, py, seconds, tmp):
             time.sleep(0.02)
         t0 = time.monotonic()
         client = subprocess.run(
-            [py, os.path.join(WORKLOADS, "asgi_client.py"), port, str(seconds), "8"],
+            [py, os.path.join(WORKLOADS, "asgi_client.py"), port, str(seconds), str(clients)],
             capture_output=True,
             check=True,
         )
@@ -93,13 +93,15 @@ def main():
     ap.add_argument("--python", default=os.path.join(ROOT, "target", "asgi-venv", "bin", "python"))
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=4)
+    ap.add_argument("--clients", type=int, default=4, help="client threads (concurrent requests)")
+    ap.add_argument("--record-args", default="", help="more `record` arguments, e.g. '--async-rate 50'")
     a = ap.parse_args()
     runs = {"base": [], "wakeup": []}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.reps):
             order = [("base", a.base), ("wakeup", a.bin)]
             for name, binary in order if r % 2 == 0 else order[::-1]:
-                res = one(binary, a.python, a.seconds, tmp)
+                res = one(binary, a.python, a.seconds, a.clients, a.record_args.split(), tmp)
                 runs[name].append(res)
                 print(f"rep {r} {name}: {res}", flush=True)
     print(f"load average {loadavg()}")

@@ -74,7 +74,7 @@ enum pyperf_limits {
 	 *    user space has not read yet, which may be freed soon (a module body
 	 *    runs once at import). With snapshots (every supported version) the
 	 *    program copies such code objects itself and nothing is urgent;
-	 *  - an asyncio task not known yet (struct pyperf_task_key): it may end
+	 *  - a record of an asyncio task (struct pyperf_task_key): it may end
 	 *    before the next poll, and then cannot be named;
 	 *  - a ring filling past `wakeup_bytes` (always).
 	 * Otherwise user space takes the ring on its own timer, which fires on
@@ -486,10 +486,11 @@ struct pyperf_code_snap {
 /* Per-CPU counters; user space sums them over CPUs. */
 /* Key of the task_coros map (asyncio tasks, py_proc.track_tasks): user space puts there the frame address of
  * each listed task's coroutine (value 1) and of run roots it found to be no task's (value 0), and frame 0 when
- * the process's tasks can be read at all. A sample of that process whose coroutine run roots are all absent,
- * the rootmost a coroutine's, may run a task user space has not listed yet, which may end before user space's
- * next poll (a request's task lives milliseconds): it wakes user space at once (PYPERF_WAKEUP_NS), which lists
- * the tasks while that one still runs. */
+ * the process's tasks can be read at all. A record of that process whose rootmost run root is a coroutine's
+ * (co_flags) and not one of those no task's runs a task: it wakes user space at once (PYPERF_WAKEUP_NS), which
+ * names the task from memory while it still runs. At the 10 ms poll a request's task (tens of milliseconds,
+ * its CPU at its end) was often gone, or another at its address; a list taken for another record meanwhile
+ * forgets it. The value 1 only says user space listed it. */
 struct pyperf_task_key {
 	__u64 frame;
 	__u32 pid;
@@ -531,7 +532,7 @@ struct pyperf_counters {
 	__u64 checks_read;       /* read from the code object */
 	__u64 checks_cached;     /* taken from the cache (struct pyperf_check_entry) */
 	__u64 window_faults;     /* 3.11+ window reads that faulted (the frame then copied alone): ~1.7 us each */
-	__u64 task_wakeups;      /* wakeups for a task not known yet (struct pyperf_task_key) */
+	__u64 task_wakeups;      /* wakeups for a record of an asyncio task (struct pyperf_task_key) */
 	__u64 in_gc;             /* records of a thread running the cyclic garbage collector (header in_gc) */
 };
 

@@ -189,8 +189,8 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 				s->new_stack = 1;
 		}
 	}
-	/* A task not listed yet: user space names it only if it reads it before it ends. */
-	if (h->ncoro && !s->new_stack && h->ktime - s->last_wakeup >= PYPERF_WAKEUP_NS && unknown_task(proc, s, pid, n)) {
+	/* A task's record: user space names the task only if it reads it before the task ends. */
+	if (h->ncoro && !s->new_stack && h->ktime - s->last_wakeup >= PYPERF_WAKEUP_NS && task_sample(proc, s, pid, n)) {
 		s->new_stack = 1;
 		s->counters.task_wakeups++;
 	}

@@ -7,8 +7,8 @@
 //! the generator's frame is a run of its own from 3.12 on (behind next()'s C-stack entry frame). Nothing with the
 //! process's tracking off, nothing before 3.11.
 //!
-//! `unknown_tasks_wake_user_space`: the program wakes user space for a sample whose coroutine runs user space has not
-//! told it are tasks' (bpf/tasks.bpf.h), only for a process user space reads tasks of, never for a generator's.
+//! `task_records_wake_user_space`: the program wakes user space for a record of a task (bpf/tasks.bpf.h), only for
+//! a process user space reads tasks of, never for a generator's run or a coroutine user space said is no task's.
 //!
 //! `bench_run_roots_cost` (ignored; bench/tasks-bpf.sh runs it) measures what the run roots cost per sample.
 
@@ -251,11 +251,12 @@ fn run_roots_point_at_the_task_coroutine() {
     }
 }
 
-/// The wakeups for unknown tasks (bpf/tasks.bpf.h): none before user space says it reads the process's tasks
-/// (frame 0), some once it does while the spinner tasks are unknown, none once their coroutine frames are known,
-/// though the plain thread's generator stays unknown (a generator's run is no task's).
+/// The wakeups for task records (bpf/tasks.bpf.h): none before user space says it reads the process's tasks
+/// (frame 0), then some for the spinner tasks, unknown or listed (value 1) alike, and none once their coroutine
+/// frames are said to be no task's (value 0), though the plain thread's generator stays unknown: a generator's run
+/// is no task's.
 #[test]
-fn unknown_tasks_wake_user_space() {
+fn task_records_wake_user_space() {
     let _serial = serial();
     // SAFETY: geteuid has no preconditions.
     assert_eq!(unsafe { libc::geteuid() }, 0, "this test loads BPF: run it as root");
@@ -284,16 +285,22 @@ fn unknown_tasks_wake_user_space() {
     }
     let unknown = more(&mut sampler, 40);
     assert!(unknown > 0, "no wakeup for unknown tasks");
-    for t in &targets {
-        let v = (t.p.version.0, t.p.version.1);
-        for th in t.threads.iter().filter(|th| th.coro != 0) {
-            sampler.set_task_root(t.p.pid, th.coro + gi_iframe(v), Some(true));
+    let tell = |sampler: &mut Sampler, task: bool| {
+        for t in &targets {
+            let v = (t.p.version.0, t.p.version.1);
+            for th in t.threads.iter().filter(|th| th.coro != 0) {
+                sampler.set_task_root(t.p.pid, th.coro + gi_iframe(v), Some(task));
+            }
         }
-    }
+    };
+    tell(&mut sampler, true);
+    let listed = more(&mut sampler, 40);
+    assert!(listed > unknown, "no wakeup for listed tasks ({unknown} before, {listed} after)");
+    tell(&mut sampler, false);
     // From here on every sample is gated: read after the updates, the counter must not move.
-    let known = sampler.counters().task_wakeups;
-    assert_eq!(more(&mut sampler, 40), known, "wakeups for known tasks or a generator");
-    eprintln!("wakeups: {unknown} while the tasks were unknown, none after");
+    let no_task = sampler.counters().task_wakeups;
+    assert_eq!(more(&mut sampler, 40), no_task, "wakeups for coroutines no task's, or a generator");
+    eprintln!("wakeups: {unknown} while the tasks were unknown, {} while listed, none after", listed - unknown);
 }
 
 /// One repetition of the benchmark: the BPF program's run time per target sample of two samplers recording the

@@ -371,9 +371,9 @@ fn asgi_service_on_uvloop() {
         fr[0].0 == "[task Task-N]" && fr.get(1).is_some_and(|f| f.0 == "RequestResponseCycle.run_asgi")
     };
     // CPU: the endpoint under its request task. A request lives ~25 ms and renders at its end: the program wakes
-    // the recorder for a task it does not know (~86% of the samples stitched; 30% when only the 10 ms poll read
-    // them), and a sample taken in a task's last moments, read after it is gone, keeps the thread view (counted,
-    // never guessed).
+    // the recorder for a task's record (~70% of the samples stitched; 30% when only the 10 ms poll read them), and
+    // a sample taken in a task's last moments, read after it is gone, keeps the thread view (counted, never
+    // guessed).
     let cpu = folded(&report(&out, &["--folded"]));
     let render: Vec<&(Vec<String>, u64)> =
         cpu.iter().filter(|(s, _)| s.iter().any(|f| frame(f).0 == "render")).collect();
@@ -390,7 +390,7 @@ fn asgi_service_on_uvloop() {
     let good: u64 = tasked.iter().map(|(_, n)| n).sum();
     assert!(total >= 20, "only {total} samples in render:\n{cpu:?}");
     assert!(wrong.is_empty(), "wrongly stitched: {wrong:#?}");
-    assert!(good * 2 >= total, "{good} of {total} render samples under their request task:\n{render:#?}");
+    assert!(good * 5 >= total * 2, "{good} of {total} render samples under their request task:\n{render:#?}");
     let text = report(&out, &[]);
     let unknown = text
         .split(", ")

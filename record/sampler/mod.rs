@@ -148,7 +148,7 @@ pub struct Counters {
     pub checks_cached: u64,
     /// 3.11+ window reads of frames that faulted (the frame was then copied alone).
     pub window_faults: u64,
-    /// Wakeups for a sample of an asyncio task user space had not listed.
+    /// Wakeups for a record of an asyncio task (named from memory while it runs).
     pub task_wakeups: u64,
     /// Records of a thread running the cyclic garbage collector.
     pub in_gc: u64,

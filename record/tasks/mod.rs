@@ -9,10 +9,11 @@
 //! leafward; rootward of them (the loop's `_run_once`, `Handle._run`) only the thread view keeps. Above them go
 //! the tasks awaiting it, each as a `[task NAME]` boundary and its suspended coroutine chain, root task first.
 //! Tasks are listed when a sample's coroutine is not among those known (at most a tenth of the time, see
-//! [`refresh_gap`]). The BPF program knows the listed tasks' coroutine frames too ([`Tasks::take_root_updates`],
-//! for the sampler's `task_coros` map) and wakes user space at once for a sample of a coroutine it does not know,
-//! so a task of a few milliseconds (a request) is listed while it still runs. One that ends before that read is
-//! not named: its sample keeps the thread view and is counted (`task_unknown`).
+//! [`refresh_gap`]). The BPF program wakes user space at once for a record of a task of a process whose tasks are
+//! read, unless told its coroutine is no task's ([`Tasks::take_root_updates`], for the sampler's `task_coros`
+//! map), so that a task of a few milliseconds (a request) is read while it still runs. One that ends before that
+//! read (or before the wakeup, which is rationed) is not named: its sample keeps the thread view and is counted
+//! (`task_unknown`).
 //!
 //! The sweep ([`Tasks::sweep`], `--async-rate`): every period, each suspended task that awaits no other task (the
 //! leaf of its chain: where a request really waits) weighs the time since the last sweep at its stitched stack.
@@ -67,8 +68,12 @@ pub struct Wait {
 pub struct Counters {
     /// Samples given a task stack.
     pub samples: u64,
-    /// Samples with coroutine runs none of which a task read matched.
+    /// Samples with coroutine runs none of which a task read matched...
     pub unknown: u64,
+    /// ... of which the tasks were listed after the sample (its task had ended by then, or it ran none)...
+    pub unknown_late: u64,
+    /// ... or not listed again since it (lists rationed).
+    pub unknown_rationed: u64,
     /// Sweeps and waits written.
     pub sweeps: u64,
     /// Waits written.
@@ -252,7 +257,13 @@ impl Tasks {
     /// The trailer's counters, named as format 1.5 lists them.
     pub fn trailer(&self) -> Vec<(String, u64)> {
         let c = self.counters;
-        let mut v = vec![("task_samples", c.samples), ("task_unknown", c.unknown), ("task_read_errors", c.read_errors)];
+        let mut v = vec![
+            ("task_samples", c.samples),
+            ("task_unknown", c.unknown),
+            ("task_unknown_late", c.unknown_late),
+            ("task_unknown_rationed", c.unknown_rationed),
+            ("task_read_errors", c.read_errors),
+        ];
         if self.sweep_every.is_some() {
             v.extend([
                 ("task_sweeps", c.sweeps),
@@ -341,6 +352,11 @@ impl Tasks {
         let Some((index, task)) = found else {
             if !roots.is_empty() && !pr.tasks.is_empty() {
                 self.counters.unknown += 1;
+                if pr.listed_ns > s.time_ns {
+                    self.counters.unknown_late += 1;
+                } else {
+                    self.counters.unknown_rationed += 1;
+                }
             }
             // Listed since the sample and still no task's: the program need not wake user space for it again.
             if let Some(&(_, root)) = roots.last().filter(|_| pr.listed_ns > s.time_ns) {
