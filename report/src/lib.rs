@@ -59,7 +59,7 @@ pub mod tree;
 
 pub use cli::{exit_for_clap_error, run, write_report, Format, FormatFlags, ReportArgs};
 pub use error::{ReportError, Result};
-pub use filter::Filter;
+pub use filter::{Filter, GcMode};
 pub use profile::{
     split_weight, FrameKinds, LoadOptions, Mode, OffCpuTime, ProcessInstance, Profile, ShowFrames, StackCount,
     StateCounts, TaskWaitTime, Thread, Timeline, ALL_THREADS,

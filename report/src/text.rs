@@ -13,7 +13,7 @@
 //! `--no-native --no-kernel` the tables hold Python functions only: time in native and kernel code is self time of
 //! the Python function that called it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::{self, Write};
 
@@ -588,6 +588,7 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
     if mode.is_time() {
         render_time(profile, top, o);
     }
+    render_gc(profile, top, o);
 
     // --- Functions.
     let functions = function_shares(profile);
@@ -911,6 +912,65 @@ fn render_time<O: fmt::Write>(profile: &Profile, top: usize, o: &mut O) {
         let th = &profile.threads[*t];
         let _ = writeln!(o, "  {} {}", e(&profile.process_label_of(th)), e(&profile.thread_label(th)));
         time_rows(o, "    ", th.matched, running(th.matched), off);
+    }
+}
+
+/// A thread's (index into [`Profile::threads`]) matching samples or time in the garbage collector (format 1.6), and
+/// all of them: samples in [`Mode::Cpu`]; off-CPU time in [`Mode::OffCpu`]; in [`Mode::Wall`] both, a CPU sample
+/// weighing one sampling period (none when a sample is no fixed time, as in the wall-clock totals).
+fn gc_share(profile: &Profile, t: usize) -> (u64, u64) {
+    let th = &profile.threads[t];
+    let off = profile.thread_off_cpu.get(t).cloned().unwrap_or_default();
+    match profile.mode {
+        Mode::Cpu => (th.gc, th.matched),
+        Mode::OffCpu => (off.gc_ns, off.weight_ns),
+        Mode::Wall => {
+            let period = profile.sampling_period_ns().unwrap_or(0);
+            let running = |n: u64| n.saturating_mul(period);
+            (running(th.gc).saturating_add(off.gc_ns), running(th.matched).saturating_add(off.weight_ns))
+        }
+    }
+}
+
+/// The garbage collection section (format 1.6), when some matching sample or interval was taken in the collector:
+/// per process, then per thread (the `top` busiest collectors of each), its share in the collector.
+fn render_gc<O: fmt::Write>(profile: &Profile, top: usize, o: &mut O) {
+    let e = names::escape_text;
+    let shares: Vec<(usize, (u64, u64))> = (0..profile.threads.len()).map(|t| (t, gc_share(profile, t))).collect();
+    if shares.iter().all(|(_, (gc, _))| *gc == 0) {
+        return;
+    }
+    // Per process instance: (collector, all) summed over its threads, and its collecting threads.
+    let mut processes: BTreeMap<u32, ((u64, u64), Vec<(usize, (u64, u64))>)> = BTreeMap::new();
+    for &(t, (gc, all)) in &shares {
+        let p = processes.entry(profile.threads[t].process).or_default();
+        p.0 = (p.0 .0.saturating_add(gc), p.0 .1.saturating_add(all));
+        if gc > 0 {
+            p.1.push((t, (gc, all)));
+        }
+    }
+    let mut processes: Vec<_> = processes.into_iter().filter(|(_, ((gc, _), _))| *gc > 0).collect();
+    processes.sort_by(|a, b| b.1 .0 .0.cmp(&a.1 .0 .0).then(a.0.cmp(&b.0)));
+    let what = if profile.mode.is_time() { "time" } else { "samples taken" };
+    let _ = writeln!(o, "\nGarbage collection: {what} in the interpreter's cyclic garbage collector ({})", names::GC);
+    let of = |gc: u64, all: u64| match profile.mode {
+        Mode::Cpu => format!("{gc} of {}", plural(all, "sample")),
+        _ => format!("{} ms of {} ms", format_ms(gc), format_ms(all)),
+    };
+    for (_, ((gc, all), mut threads)) in processes {
+        let label = threads.first().map(|&(t, _)| profile.process_label_of(&profile.threads[t])).unwrap_or_default();
+        let _ = writeln!(o, "  {}: {} in the collector ({})", e(&label), of(gc, all), pct(gc, all).trim());
+        threads.sort_by(|a, b| {
+            let (ta, tb) = (&profile.threads[a.0], &profile.threads[b.0]);
+            b.1 .0.cmp(&a.1 .0).then(ta.tid.cmp(&tb.tid))
+        });
+        for &(t, (gc, all)) in threads.iter().take(top) {
+            let th = &profile.threads[t];
+            let _ = writeln!(o, "    {}: {} ({})", e(&profile.thread_label(th)), of(gc, all), pct(gc, all).trim());
+        }
+        if threads.len() > top {
+            let _ = writeln!(o, "    ... {} more collecting threads", threads.len() - top);
+        }
     }
 }
 
