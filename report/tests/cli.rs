@@ -809,7 +809,8 @@ fn gc_modes_and_a_bad_one() {
         }
     }
     // Several recordings as one, and a diff: the same frames.
-    let twice = stdout(&["-i", "gc.pyp", "-i", "gc.pyp", "--folded", "--gc", "only"]);
+    write(dir.path(), "gc2.pyp", &synth::recording("gc"));
+    let twice = stdout(&["-i", "gc.pyp", "-i", "gc2.pyp", "--folded", "--gc", "only"]);
     assert_eq!(total(&twice), 80);
     let diff = stdout(&["gc.pyp", "--diff", "gc.pyp", "--folded"]);
     assert_eq!(gc_lines(&diff), 5, "{diff}");

@@ -849,7 +849,11 @@ fn gc_frames_follow_the_python_frames_in_every_view() {
         ]
     );
     assert_eq!(folded(&["--no-async", "--no-kernel"])[3], format!("main (/a.py:1);[gc];{n} 1"));
-    assert_eq!(folded(&["--no-native", "--no-kernel", "--no-async"])[2], "main (/a.py:1);[gc] 1");
+    // Without native frames, the native-only stack in the collector is `[gc]` alone, as the one without frames.
+    assert_eq!(
+        folded(&["--no-native", "--no-kernel", "--no-async"]),
+        ["[gc] 2", "[idle] 1", "main (/a.py:1) 1", "main (/a.py:1);[gc] 1"]
+    );
     assert_eq!(
         folded(&["--mode", "off-cpu"]),
         [format!("[task Task-N];main (/a.py:1);[gc];{n};{k};[off-CPU: runnable] 20000")]
@@ -857,12 +861,12 @@ fn gc_frames_follow_the_python_frames_in_every_view() {
     assert_eq!(
         folded(&["--mode", "wall", "--no-async", "--pid-root"]),
         [
-            format!("[pid 1];[gc] 10000"),
-            format!("[pid 1];[gc];{n} 10000"),
-            format!("[pid 1];[idle] 10000"),
-            format!("[pid 1];main (/a.py:1);[gc];{n};{k} 10000"),
-            format!("[pid 1];main (/a.py:1);[gc];{n};{k};[off-CPU: runnable] 20000"),
-            format!("[pid 1];main (/a.py:1);{n};{k} 10000"),
+            format!("python3 [pid 1];[gc] 10000"),
+            format!("python3 [pid 1];[gc];{n} 10000"),
+            format!("python3 [pid 1];[idle] 10000"),
+            format!("python3 [pid 1];main (/a.py:1);[gc];{n};{k} 10000"),
+            format!("python3 [pid 1];main (/a.py:1);[gc];{n};{k};[off-CPU: runnable] 20000"),
+            format!("python3 [pid 1];main (/a.py:1);{n};{k} 10000"),
         ]
     );
     // The timelines too: speedscope names the frame once and uses it in the matching samples only.
