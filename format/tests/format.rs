@@ -1600,7 +1600,7 @@ fn the_kept_1_5_recording_reads_with_its_tasks() {
 /// A recording of `n` samples whose flags cycle through none, GC and GC with a bit this reader does not know (a newer
 /// recorder's), and off-CPU intervals with and without the GC flag; flushed every `flush_every` samples (0: never).
 /// Returns the file, each sample's (flags, root-first stack) and each interval's flags.
-fn write_gc(n: usize, flush_every: usize) -> (Vec<u8>, Vec<(u8, Vec<Symbol>)>, Vec<u8>) {
+fn write_gc(n: usize, flush_every: usize) -> (Vec<u8>, FlaggedSamples, Vec<u8>) {
     let mut w = Writer::new(Vec::new(), &header()).unwrap();
     w.add_process(&process(100)).unwrap();
     w.start_off_cpu(OFF_CPU_MIN_NS).unwrap();
@@ -1642,8 +1642,11 @@ fn write_gc(n: usize, flush_every: usize) -> (Vec<u8>, Vec<(u8, Vec<Symbol>)>, V
     (w.finish(&stats(n as u64)).unwrap(), samples, intervals)
 }
 
+/// Each sample's flags and root-first stack.
+type FlaggedSamples = Vec<(u8, Vec<Symbol>)>;
+
 /// (each sample's flags and root-first stack, each interval's flags)
-type GcRead = (Vec<(u8, Vec<Symbol>)>, Vec<u8>, ScanNotes);
+type GcRead = (FlaggedSamples, Vec<u8>, ScanNotes);
 
 fn read_gc(bytes: &[u8], columns: Columns) -> Result<GcRead, Error> {
     let mut r = Reader::new(bytes)?;

@@ -915,19 +915,36 @@ fn render_time<O: fmt::Write>(profile: &Profile, top: usize, o: &mut O) {
     }
 }
 
-/// A thread's (index into [`Profile::threads`]) matching samples or time in the garbage collector (format 1.6), and
-/// all of them: samples in [`Mode::Cpu`]; off-CPU time in [`Mode::OffCpu`]; in [`Mode::Wall`] both, a CPU sample
-/// weighing one sampling period (none when a sample is no fixed time, as in the wall-clock totals).
-fn gc_share(profile: &Profile, t: usize) -> (u64, u64) {
+/// Samples or time in the garbage collector (format 1.6), and all of them, of a thread or a process.
+#[derive(Debug, Clone, Copy, Default)]
+struct GcShare {
+    gc: u64,
+    all: u64,
+}
+
+impl GcShare {
+    fn add(&mut self, other: GcShare) {
+        self.gc = self.gc.saturating_add(other.gc);
+        self.all = self.all.saturating_add(other.all);
+    }
+}
+
+/// A thread's (index into [`Profile::threads`]) matching samples or time in the garbage collector, and all of them:
+/// samples in [`Mode::Cpu`]; off-CPU time in [`Mode::OffCpu`]; in [`Mode::Wall`] both, a CPU sample weighing one
+/// sampling period (none when a sample is no fixed time, as in the wall-clock totals).
+fn gc_share(profile: &Profile, t: usize) -> GcShare {
     let th = &profile.threads[t];
     let off = profile.thread_off_cpu.get(t).cloned().unwrap_or_default();
     match profile.mode {
-        Mode::Cpu => (th.gc, th.matched),
-        Mode::OffCpu => (off.gc_ns, off.weight_ns),
+        Mode::Cpu => GcShare { gc: th.gc, all: th.matched },
+        Mode::OffCpu => GcShare { gc: off.gc_ns, all: off.weight_ns },
         Mode::Wall => {
             let period = profile.sampling_period_ns().unwrap_or(0);
             let running = |n: u64| n.saturating_mul(period);
-            (running(th.gc).saturating_add(off.gc_ns), running(th.matched).saturating_add(off.weight_ns))
+            GcShare {
+                gc: running(th.gc).saturating_add(off.gc_ns),
+                all: running(th.matched).saturating_add(off.weight_ns),
+            }
         }
     }
 }
@@ -936,37 +953,39 @@ fn gc_share(profile: &Profile, t: usize) -> (u64, u64) {
 /// per process, then per thread (the `top` busiest collectors of each), its share in the collector.
 fn render_gc<O: fmt::Write>(profile: &Profile, top: usize, o: &mut O) {
     let e = names::escape_text;
-    let shares: Vec<(usize, (u64, u64))> = (0..profile.threads.len()).map(|t| (t, gc_share(profile, t))).collect();
-    if shares.iter().all(|(_, (gc, _))| *gc == 0) {
+    let shares: Vec<GcShare> = (0..profile.threads.len()).map(|t| gc_share(profile, t)).collect();
+    if shares.iter().all(|s| s.gc == 0) {
         return;
     }
-    // Per process instance: (collector, all) summed over its threads, and its collecting threads.
-    let mut processes: BTreeMap<u32, ((u64, u64), Vec<(usize, (u64, u64))>)> = BTreeMap::new();
-    for &(t, (gc, all)) in &shares {
+    // Per process instance: its share summed over its threads, and its collecting threads.
+    let mut processes: BTreeMap<u32, (GcShare, Vec<usize>)> = BTreeMap::new();
+    for (t, share) in shares.iter().enumerate() {
         let p = processes.entry(profile.threads[t].process).or_default();
-        p.0 = (p.0 .0.saturating_add(gc), p.0 .1.saturating_add(all));
-        if gc > 0 {
-            p.1.push((t, (gc, all)));
+        p.0.add(*share);
+        if share.gc > 0 {
+            p.1.push(t);
         }
     }
-    let mut processes: Vec<_> = processes.into_iter().filter(|(_, ((gc, _), _))| *gc > 0).collect();
-    processes.sort_by(|a, b| b.1 .0 .0.cmp(&a.1 .0 .0).then(a.0.cmp(&b.0)));
+    let mut processes: Vec<(GcShare, Vec<usize>)> = processes.into_values().filter(|(s, _)| s.gc > 0).collect();
+    // The busiest collector first (the map gave them in instance order: a stable tie-break).
+    processes.sort_by_key(|(s, _)| std::cmp::Reverse(s.gc));
     let what = if profile.mode.is_time() { "time" } else { "samples taken" };
     let _ = writeln!(o, "\nGarbage collection: {what} in the interpreter's cyclic garbage collector ({})", names::GC);
-    let of = |gc: u64, all: u64| match profile.mode {
-        Mode::Cpu => format!("{gc} of {}", plural(all, "sample")),
-        _ => format!("{} ms of {} ms", format_ms(gc), format_ms(all)),
+    let of = |s: GcShare, place: &str| {
+        let amount = match profile.mode {
+            Mode::Cpu => format!("{} of {}", s.gc, plural(s.all, "sample")),
+            _ => format!("{} ms of {} ms", format_ms(s.gc), format_ms(s.all)),
+        };
+        format!("{amount}{place} ({})", pct(s.gc, s.all).trim())
     };
-    for (_, ((gc, all), mut threads)) in processes {
-        let label = threads.first().map(|&(t, _)| profile.process_label_of(&profile.threads[t])).unwrap_or_default();
-        let _ = writeln!(o, "  {}: {} in the collector ({})", e(&label), of(gc, all), pct(gc, all).trim());
-        threads.sort_by(|a, b| {
-            let (ta, tb) = (&profile.threads[a.0], &profile.threads[b.0]);
-            b.1 .0.cmp(&a.1 .0).then(ta.tid.cmp(&tb.tid))
+    for (share, mut threads) in processes {
+        let label = threads.first().map(|&t| profile.process_label_of(&profile.threads[t])).unwrap_or_default();
+        let _ = writeln!(o, "  {}: {}", e(&label), of(share, " in the collector"));
+        threads.sort_by(|&a, &b| {
+            shares[b].gc.cmp(&shares[a].gc).then(profile.threads[a].tid.cmp(&profile.threads[b].tid))
         });
-        for &(t, (gc, all)) in threads.iter().take(top) {
-            let th = &profile.threads[t];
-            let _ = writeln!(o, "    {}: {} ({})", e(&profile.thread_label(th)), of(gc, all), pct(gc, all).trim());
+        for &t in threads.iter().take(top) {
+            let _ = writeln!(o, "    {}: {}", e(&profile.thread_label(&profile.threads[t])), of(shares[t], ""));
         }
         if threads.len() > top {
             let _ = writeln!(o, "    ... {} more collecting threads", threads.len() - top);

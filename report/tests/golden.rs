@@ -787,7 +787,7 @@ fn gc_frames_follow_the_python_frames_in_every_view() {
     let stack = w.intern_stack(&[main, native, kernel]);
     let task_stack = w.intern_stack(&[task, main, native, kernel]);
     let native_only = w.intern_stack(&[native]);
-    let mut push = |w: &mut pyperf_format::Writer<Vec<u8>>, tid: u32, stack: u32, task_stack: u32, flags: u8| {
+    let push = |w: &mut pyperf_format::Writer<Vec<u8>>, tid: u32, stack: u32, task_stack: u32, flags: u8| {
         w.push_sample(&SampleRecord {
             time_ns: 0,
             cpu: 0,
@@ -841,9 +841,9 @@ fn gc_frames_follow_the_python_frames_in_every_view() {
     assert_eq!(
         folded(&[]),
         [
-            format!("[gc] 1"),
+            "[gc] 1".to_string(),
             format!("[gc];{n} 1"),
-            format!("[idle] 1"),
+            "[idle] 1".to_string(),
             format!("[task Task-N];main (/a.py:1);[gc];{n};{k} 1"),
             format!("[task Task-N];main (/a.py:1);{n};{k} 1"),
         ]
@@ -861,9 +861,9 @@ fn gc_frames_follow_the_python_frames_in_every_view() {
     assert_eq!(
         folded(&["--mode", "wall", "--no-async", "--pid-root"]),
         [
-            format!("python3 [pid 1];[gc] 10000"),
+            "python3 [pid 1];[gc] 10000".to_string(),
             format!("python3 [pid 1];[gc];{n} 10000"),
-            format!("python3 [pid 1];[idle] 10000"),
+            "python3 [pid 1];[idle] 10000".to_string(),
             format!("python3 [pid 1];main (/a.py:1);[gc];{n};{k} 10000"),
             format!("python3 [pid 1];main (/a.py:1);[gc];{n};{k};[off-CPU: runnable] 20000"),
             format!("python3 [pid 1];main (/a.py:1);{n};{k} 10000"),
