@@ -168,7 +168,7 @@ pub mod off_cpu_flags {
 /// [`crate::Sample::flags`] bits (format 1.6+); unknown bits are a newer recorder's.
 pub mod sample_flags {
     /// The interpreter's cyclic garbage collector was running in this thread: the interpreter's collecting flag was
-    /// set and this thread held the GIL (3.15+: its frame chain holds the frame the collection started in).
+    /// set and this thread held the GIL (or no GIL existed yet).
     pub const GC: u8 = 1;
 }
 

@@ -1600,7 +1600,7 @@ fn the_kept_1_5_recording_reads_with_its_tasks() {
 /// A recording of `n` samples whose flags cycle through none, GC and GC with a bit this reader does not know (a newer
 /// recorder's), and off-CPU intervals with and without the GC flag; flushed every `flush_every` samples (0: never).
 /// Returns the file, each sample's (flags, root-first stack) and each interval's flags.
-fn write_gc(n: usize, flush_every: usize) -> (Vec<u8>, Vec<(u8, Vec<Symbol>)>, Vec<u8>) {
+fn write_gc(n: usize, flush_every: usize) -> (Vec<u8>, FlaggedSamples, Vec<u8>) {
     let mut w = Writer::new(Vec::new(), &header()).unwrap();
     w.add_process(&process(100)).unwrap();
     w.start_off_cpu(OFF_CPU_MIN_NS).unwrap();
@@ -1642,8 +1642,11 @@ fn write_gc(n: usize, flush_every: usize) -> (Vec<u8>, Vec<(u8, Vec<Symbol>)>, V
     (w.finish(&stats(n as u64)).unwrap(), samples, intervals)
 }
 
+/// Each sample's flags and root-first stack.
+type FlaggedSamples = Vec<(u8, Vec<Symbol>)>;
+
 /// (each sample's flags and root-first stack, each interval's flags)
-type GcRead = (Vec<(u8, Vec<Symbol>)>, Vec<u8>, ScanNotes);
+type GcRead = (FlaggedSamples, Vec<u8>, ScanNotes);
 
 fn read_gc(bytes: &[u8], columns: Columns) -> Result<GcRead, Error> {
     let mut r = Reader::new(bytes)?;
@@ -1790,4 +1793,24 @@ fn gc_files_cut_or_damaged_anywhere_read_safely() {
         bad[pos] ^= 0x10;
         assert!(read_gc(&bad, Columns::ALL).is_err(), "flip at {pos} went unnoticed");
     }
+}
+
+/// The synthetic garbage collection recording as 1.6 wrote it (testdata/recordings/gc-1.6.pyp, kept): 40 of 105
+/// samples and one of three off-CPU intervals in the collector, as report/tests/support/synth.rs documents them.
+#[test]
+fn the_kept_1_6_recording_reads_with_its_gc_flags() {
+    let bytes = recording("gc-1.6.pyp");
+    assert_eq!(&bytes[8..12], &[1, 0, 6, 0], "format 1.6");
+    let (samples, intervals, notes) = read_gc(&bytes, Columns::ALL).unwrap();
+    assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
+    assert_eq!(samples.len(), 105);
+    let gc: Vec<&(u8, Vec<Symbol>)> = samples.iter().filter(|(f, _)| *f == sample_flags::GC).collect();
+    assert_eq!(gc.len(), 40);
+    assert!(samples.iter().all(|(f, _)| *f == 0 || *f == sample_flags::GC));
+    assert_eq!(gc.iter().filter(|(_, stack)| stack.is_empty()).count(), 5, "the collector run from C");
+    let last = |stack: &[Symbol]| stack.last().map(|s| s.name.clone()).unwrap_or_default();
+    assert_eq!(gc.iter().filter(|(_, stack)| last(stack) == "build_cycles").count(), 20);
+    assert_eq!(gc.iter().filter(|(_, stack)| last(stack) == "compress").count(), 5);
+    assert_eq!(intervals.len(), 3);
+    assert_eq!(intervals.iter().filter(|f| *f & off_cpu_flags::GC != 0).count(), 1);
 }

@@ -174,6 +174,11 @@ pub struct ReportArgs {
     /// Only samples with these stack statuses: complete, error, truncated, idle, incomplete
     #[arg(long, value_name = "STATUS", value_delimiter = ',')]
     pub status: Vec<String>,
+    /// Samples and off-CPU intervals taken in the interpreter's cyclic garbage collector (a recording of pyperf
+    /// 0.7+): mark: kept, with a `[gc]` frame after their Python frames (before the native ones: the collector's);
+    /// hide: kept, without it; only: only them; drop: left out
+    #[arg(long, value_name = "MODE", default_value = "mark")]
+    pub gc: String,
 
     /// Merge the lines of a function: `f (a.py)` instead of `f (a.py:12)` (folded, flame graph, speedscope)
     #[arg(long)]
@@ -234,6 +239,7 @@ impl Default for ReportArgs {
             thread_state: Vec::new(),
             pthread_id: Vec::new(),
             status: Vec::new(),
+            gc: "mark".to_string(),
             no_lines: false,
             no_native: false,
             no_kernel: false,
@@ -299,6 +305,7 @@ impl ReportArgs {
             thread_state: Filter::parse_thread_state(&self.thread_state)?,
             pthread_id: Filter::parse_pthread_id(&self.pthread_id)?,
             status: Filter::parse_status(&self.status)?,
+            gc: Filter::parse_gc(&self.gc)?,
         })
     }
 

@@ -1,4 +1,4 @@
-//! Which samples a report covers.
+//! Which samples a report covers, and whether their garbage collection shows (`--gc`).
 
 use std::collections::HashSet;
 
@@ -6,9 +6,60 @@ use pyperf_format::{GilState, PthreadIdMatch, StackStatus, ThreadStateMatch};
 
 use crate::error::ReportError;
 
-/// Selects samples (and off-CPU intervals, by pid, tid, GIL state and stack status; a thread-state or pthread-id
-/// condition selects samples only). An empty list means "any"; within a list any value matches; all lists must
-/// match.
+/// What a report does with the samples and off-CPU intervals taken in the interpreter's cyclic garbage collector
+/// (format 1.6, [`pyperf_format::sample_flags::GC`]): `pyperf report --gc MODE`. A recording without the flag reads
+/// the same in every mode but `only` (which keeps nothing).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum GcMode {
+    /// Keep them, with a `[gc]` frame after their Python frames ([`crate::names::GC`]).
+    #[default]
+    Mark,
+    /// Keep them, without the `[gc]` frame: the stacks as the threads had them.
+    Hide,
+    /// Keep only them (with the `[gc]` frame): where the collections ran.
+    Only,
+    /// Leave them out: the program without its collections.
+    Drop,
+}
+
+impl GcMode {
+    /// Every mode, in the order of `--help`.
+    pub const ALL: [GcMode; 4] = [GcMode::Mark, GcMode::Hide, GcMode::Only, GcMode::Drop];
+
+    /// As `--gc` takes it: `mark`, `hide`, `only`, `drop`.
+    pub fn key(self) -> &'static str {
+        match self {
+            GcMode::Mark => "mark",
+            GcMode::Hide => "hide",
+            GcMode::Only => "only",
+            GcMode::Drop => "drop",
+        }
+    }
+
+    /// The mode of a key ([`GcMode::key`]).
+    pub fn from_key(key: &str) -> Option<GcMode> {
+        GcMode::ALL.into_iter().find(|m| m.key() == key)
+    }
+
+    /// Whether a sample or interval taken in the collector gets a `[gc]` frame.
+    pub fn marks(self) -> bool {
+        matches!(self, GcMode::Mark | GcMode::Only)
+    }
+
+    /// Whether a sample or interval passes, taken in the collector (`in_gc`) or not.
+    #[inline]
+    pub fn keeps(self, in_gc: bool) -> bool {
+        match self {
+            GcMode::Mark | GcMode::Hide => true,
+            GcMode::Only => in_gc,
+            GcMode::Drop => !in_gc,
+        }
+    }
+}
+
+/// Selects samples (and off-CPU intervals, by pid, tid, GIL state, stack status and garbage collection; a
+/// thread-state or pthread-id condition selects samples only). An empty list means "any"; within a list any value
+/// matches; all lists must match.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
     /// Processes (`--pid`): host pids, or pids inside a process's own PID namespace (a container's). The namespace
@@ -25,6 +76,9 @@ pub struct Filter {
     pub pthread_id: Vec<PthreadIdMatch>,
     /// Stack statuses (`--status`).
     pub status: Vec<StackStatus>,
+    /// Samples and intervals taken in the garbage collector (`--gc`): marked (default), kept without their `[gc]`
+    /// frame, kept alone or left out.
+    pub gc: GcMode,
 }
 
 macro_rules! key_parser {
@@ -72,9 +126,23 @@ impl Filter {
     key_parser!(parse_pthread_id, PthreadIdMatch, "pthread id match", "--pthread-id");
     key_parser!(parse_status, StackStatus, "stack status", "--status");
 
-    /// True when every sample passes.
+    /// Parses `--gc`'s value ([`GcMode::key`]); anything else is an error listing the modes.
+    pub fn parse_gc(key: &str) -> Result<GcMode, ReportError> {
+        let valid = || GcMode::ALL.map(GcMode::key).join(", ");
+        match key.trim() {
+            "" => Err(ReportError::EmptyKey { flag: "--gc", what: "garbage collection mode", valid: valid() }),
+            k => GcMode::from_key(k).ok_or_else(|| ReportError::UnknownKey {
+                what: "garbage collection mode",
+                key: k.to_string(),
+                valid: valid(),
+            }),
+        }
+    }
+
+    /// True when every sample passes (`--gc hide` shows them differently, but keeps them all).
     pub fn is_empty(&self) -> bool {
-        self.pids.is_empty()
+        matches!(self.gc, GcMode::Mark | GcMode::Hide)
+            && self.pids.is_empty()
             && self.tids.is_empty()
             && self.gil.is_empty()
             && self.thread_state.is_empty()
@@ -82,7 +150,8 @@ impl Filter {
             && self.status.is_empty()
     }
 
-    /// Whether a sample with these values passes.
+    /// Whether a sample with these values passes (`in_gc`: taken in the garbage collector).
+    #[allow(clippy::too_many_arguments)]
     pub fn matches(
         &self,
         pid: u32,
@@ -91,8 +160,10 @@ impl Filter {
         thread_state: ThreadStateMatch,
         pthread_id: PthreadIdMatch,
         status: StackStatus,
+        in_gc: bool,
     ) -> bool {
-        self.compile().matches(pid, tid, gil.as_u8(), thread_state.as_u8(), pthread_id.as_u8(), status.as_u8())
+        let (ts, pt) = (thread_state.as_u8(), pthread_id.as_u8());
+        self.compile().matches(pid, tid, gil.as_u8(), ts, pt, status.as_u8(), in_gc)
     }
 
     /// What the filter selects, in words, one item per condition (empty for no filter).
@@ -118,6 +189,12 @@ impl Filter {
         }
         if !self.status.is_empty() {
             out.push(format!("stack status {}", list(&self.status, |s| s.key())));
+        }
+        match self.gc {
+            GcMode::Mark => {}
+            GcMode::Hide => out.push("garbage collection not marked (--gc hide)".to_string()),
+            GcMode::Only => out.push("in the garbage collector (--gc only)".to_string()),
+            GcMode::Drop => out.push("not in the garbage collector (--gc drop)".to_string()),
         }
         out
     }
@@ -146,6 +223,7 @@ impl Filter {
             thread_state: table(self.thread_state.iter().map(|s| s.as_u8())),
             pthread_id: table(self.pthread_id.iter().map(|s| s.as_u8())),
             status: table(self.status.iter().map(|s| s.as_u8())),
+            gc: self.gc,
         }
     }
 }
@@ -165,6 +243,7 @@ pub(crate) struct Compiled {
     thread_state: Option<Box<[bool; 256]>>,
     pthread_id: Option<Box<[bool; 256]>>,
     status: Option<Box<[bool; 256]>>,
+    gc: GcMode,
 }
 
 impl Compiled {
@@ -183,7 +262,17 @@ impl Compiled {
     }
 
     #[inline]
-    pub fn matches(&self, pid: u32, tid: u32, gil: u8, thread_state: u8, pthread_id: u8, status: u8) -> bool {
+    #[allow(clippy::too_many_arguments)]
+    pub fn matches(
+        &self,
+        pid: u32,
+        tid: u32,
+        gil: u8,
+        thread_state: u8,
+        pthread_id: u8,
+        status: u8,
+        in_gc: bool,
+    ) -> bool {
         fn ok(t: &Option<Box<[bool; 256]>>, v: u8) -> bool {
             t.as_ref().is_none_or(|t| t[v as usize])
         }
@@ -195,18 +284,20 @@ impl Compiled {
             && ok(&self.thread_state, thread_state)
             && ok(&self.pthread_id, pthread_id)
             && ok(&self.status, status)
+            && self.gc.keeps(in_gc)
     }
 
     /// Whether an off-CPU interval with these values passes. Intervals have no thread-state or pthread-id match:
     /// a filter on either selects samples only.
-    pub fn matches_interval(&self, pid: u32, tid: u32, gil: u8, status: u8) -> bool {
-        self.thread_state.is_none() && self.pthread_id.is_none() && self.matches(pid, tid, gil, 0, 0, status)
+    pub fn matches_interval(&self, pid: u32, tid: u32, gil: u8, status: u8, in_gc: bool) -> bool {
+        self.thread_state.is_none() && self.pthread_id.is_none() && self.matches(pid, tid, gil, 0, 0, status, in_gc)
     }
 
     /// Whether a suspended asyncio task's wait (format 1.5) passes: it has no GIL state, thread-state or pthread-id
-    /// match (a filter on any of them selects samples and intervals only), and its stack is complete.
+    /// match (a filter on any of them selects samples and intervals only), its stack is complete, and it is no
+    /// collection (a suspended task runs nothing).
     pub fn matches_task_wait(&self, pid: u32, tid: u32) -> bool {
-        self.gil.is_none() && self.matches_interval(pid, tid, 0, 0)
+        self.gil.is_none() && self.matches_interval(pid, tid, 0, 0, false)
     }
 }
 
@@ -255,8 +346,9 @@ mod tests {
     #[test]
     fn matching() {
         let f = Filter { pids: vec![10, 20], gil: vec![GilState::ThisThread], ..Default::default() };
-        let m =
-            |pid, gil| f.matches(pid, 1, gil, ThreadStateMatch::Match, PthreadIdMatch::Match, StackStatus::Complete);
+        let m = |pid, gil| {
+            f.matches(pid, 1, gil, ThreadStateMatch::Match, PthreadIdMatch::Match, StackStatus::Complete, false)
+        };
         assert!(m(10, GilState::ThisThread));
         assert!(m(20, GilState::ThisThread));
         assert!(!m(30, GilState::ThisThread));
@@ -268,8 +360,45 @@ mod tests {
             GilState::Error,
             ThreadStateMatch::Mismatch,
             PthreadIdMatch::Null,
-            StackStatus::Idle
+            StackStatus::Idle,
+            true
         ));
         assert_eq!(f.describe(), vec!["pid 10 or 20", "GIL held"]);
+    }
+
+    /// `--gc`: mark and hide keep every sample (no filter), only and drop select by the flag, every export through
+    /// the same `matches`; a bad or empty value lists the modes.
+    #[test]
+    fn gc_modes() {
+        let m = |gc, in_gc| {
+            let f = Filter { gc, ..Default::default() };
+            let (ts, pt) = (ThreadStateMatch::Match, PthreadIdMatch::Match);
+            f.matches(1, 1, GilState::ThisThread, ts, pt, StackStatus::Complete, in_gc)
+        };
+        for (gc, plain, collecting, empty) in [
+            (GcMode::Mark, true, true, true),
+            (GcMode::Hide, true, true, true),
+            (GcMode::Only, false, true, false),
+            (GcMode::Drop, true, false, false),
+        ] {
+            assert_eq!((m(gc, false), m(gc, true)), (plain, collecting), "{gc:?}");
+            assert_eq!(Filter { gc, ..Default::default() }.is_empty(), empty, "{gc:?}");
+            assert_eq!(Filter::parse_gc(gc.key()).unwrap(), gc);
+            let c = Filter { gc, ..Default::default() }.compile();
+            assert!(!c.matches_task_wait(1, 1) || gc != GcMode::Only, "a task wait is no collection");
+        }
+        assert_eq!(GcMode::default(), GcMode::Mark);
+        assert!(GcMode::Mark.marks() && GcMode::Only.marks() && !GcMode::Hide.marks() && !GcMode::Drop.marks());
+        assert_eq!(Filter::default().describe(), Vec::<String>::new());
+        let f = Filter { pids: vec![3], gc: GcMode::Drop, ..Default::default() };
+        assert_eq!(f.describe(), vec!["pid 3", "not in the garbage collector (--gc drop)"]);
+        assert_eq!(
+            Filter::parse_gc("marked").unwrap_err().to_string(),
+            "unknown garbage collection mode 'marked'; valid: mark, hide, only, drop"
+        );
+        assert_eq!(
+            Filter::parse_gc(" ").unwrap_err().to_string(),
+            "--gc needs a garbage collection mode, got an empty one; valid: mark, hide, only, drop"
+        );
     }
 }

@@ -36,6 +36,11 @@
 //! that differ only by counters aggregate (`[task request-N]`, [`names::aggregate_task_name`]; `--exact-task-names`
 //! keeps them), by rewriting the symbols once after reading, as frames left out are, so every exporter shows one
 //! node per aggregated name.
+//!
+//! A sample or off-CPU interval taken in the interpreter's cyclic garbage collector (format 1.6) is counted at its
+//! stack with a `[gc]` pseudo-frame ([`names::GC`]) after its Python frames, before its native and kernel frames: the
+//! frame is added to the stack table once, after reading, so every exporter shows it. [`Filter::gc`] (`--gc`) hides
+//! it, or keeps only such samples or none of them ([`GcMode`]).
 
 mod cli;
 mod error;
@@ -59,7 +64,7 @@ pub mod tree;
 
 pub use cli::{exit_for_clap_error, run, write_report, Format, FormatFlags, ReportArgs};
 pub use error::{ReportError, Result};
-pub use filter::Filter;
+pub use filter::{Filter, GcMode};
 pub use profile::{
     split_weight, FrameKinds, LoadOptions, Mode, OffCpuTime, ProcessInstance, Profile, ShowFrames, StackCount,
     StateCounts, TaskWaitTime, Thread, Timeline, ALL_THREADS,

@@ -62,6 +62,7 @@ fn add_off_cpu(into: &mut OffCpuTime, from: &OffCpuTime) {
         (&mut into.disk_ns, from.disk_ns),
         (&mut into.gil_ns, from.gil_ns),
         (&mut into.other_ns, from.other_ns),
+        (&mut into.gc_ns, from.gc_ns),
     ] {
         *a = a.saturating_add(b);
     }

@@ -20,6 +20,10 @@
 //! - `[incomplete]`: root of a stack whose walk ended before the thread's base frame (3.15+; the frames read are
 //!   kept, the callers below them are missing).
 //! - `[stack status unknown-N]`: root of a stack with a status written by a newer pyperf.
+//! - `[gc]` (format 1.6): a sample or off-CPU interval taken while the interpreter's cyclic garbage collector ran in
+//!   its thread; after its Python frames (and task markers), before its native and kernel frames, which are the
+//!   collector's own code (`pyperf report --gc` hides it). One frame of the stack table, added when a profile is
+//!   loaded ([`crate::profile`]): every export shows it as the pseudo-frame it is.
 //! - `[off-CPU: REASON]` (`--mode off-cpu` and `wall`): leaf of an off-CPU interval's stack, saying why the thread
 //!   was off CPU ([`off_cpu_frame`]); an interval without Python frames has it as its only frame.
 
@@ -29,6 +33,8 @@ use crate::syscalls;
 
 /// The only frame of a sample without Python frames.
 pub const IDLE: &str = "[idle]";
+/// The frame of a sample or interval taken in the garbage collector, after its Python frames.
+pub const GC: &str = "[gc]";
 /// Root frame of a stack cut at the recorder's depth limit.
 pub const TRUNCATED: &str = "[truncated]";
 /// Root frame of a stack whose walk failed part way.

@@ -7,8 +7,8 @@ use std::ops::Bound;
 use std::path::Path;
 
 use pyperf_format::{
-    off_cpu_flags, Columns, FrameKind, GilState, Header, OffCpuInterval, OffCpuKind, PthreadIdMatch, Rate, Reader,
-    Record, SampleChunk, StackStatus, Symbol, Tables, TaskWait, ThreadStateMatch,
+    off_cpu_flags, sample_flags, symbol_flags, Columns, FrameKind, GilState, Header, OffCpuInterval, OffCpuKind,
+    PthreadIdMatch, Rate, Reader, Record, SampleChunk, StackStatus, Symbol, Tables, TaskWait, ThreadStateMatch,
 };
 
 use crate::error::{io_reason, ReportError};
@@ -195,6 +195,8 @@ pub struct Thread {
     pub samples: u64,
     /// Its samples that passed the filter.
     pub matched: u64,
+    /// Of those, the ones taken in the garbage collector (format 1.6, [`sample_flags::GC`]).
+    pub gc: u64,
 }
 
 /// One process as the report tells them apart: a pid from the `first_seen_ns` of its process record on, until a
@@ -319,6 +321,8 @@ pub struct OffCpuTime {
     pub gil_ns: u64,
     /// Off CPU for a reason this pyperf does not know (kind unknown, or a newer recorder's).
     pub other_ns: u64,
+    /// The weight of those walked in the garbage collector (format 1.6, [`off_cpu_flags::GC`]), whatever the kind.
+    pub gc_ns: u64,
 }
 
 impl OffCpuTime {
@@ -330,6 +334,9 @@ impl OffCpuTime {
         self.open_at_end += u64::from(iv.flags & off_cpu_flags::OPEN_AT_END != 0);
         let weight = iv.weight_ns;
         self.weight_ns = self.weight_ns.saturating_add(weight);
+        if iv.flags & off_cpu_flags::GC != 0 {
+            self.gc_ns = self.gc_ns.saturating_add(weight);
+        }
         let (runnable, rest) = match iv.kind {
             OffCpuKind::Runnable => (weight, 0),
             _ => split_weight(weight, iv.duration_ns, iv.runnable_ns),
@@ -576,14 +583,76 @@ fn canonicalize_frames(tables: &mut Tables, show: ShowFrames, exact_task_names: 
     Some(map)
 }
 
-/// The timelines' stacks with their leaves mapped through `map` ([`canonicalize_frames`]); stacks that became the
-/// same are merged, and the timeline renumbers its entries as they are read.
-fn remap_timelines(map: &[u32], timeline: &mut Timeline, stacks: &mut Vec<(StackStatus, u32)>, reasons: &mut Vec<u32>) {
+/// The `[gc]` pseudo-frame's symbol ([`names::GC`]): a marker, shown as its name by every export (and kept whatever
+/// [`ShowFrames`] says: it is added after frames are left out).
+fn gc_symbol() -> Symbol {
+    let flags = symbol_flags::NATIVE | symbol_flags::MARKER;
+    Symbol { scope: String::new(), name: names::GC.to_string(), file: String::new(), line: 0, flags }
+}
+
+/// Adds the stacks of the leaves counted in the garbage collector ([`Aggregator::gc_leaf`]) to the stack table: for
+/// each leaf of `origins` (as read; `map` gives its node in the table as it is now, [`canonicalize_frames`]), its
+/// stack with a `[gc]` frame after its last Python frame or task marker, before the native and kernel frames below
+/// them (the collector's own code), or at the root when it has neither. Returns each one's node; one step per frame.
+fn add_gc_frames(tables: &mut Tables, origins: &[u32], map: Option<&[u32]>) -> Vec<u32> {
+    if origins.is_empty() {
+        return Vec::new();
+    }
+    let gc = gc_symbol();
+    let gc_id = match tables.symbols.iter().position(|s| *s == gc) {
+        Some(i) => i as u32,
+        None => {
+            tables.symbols.push(gc);
+            tables.symbols.len() as u32 - 1
+        }
+    };
+    // Existing nodes are reused: a stack met again (or a crafted file's own `[gc]` frames) is one node.
+    let mut ids: FxMap<(u32, u32), u32> =
+        tables.nodes.iter().enumerate().map(|(i, &node)| (node, i as u32 + 1)).collect();
+    let mut chain: Vec<(u32, u32)> = Vec::new();
+    let mut out = Vec::with_capacity(origins.len());
+    for &origin in origins {
+        let leaf = map.map_or(origin, |m| m.get(origin as usize).copied().unwrap_or(0));
+        // (node, symbol) root first; callers have smaller ids (Tables::apply checked it, and every table made from
+        // it keeps it), so the walk ends.
+        chain.clear();
+        let mut node = leaf;
+        while let Some(&(parent, sym)) = node.checked_sub(1).and_then(|i| tables.nodes.get(i as usize)) {
+            chain.push((node, sym));
+            if parent >= node {
+                break;
+            }
+            node = parent;
+        }
+        chain.reverse();
+        let python = |sym: u32| matches!(tables.symbol(sym).kind(), FrameKind::Python | FrameKind::Task);
+        let split = chain.iter().rposition(|&(_, sym)| python(sym)).map_or(0, |i| i + 1);
+        let mut at = split.checked_sub(1).map_or(0, |i| chain[i].0);
+        for sym in std::iter::once(gc_id).chain(chain[split..].iter().map(|&(_, sym)| sym)) {
+            let next = tables.nodes.len() as u32 + 1;
+            at = *ids.entry((at, sym)).or_insert_with(|| {
+                tables.nodes.push((at, sym));
+                next
+            });
+        }
+        out.push(at);
+    }
+    out
+}
+
+/// The timelines' stacks with their leaves mapped through `map` ([`canonicalize_frames`], [`add_gc_frames`]); stacks
+/// that became the same are merged, and the timeline renumbers its entries as they are read.
+fn remap_timelines(
+    map: impl Fn(u32) -> u32,
+    timeline: &mut Timeline,
+    stacks: &mut Vec<(StackStatus, u32)>,
+    reasons: &mut Vec<u32>,
+) {
     let mut ids: FxMap<(u8, u32, u32), u32> = FxMap::default();
     let mut renumber: Vec<u32> = Vec::with_capacity(stacks.len());
     let (mut kept_stacks, mut kept_reasons) = (Vec::new(), Vec::new());
     for (i, &(status, leaf)) in stacks.iter().enumerate() {
-        let (leaf, reason) = (map[leaf as usize], reasons.get(i).copied().unwrap_or(0));
+        let (leaf, reason) = (map(leaf), reasons.get(i).copied().unwrap_or(0));
         let next = kept_stacks.len() as u32;
         let id = *ids.entry((status.as_u8(), leaf, reason)).or_insert_with(|| {
             kept_stacks.push((status, leaf));
@@ -598,6 +667,9 @@ fn remap_timelines(map: &[u32], timeline: &mut Timeline, stacks: &mut Vec<(Stack
     *stacks = kept_stacks;
     *reasons = kept_reasons;
 }
+
+/// The bit of a stand-in leaf while reading ([`Aggregator::gc_leaf`]): a leaf with a `[gc]` frame added.
+const GC_LEAF: u32 = 1 << 31;
 
 /// Stack counts are keyed by thread slot, status and leaf packed into a u64 (one multiply to hash); slots past
 /// 2^24 (never seen in practice) go to a second map.
@@ -686,6 +758,12 @@ struct Aggregator {
     /// With [`LoadOptions::gil`]: the task waits' ns per (thread or ALL_THREADS, status, leaf), apart from
     /// `gil_counts`, whose CPU samples (reason 0, as the waits) are multiplied by the sample's weight.
     task_gil_counts: FxMap<(u32, u8, u32), u64>,
+    /// Samples and intervals taken in the garbage collector get a `[gc]` frame ([`GcMode::marks`]).
+    mark_gc: bool,
+    /// Their leaves: each is counted at a stand-in leaf, [`GC_LEAF`] | an index into `gc_origin`, the leaf it was
+    /// taken at (one per leaf). [`Profile::load`] makes them nodes once the stack table is complete.
+    gc_leaves: FxMap<u32, u32>,
+    gc_origin: Vec<u32>,
     /// Per thread: (chunk number, comm index) of its last sample, to name threads without comparing strings
     /// per sample.
     comm_mark: Vec<(u64, u32)>,
@@ -777,6 +855,9 @@ impl Aggregator {
             task_waits_all: TaskWaitTime::default(),
             task_waits_matched: TaskWaitTime::default(),
             task_gil_counts: FxMap::default(),
+            mark_gc: options.filter.gc.marks(),
+            gc_leaves: FxMap::default(),
+            gc_origin: Vec::new(),
             comm_mark: Vec::new(),
             touched: Vec::new(),
             chunk_no: 0,
@@ -795,8 +876,24 @@ impl Aggregator {
             comm: threads,
             states,
             task_stack: self.task_view,
+            // Always: the threads count their collections even when the stacks do not show them (--gc hide).
             flags: true,
         }
+    }
+
+    /// The leaf a sample or interval taken in the garbage collector at `leaf` is counted at, when collections are
+    /// marked: a stand-in for `leaf` with a `[gc]` frame ([`Aggregator::gc_leaves`]); `leaf` itself otherwise (and
+    /// for a leaf too large to stand in for, which no real stack table reaches: 2^31 nodes).
+    #[inline]
+    fn gc_leaf(&mut self, leaf: u32, in_gc: bool) -> u32 {
+        if !in_gc || !self.mark_gc || leaf >= GC_LEAF {
+            return leaf;
+        }
+        let next = GC_LEAF | self.gc_origin.len() as u32;
+        *self.gc_leaves.entry(leaf).or_insert_with(|| {
+            self.gc_origin.push(leaf);
+            next
+        })
     }
 
     /// Takes the process records read since the last call into account (records come before the samples of
@@ -864,6 +961,7 @@ impl Aggregator {
                 first_ns: time,
                 samples: 0,
                 matched: 0,
+                gc: 0,
             });
             self.thread_records.push(record);
             self.comm_mark.push((u64::MAX, 0));
@@ -881,7 +979,8 @@ impl Aggregator {
     #[inline(always)]
     fn count(&mut self, slot: u32, status: u8, leaf: u32, nodes: usize) {
         if !self.per_thread {
-            if let Some(v) = self.dense.get_mut(status as usize) {
+            // Stand-ins for leaves with a `[gc]` frame are far above the table: they go to the map.
+            if let Some(v) = self.dense.get_mut(status as usize).filter(|_| leaf < GC_LEAF) {
                 match v.get_mut(leaf as usize) {
                     Some(c) => *c += 1,
                     None => {
@@ -944,6 +1043,8 @@ impl Aggregator {
         // The task view's stacks: empty when off, or for a file before 1.5 (no column).
         let task_leaves =
             if self.task_view && c.task_stack.len() == n { &c.task_stack[..n] } else { &c.task_stack[..0] };
+        // The sample flags: empty for a file before 1.6 (no column).
+        let flags = if c.flags.len() == n { &c.flags[..n] } else { &c.flags[..0] };
         let chunk_no = self.chunk_no;
         self.chunk_no += 1;
         let mut all = Local::new();
@@ -969,9 +1070,10 @@ impl Aggregator {
             }
             let (gil, ts, pt) = if STATES { (gils[i], tss[i], pts[i]) } else { (0, 0, 0) };
             let (st, leaf) = (sts[i], task_leaves.get(i).copied().filter(|&t| t != 0).unwrap_or(leaves[i]));
+            let in_gc = flags.get(i).is_some_and(|&f| f & sample_flags::GC != 0);
             if FILTERING {
                 all.add(gil, ts, pt, st);
-                if !self.filter.matches(pids[i], tids[i], gil, ts, pt, st) {
+                if !self.filter.matches(pids[i], tids[i], gil, ts, pt, st, in_gc) {
                     continue;
                 }
                 mlo = mlo.min(time);
@@ -979,7 +1081,9 @@ impl Aggregator {
             }
             if THREADS {
                 self.threads[s].matched += 1;
+                self.threads[s].gc += u64::from(in_gc);
             }
+            let leaf = self.gc_leaf(leaf, in_gc);
             if STATES {
                 matched.add(gil, ts, pt, st);
             } else {
@@ -1071,7 +1175,10 @@ impl Aggregator {
                 // A thread seen in no sample (yet): named by its intervals.
                 self.threads[s].comm = iv.comm.clone();
             }
-            if self.filter.active && !self.filter.matches_interval(iv.pid, iv.tid, iv.gil.as_u8(), iv.status.as_u8()) {
+            let in_gc = iv.flags & off_cpu_flags::GC != 0;
+            if self.filter.active
+                && !self.filter.matches_interval(iv.pid, iv.tid, iv.gil.as_u8(), iv.status.as_u8(), in_gc)
+            {
                 continue;
             }
             self.off_matched.add(iv);
@@ -1080,6 +1187,7 @@ impl Aggregator {
             }
             let reason = self.reason(iv.kind, iv.syscall);
             let leaf = if self.task_view && iv.task_stack != 0 { iv.task_stack } else { iv.stack };
+            let leaf = self.gc_leaf(leaf, in_gc);
             let status = iv.status.as_u8();
             let key = (if self.per_thread { slot } else { ALL_THREADS }, status, leaf, reason);
             let count = self.off_counts.entry(key).or_insert(0);
@@ -1267,15 +1375,24 @@ impl Profile {
         let (mut timeline, mut timeline_stacks, mut timeline_reasons) =
             (agg.timelines, agg.timeline_stacks, agg.timeline_reasons);
         timeline.finish();
-        if let Some(map) = canonicalize_frames(&mut tables, options.frames, options.exact_task_names) {
-            // Counted by leaf node, so what was counted needs nothing more than each leaf's new node.
+        let canonical = canonicalize_frames(&mut tables, options.frames, options.exact_task_names);
+        let gc_nodes = add_gc_frames(&mut tables, &agg.gc_origin, canonical.as_deref());
+        if canonical.is_some() || !gc_nodes.is_empty() {
+            // Counted by leaf node, so what was counted needs nothing more than each leaf's new node (a stand-in's:
+            // its node with the `[gc]` frame).
+            let leaf_of = |leaf: u32| -> u32 {
+                match leaf.checked_sub(GC_LEAF) {
+                    Some(k) => gc_nodes.get(k as usize).copied().unwrap_or(0),
+                    None => canonical.as_ref().map_or(leaf, |map| map.get(leaf as usize).copied().unwrap_or(0)),
+                }
+            };
             for s in &mut stacks {
-                s.leaf = map[s.leaf as usize];
+                s.leaf = leaf_of(s.leaf);
             }
             for (s, _) in &mut gil_stacks {
-                s.leaf = map[s.leaf as usize];
+                s.leaf = leaf_of(s.leaf);
             }
-            remap_timelines(&map, &mut timeline, &mut timeline_stacks, &mut timeline_reasons);
+            remap_timelines(leaf_of, &mut timeline, &mut timeline_stacks, &mut timeline_reasons);
         }
         let key = |s: &StackCount| (s.thread, s.status.as_u8(), s.leaf, s.reason);
         stacks.sort_unstable_by_key(key);
@@ -1600,7 +1717,8 @@ mod tests {
         // Runnable all through, whatever runnable_ns says.
         t.add(&iv(OffCpuKind::Runnable, 30, 0, 30, off_cpu_flags::BEFORE_START));
         t.add(&iv(OffCpuKind::Disk, 40, 10, 40, off_cpu_flags::OPEN_AT_END));
-        t.add(&iv(OffCpuKind::Gil, 70, 10, 70, 0));
+        // The collector waiting for the GIL inside its own collection.
+        t.add(&iv(OffCpuKind::Gil, 70, 10, 70, off_cpu_flags::GC));
         // Sampled: weighs 100 though 20 long.
         t.add(&iv(OffCpuKind::Unknown0, 20, 0, 100, 0));
         t.add(&iv(OffCpuKind::Unknown(9), 10, 5, 10, 3));
@@ -1615,6 +1733,7 @@ mod tests {
             disk_ns: 30,
             gil_ns: 60,
             other_ns: 100 + 5,
+            gc_ns: 70,
         };
         assert_eq!(t, want);
         assert_eq!(t.weight_ns, t.runnable_ns + t.blocked_ns + t.gil_ns + t.other_ns);

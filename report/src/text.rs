@@ -13,7 +13,7 @@
 //! `--no-native --no-kernel` the tables hold Python functions only: time in native and kernel code is self time of
 //! the Python function that called it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::{self, Write};
 
@@ -588,6 +588,7 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
     if mode.is_time() {
         render_time(profile, top, o);
     }
+    render_gc(profile, top, o);
 
     // --- Functions.
     let functions = function_shares(profile);
@@ -911,6 +912,84 @@ fn render_time<O: fmt::Write>(profile: &Profile, top: usize, o: &mut O) {
         let th = &profile.threads[*t];
         let _ = writeln!(o, "  {} {}", e(&profile.process_label_of(th)), e(&profile.thread_label(th)));
         time_rows(o, "    ", th.matched, running(th.matched), off);
+    }
+}
+
+/// Samples or time in the garbage collector (format 1.6), and all of them, of a thread or a process.
+#[derive(Debug, Clone, Copy, Default)]
+struct GcShare {
+    gc: u64,
+    all: u64,
+}
+
+impl GcShare {
+    fn add(&mut self, other: GcShare) {
+        self.gc = self.gc.saturating_add(other.gc);
+        self.all = self.all.saturating_add(other.all);
+    }
+}
+
+/// A thread's (index into [`Profile::threads`]) matching samples or time in the garbage collector, and all of them:
+/// samples in [`Mode::Cpu`]; off-CPU time in [`Mode::OffCpu`]; in [`Mode::Wall`] both, a CPU sample weighing one
+/// sampling period (none when a sample is no fixed time, as in the wall-clock totals).
+fn gc_share(profile: &Profile, t: usize) -> GcShare {
+    let th = &profile.threads[t];
+    let off = profile.thread_off_cpu.get(t).cloned().unwrap_or_default();
+    match profile.mode {
+        Mode::Cpu => GcShare { gc: th.gc, all: th.matched },
+        Mode::OffCpu => GcShare { gc: off.gc_ns, all: off.weight_ns },
+        Mode::Wall => {
+            let period = profile.sampling_period_ns().unwrap_or(0);
+            let running = |n: u64| n.saturating_mul(period);
+            GcShare {
+                gc: running(th.gc).saturating_add(off.gc_ns),
+                all: running(th.matched).saturating_add(off.weight_ns),
+            }
+        }
+    }
+}
+
+/// The garbage collection section (format 1.6), when some matching sample or interval was taken in the collector:
+/// per process, then per thread (the `top` busiest collectors of each), its share in the collector.
+fn render_gc<O: fmt::Write>(profile: &Profile, top: usize, o: &mut O) {
+    let e = names::escape_text;
+    let shares: Vec<GcShare> = (0..profile.threads.len()).map(|t| gc_share(profile, t)).collect();
+    if shares.iter().all(|s| s.gc == 0) {
+        return;
+    }
+    // Per process instance: its share summed over its threads, and its collecting threads.
+    let mut processes: BTreeMap<u32, (GcShare, Vec<usize>)> = BTreeMap::new();
+    for (t, share) in shares.iter().enumerate() {
+        let p = processes.entry(profile.threads[t].process).or_default();
+        p.0.add(*share);
+        if share.gc > 0 {
+            p.1.push(t);
+        }
+    }
+    let mut processes: Vec<(GcShare, Vec<usize>)> = processes.into_values().filter(|(s, _)| s.gc > 0).collect();
+    // The busiest collector first (the map gave them in instance order: a stable tie-break).
+    processes.sort_by_key(|(s, _)| std::cmp::Reverse(s.gc));
+    let what = if profile.mode.is_time() { "time" } else { "samples taken" };
+    let _ = writeln!(o, "\nGarbage collection: {what} in the interpreter's cyclic garbage collector ({})", names::GC);
+    let of = |s: GcShare, place: &str| {
+        let amount = match profile.mode {
+            Mode::Cpu => format!("{} of {}", s.gc, plural(s.all, "sample")),
+            _ => format!("{} ms of {} ms", format_ms(s.gc), format_ms(s.all)),
+        };
+        format!("{amount}{place} ({})", pct(s.gc, s.all).trim())
+    };
+    for (share, mut threads) in processes {
+        let label = threads.first().map(|&t| profile.process_label_of(&profile.threads[t])).unwrap_or_default();
+        let _ = writeln!(o, "  {}: {}", e(&label), of(share, " in the collector"));
+        threads.sort_by(|&a, &b| {
+            shares[b].gc.cmp(&shares[a].gc).then(profile.threads[a].tid.cmp(&profile.threads[b].tid))
+        });
+        for &t in threads.iter().take(top) {
+            let _ = writeln!(o, "    {}: {}", e(&profile.thread_label(&profile.threads[t])), of(shares[t], ""));
+        }
+        if threads.len() > top {
+            let _ = writeln!(o, "    ... {} more collecting threads", threads.len() - top);
+        }
     }
 }
 

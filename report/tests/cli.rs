@@ -601,6 +601,11 @@ fn help_shows_the_defaults() {
         assert!(mode.contains(value), "{help}");
     }
     assert!(line("--title <TEXT>").ends_with("[default: the recorded command]"), "{help}");
+    let gc = line("--gc <MODE>");
+    assert!(gc.ends_with("[default: mark]"), "{help}");
+    for value in ["mark: kept, with a `[gc]` frame", "hide: kept, without it", "only: only them", "drop: left out"] {
+        assert!(gc.contains(value), "{help}");
+    }
 }
 
 /// `script` runs a command with a pseudo-terminal as standard output; its output (CR LF line ends) comes back on
@@ -762,4 +767,68 @@ fn nothing_to_draw_in_off_cpu_modes() {
     assert!(o.stdout.is_empty());
     let o = run(dir.path(), &["--folded", "--mode", "wall", "--thread-state", "current", "--tid", "501"]);
     assert!(!String::from_utf8_lossy(&o.stdout).contains("[off-CPU"));
+}
+
+/// `--gc MODE` in every export: mark (the default) adds `[gc]` frames, hide keeps the samples without them, only keeps
+/// the collector's samples, drop leaves them out; several recordings and a diff keep them apart the same way. A bad
+/// or empty mode is one line listing the modes.
+#[test]
+fn gc_modes_and_a_bad_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "gc.pyp", &synth::recording("gc"));
+    let stdout = |args: &[&str]| {
+        let o = run(dir.path(), args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        String::from_utf8(o.stdout).expect("utf-8")
+    };
+    let total = |folded: &str| -> u64 {
+        folded.lines().map(|l| l.rsplit(' ').next().and_then(|n| n.parse::<u64>().ok()).expect("count")).sum()
+    };
+    let gc_lines = |folded: &str| folded.lines().filter(|l| l.contains("[gc]")).count();
+    for (mode, marked) in [(None, 5), (Some("mark"), 5), (Some("hide"), 0)] {
+        let mut args = vec!["gc.pyp", "--folded"];
+        args.extend(mode.iter().flat_map(|m| ["--gc", m]));
+        let folded = stdout(&args);
+        assert_eq!(total(&folded), 105, "{mode:?}");
+        assert_eq!(gc_lines(&folded), marked, "{mode:?}: {folded}");
+    }
+    let only = stdout(&["gc.pyp", "--folded", "--gc", "only"]);
+    assert_eq!((total(&only), gc_lines(&only), only.lines().count()), (40, 5, 5), "{only}");
+    let drop = stdout(&["gc.pyp", "--folded", "--gc", "drop"]);
+    assert_eq!((total(&drop), gc_lines(&drop)), (65, 0), "{drop}");
+    for format in ["--text", "--speedscope", "--pprof", "--gecko", "--flamegraph"] {
+        let out = |mode: &str| {
+            let o = run(dir.path(), &["gc.pyp", format, "--gc", mode, "-o", "out"]);
+            assert_eq!(o.status.code(), Some(0), "{format} {mode}: {}", stderr(&o));
+            std::fs::read(dir.path().join("out")).expect("output")
+        };
+        let has_gc = |bytes: &[u8]| bytes.windows(4).any(|w| w == b"[gc]");
+        if format != "--pprof" {
+            assert!(has_gc(&out("mark")) && has_gc(&out("only")), "{format}");
+            assert!(!has_gc(&out("drop")), "{format}");
+        }
+    }
+    // Several recordings as one, and a diff: the same frames.
+    write(dir.path(), "gc2.pyp", &synth::recording("gc"));
+    let twice = stdout(&["-i", "gc.pyp", "-i", "gc2.pyp", "--folded", "--gc", "only"]);
+    assert_eq!(total(&twice), 80);
+    let diff = stdout(&["gc.pyp", "--diff", "gc.pyp", "--folded"]);
+    assert_eq!(gc_lines(&diff), 5, "{diff}");
+    let text = stdout(&["gc.pyp", "--gc", "hide"]);
+    assert!(text.contains("  python3.13 [pid 800]: 40 of 105 samples in the collector (38.1%)\n"), "{text}");
+    assert!(text.contains("  garbage collection not marked (--gc hide): 105 of 105 samples (100.0%)\n"), "{text}");
+    // A recording without garbage collection flags: no section, and nothing in it is in the collector.
+    write(dir.path(), "old.pyp", &synth::recording("killed"));
+    assert!(!stdout(&["old.pyp"]).contains("Garbage collection"));
+    assert_eq!(stdout(&["old.pyp", "--folded", "--gc", "only"]), "");
+
+    let modes = "valid: mark, hide, only, drop";
+    assert_error(
+        &run(dir.path(), &["gc.pyp", "--gc", "marked"]),
+        &format!("pyperf-report: unknown garbage collection mode 'marked'; {modes}"),
+    );
+    assert_error(
+        &run(dir.path(), &["gc.pyp", "--gc", ""]),
+        &format!("pyperf-report: --gc needs a garbage collection mode, got an empty one; {modes}"),
+    );
 }

@@ -78,11 +78,19 @@ const EXTRA: &[(&str, &str, &[&str])] = &[
     ("tasks", "no-async.text", &["--no-async"]),
     ("tasks", "wall.exact.folded", &["--folded", "--mode", "wall", "--exact-task-names"]),
     ("tasks", "wall.no-async.folded", &["--folded", "--mode", "wall", "--no-async"]),
+    ("gc", "hide.folded", &["--folded", "--gc", "hide"]),
+    ("gc", "only.folded", &["--folded", "--gc", "only"]),
+    ("gc", "drop.folded", &["--folded", "--gc", "drop"]),
+    ("gc", "only.text", &["--gc", "only"]),
+    ("gc", "no-native.folded", &["--folded", "--no-native", "--no-kernel"]),
+    ("gc", "show-glue.folded", &["--folded", "--show-glue"]),
+    ("gc", "wall.drop.folded", &["--folded", "--mode", "wall", "--gc", "drop"]),
+    ("gc", "off-cpu.only.folded", &["--folded", "--mode", "off-cpu", "--gc", "only"]),
 ];
 
 /// Recordings with off-CPU intervals (`pyperf record --off-cpu`), also reported in every output format and variant
 /// with `--mode off-cpu` and `--mode wall` (expected file `RECORDING.MODE.SUFFIX`).
-const OFF_CPU: &[&str] = &["offcpu", "tasks"];
+const OFF_CPU: &[&str] = &["offcpu", "tasks", "gc"];
 
 /// The modes besides the default (cpu) every [`OFF_CPU`] recording is reported in.
 const TIME_MODES: &[&str] = &["off-cpu", "wall"];
@@ -508,11 +516,11 @@ fn modes_agree_across_formats() {
 }
 
 /// `--no-native`, `--no-kernel` and `--show-glue` change nothing, in any format, for a recording without native or
-/// kernel frames (every recording but `native`): accepted silently, the same bytes.
+/// kernel frames (every recording but `native` and `gc`): accepted silently, the same bytes.
 #[test]
 fn native_frame_options_change_nothing_without_native_frames() {
     let _files = lock();
-    for rec in synth::RECORDINGS.iter().chain(REAL).filter(|&&r| r != "native") {
+    for rec in synth::RECORDINGS.iter().chain(REAL).filter(|&&r| r != "native" && r != "gc") {
         let recording = recording_path(rec);
         for format in Format::ALL {
             let flag = format.flag().to_string();
@@ -754,4 +762,124 @@ fn task_waits_alone_give_wall_clock_time() {
         let err = load(refused).expect_err("no off-CPU data");
         assert!(err.contains("has no off-CPU data"), "{refused:?}: {err}");
     }
+}
+
+/// Samples and off-CPU intervals in the garbage collector (format 1.6) get one `[gc]` frame after their Python frames
+/// and task markers, before their native and kernel frames, in the task view as in the thread view; a stack with
+/// native frames only gets it at the root, one without frames has it alone; the same stack with and without the flag
+/// are two stacks.
+#[test]
+fn gc_frames_follow_the_python_frames_in_every_view() {
+    use pyperf_format::{
+        off_cpu_flags, sample_flags, GilState, OffCpuInterval, OffCpuKind, PthreadIdMatch, SampleRecord, StackStatus,
+        Stats, ThreadStateMatch,
+    };
+    let mut header = pyperf_format::Reader::new(&synth::recording("mixed")[..]).unwrap().header().clone();
+    header.rate = pyperf_format::Rate::Frequency(100);
+    header.event = "cpu-clock".into();
+    let mut w = pyperf_format::Writer::new(Vec::new(), &header).unwrap();
+    w.start_off_cpu(1_000_000).unwrap();
+    w.start_task_waits().unwrap();
+    let main = w.intern_symbol(&synth::sym("", "main", "/a.py", 1));
+    let task = w.intern_symbol(&synth::task_sym("[task Task-1]"));
+    let native = w.intern_symbol(&synth::native_sym("gc_collect_main", "/lib/libpython3.13.so", 0));
+    let kernel = w.intern_symbol(&synth::kernel_sym("clear_page"));
+    let stack = w.intern_stack(&[main, native, kernel]);
+    let task_stack = w.intern_stack(&[task, main, native, kernel]);
+    let native_only = w.intern_stack(&[native]);
+    let push = |w: &mut pyperf_format::Writer<Vec<u8>>, tid: u32, stack: u32, task_stack: u32, flags: u8| {
+        w.push_sample(&SampleRecord {
+            time_ns: 0,
+            cpu: 0,
+            pid: 1,
+            tid,
+            comm: "python3",
+            thread_state: ThreadStateMatch::Match,
+            gil: GilState::ThisThread,
+            pthread_id: PthreadIdMatch::Match,
+            status: if stack == 0 { StackStatus::Idle } else { StackStatus::Complete },
+            stack,
+            task_stack,
+            flags,
+        })
+        .unwrap();
+    };
+    push(&mut w, 1, stack, task_stack, sample_flags::GC);
+    push(&mut w, 1, stack, task_stack, 0);
+    push(&mut w, 2, native_only, 0, sample_flags::GC);
+    push(&mut w, 2, 0, 0, sample_flags::GC);
+    push(&mut w, 2, 0, 0, 0);
+    w.push_off_cpu(&OffCpuInterval {
+        pid: 1,
+        tid: 1,
+        start_ns: 10_000_000,
+        duration_ns: 20_000_000,
+        runnable_ns: 20_000_000,
+        weight_ns: 20_000_000,
+        kind: OffCpuKind::Runnable,
+        syscall: -1,
+        gil: GilState::ThisThread,
+        status: StackStatus::Complete,
+        stack,
+        flags: off_cpu_flags::GC,
+        comm: "python3".into(),
+        task_stack,
+    })
+    .unwrap();
+    let bytes = w.finish(&Stats::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gc.pyp");
+    std::fs::write(&path, bytes).unwrap();
+    let folded = |list: &[&str]| {
+        let args: Vec<String> = ["--folded"].iter().chain(list).map(|s| s.to_string()).collect();
+        let mut lines: Vec<String> =
+            String::from_utf8(render(&path, &args)).unwrap().lines().map(String::from).collect();
+        lines.sort();
+        lines
+    };
+    let (n, k) = ("gc_collect_main (libpython3.13.so)", "clear_page_[k]");
+    assert_eq!(
+        folded(&[]),
+        [
+            "[gc] 1".to_string(),
+            format!("[gc];{n} 1"),
+            "[idle] 1".to_string(),
+            format!("[task Task-N];main (/a.py:1);[gc];{n};{k} 1"),
+            format!("[task Task-N];main (/a.py:1);{n};{k} 1"),
+        ]
+    );
+    assert_eq!(folded(&["--no-async", "--no-kernel"])[3], format!("main (/a.py:1);[gc];{n} 1"));
+    // Without native frames, the native-only stack in the collector is `[gc]` alone, as the one without frames.
+    assert_eq!(
+        folded(&["--no-native", "--no-kernel", "--no-async"]),
+        ["[gc] 2", "[idle] 1", "main (/a.py:1) 1", "main (/a.py:1);[gc] 1"]
+    );
+    assert_eq!(
+        folded(&["--mode", "off-cpu"]),
+        [format!("[task Task-N];main (/a.py:1);[gc];{n};{k};[off-CPU: runnable] 20000")]
+    );
+    assert_eq!(
+        folded(&["--mode", "wall", "--no-async", "--pid-root"]),
+        [
+            "python3 [pid 1];[gc] 10000".to_string(),
+            format!("python3 [pid 1];[gc];{n} 10000"),
+            "python3 [pid 1];[idle] 10000".to_string(),
+            format!("python3 [pid 1];main (/a.py:1);[gc];{n};{k} 10000"),
+            format!("python3 [pid 1];main (/a.py:1);[gc];{n};{k};[off-CPU: runnable] 20000"),
+            format!("python3 [pid 1];main (/a.py:1);{n};{k} 10000"),
+        ]
+    );
+    // The timelines too: speedscope names the frame once and uses it in the matching samples only.
+    let json: serde_json::Value = serde_json::from_slice(&render(&path, &["--speedscope".to_string()])).unwrap();
+    let frames = json["shared"]["frames"].as_array().expect("frames");
+    let gc = frames.iter().position(|f| f["name"] == "[gc]").expect("a [gc] frame");
+    assert_eq!(frames.iter().filter(|f| f["name"] == "[gc]").count(), 1);
+    let with_gc: usize = json["profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["samples"].as_array().unwrap())
+        .filter(|s| s.as_array().unwrap().iter().any(|f| f.as_u64() == Some(gc as u64)))
+        .count();
+    assert_eq!(with_gc, 3);
 }

@@ -9,12 +9,12 @@
 #![allow(dead_code)]
 
 use pyperf_format::{
-    off_cpu_flags, symbol_flags, GilState, Header, OffCpuInterval, OffCpuKind, Process, PthreadIdMatch, Rate,
-    SampleRecord, StackStatus, Stats, Symbol, TaskWait, ThreadName, ThreadStateMatch, Writer,
+    off_cpu_flags, sample_flags, symbol_flags, GilState, Header, OffCpuInterval, OffCpuKind, Process, PthreadIdMatch,
+    Rate, SampleRecord, StackStatus, Stats, Symbol, TaskWait, ThreadName, ThreadStateMatch, Writer,
 };
 
 /// Names of the synthetic recordings, without `.pyp`.
-pub const RECORDINGS: &[&str] = &["mixed", "killed", "cutoff", "newer-minor", "offcpu", "native", "tasks"];
+pub const RECORDINGS: &[&str] = &["mixed", "killed", "cutoff", "newer-minor", "offcpu", "native", "tasks", "gc"];
 
 /// The bytes of a synthetic recording.
 pub fn recording(name: &str) -> Vec<u8> {
@@ -26,6 +26,7 @@ pub fn recording(name: &str) -> Vec<u8> {
         "offcpu" => offcpu(),
         "native" => native(),
         "tasks" => tasks(),
+        "gc" => gc(),
         other => panic!("no synthetic recording called {other}"),
     }
 }
@@ -1297,6 +1298,155 @@ fn tasks() -> Vec<u8> {
     ];
     w.finish(&Stats {
         samples: 45,
+        duration_ns: 1000 * MS,
+        counters: counters.iter().map(|&(k, v)| (k.to_string(), v)).collect(),
+        ..Default::default()
+    })
+    .expect("finish")
+}
+
+/// libpython of `gc`: (path, build id).
+pub const GC_LIBPYTHON: (&str, &str) =
+    ("/usr/lib/x86_64-linux-gnu/libpython3.13.so.1.0", "5be1b4a0c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7");
+
+/// A recording of a program that builds and drops reference cycles, made with `--native --off-cpu` (format 1.6), 1 s
+/// at 100 Hz (a CPU sample weighs 10 ms), one process (pid 800, Python 3.13) and two threads. Samples and intervals
+/// taken in the cyclic garbage collector carry the GC flag; reports add `[gc]` after their Python frames. Stacks
+/// root first (g: glue, hidden by default; n: native, libpython; k: kernel):
+///
+/// - 800 `MainThread` (comm python3.13):
+///   - 0-400 ms, 40 samples: `<module>`, main, build_cycles;
+///   - 400-600 ms, 20 samples in the collector: the same (`...;build_cycles;[gc]`);
+///   - 600-700 ms, 10 samples in the collector: `<module>`, main, PyObject_Vectorcall g, collect_now,
+///     gc_collect_main n, deduce_unreachable n; 3 of them with asm_exc_page_fault k below (`...;collect_now;[gc];
+///     gc_collect_main;deduce_unreachable[;asm_exc_page_fault_[k]]`);
+///   - 700-750 ms, 5 samples in the collector without Python frames (status idle: the collector run from C): `[gc]`;
+///   - 750-800 ms off CPU, preempted (runnable) in the collector in build_cycles: `...;build_cycles;[gc];[off-CPU:
+///     runnable]`;
+///   - 800-1000 ms off CPU in futex(2) in Thread.join (main, Thread.join), open at the end, not collecting.
+/// - 801 `compressor` (comm worker): Thread._bootstrap, Worker.run, compress: 0-250 ms 25 samples, 250-300 ms 5
+///   samples in the collector (a finalizer's collection); then off CPU in read(2) 300-1000 ms, open at the end.
+///
+/// So: CPU: 40 of 105 samples in the collector (38.1%), MainThread 35 of 75 (46.7%), compressor 5 of 30 (16.7%).
+/// Wall: 450 of 2000 ms (22.5%), MainThread 400 of 1000 ms, compressor 50 of 1000 ms. Off-CPU: 50 of 950 ms,
+/// MainThread 50 of 250 ms.
+fn gc() -> Vec<u8> {
+    let mut w = Writer::new(
+        Vec::new(),
+        &header(
+            &["python3.13", "gcwork.py"],
+            &["pyperf", "record", "--native", "--off-cpu", "-F", "100", "--", "python3.13", "gcwork.py"],
+            "cpu-clock",
+            Rate::Frequency(100),
+        ),
+    )
+    .expect("header");
+    w.start_off_cpu(OFF_CPU_MIN_NS).expect("off-CPU chunk");
+    w.add_process(&Process {
+        pid: 800,
+        command: args(&["/usr/bin/python3.13", "gcwork.py"]),
+        python_version: "3.13.9".into(),
+        interpreter_path: GC_LIBPYTHON.0.into(),
+        build_id: GC_LIBPYTHON.1.into(),
+        first_seen_ns: 0,
+        ns_pid: 0,
+        cgroup: String::new(),
+    })
+    .expect("process");
+    w.add_thread_names(&[
+        ThreadName { pid: 800, tid: 800, time_ns: 0, name: "MainThread".into() },
+        ThreadName { pid: 800, tid: 801, time_ns: 0, name: "compressor".into() },
+    ])
+    .expect("thread names");
+    w.push_library(GC_LIBPYTHON.0, GC_LIBPYTHON.1).expect("library");
+    let (app, threading, lib) = ("/srv/gcwork.py", "/usr/lib/python3.13/threading.py", GC_LIBPYTHON.0);
+    let module = sym("", "<module>", app, 30);
+    let main = sym("", "main", app, 25);
+    let build = vec![module.clone(), main.clone(), sym("", "build_cycles", app, 12)];
+    let collect = vec![
+        module.clone(),
+        main.clone(),
+        native_sym("PyObject_Vectorcall", lib, symbol_flags::GLUE),
+        sym("", "collect_now", app, 18),
+        native_sym("gc_collect_main", lib, 0),
+        native_sym("deduce_unreachable", lib, 0),
+    ];
+    let faulting = [&collect[..], &[kernel_sym("asm_exc_page_fault")]].concat();
+    let join = vec![module, main, sym("Thread", "join", threading, 1147)];
+    let compress =
+        vec![sym("Thread", "_bootstrap", threading, 1032), sym("Worker", "run", app, 40), sym("", "compress", app, 44)];
+    let mut leaf = |frames: &[Symbol]| {
+        let ids: Vec<u32> = frames.iter().map(|f| w.intern_symbol(f)).collect();
+        w.intern_stack(&ids)
+    };
+    let (build, collect, faulting, join, compress) =
+        (leaf(&build), leaf(&collect), leaf(&faulting), leaf(&join), leaf(&compress));
+
+    // (time ms, tid, stack, in the collector), in time order.
+    let mut samples: Vec<(u64, u32, u32, bool)> = Vec::new();
+    for k in 0..75u64 {
+        let stack = match k {
+            0..=59 => build,
+            60..=66 => collect,
+            67..=69 => faulting,
+            _ => 0,
+        };
+        samples.push((k * 10, 800, stack, k >= 40));
+    }
+    for k in 0..30u64 {
+        samples.push((k * 10, 801, compress, k >= 25));
+    }
+    samples.sort_by_key(|&(time, tid, _, _)| (time, tid));
+    for &(time_ms, tid, stack, in_gc) in &samples {
+        w.push_sample(&SampleRecord {
+            time_ns: time_ms * MS,
+            cpu: tid - 800,
+            pid: 800,
+            tid,
+            comm: if tid == 800 { "python3.13" } else { "worker" },
+            thread_state: ThreadStateMatch::Match,
+            gil: GilState::ThisThread,
+            pthread_id: PthreadIdMatch::Match,
+            status: if stack == 0 { StackStatus::Idle } else { StackStatus::Complete },
+            stack,
+            task_stack: 0,
+            flags: if in_gc { sample_flags::GC } else { 0 },
+        })
+        .expect("sample");
+    }
+    let off = |tid: u32, start_ms: u64, end_ms: u64, kind: OffCpuKind, syscall: i32, stack: u32, flags: u8| {
+        let duration_ns = (end_ms - start_ms) * MS;
+        OffCpuInterval {
+            pid: 800,
+            tid,
+            start_ns: start_ms * MS,
+            duration_ns,
+            runnable_ns: if kind == OffCpuKind::Runnable { duration_ns } else { 0 },
+            weight_ns: duration_ns,
+            kind,
+            syscall,
+            gil: if kind == OffCpuKind::Runnable { GilState::ThisThread } else { GilState::NotLocked },
+            status: StackStatus::Complete,
+            stack,
+            flags,
+            comm: if tid == 800 { "python3.13" } else { "worker" }.into(),
+            task_stack: 0,
+        }
+    };
+    let open = off_cpu_flags::OPEN_AT_END;
+    w.push_off_cpu(&off(800, 750, 800, OffCpuKind::Runnable, -1, build, off_cpu_flags::GC)).expect("interval");
+    w.push_off_cpu(&off(801, 300, 1000, OffCpuKind::Blocked, 0, compress, open)).expect("interval");
+    w.push_off_cpu(&off(800, 800, 1000, OffCpuKind::Blocked, 202, join, open)).expect("interval");
+    let counters = [
+        ("off_cpu_intervals", 3),
+        ("off_cpu_short", 0),
+        ("off_cpu_sampled", 0),
+        ("off_cpu_lost", 0),
+        ("off_cpu_unreadable", 0),
+        ("off_cpu_open_at_end", 2),
+    ];
+    w.finish(&Stats {
+        samples: samples.len() as u64,
         duration_ns: 1000 * MS,
         counters: counters.iter().map(|&(k, v)| (k.to_string(), v)).collect(),
         ..Default::default()
