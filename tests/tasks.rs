@@ -293,6 +293,7 @@ fn record_tasks(python: &str) {
     assert!(s_us + l_us > 0, "{python}: no waits of the waiter task in the wall view:\n{wall:?}");
     let share = s_us as f64 / (s_us + l_us) as f64;
     let truth = short / (short + long);
+    eprintln!("{python}: wall view {share:.3} of the waiter's waits in short_wait, its clock {truth:.3}");
     assert!(
         (share - truth).abs() <= 0.1,
         "{python}: the wall view puts {share:.3} of the waiter's waits in short_wait, its clock {truth:.3}"
