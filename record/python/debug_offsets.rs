@@ -202,6 +202,8 @@ pub const GIL_HOLDER: &str = "interpreter_state.gil_runtime_state_holder";
 pub const GC_STATE: &str = "interpreter_state.gc";
 /// Offset of `collecting` in the interpreter's `struct _gc_runtime_state`.
 pub const GC_COLLECTING: &str = "gc.collecting";
+/// `sizeof(struct _gc_runtime_state)`.
+pub const GC_SIZE: &str = "gc.size";
 
 /// `(size member, Layout fields that are offsets inside that struct)`: each such offset plus 4 must not exceed
 /// the size (a block read with the wrong positions, or a field moved out of its struct, is refused).
@@ -209,14 +211,7 @@ pub const SIZES: &[(&str, &[&str])] = &[
     ("runtime_state.size", &["runtime_interpreters_head"]),
     (
         "interpreter_state.size",
-        &[
-            "interp_next",
-            "interp_tstate_head",
-            "interp_gil_ptr",
-            "interp_code_gen",
-            "interp_gc_collecting",
-            "interp_modules",
-        ],
+        &["interp_next", "interp_tstate_head", "interp_gil_ptr", "interp_code_gen", "interp_modules"],
     ),
     (
         "thread_state.size",
@@ -334,8 +329,13 @@ pub fn layout_from_debug_offsets(
     let gil = offset(GIL_STATE).ok_or_else(|| required(GIL_STATE))??;
     let gil_locked = offset(GIL_LOCKED).ok_or_else(|| required(GIL_LOCKED))?? - gil;
     let gil_last_holder = offset(GIL_HOLDER).ok_or_else(|| required(GIL_HOLDER))?? - gil;
-    if let (Some(gc), Some(collecting)) = (offset(GC_STATE), offset(GC_COLLECTING)) {
-        vals.insert("interp_gc_collecting", gc? + collecting?);
+    // A sum of two members (not in FIELDS): `collecting` inside the gc state, the gc state inside the interpreter.
+    if let (Some(gc), Some(collecting), Some(size)) = (offset(GC_STATE), offset(GC_COLLECTING), raw(GC_SIZE)) {
+        let (gc, collecting) = (gc?, collecting?);
+        if i64::from(collecting) + 4 > i64::try_from(size?).unwrap_or(i64::MAX) {
+            return Err(format!("_Py_DebugOffsets not in the layout pyperf reads (gc.collecting = {collecting})"));
+        }
+        vals.insert("interp_gc_collecting", gc + collecting);
     }
     let base_fields = base.fields();
     for s in SENTINELS {

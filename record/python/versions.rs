@@ -601,6 +601,7 @@ pub(crate) mod tests {
         put(dbg::GIL_LOCKED, 1000 + value("gil_locked") as u64);
         put(dbg::GIL_HOLDER, 1000 + value("gil_last_holder") as u64);
         put(dbg::GC_STATE, 0);
+        put(dbg::GC_SIZE, 1 << 20);
         put(dbg::GC_COLLECTING, value("interp_gc_collecting") as u64);
         b[..8].copy_from_slice(dbg::COOKIE);
         let hex = (u64::from(version.0) << 24) | (u64::from(version.1) << 16) | 0xf0;

@@ -120,6 +120,8 @@ struct Proc {
     /// Coroutine frames of listed tasks the program knows, and run roots it was told are no task's.
     told: HashSet<u64>,
     not_tasks: HashSet<u64>,
+    /// Code objects of the coroutines of tasks listed so far (what a task's run root runs).
+    task_codes: HashSet<u64>,
     /// Changes for the program's map not handed out yet: (frame, known), frame 0 the process (see
     /// [`Tasks::take_root_updates`]).
     updates: Vec<(u64, Option<bool>)>,
@@ -206,6 +208,7 @@ impl Tasks {
                 list_cost: Duration::ZERO,
                 told: HashSet::new(),
                 not_tasks: HashSet::new(),
+                task_codes: HashSet::new(),
                 updates: Vec::new(),
                 last_sweep: None,
                 parts: HashMap::default(),
@@ -358,9 +361,13 @@ impl Tasks {
                     self.counters.unknown_rationed += 1;
                 }
             }
-            // Listed since the sample and still no task's: the program need not wake user space for it again.
-            if let Some(&(_, root)) = roots.last().filter(|_| pr.listed_ns > s.time_ns) {
-                pr.tell_not_task(root);
+            // Listed since the sample and still no task's: the program need not wake user space for it again. Unless
+            // its code is a task's: then it is likely a task that ended before the list, whose address the next task
+            // of that kind takes (which must wake us).
+            if let Some(&(index, root)) = roots.last().filter(|_| pr.listed_ns > s.time_ns) {
+                if s.frames.get(index).is_some_and(|f| !pr.task_codes.contains(&f.code)) {
+                    pr.tell_not_task(root);
+                }
             }
             if !pr.loop_threads.contains(&s.tid) {
                 return None;
@@ -642,6 +649,11 @@ impl Proc {
                 let before = &self.tasks;
                 self.fresh = list.iter().map(|t| t.addr).filter(|t| !before.contains_key(t)).collect();
                 self.by_coro = list.iter().map(|t| (t.coro, t.addr)).collect();
+                // (Bounded: a program has few kinds of task; one making new code objects for ever starts over.)
+                if self.task_codes.len() > NOT_TASKS_MAX {
+                    self.task_codes.clear();
+                }
+                self.task_codes.extend(list.iter().map(|t| t.coro_code).filter(|&c| c != 0));
                 let at = self.listed_ns;
                 self.validated = list.iter().map(|t| (t.addr, at)).collect();
                 self.tasks = list.into_iter().map(|t| (t.addr, t)).collect();
