@@ -227,7 +227,8 @@ fn record_tasks(python: &str) {
     let mut child = Kid(start_workload(&py, "tasks.py", &[]));
     let pid = child.0.id();
     let (_dir, out) = scratch("tasks.pyp");
-    // Enough CPU for several batches of requests (each ~0.7 s) and many sweeps of the waiter. The workload's clock
+    // Enough CPU for several batches of requests (each ~0.7 s) and ~20 cycles of the waiter (0.4 s each: its split
+    // is sampled by sweeps, fewer cycles gave +-0.1). The workload's clock
     // of its waits covers the recording: reset once the recorder records, read before it stops.
     let mut rec = Kid(pyperf()
         .args(["record", "-p", &pid.to_string(), "--off-cpu", "--async-rate", "50", "-F", "199", "-o"])
@@ -238,7 +239,7 @@ fn record_tasks(python: &str) {
     wait_recording(&out);
     // SAFETY: plain kill(2) of the workload this test started.
     unsafe { libc::kill(pid as i32, libc::SIGUSR2) };
-    wait_cpu(pid, 4.0);
+    wait_cpu(pid, 8.0);
     // SAFETY: as above.
     unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
     let mut line = String::new();

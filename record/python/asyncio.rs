@@ -599,8 +599,12 @@ impl<M: ReadMem> TaskReader<M> {
 
     /// The frames of the coroutine `coro` and of the coroutines it awaits, root first (the task's coroutine
     /// first, the leaf where it waits last), at most [`MAX_CHAIN`]; and whether the chain was cut there.
+    /// Empty when the chain could not be read whole (a torn read: see [`Chain::torn`]).
     pub fn chain(&self, coro: u64) -> (Vec<CoroFrame>, bool) {
         let c = self.chains(&[coro]).pop().unwrap_or_default();
+        if c.torn {
+            return (Vec::new(), false);
+        }
         (c.frames, c.cut)
     }
 
@@ -653,7 +657,9 @@ impl<M: ReadMem> TaskReader<M> {
         }
         let (index, coros): (Vec<usize>, Vec<u64>) = active.into_iter().map(|(i, c, _)| (i, c)).unzip();
         for (i, c) in index.into_iter().zip(self.chains(&coros)) {
-            if let Some(sw) = out[i].as_mut() {
+            if c.torn {
+                out[i] = None; // not readable now: the next sweep sees where it waits then
+            } else if let Some(sw) = out[i].as_mut() {
                 (sw.frames, sw.running, sw.cut) = (c.frames, c.running, c.cut);
             }
         }
@@ -677,6 +683,8 @@ impl<M: ReadMem> TaskReader<M> {
         let mut active: Vec<(usize, u64, u64)> =
             coros.iter().enumerate().filter(|(_, &c)| c != 0).map(|(i, &c)| (i, c, 0)).collect();
         let head_len = iframe as usize + FRAME_HEAD;
+        // Where each frame read had its instruction pointer, and what it held: read again at the end.
+        let mut instrs: Vec<(usize, u64, u64)> = Vec::new();
         for hop in 0..=MAX_CHAIN {
             if active.is_empty() {
                 break;
@@ -707,6 +715,10 @@ impl<M: ReadMem> TaskReader<M> {
                 };
                 let code = code & row.code_tag_mask;
                 c.frames.push(CoroFrame { code, instr: (ip.wrapping_sub(code) as u32) & 0x7fff_ffff });
+                // (A running frame moves by design: only suspended ones are checked.)
+                if let (true, Ok(at)) = (suspended, u64::try_from(fl.frame_instr)) {
+                    instrs.push((i, coro + iframe + at, ip));
+                }
                 if state == l.executing {
                     c.running = true;
                 }
@@ -738,6 +750,15 @@ impl<M: ReadMem> TaskReader<M> {
                 })
                 .collect();
         }
+        // The process runs while its chains are read, hop by hop: a task that moved on meanwhile (from one await to
+        // the next) would give the frames of its old await above the coroutine of its new one. Every frame read is
+        // checked to be where it was: one more batch.
+        let again = self.mem.read_many(&instrs.iter().map(|&(_, at, _)| (at, 8)).collect::<Vec<_>>());
+        for (&(i, _, ip), now) in instrs.iter().zip(&again) {
+            if now.as_deref().and_then(|b| u64_in(b, 0)) != Some(ip) {
+                out[i].torn = true;
+            }
+        }
         out
     }
 }
@@ -748,6 +769,8 @@ struct Chain {
     frames: Vec<CoroFrame>,
     running: bool,
     cut: bool,
+    /// A frame read had moved by the end of the read: the chain mixes two moments, and is not used.
+    torn: bool,
 }
 
 /// What one pass reads with.
