@@ -192,6 +192,11 @@ impl Session {
             // fewer matters (wakeups were most of the recorder's kernel time). Only a command's start, watched
             // closely, and the deadline are kept to the millisecond.
             let mut wake = Instant::now() + POLL_EVERY;
+            // While a process has asyncio tasks, the sweep (up to `--async-rate`) and what the program learns of the
+            // tasks are due every TASKS_POLL, not at the next 100 ms: the ring is taken that often anyway.
+            if self.tasks.as_ref().is_some_and(Tasks::any_tasks) {
+                wake = wake.min(Instant::now() + TASKS_POLL);
+            }
             if waiting {
                 wake = wake.min(next_scan);
             }

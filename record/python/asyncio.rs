@@ -656,7 +656,17 @@ impl<M: ReadMem> TaskReader<M> {
             }
         }
         let (index, coros): (Vec<usize>, Vec<u64>) = active.into_iter().map(|(i, c, _)| (i, c)).unzip();
-        for (i, c) in index.into_iter().zip(self.chains(&coros)) {
+        let mut chains = self.chains(&coros);
+        // A chain read while its task moved on is read again, once: where the task waits a moment later (dropping
+        // it would lose the time of the moves, all from one side of each, and bias the waits).
+        let torn: Vec<usize> = (0..chains.len()).filter(|&k| chains[k].torn).collect();
+        if !torn.is_empty() {
+            let again = self.chains(&torn.iter().map(|&k| coros[k]).collect::<Vec<_>>());
+            for (k, c) in torn.into_iter().zip(again) {
+                chains[k] = c;
+            }
+        }
+        for (i, c) in index.into_iter().zip(chains) {
             if c.torn {
                 out[i] = None; // not readable now: the next sweep sees where it waits then
             } else if let Some(sw) = out[i].as_mut() {

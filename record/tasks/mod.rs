@@ -127,6 +127,8 @@ struct Proc {
     updates: Vec<(u64, Option<bool>)>,
     /// CLOCK_MONOTONIC ns of its last sweep.
     last_sweep: Option<u64>,
+    /// The period's share, in 1/256, its next sweep waits for (128-383: see [`jitter`]).
+    next_gap: u64,
     /// The last sweep's parts of stacks, by task ([`Proc::part`]).
     parts: HashMap<u64, Part, rustc_hash::FxBuildHasher>,
 }
@@ -211,6 +213,7 @@ impl Tasks {
                 task_codes: HashSet::new(),
                 updates: Vec::new(),
                 last_sweep: None,
+                next_gap: 256,
                 parts: HashMap::default(),
             },
         );
@@ -398,7 +401,7 @@ impl Tasks {
     pub fn sweep_due(&self, now: u64) -> bool {
         let Some(every) = self.sweep_every else { return false };
         let gap = (every.as_nanos() as u64).max(self.min_gap_ns);
-        self.procs.values().any(|p| p.last_sweep.is_none_or(|t| now.saturating_sub(t) >= gap))
+        self.procs.values().any(|p| p.last_sweep.is_none_or(|t| now.saturating_sub(t) >= gap * p.next_gap / 256))
     }
 
     /// Weighs every suspended leaf task of every process whose period is over: its wait since the last sweep.
@@ -415,12 +418,13 @@ impl Tasks {
                 continue;
             }
             let weight = match pr.last_sweep {
-                Some(t) if now.saturating_sub(t) < every_ns => continue,
+                Some(t) if now.saturating_sub(t) < every_ns * pr.next_gap / 256 => continue,
                 // A late sweep stands for two periods at most: the rest was not looked at.
                 Some(t) => now.saturating_sub(t).min(2 * every_ns),
                 None => every_ns,
             };
             pr.last_sweep = Some(now);
+            pr.next_gap = jitter(now);
             // Listed again once a second (new tasks, who awaits whom); in between, the tasks known are read in
             // batches, a few system calls for all of them.
             if pr.listed.is_none_or(|t| t.elapsed() >= LIST_EVERY) {
@@ -507,6 +511,19 @@ impl Tasks {
         self.counters.sweep_max_us = self.counters.sweep_max_us.max(us);
         out
     }
+}
+
+/// The share of the period (in 1/256, from half to one and a half) the next sweep of a process waits: sweeps at a
+/// fixed period alias with a program's own periodic waits (a 100 ms sleep sampled every 20 ms is seen for 5 or 6
+/// sweeps depending on the phase, which drifts slowly: the wall view's split of a 0.1 s / 0.3 s cycle was off by up
+/// to 0.1). Each sweep weighs the time since the one before, so the totals are unchanged. From the clock's low bits,
+/// mixed: no generator needed for this.
+fn jitter(now_ns: u64) -> u64 {
+    let mut x = now_ns ^ 0x9e37_79b9_7f4a_7c15;
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    128 + x % 256
 }
 
 /// Least time between two lists for unknown coroutines, given what the last one took.
