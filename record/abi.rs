@@ -127,6 +127,10 @@ unsafe impl plain::Plain for types::pyperf_counters {}
 unsafe impl plain::Plain for types::pyperf_snap_region {}
 // SAFETY: as above.
 unsafe impl plain::Plain for types::off_cpu_entry {}
+// SAFETY: as above (its padding written out as fields, bpf/pyperf.h).
+unsafe impl plain::Plain for types::py_proc {}
+// SAFETY: as above.
+unsafe impl plain::Plain for types::pyperf_task_key {}
 // SAFETY: as above (five 64-bit integers).
 unsafe impl plain::Plain for regs_skel::types::pyperf_task_regs {}
 

@@ -652,10 +652,7 @@ impl Sampler {
             config.cache_id = self.next_cache_id;
             self.next_cache_id += 1;
         }
-        // SAFETY: plain integers, repr(C), no padding (see bpf/pyperf.h); the slice lives as long as `config`.
-        let value = unsafe {
-            std::slice::from_raw_parts(&config as *const ProcConfig as *const u8, std::mem::size_of::<ProcConfig>())
-        };
+        let value = bytes_of(&config);
         let procs = &self.inner.skel.maps.procs;
         procs.update(&pid.to_ne_bytes(), value, MapFlags::ANY).map_err(|source| match source.kind() {
             // What a hash map answers when it has no free entry left.
@@ -819,13 +816,7 @@ impl Sampler {
     /// meanwhile is newer and wins (the entry is only added, never replaced).
     pub fn mark_off_cpu(&mut self, pid: u32, tid: u32, entry: &types::off_cpu_entry) -> Result<(), BpfError> {
         let key = (u64::from(pid) << 32) | u64::from(tid);
-        // SAFETY: plain integers, repr(C), no padding holes (bpf/pyperf.h); the slice lives as long as `entry`.
-        let value = unsafe {
-            std::slice::from_raw_parts(
-                entry as *const types::off_cpu_entry as *const u8,
-                std::mem::size_of::<types::off_cpu_entry>(),
-            )
-        };
+        let value = bytes_of(entry);
         match self.inner.skel.maps.off_cpu.update(&key.to_ne_bytes(), value, MapFlags::NO_EXIST) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(()),
@@ -838,13 +829,7 @@ impl Sampler {
     /// (its tasks are read: unknown ones wake user space). A failed update only costs a wakeup or a late name.
     pub fn set_task_root(&mut self, pid: u32, frame: u64, known: Option<bool>) {
         let key = types::pyperf_task_key { frame, pid, _pad: 0 };
-        // SAFETY: plain integers, repr(C), no padding holes (bpf/pyperf.h); the slice lives as long as `key`.
-        let key = unsafe {
-            std::slice::from_raw_parts(
-                &key as *const types::pyperf_task_key as *const u8,
-                std::mem::size_of::<types::pyperf_task_key>(),
-            )
-        };
+        let key = bytes_of(&key);
         let map = &self.inner.skel.maps.task_coros;
         let _ = match known {
             Some(task) => map.update(key, &[u8::from(task)], MapFlags::ANY),
@@ -980,6 +965,13 @@ impl Sampler {
     pub fn cpus(&self) -> usize {
         self.cpus_attached
     }
+}
+
+/// The bytes of a struct of bpf/pyperf.h, as a map update takes them.
+fn bytes_of<T: plain::Plain>(v: &T) -> &[u8] {
+    // SAFETY: the ABI's structs are repr(C) integers with their padding written out as fields (bpf/pyperf.h), so
+    // every byte is initialized; the slice borrows `v`.
+    unsafe { std::slice::from_raw_parts(v as *const T as *const u8, std::mem::size_of::<T>()) }
 }
 
 fn load_error(stage: &'static str, e: libbpf_rs::Error) -> BpfError {
