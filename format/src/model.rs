@@ -472,6 +472,9 @@ pub mod symbol_flags {
     /// the function (demangled), `file` the library or executable as mapped (`/usr/lib/x86_64-linux-gnu/libz.so.1`),
     /// `scope` empty, `line` 0.
     pub const NATIVE: u32 = 8;
+    /// The `file` of a [`NATIVE`] frame in code generated at run time (an anonymous executable mapping: a JIT
+    /// compiler's), and the `name` of such a frame when the JIT gave it none of its own (CPython's JIT).
+    pub const JIT_FILE: &str = "[jit]";
     /// A kernel frame (1.4+, `record --kernel`): `name` is the kernel function, `file` `[kernel.kallsyms]`, or
     /// `[module]` for a module's function, `scope` empty, `line` 0.
     pub const KERNEL: u32 = 16;

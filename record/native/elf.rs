@@ -234,6 +234,9 @@ pub struct ElfInfo {
     pub unnamed: Vec<(u64, u64)>,
     /// How many `.cold` parts were named from their jumps (see [`ElfInfo::parse_file_with`]).
     pub cold_parts: usize,
+    /// File address of `__jit_debug_descriptor` (GDB's JIT interface: the list of the code a JIT generated, with
+    /// its call frame information; see [`super::jit`]) when the file defines it.
+    pub jit_descriptor: Option<u64>,
 }
 
 const PAGE: u64 = 4096;
@@ -312,6 +315,8 @@ impl ElfInfo {
         if info.symbols.is_empty() {
             info.symbols = Symbols::from_table(&file, file.elf_dynamic_symbol_table());
         }
+        info.jit_descriptor = object_symbol(&file, file.elf_dynamic_symbol_table(), super::jit::DESCRIPTOR_SYMBOL)
+            .or_else(|| object_symbol(&file, symtab, super::jit::DESCRIPTOR_SYMBOL));
         Ok(info)
     }
 
@@ -498,6 +503,20 @@ fn unwind_sections<'data, R: ReadRef<'data>>(file: &ElfFile64<'data, Endianness,
         }
     }
     out
+}
+
+/// The file address of the data object `name` defined in `table`.
+fn object_symbol<'data, R: ReadRef<'data>>(
+    file: &ElfFile64<'data, Endianness, R>,
+    table: &object::read::elf::SymbolTable<'data, elf::FileHeader64<Endianness>, R>,
+    name: &str,
+) -> Option<u64> {
+    let endian = file.endian();
+    let strings = string_table(file, table);
+    table.symbols().iter().find_map(|sym| {
+        let defined = sym.st_type() == elf::STT_OBJECT && sym.st_shndx(endian) != elf::SHN_UNDEF;
+        (defined && strings.get(sym.st_name(endian)).ok() == Some(name.as_bytes())).then(|| sym.st_value(endian))
+    })
 }
 
 /// Lower-case hex of `bytes`.

@@ -3,10 +3,12 @@
 //!
 //! - [`unwind`]: processes' executable mappings, DWARF unwinding of stack copies, symbol names.
 //! - [`elf`]: what is read of one ELF file (segments, call frame information, function symbols, build id).
+//! - [`jit`]: code generated at run time (JIT compilers), registered through GDB's JIT interface or not.
 //! - [`kernel`]: kernel frames' names from `/proc/kallsyms`.
 //! - [`merge`]: native and Python frames into one stack; [`stacks`]: a sample's whole stack as symbol ids.
 
 pub mod elf;
+pub mod jit;
 pub mod kernel;
 pub mod merge;
 pub mod stacks;

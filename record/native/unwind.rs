@@ -19,7 +19,10 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _};
 
 use super::elf::{self, ElfInfo};
+use super::jit;
 use crate::proc::{maps as read_maps, parse_maps, MapsEntry};
+use crate::python::mem::{ProcMem, ReadMem as _};
+use crate::python::trampolines;
 
 /// Frames beyond this many end the unwind ([`UnwindEnd::TooDeep`]).
 pub const MAX_FRAMES: usize = 1024;
@@ -148,12 +151,53 @@ struct Process {
     unwinder: UnwinderX86_64<Bytes>,
     cache: Box<CacheX86_64>,
     last_read: Instant,
+    /// Its anonymous executable mappings: code generated at run time (see [`jit`]), sorted.
+    generated: Vec<std::ops::Range<u64>>,
+    /// The generated code it registered through GDB's JIT interface, sorted.
+    jit: Vec<JitEntry>,
+    /// The run-time address of its `__jit_debug_descriptor`, when a file it maps defines one.
+    jit_descriptor: Option<u64>,
+    /// When its JIT list was last read.
+    jit_read: Option<Instant>,
+    /// Its memory, opened on first need (the code around return addresses in generated code).
+    mem: Option<ProcMem>,
+    /// Return addresses in generated code checked for a perf trampoline's return site: the shape's index.
+    trampolines: HashMap<u64, Option<u8>>,
+}
+
+/// Return addresses remembered per process as perf trampolines' or not, at most (then forgotten, and checked again).
+const TRAMPOLINES_MAX: usize = 1 << 16;
+
+/// One piece of registered generated code of a process.
+struct JitEntry {
+    range: std::ops::Range<u64>,
+    name: Arc<str>,
+    module: Module<Bytes>,
+}
+
+/// What an address in no file mapping is.
+enum Generated {
+    /// Generated code with call frame information (registered).
+    Registered,
+    /// Generated code with none.
+    Unregistered,
+    /// Not generated code (an address the maps do not know yet, or a bad one).
+    No,
 }
 
 impl Process {
     fn find(&self, addr: u64) -> Option<usize> {
         let i = self.mappings.partition_point(|m| m.start <= addr).checked_sub(1)?;
         (addr < self.mappings[i].end).then_some(i)
+    }
+
+    fn find_jit(&self, addr: u64) -> Option<&JitEntry> {
+        let i = self.jit.partition_point(|j| j.range.start <= addr).checked_sub(1)?;
+        self.jit.get(i).filter(|j| addr < j.range.end)
+    }
+
+    fn in_generated(&self, addr: u64) -> bool {
+        self.generated.iter().any(|r| r.contains(&addr))
     }
 }
 
@@ -172,6 +216,11 @@ struct Counts {
     cold_parts: u64,
     cache_hits: u64,
     cache_misses: u64,
+    jit_frames: u64,
+    jit_stops: u64,
+    jit_reads: u64,
+    jit_refused: u64,
+    trampolines: u64,
 }
 
 /// Unwinds and names the native frames of the followed processes.
@@ -188,6 +237,8 @@ pub struct NativeUnwinder {
     debug: DebugLoader,
     /// Bumped when a file's symbols changed (a debug file came late): names given before may be stale.
     generation: u64,
+    /// The library name of generated code's frames.
+    jit_library: Arc<str>,
 }
 
 /// A request to the debug file worker: the separate debug file of `file` (its parsed self `info`, `path` as
@@ -295,6 +346,7 @@ impl NativeUnwinder {
             counts: Counts::default(),
             debug: DebugLoader::default(),
             generation: 0,
+            jit_library: Arc::from(jit::JIT),
         }
     }
 
@@ -360,6 +412,12 @@ impl NativeUnwinder {
             unwinder: UnwinderX86_64::new(),
             cache: Box::new(CacheX86_64::new()),
             last_read: Instant::now(),
+            generated: generated_code(&maps),
+            jit: Vec::new(),
+            jit_descriptor: self.jit_descriptor(&mappings),
+            jit_read: None,
+            mem: None,
+            trampolines: HashMap::new(),
         };
         set_mappings(&mut process, mappings);
         self.processes.insert(pid, process);
@@ -497,7 +555,10 @@ impl NativeUnwinder {
         self.counts.maps_rereads += 1;
         let old = self.processes.get_mut(&pid).map(|p| std::mem::take(&mut p.mappings)).unwrap_or_default();
         let mappings = self.mappings(pid, &root, &maps, &old);
+        let descriptor = self.jit_descriptor(&mappings);
         let Some(p) = self.processes.get_mut(&pid) else { return false };
+        p.generated = generated_code(&maps);
+        p.jit_descriptor = descriptor;
         let same = |a: &Mapping, b: &Mapping| (a.start, a.end, a.offset, a.key) == (b.start, b.end, b.offset, b.key);
         if mappings.len() == old.len() && mappings.iter().zip(&old).all(|(a, b)| same(a, b)) {
             // Nothing new (JIT code, or a bad address): keep the unwinder and its warm rule cache.
@@ -558,13 +619,48 @@ impl NativeUnwinder {
         out.push(regs.ip);
         loop {
             let Some(p) = self.processes.get_mut(&pid) else { return UnwindEnd::BadAddress };
-            match p.find(address.address_for_lookup()) {
+            let lookup = address.address_for_lookup();
+            match p.find(lookup) {
                 Some(i) if p.mappings[i].module.is_none() => return UnwindEnd::NoUnwindInfo,
                 Some(_) => {}
-                // Maybe a library loaded since: look again with new maps (once; re-reading is rate limited).
-                None if self.reread(pid) => continue,
-                None => return UnwindEnd::BadAddress,
+                None => match self.generated(pid, lookup) {
+                    Generated::Registered => self.counts.jit_frames += 1,
+                    Generated::Unregistered => {
+                        let shape = match address {
+                            FrameAddress::ReturnAddress(ra) => self.trampoline(pid, ra.get()),
+                            FrameAddress::InstructionPointer(_) => None,
+                        };
+                        let Some(shape) = shape else {
+                            self.counts.jit_stops += 1;
+                            return UnwindEnd::NoUnwindInfo;
+                        };
+                        // A perf trampoline's return site: its frame is known (see `trampolines`).
+                        self.counts.trampolines += 1;
+                        if out.len() >= MAX_FRAMES {
+                            return UnwindEnd::TooDeep;
+                        }
+                        let sp = fregs.sp();
+                        let bp = if shape.saves_bp { read_stack(sp) } else { Ok(fregs.bp()) };
+                        let (Ok(ra), Ok(bp)) = (read_stack(sp.wrapping_add(8)), bp) else {
+                            return UnwindEnd::StackCopyEnd;
+                        };
+                        fregs.set_sp(sp.wrapping_add(trampolines::FRAME_SIZE));
+                        fregs.set_bp(bp);
+                        match FrameAddress::from_return_address(ra) {
+                            Some(next) => {
+                                out.push(ra);
+                                address = next;
+                                continue;
+                            }
+                            None => return UnwindEnd::Complete,
+                        }
+                    }
+                    // Maybe a library loaded since: look again with new maps (once; re-reading is rate limited).
+                    Generated::No if self.reread(pid) => continue,
+                    Generated::No => return UnwindEnd::BadAddress,
+                },
             }
+            let Some(p) = self.processes.get_mut(&pid) else { return UnwindEnd::BadAddress };
             if out.len() >= MAX_FRAMES {
                 return UnwindEnd::TooDeep;
             }
@@ -589,6 +685,24 @@ impl NativeUnwinder {
     /// `addr - 1`, which may be in another function when the call was a function's last instruction).
     pub fn symbol(&mut self, pid: u32, addr: u64, is_return: bool) -> NativeSymbol {
         let lookup = if is_return { addr.saturating_sub(1) } else { addr };
+        if let Some(p) = self.processes.get(&pid).filter(|p| p.find(lookup).is_none()) {
+            // Generated code: the name it was registered under, a perf trampoline's, else [jit] (no file, no
+            // symbols).
+            let trampoline = is_return && matches!(p.trampolines.get(&addr), Some(Some(_)));
+            let registered = p
+                .find_jit(lookup)
+                .map(|j| j.name.to_string())
+                .or_else(|| trampoline.then(|| trampolines::NAME.to_string()));
+            if registered.is_some() || p.in_generated(lookup) {
+                let resolved = registered.is_some();
+                return NativeSymbol {
+                    name: registered.unwrap_or_else(|| jit::JIT.to_string()),
+                    library: self.jit_library.clone(),
+                    build_id: self.empty.clone(),
+                    resolved,
+                };
+            }
+        }
         let Some(m) = self.mapping(pid, lookup) else {
             return NativeSymbol {
                 name: UNKNOWN.to_string(),
@@ -643,6 +757,88 @@ impl NativeUnwinder {
         }
     }
 
+    /// The run-time address of the JIT descriptor of the files of `mappings` (the first that defines one).
+    fn jit_descriptor(&self, mappings: &[Mapping]) -> Option<u64> {
+        mappings.iter().find_map(|m| {
+            let info = self.files.get(m.file)?.info.as_ref()?;
+            info.jit_descriptor.map(|svma| svma.wrapping_add(m.bias))
+        })
+    }
+
+    /// What `addr` of `pid`, in no file mapping, is: generated code with or without unwind rules, or neither.
+    /// Code not in the JIT list yet has the list read again (at most every [`REREAD_INTERVAL`]).
+    fn generated(&mut self, pid: u32, addr: u64) -> Generated {
+        let Some(p) = self.processes.get(&pid) else { return Generated::No };
+        if p.find_jit(addr).is_some() {
+            return Generated::Registered;
+        }
+        if !p.in_generated(addr) {
+            return Generated::No;
+        }
+        if self.reread_jit(pid) && self.processes.get(&pid).is_some_and(|p| p.find_jit(addr).is_some()) {
+            Generated::Registered
+        } else {
+            Generated::Unregistered
+        }
+    }
+
+    /// The shape of the perf trampoline whose return site is `ra` (an address in generated code of `pid`), checked
+    /// against the code there once per address.
+    fn trampoline(&mut self, pid: u32, ra: u64) -> Option<&'static trampolines::Shape> {
+        let p = self.processes.get_mut(&pid)?;
+        let index = match p.trampolines.get(&ra) {
+            Some(&known) => known,
+            None => {
+                if p.mem.is_none() {
+                    p.mem = ProcMem::open(pid, ra).ok();
+                }
+                let mut code = [0u8; trampolines::BEFORE + trampolines::AFTER];
+                let start = ra.checked_sub(trampolines::BEFORE as u64)?;
+                let read = p.mem.as_ref().is_some_and(|m| m.read(start, &mut code));
+                let found = read
+                    .then(|| trampolines::shape_at(&code))
+                    .flatten()
+                    .and_then(|s| trampolines::SHAPES.iter().position(|k| k == s))
+                    .and_then(|i| u8::try_from(i).ok());
+                if p.trampolines.len() >= TRAMPOLINES_MAX {
+                    p.trampolines.clear();
+                }
+                p.trampolines.insert(ra, found);
+                found
+            }
+        };
+        trampolines::SHAPES.get(usize::from(index?))
+    }
+
+    /// Reads the JIT list of `pid` again (not if read less than [`REREAD_INTERVAL`] ago, or the process has none),
+    /// installing the code's unwind rules. Whether it read it.
+    fn reread_jit(&mut self, pid: u32) -> bool {
+        let Some(p) = self.processes.get_mut(&pid) else { return false };
+        let Some(descriptor) = p.jit_descriptor else { return false };
+        if p.jit_read.is_some_and(|t| t.elapsed() < REREAD_INTERVAL) {
+            return false;
+        }
+        p.jit_read = Some(Instant::now());
+        self.counts.jit_reads += 1;
+        let Ok(mem) = ProcMem::open(pid, descriptor) else { return false };
+        let Ok(list) = jit::read_registered(&mem, descriptor, &p.generated) else { return false };
+        self.counts.jit_refused += list.refused;
+        let same = list.code.len() == p.jit.len() && list.code.iter().zip(&p.jit).all(|(a, b)| a.range == b.range);
+        if !same {
+            p.jit = list
+                .code
+                .into_iter()
+                .filter_map(|c| {
+                    let module = module(&c.info, &c.name, c.range.clone(), 0)?;
+                    Some(JitEntry { range: c.range, name: Arc::from(c.name), module })
+                })
+                .collect();
+            let mappings = std::mem::take(&mut p.mappings);
+            set_mappings(p, mappings);
+        }
+        true
+    }
+
     /// Counters for the recording's trailer: unwinds and how they ended, frames, maps reads, files parsed, symbol
     /// cache use.
     pub fn counters(&self) -> Vec<(String, u64)> {
@@ -663,13 +859,18 @@ impl NativeUnwinder {
             ("native_cold_parts_named".to_string(), c.cold_parts),
             ("native_symbol_cache_hits".to_string(), c.cache_hits),
             ("native_symbol_cache_misses".to_string(), c.cache_misses),
+            ("native_jit_frames".to_string(), c.jit_frames),
+            ("native_jit_stops".to_string(), c.jit_stops),
+            ("native_jit_list_reads".to_string(), c.jit_reads),
+            ("native_jit_list_refused".to_string(), c.jit_refused),
+            ("native_perf_trampolines".to_string(), c.trampolines),
         ]);
         v
     }
 }
 
-/// Installs `mappings` in `p`, with a new framehop unwinder holding their modules (the old rule cache entries
-/// are invalidated by the unwinder's new generation).
+/// Installs `mappings` in `p`, with a new framehop unwinder holding their modules and those of its registered
+/// generated code (the old rule cache entries are invalidated by the unwinder's new generation).
 fn set_mappings(p: &mut Process, mappings: Vec<Mapping>) {
     let mut unwinder = UnwinderX86_64::new();
     for m in &mappings {
@@ -677,8 +878,18 @@ fn set_mappings(p: &mut Process, mappings: Vec<Mapping>) {
             unwinder.add_module(module.clone());
         }
     }
+    for j in &p.jit {
+        unwinder.add_module(j.module.clone());
+    }
     p.unwinder = unwinder;
     p.mappings = mappings;
+}
+
+/// The anonymous executable mappings of a maps file (see [`jit::is_generated_code`]), sorted.
+fn generated_code(maps: &str) -> Vec<std::ops::Range<u64>> {
+    let mut v: Vec<_> = parse_maps(maps).into_iter().filter(jit::is_generated_code).map(|e| e.start..e.end).collect();
+    v.sort_by_key(|r| r.start);
+    v
 }
 
 /// The framehop module of a mapping of `info` at `avma` with load bias `bias`; `None` without call frame

@@ -14,6 +14,7 @@
 //! - [`objects`]: reading `str`, `int`, `dict` and instance attributes from a process's memory; [`threads`]: the
 //!   names of its Python threads (`threading.Thread.name`); [`walk`]: a thread's Python stack walked from user space,
 //!   as the BPF program walks it (threads that never ran while recorded).
+//! - [`trampolines`]: the code of the perf trampolines (`-X perf`), so that native unwinding crosses them.
 //! - `testing` (unit tests only): a simulated process's memory and a process record for the tests above.
 
 pub mod asyncio;
@@ -30,6 +31,7 @@ pub mod probes;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod threads;
+pub mod trampolines;
 pub mod versions;
 pub mod walk;
 

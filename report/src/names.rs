@@ -35,6 +35,8 @@ use crate::syscalls;
 pub const IDLE: &str = "[idle]";
 /// The frame of a sample or interval taken in the garbage collector, after its Python frames.
 pub const GC: &str = "[gc]";
+/// The library (and name) of native frames in code generated at run time (a JIT's), as the recorder writes them.
+pub const JIT: &str = pyperf_format::symbol_flags::JIT_FILE;
 /// Root frame of a stack cut at the recorder's depth limit.
 pub const TRUNCATED: &str = "[truncated]";
 /// Root frame of a stack whose walk failed part way.

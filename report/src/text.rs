@@ -247,6 +247,20 @@ pub fn library_shares(profile: &Profile) -> Vec<LibraryShare> {
     out
 }
 
+/// The summary's `jit code` line, when native frames lie in code generated at run time ([`names::JIT`]): the
+/// samples taken in it, and the unwinds that stopped there for want of unwind rules (the recorder's counter).
+fn jit_summary(profile: &Profile) -> Option<String> {
+    let leaf = library_shares(profile).into_iter().find(|l| l.path == names::JIT)?.self_samples;
+    let counter = |name: &str| profile.tables.stats.as_ref()?.counters.iter().find(|(k, _)| k == name).map(|&(_, v)| v);
+    let mut line = format!("{} in generated code ({})", plural(leaf, "sample"), pct(leaf, profile.all.samples).trim());
+    match counter("native_jit_stops") {
+        Some(0) => line.push_str(", unwound through it"),
+        Some(n) => line.push_str(&format!(", {n} native stacks cut there (it has no unwind rules)")),
+        None => {}
+    }
+    Some(line)
+}
+
 /// The summary's `frames` line for a recording with native or kernel frames: the kinds the stacks hold, then those
 /// left out and how to show them; `None` for a recording of Python frames only.
 fn frames_summary(profile: &Profile) -> Option<String> {
@@ -515,6 +529,9 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
     }
     if let Some(frames) = frames_summary(profile) {
         field("frames", frames);
+    }
+    if let Some(jit) = jit_summary(profile) {
+        field("jit code", jit);
     }
     if let Some(min) = profile.off_cpu_min_ns() {
         let (mut intervals, minimum) = off_cpu_summary(profile, min);

@@ -1,0 +1,249 @@
+//! Code a process generates at run time (CPython's JIT, other JITs), which no file holds.
+//!
+//! It lies in anonymous executable mappings. A JIT can describe it through GDB's JIT interface: the global
+//! `__jit_debug_descriptor` heads a list of entries, each an ELF object in the process's memory naming one piece of
+//! code (its `.text` range, a symbol) with its call frame information (`.eh_frame`, absolute addresses). CPython
+//! 3.15 on x86-64 Linux registers each executor so (`py::jit:executor`, whose frame rule is the frame pointer its
+//! entry shim set up and the JIT code never clobbers). Registered code is unwound like a file's; code that is not
+//! (3.14's JIT, which uses rbp as a general register and registers nothing) has no rule: the unwinding stops
+//! there, and the frame is marked `[jit]`, never guessed past.
+//!
+//! Reading the list is racy (the process adds and frees entries under its own lock): each object is taken only if
+//! it parses and its code lies in one anonymous executable mapping, and the whole list is read again rather than
+//! patched, so a freed entry does not outlive the next read.
+
+use std::ops::Range;
+
+use super::elf::ElfInfo;
+use crate::proc::MapsEntry;
+use crate::python::mem::ReadMem;
+
+/// The symbol of GDB's JIT interface descriptor (`struct jit_descriptor`).
+pub const DESCRIPTOR_SYMBOL: &str = "__jit_debug_descriptor";
+/// The name (and library) of a frame in generated code: CPython's executors, and any code not registered.
+pub const JIT: &str = pyperf_format::symbol_flags::JIT_FILE;
+/// The prefix of the names CPython registers its JIT code under (`py::jit:executor`): all shown as [`JIT`].
+const CPYTHON_PREFIX: &str = "py::jit";
+/// Entries followed, at most (a list that loops, or a huge one, ends here).
+pub const MAX_ENTRIES: usize = 16_384;
+/// Largest in-memory object read for one entry (CPython's are about 1-3 KiB).
+pub const MAX_OBJECT: u64 = 1 << 20;
+/// The only version of the interface there is.
+const VERSION: u32 = 1;
+
+/// One piece of registered code.
+pub struct JitCode {
+    /// Its addresses (the object's `.text`).
+    pub range: Range<u64>,
+    /// What its frames are called.
+    pub name: String,
+    /// The object, parsed (its call frame information, at the code's own addresses).
+    pub info: ElfInfo,
+}
+
+/// Why the list could not be read (the code it would have named is then unwound as unregistered).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadError {
+    /// The descriptor is unreadable, or not version 1.
+    Descriptor,
+}
+
+/// What a read found: the code (sorted by address, none overlapping) and how many entries were refused.
+#[derive(Default)]
+pub struct Registered {
+    /// The registered code.
+    pub code: Vec<JitCode>,
+    /// Entries whose object was unreadable, did not parse, or named code outside the anonymous executable
+    /// mappings (or the list ended early at an unreadable entry).
+    pub refused: u64,
+}
+
+/// Whether a maps entry is code generated at run time: executable, anonymous (no file; `[anon:NAME]` is an
+/// anonymous mapping a process named), not one of the kernel's special mappings.
+pub fn is_generated_code(e: &MapsEntry) -> bool {
+    e.exec && e.inode == 0 && (e.path.is_empty() || e.path.starts_with("[anon:"))
+}
+
+/// The name of a frame in registered code named `symbol` ("" when the object has none).
+pub fn frame_name(symbol: &str) -> String {
+    if symbol.is_empty() || symbol.starts_with(CPYTHON_PREFIX) {
+        JIT.to_string()
+    } else {
+        symbol.to_string()
+    }
+}
+
+/// Reads the list of the descriptor at `descriptor` in `mem`, keeping the entries whose code lies in one of
+/// `anon` (the process's anonymous executable mappings, sorted).
+pub fn read_registered(mem: &dyn ReadMem, descriptor: u64, anon: &[Range<u64>]) -> Result<Registered, ReadError> {
+    let mut d = [0u8; 24];
+    if !mem.read(descriptor, &mut d) || u32_at(&d, 0) != VERSION {
+        return Err(ReadError::Descriptor);
+    }
+    let mut out = Registered::default();
+    let mut entry = u64_at(&d, 16);
+    for _ in 0..MAX_ENTRIES {
+        if entry == 0 {
+            break;
+        }
+        let mut e = [0u8; 32];
+        if !mem.read(entry, &mut e) {
+            out.refused += 1;
+            break;
+        }
+        let (next, object, size) = (u64_at(&e, 0), u64_at(&e, 16), u64_at(&e, 24));
+        match read_object(mem, object, size, anon) {
+            Some(code) => out.code.push(code),
+            None => out.refused += 1,
+        }
+        entry = next;
+    }
+    out.code.sort_by_key(|c| c.range.start);
+    // Two objects for one address (an entry freed and its code reused while the list was read): neither is
+    // trusted over the other, the later one is dropped and the address keeps the first's rule.
+    let before = out.code.len();
+    out.code.dedup_by(|later, first| later.range.start < first.range.end);
+    out.refused += (before - out.code.len()) as u64;
+    Ok(out)
+}
+
+/// The code one entry's object describes, if it parses and its `.text` lies in one anonymous executable mapping.
+fn read_object(mem: &dyn ReadMem, addr: u64, size: u64, anon: &[Range<u64>]) -> Option<JitCode> {
+    if size == 0 || size > MAX_OBJECT {
+        return None;
+    }
+    let mut bytes = vec![0u8; usize::try_from(size).ok()?];
+    if !mem.read(addr, &mut bytes) {
+        return None;
+    }
+    let info = ElfInfo::parse_bytes(&bytes).ok()?;
+    let range = info.unwind.text_svma.clone()?;
+    let inside = anon.iter().any(|m| m.start <= range.start && range.end <= m.end);
+    if range.is_empty() || !inside || info.unwind.eh_frame.is_none() {
+        return None;
+    }
+    let symbol = info.symbols.lookup(range.start).map(|i| info.symbols.name(i)).unwrap_or("");
+    let name = frame_name(symbol);
+    Some(JitCode { range, name, info })
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4).map_or(0, |s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8).and_then(|s| s.try_into().ok()).map_or(0, u64::from_le_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::collections::BTreeMap;
+
+    /// Memory made of regions at addresses.
+    #[derive(Default)]
+    struct Fake(RefCell<BTreeMap<u64, Vec<u8>>>);
+
+    impl Fake {
+        fn put(&self, addr: u64, bytes: Vec<u8>) {
+            self.0.borrow_mut().insert(addr, bytes);
+        }
+    }
+
+    impl ReadMem for Fake {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+            let regions = self.0.borrow();
+            let Some((start, bytes)) = regions.range(..=addr).next_back() else { return false };
+            let off = (addr - start) as usize;
+            match bytes.get(off..off + buf.len()) {
+                Some(s) => {
+                    buf.copy_from_slice(s);
+                    true
+                }
+                None => false,
+            }
+        }
+    }
+
+    /// Two objects CPython 3.15.2 (Debian sid) registered for its executors with `PYTHON_JIT=1`, read from a
+    /// running process's list: `.text` (the code) at 0x7fedd8026000 (0x2f bytes) and 0x7fedd8024000 (0x5cf), an
+    /// `.eh_frame` whose CIE says CFA = rbp + 16, a symbol `py::jit:executor`.
+    const SMALL: &[u8] = include_bytes!("../../testdata/jit/cpython-3.15-executor.o");
+    const LARGE: &[u8] = include_bytes!("../../testdata/jit/cpython-3.15-executor-2.o");
+    const ANON: Range<u64> = 0x7fed_d802_4000..0x7fed_d802_8000;
+
+    fn descriptor(mem: &Fake, at: u64, first: u64) {
+        let mut d = vec![0u8; 24];
+        d[0..4].copy_from_slice(&1u32.to_le_bytes());
+        d[16..24].copy_from_slice(&first.to_le_bytes());
+        mem.put(at, d);
+    }
+
+    fn entry(mem: &Fake, at: u64, next: u64, object: u64, size: usize) {
+        let mut e = vec![0u8; 32];
+        e[0..8].copy_from_slice(&next.to_le_bytes());
+        e[16..24].copy_from_slice(&object.to_le_bytes());
+        e[24..32].copy_from_slice(&(size as u64).to_le_bytes());
+        mem.put(at, e);
+    }
+
+    #[test]
+    fn registered_code_is_read_sorted_and_named() {
+        let mem = Fake::default();
+        mem.put(0x5000, SMALL.to_vec());
+        mem.put(0x9000, LARGE.to_vec());
+        entry(&mem, 0x1000, 0x1100, 0x5000, SMALL.len());
+        entry(&mem, 0x1100, 0, 0x9000, LARGE.len());
+        descriptor(&mem, 0x100, 0x1000);
+        let r = read_registered(&mem, 0x100, &[ANON]).expect("reads");
+        assert_eq!(r.refused, 0);
+        let got: Vec<_> = r.code.iter().map(|c| (c.range.clone(), c.name.as_str())).collect();
+        assert_eq!(got, [(0x7fed_d802_4000..0x7fed_d802_45cf, JIT), (0x7fed_d802_6000..0x7fed_d802_602f, JIT)]);
+        assert!(r.code.iter().all(|c| c.info.unwind.eh_frame.is_some()));
+        // The same code registered twice (an entry freed and reused while the list was read): one kept.
+        entry(&mem, 0x1100, 0x1200, 0x9000, LARGE.len());
+        entry(&mem, 0x1200, 0, 0x9000, LARGE.len());
+        let r = read_registered(&mem, 0x100, &[ANON]).expect("reads");
+        assert_eq!((r.code.len(), r.refused), (2, 1));
+        // Code outside the anonymous executable mappings (a file's, or unmapped since) is refused.
+        let upper = 0x7fed_d802_6000..0x7fed_d802_7000;
+        let r = read_registered(&mem, 0x100, std::slice::from_ref(&upper)).expect("reads");
+        assert_eq!((r.code.len(), r.refused), (1, 2));
+    }
+
+    /// Hostile or torn lists: an object for code outside the anonymous mappings, garbage, a huge size, a loop, a
+    /// descriptor of another version. None is taken, none hangs.
+    #[test]
+    fn hostile_lists_are_refused_and_bounded() {
+        let mem = Fake::default();
+        let mut damaged = LARGE.to_vec();
+        damaged[0x28..0x30].fill(0xff); // e_shoff: the section headers are nowhere
+        mem.put(0x5000, damaged);
+        mem.put(0x6000, vec![0x7f, b'E', b'L', b'F', 0, 0, 0, 0]);
+        entry(&mem, 0x1000, 0x1100, 0x5000, LARGE.len());
+        entry(&mem, 0x1100, 0x1200, 0x6000, 8);
+        entry(&mem, 0x1200, 0x1000, 0x6000, 1 << 40); // loops back to the first
+        descriptor(&mem, 0x100, 0x1000);
+        let r = read_registered(&mem, 0x100, &[ANON]).expect("reads");
+        assert!(r.code.is_empty());
+        assert_eq!(r.refused as usize, MAX_ENTRIES);
+        let mut d = vec![0u8; 24];
+        d[0..4].copy_from_slice(&2u32.to_le_bytes());
+        mem.put(0x200, d);
+        assert_eq!(read_registered(&mem, 0x200, &[ANON]).err(), Some(ReadError::Descriptor));
+        assert_eq!(read_registered(&mem, 0xdead_0000, &[ANON]).err(), Some(ReadError::Descriptor));
+    }
+
+    #[test]
+    fn generated_code_is_anonymous_executable_memory() {
+        let e =
+            |path: &str, inode, exec| MapsEntry { start: 0, end: 1, exec, offset: 0, dev: 0, inode, path: path.into() };
+        assert!(is_generated_code(&e("", 0, true)));
+        assert!(is_generated_code(&e("[anon:jit]", 0, true)));
+        assert!(!is_generated_code(&e("", 0, false)));
+        assert!(!is_generated_code(&e("[vdso]", 0, true)));
+        assert!(!is_generated_code(&e("[vsyscall]", 0, true)));
+        assert!(!is_generated_code(&e("/usr/lib/libc.so.6", 1234, true)));
+    }
+}
