@@ -12,7 +12,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::Result;
-use pyperf_format::{symbol_flags, GilState, OffCpuKind, Process, RecorderWarning, Stats, Symbol, ThreadName};
+use pyperf_format::{
+    symbol_flags, FrameKind, GilState, OffCpuKind, Process, RecorderWarning, Stats, Symbol, ThreadName,
+};
 use pyperf_report::names;
 
 use super::{OffCpuSample, Sample, Sink};
@@ -108,6 +110,8 @@ pub struct Live {
     function_ids: HashMap<(String, String), u32>,
     /// Symbol id (dense, from the session) to function id.
     symbol_function: Vec<u32>,
+    /// The kind of each symbol id's frame (where a `[gc]` frame goes).
+    symbol_kind: Vec<FrameKind>,
     /// Recent buckets, oldest first.
     buckets: VecDeque<Bucket>,
     /// Window length in seconds.
@@ -143,6 +147,7 @@ impl Live {
             functions: Vec::new(),
             function_ids: HashMap::new(),
             symbol_function: Vec::new(),
+            symbol_kind: Vec::new(),
             buckets: VecDeque::new(),
             window: window.max(1),
             since_start: ThreadSums::default(),
@@ -192,8 +197,33 @@ impl Live {
         let i = id as usize;
         if self.symbol_function.len() <= i {
             self.symbol_function.resize(i + 1, u32::MAX);
+            self.symbol_kind.resize(i + 1, FrameKind::Marker);
         }
         self.symbol_function[i] = f;
+        self.symbol_kind[i] = sym.kind();
+    }
+
+    /// The functions of the stack `view` (symbol ids, root first) into `out`, with a `[gc]` frame where reports put
+    /// it when the sample was taken in the garbage collector.
+    fn stack(&mut self, view: &[u32], in_gc: bool, out: &mut Vec<u32>) {
+        out.clear();
+        let gc_at = in_gc.then(|| {
+            let kind = |id: u32| self.symbol_kind.get(id as usize).copied().unwrap_or(FrameKind::Marker);
+            names::gc_index(view.iter().map(|&id| kind(id)))
+        });
+        let gc = gc_at.map(|_| self.pseudo(names::GC));
+        for (i, &id) in view.iter().enumerate() {
+            if gc_at == Some(i) {
+                out.extend(gc);
+            }
+            match self.symbol_function.get(id as usize) {
+                Some(&f) if f != u32::MAX => out.push(f),
+                _ => {}
+            }
+        }
+        if gc_at == Some(view.len()) {
+            out.extend(gc);
+        }
     }
 
     /// The bucket of second `s`, made (and the window moved) if needed.
@@ -409,9 +439,7 @@ impl Sink for LiveSink {
         let mut stack = std::mem::take(&mut self.stack);
         {
             let mut live = self.lock();
-            stack.clear();
-            stack.extend(s.view().iter().map(|&id| live.symbol_function.get(id as usize).copied().unwrap_or(u32::MAX)));
-            stack.retain(|&f| f != u32::MAX);
+            live.stack(s.view(), s.in_gc, &mut stack);
             if stack.is_empty() {
                 let idle = live.pseudo(names::IDLE);
                 stack.push(idle);
@@ -432,9 +460,7 @@ impl Sink for LiveSink {
         let mut stack = std::mem::take(&mut self.stack);
         {
             let mut live = self.lock();
-            stack.clear();
-            stack.extend(s.view().iter().map(|&id| live.symbol_function.get(id as usize).copied().unwrap_or(u32::MAX)));
-            stack.retain(|&f| f != u32::MAX);
+            live.stack(s.view(), s.in_gc, &mut stack);
             let frame = names::off_cpu_frame(o.kind, o.syscall, &live.arch.clone());
             let leaf = live.pseudo(&frame);
             stack.push(leaf);
@@ -493,6 +519,26 @@ mod tests {
         assert_eq!(l.sums(false, &|k| k.1 == 2).weight, 10);
         l.reset();
         assert_eq!(l.sums(false, &|_| true).weight, 0);
+    }
+
+    /// A sample taken in the collector gets `[gc]` where reports put it: after the last Python frame, before the
+    /// native frames below it (or at the root without Python frames).
+    #[test]
+    fn gc_frame_goes_after_the_python_frames() {
+        let mut l = Live::new(2, 10, "x86_64");
+        let native = |n: &str| Symbol { flags: symbol_flags::NATIVE, ..sym(n) };
+        l.symbol(0, &sym("main"));
+        l.symbol(1, &sym("alloc"));
+        l.symbol(2, &native("gc_collect_main"));
+        let names = |l: &mut Live, view: &[u32], gc: bool| {
+            let mut out = Vec::new();
+            l.stack(view, gc, &mut out);
+            out.iter().map(|&f| l.functions[f as usize].name.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(names(&mut l, &[0, 1, 2], true), ["main", "alloc", "[gc]", "gc_collect_main"]);
+        assert_eq!(names(&mut l, &[0, 1], true), ["main", "alloc", "[gc]"]);
+        assert_eq!(names(&mut l, &[2], true), ["[gc]", "gc_collect_main"]);
+        assert_eq!(names(&mut l, &[0, 1, 2], false), ["main", "alloc", "gc_collect_main"]);
     }
 
     #[test]

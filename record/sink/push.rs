@@ -43,7 +43,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use pyperf_format::{OffCpuKind, Process, RecorderWarning, Stats, Symbol};
+use pyperf_format::{FrameKind, OffCpuKind, Process, RecorderWarning, Stats, Symbol};
+use pyperf_report::names;
 use pyperf_report::pprof::{Builder, Label};
 
 use super::{OffCpuSample, Sample, Sink, TrailerCounters};
@@ -895,6 +896,19 @@ struct Key {
     frames: Box<[u32]>,
     /// The `[off-CPU: ...]` leaf of an interval; empty for a CPU sample.
     reason: String,
+    /// Taken in the garbage collector: a `[gc]` frame where reports put it.
+    gc: bool,
+}
+
+/// The frames of a stack (root first) leaf first, as pprof lists locations, with `None` for a `[gc]` frame put
+/// before root-first index `gc_at` ([`names::gc_index`]).
+fn leaf_first(frames: &[u32], gc_at: Option<usize>) -> Vec<Option<u32>> {
+    let mut out: Vec<Option<u32>> = frames.iter().map(|&id| Some(id)).collect();
+    if let Some(at) = gc_at.filter(|&at| at <= out.len()) {
+        out.insert(at, None);
+    }
+    out.reverse();
+    out
 }
 
 /// The push sink: see the module docs.
@@ -987,12 +1001,13 @@ impl PushSink {
         // In a fixed order, so that a window's encoding does not depend on the hash map's.
         let mut keys: Vec<(&Key, &(u64, u64))> = counts.iter().collect();
         keys.sort_unstable_by(|a, b| {
-            (a.0.pid, a.0.tid, a.0.gil, &a.0.frames, &a.0.reason).cmp(&(
+            (a.0.pid, a.0.tid, a.0.gil, &a.0.frames, &a.0.reason, a.0.gc).cmp(&(
                 b.0.pid,
                 b.0.tid,
                 b.0.gil,
                 &b.0.frames,
                 &b.0.reason,
+                b.0.gc,
             ))
         });
         let mut locations = Vec::new();
@@ -1005,10 +1020,15 @@ impl PushSink {
             if k.frames.is_empty() && k.reason.is_empty() {
                 locations.push(b.pseudo_location("[idle]"));
             }
-            for &id in k.frames.iter().rev() {
-                match self.symbols.get(id as usize) {
-                    Some(sym) => locations.push(b.location(sym, true)),
-                    None => locations.push(b.pseudo_location("[unknown symbol]")),
+            let gc_at = k.gc.then(|| {
+                let kind = |id: u32| self.symbols.get(id as usize).map_or(FrameKind::Marker, Symbol::kind);
+                names::gc_index(k.frames.iter().map(|&id| kind(id)))
+            });
+            for frame in leaf_first(&k.frames, gc_at) {
+                match frame.map(|id| self.symbols.get(id as usize)) {
+                    None => locations.push(b.pseudo_location(names::GC)),
+                    Some(Some(sym)) => locations.push(b.location(sym, true)),
+                    Some(None) => locations.push(b.pseudo_location("[unknown symbol]")),
                 }
             }
             let thread = self.comms.get(&(k.pid, k.tid)).map(String::as_str).unwrap_or("");
@@ -1119,7 +1139,14 @@ impl Sink for PushSink {
     fn sample(&mut self, s: &Sample<'_>) {
         self.samples += 1;
         self.comms.entry((s.pid, s.tid)).or_insert_with(|| s.comm.to_string());
-        let key = Key { pid: s.pid, tid: s.tid, gil: s.gil.as_u8(), frames: s.view().into(), reason: String::new() };
+        let key = Key {
+            pid: s.pid,
+            tid: s.tid,
+            gil: s.gil.as_u8(),
+            frames: s.view().into(),
+            reason: String::new(),
+            gc: s.in_gc,
+        };
         self.window.entry(key).or_default().0 += 1;
     }
 
@@ -1132,7 +1159,7 @@ impl Sink for PushSink {
         let s = &o.sample;
         let reason = pyperf_report::names::off_cpu_frame(o.kind, o.syscall, &self.options.arch);
         let reason = if reason.is_empty() && o.kind == OffCpuKind::Runnable { "[off-CPU]".to_string() } else { reason };
-        let key = Key { pid: s.pid, tid: s.tid, gil: s.gil.as_u8(), frames: s.view().into(), reason };
+        let key = Key { pid: s.pid, tid: s.tid, gil: s.gil.as_u8(), frames: s.view().into(), reason, gc: s.in_gc };
         let e = self.window.entry(key).or_default();
         e.1 = e.1.saturating_add(o.weight_ns);
     }
@@ -1203,6 +1230,15 @@ mod tests {
         for bad in ["", "a b", "a{", "a,b", &"a".repeat(MAX_APP + 1)] {
             assert!(check_app(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn gc_frame_is_placed_leaf_first() {
+        assert_eq!(leaf_first(&[1, 2, 3], None), [Some(3), Some(2), Some(1)]);
+        assert_eq!(leaf_first(&[1, 2, 3], Some(2)), [Some(3), None, Some(2), Some(1)]);
+        assert_eq!(leaf_first(&[1, 2], Some(2)), [None, Some(2), Some(1)]);
+        assert_eq!(leaf_first(&[1, 2], Some(0)), [Some(2), Some(1), None]);
+        assert_eq!(leaf_first(&[], Some(0)), [None]);
     }
 
     #[test]

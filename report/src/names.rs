@@ -35,6 +35,20 @@ use crate::syscalls;
 pub const IDLE: &str = "[idle]";
 /// The frame of a sample or interval taken in the garbage collector, after its Python frames.
 pub const GC: &str = "[gc]";
+
+/// Where the [`GC`] frame goes in a stack (root first) whose frames are of `kinds`: after its last Python frame or
+/// task marker, before the native and kernel frames below them (the collector's own code); at the root (0) when it
+/// has neither. Every view places it so: the reports, `top` and `--push`.
+pub fn gc_index(kinds: impl IntoIterator<Item = pyperf_format::FrameKind>) -> usize {
+    use pyperf_format::FrameKind;
+    let mut at = 0;
+    for (i, kind) in kinds.into_iter().enumerate() {
+        if matches!(kind, FrameKind::Python | FrameKind::Task) {
+            at = i + 1;
+        }
+    }
+    at
+}
 /// The library (and name) of native frames in code generated at run time (a JIT's), as the recorder writes them.
 pub const JIT: &str = pyperf_format::symbol_flags::JIT_FILE;
 /// Root frame of a stack cut at the recorder's depth limit.

@@ -625,8 +625,7 @@ fn add_gc_frames(tables: &mut Tables, origins: &[u32], map: Option<&[u32]>) -> V
             node = parent;
         }
         chain.reverse();
-        let python = |sym: u32| matches!(tables.symbol(sym).kind(), FrameKind::Python | FrameKind::Task);
-        let split = chain.iter().rposition(|&(_, sym)| python(sym)).map_or(0, |i| i + 1);
+        let split = names::gc_index(chain.iter().map(|&(_, sym)| tables.symbol(sym).kind()));
         let mut at = split.checked_sub(1).map_or(0, |i| chain[i].0);
         for sym in std::iter::once(gc_id).chain(chain[split..].iter().map(|&(_, sym)| sym)) {
             let next = tables.nodes.len() as u32 + 1;
