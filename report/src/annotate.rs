@@ -98,6 +98,10 @@ impl Default for Options {
     }
 }
 
+/// Most lines of a function shown whole; a longer extent (a crafted recording's lines far apart) shows its sampled
+/// lines only.
+pub const MAX_SPAN: u32 = 20_000;
+
 /// Largest local source file read (a recorded path may name anything).
 pub const MAX_LOCAL_SOURCE: u64 = 64 << 20;
 
@@ -147,7 +151,8 @@ pub struct Annotation {
     pub self_count: u64,
     /// Its samples where it was on the stack (once per sample).
     pub total_count: u64,
-    /// Every line from the first shown to the last, in order.
+    /// The lines shown, in order: every line of its extent (at most [`MAX_SPAN`]) and every sampled line; a gap
+    /// between two is lines left out.
     pub lines: Vec<Line>,
     /// Where the text of `lines` came from.
     pub source: SourceOrigin,
@@ -489,9 +494,11 @@ pub fn annotate(profile: &Profile, options: &Options) -> Result<Annotated, Repor
     let mut source_of = |file: &str, warnings: &mut Vec<String>| -> Source {
         sources.entry(file.to_string()).or_insert_with(|| find_source(profile, file, options.local, warnings)).clone()
     };
+    // The first and last known line with samples (line 0, unknown, only when no other has any).
     let sampled = |f: usize| -> Option<(u32, u32)> {
         let lines = &counts[f].lines;
-        Some((*lines.keys().next()?, *lines.keys().next_back()?))
+        let last = *lines.keys().next_back()?;
+        Some((lines.keys().copied().find(|&l| l > 0).unwrap_or(0), last))
     };
     let chosen: Vec<usize> = match &options.target {
         Target::Top => {
@@ -592,7 +599,15 @@ pub fn annotate(profile: &Profile, options: &Options) -> Result<Annotated, Repor
         let Some((lo, hi)) = sampled(f) else { continue };
         let source = source_of(&file, &mut warnings);
         let (def_line, first, last) = extent(&c.base_name, lo, hi, source.lines.as_deref());
-        let lines = (first..=last)
+        // The extent, and every sampled line (line 0, unknown, too); a crafted recording's lines may be billions
+        // apart: past MAX_SPAN lines only the sampled ones are shown.
+        let whole = last.saturating_sub(first) < MAX_SPAN;
+        let span = (first..=last).take_while(|_| whole);
+        let mut numbers: Vec<u32> = span.chain(c.lines.keys().copied()).collect();
+        numbers.sort_unstable();
+        numbers.dedup();
+        let lines = numbers
+            .into_iter()
             .map(|l| {
                 let (self_count, total_count) = c.lines.get(&l).copied().unwrap_or((0, 0));
                 let text = source.lines.as_ref().and_then(|s| s.get(l.checked_sub(1)? as usize)).cloned();
@@ -719,7 +734,12 @@ fn write_text<W: Write>(annotated: &Annotated, color: bool, mut out: W) -> io::R
         writeln!(out, "  {source}")?;
         let width = a.lines.last().map_or(4, |l| l.line.to_string().len().max(4));
         writeln!(out, "  {:>7}  {:>7}  {:>width$}  source", "self", "total", "line")?;
+        let mut previous: Option<u32> = None;
         for l in &a.lines {
+            if previous.is_some_and(|p| l.line > p + 1) {
+                writeln!(out, "  {:>7}  {:>7}  {:>width$}", "", "", "...")?;
+            }
+            previous = Some(l.line);
             let s = percent(l.self_count, annotated.selection);
             let t = percent(l.total_count, annotated.selection);
             let (sc, tc) = if color {
@@ -778,7 +798,12 @@ fn write_html<W: Write>(annotated: &Annotated, mut out: W) -> io::Result<()> {
             "<table class=\"lines\">\n<tr><th>self</th><th>total</th><th>line</th><th style=\"text-align:left\">source</th></tr>\n",
         );
         let hottest = a.lines.iter().map(|l| l.self_count).max().unwrap_or(0).max(1);
+        let mut previous: Option<u32> = None;
         for l in &a.lines {
+            if previous.is_some_and(|p| l.line > p + 1) {
+                page.push_str("<tr class=\"gap\"><td></td><td></td><td class=\"line\">...</td><td></td></tr>\n");
+            }
+            previous = Some(l.line);
             let share =
                 |c: u64| if annotated.selection == 0 { 0.0 } else { c as f64 * 100.0 / annotated.selection as f64 };
             let heat = l.self_count as f64 / hottest as f64;

@@ -239,8 +239,13 @@ fn filters_and_arguments() {
     assert_eq!(e.to_string(), "unknown colour choice 'sometimes'; valid: auto, always, never");
 }
 
-/// A one-function recording of `file`, with its source stored or not.
+/// A one-function recording of `file` (`C.f`: 3 samples at line 2, 1 at line 3), with its source stored or not.
 fn recording_of(file: &str, stored: Option<&[u8]>) -> Vec<u8> {
+    recording_with(file, stored, &[(3, 2), (1, 3)])
+}
+
+/// A one-function recording of `file` (`C.f`) with (samples, line) as given, with its source stored or not.
+fn recording_with(file: &str, stored: Option<&[u8]>, lines: &[(u64, u32)]) -> Vec<u8> {
     let header = Header {
         pyperf_version: "0.8.0".into(),
         hostname: "h".into(),
@@ -267,7 +272,7 @@ fn recording_of(file: &str, stored: Option<&[u8]>) -> Vec<u8> {
     if let Some(content) = stored {
         w.add_sources(&[SourceFile::stored(file, content.to_vec())]).expect("source");
     }
-    for (n, line) in [(3u64, 2u32), (1, 3)] {
+    for &(n, line) in lines {
         let s = w.intern_symbol(&Symbol { scope: "C".into(), name: "f".into(), file: file.into(), line, flags: 0 });
         let leaf = w.intern_stack(&[s]);
         for k in 0..n {
@@ -344,4 +349,22 @@ fn sources_from_the_recording_or_the_disk() {
     assert!(
         matches!(&a.annotations[0].source, SourceOrigin::Unavailable { why } if why.ends_with("not a regular file"))
     );
+}
+
+/// A crafted recording's lines billions apart, and line 0 (unknown): the sampled lines are shown, with a gap marked,
+/// not billions of rows; the unknown line's samples are not lost.
+#[test]
+fn far_apart_lines_show_only_the_sampled_ones() {
+    let bytes = recording_with("/nowhere/m.py", None, &[(2, 0), (3, 5), (1, 4_000_000_000)]);
+    let profile = Profile::load(&bytes[..], &LoadOptions::default()).expect("loads");
+    let a = annotate::annotate(&profile, &options(Target::Name("f".into()))).expect("annotates");
+    let got: Vec<(u32, u64)> = a.annotations[0].lines.iter().map(|l| (l.line, l.self_count)).collect();
+    assert_eq!(got, vec![(0, 2), (5, 3), (4_000_000_000, 1)]);
+    let out = text(&a, &options(Target::Top));
+    assert_eq!(out.lines().filter(|l| l.trim() == "...").count(), 2, "{out}");
+    // Close lines: the whole extent between them.
+    let bytes = recording_with("/nowhere/m.py", None, &[(1, 10), (1, 14)]);
+    let profile = Profile::load(&bytes[..], &LoadOptions::default()).expect("loads");
+    let a = annotate::annotate(&profile, &options(Target::Name("C.f".into()))).expect("annotates");
+    assert_eq!(a.annotations[0].lines.iter().map(|l| l.line).collect::<Vec<_>>(), vec![10, 11, 12, 13, 14]);
 }

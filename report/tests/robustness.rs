@@ -46,6 +46,17 @@ fn write_all(profile: &Profile, svg: bool) {
         }
         write_report(&args, profile, std::io::sink()).unwrap_or_else(|e| panic!("{args:?}: {e}"));
     }
+    // `pyperf annotate` of the top functions, text and HTML (the recording's sources only: no local file is read).
+    for html in [false, true] {
+        let mut options = pyperf_report::annotate::Options::default();
+        options.top = 5;
+        options.html = html;
+        options.local = false;
+        // An error is one line for the user (no sample, no Python function); never a panic.
+        if let Ok(a) = pyperf_report::annotate::annotate(profile, &options) {
+            pyperf_report::annotate::write(&a, &options, std::io::sink()).expect("annotate writes");
+        }
+    }
 }
 
 fn check_error(what: &str, message: &str) {
