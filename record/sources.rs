@@ -1,8 +1,9 @@
 //! `pyperf record --source`: the source files the sampled Python frames run, stored in the recording (format 1.7,
 //! `SourceChunk`) so that `pyperf annotate` shows the code that ran on any machine, later.
 //!
-//! A file is read when a sample first names it (a new symbol's `file`): the process may exit, or the file change,
-//! before the recording ends. Reads happen after the ring buffer is taken (never inside its callback), one read of
+//! A file is read when a sample first names it (a new symbol's `file`, in the thread's stack or its task view): the
+//! process may exit, or the file change, before the recording ends. A file only a suspended task's wait names (the
+//! task sweep, no sample) is not read. Reads happen after the ring buffer is taken (never inside its callback), one read of
 //! a bounded size per file: at most [`MAX_FILE`] bytes a file and [`MAX_TOTAL`] a recording. The file is read in the
 //! process's own file system (`/proc/PID/root/PATH`, a relative path in `/proc/PID/cwd`: a container's files, not the
 //! host's), opened without blocking and only if it is a regular file ([`pyperf_report::open_regular`]).

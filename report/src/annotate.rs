@@ -650,11 +650,13 @@ fn amount(count: u64, mode: Mode) -> String {
     }
 }
 
-/// The header lines of an annotation (unescaped parts escaped here), shared by the text and HTML outputs.
-fn header(a: &Annotation, of: &Annotated) -> (String, String, String) {
+/// The header lines of an annotation (title, counts, source), names and paths made safe by `shown`
+/// ([`names::escape_text`] for a terminal; [`visible`] for HTML, which then escapes the whole line), shared by the text
+/// and HTML outputs.
+fn header(a: &Annotation, of: &Annotated, shown: impl Fn(&str) -> String) -> (String, String, String) {
     let title = match a.def_line {
-        Some(l) => format!("{} in {}, def at line {l}", names::escape_text(&a.function), names::escape_text(&a.file)),
-        None => format!("{} in {}", names::escape_text(&a.function), names::escape_text(&a.file)),
+        Some(l) => format!("{} in {}, def at line {l}", shown(&a.function), shown(&a.file)),
+        None => format!("{} in {}", shown(&a.function), shown(&a.file)),
     };
     let what = match of.mode {
         Mode::Cpu => "CPU samples",
@@ -663,7 +665,7 @@ fn header(a: &Annotation, of: &Annotated) -> (String, String, String) {
     };
     let counts = format!(
         "{}: {} self ({}), {} total ({}) of {} {what} in the selection",
-        names::escape_text(&a.function),
+        shown(&a.function),
         amount(a.self_count, of.mode),
         percent_or_zero(a.self_count, of.selection),
         amount(a.total_count, of.mode),
@@ -676,10 +678,7 @@ fn header(a: &Annotation, of: &Annotated) -> (String, String, String) {
     let source = match &a.source {
         SourceOrigin::Recording { sha256 } => format!("source: the recording's copy (sha256 {sha256})"),
         SourceOrigin::Local { why_not_recorded } => {
-            format!(
-                "source: {} on this machine (not in the recording: {why_not_recorded})",
-                names::escape_text(&a.file)
-            )
+            format!("source: {} on this machine (not in the recording: {why_not_recorded})", shown(&a.file))
         }
         SourceOrigin::Unavailable { why } => format!("source: unavailable, line numbers only: {why}"),
     };
@@ -728,7 +727,7 @@ fn write_text<W: Write>(annotated: &Annotated, color: bool, mut out: W) -> io::R
         if i > 0 || !annotated.notes.is_empty() {
             writeln!(out)?;
         }
-        let (title, counts, source) = header(a, annotated);
+        let (title, counts, source) = header(a, annotated, names::escape_text);
         writeln!(out, "{bold}{title}{reset}")?;
         writeln!(out, "  {counts}")?;
         writeln!(out, "  {source}")?;
@@ -784,14 +783,8 @@ fn write_html<W: Write>(annotated: &Annotated, mut out: W) -> io::Result<()> {
         let _ = writeln!(page, "<p class=\"note\">{}</p>", esc(note));
     }
     for (i, a) in annotated.annotations.iter().enumerate() {
-        let (title, counts, source) = header(a, annotated);
-        // The header texts were escaped for a terminal; for HTML they are made from the raw names again.
-        let _ = title;
-        let title = match a.def_line {
-            Some(l) => format!("{} in {}, def at line {l}", esc(&a.function), esc(&a.file)),
-            None => format!("{} in {}", esc(&a.function), esc(&a.file)),
-        };
-        let _ = writeln!(page, "<section class=\"function\" id=\"f{i}\">\n<h2>{title}</h2>");
+        let (title, counts, source) = header(a, annotated, |s| visible(s).into_owned());
+        let _ = writeln!(page, "<section class=\"function\" id=\"f{i}\">\n<h2>{}</h2>", esc(&title));
         let _ = writeln!(page, "<p class=\"counts\">{}</p>", esc(&counts));
         let _ = writeln!(page, "<p class=\"source\">{}</p>", esc(&source));
         page.push_str(
