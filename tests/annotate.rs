@@ -9,6 +9,7 @@
 //! - with the file gone from disk, annotate still shows the source (the recording's copy), without a warning;
 //! - with the file changed on disk, a one-line warning says the local file differs and that the recording's copy is
 //!   shown;
+//! - recorded without `--source` (the default), the recording holds no file and annotate shows the local one;
 //! - the HTML page, loaded in headless Chromium, has the lines and their shares, and nothing from the network.
 //!
 //! The Debian sid interpreter runs chrooted, its script in a directory only the chroot has: the recorder reads it
@@ -207,6 +208,26 @@ fn annotate_lines(name: &str) {
             "{name}: {err}"
         );
         assert_eq!(row(&now, line_a).2, "        crc = zlib.crc32(big, crc)  # line A", "the recording's copy shown");
+    }
+
+    // Without --source (the default) the recording holds no file; annotate reads the one on this machine and says so.
+    if !name.starts_with("sid-") {
+        let plain = dir.path().join("plain.pyp");
+        let rec = run(pyperf()
+            .args(["record", "-F", "199", "-o"])
+            .arg(&plain)
+            .arg("--")
+            .arg(&python)
+            .args([script.inside.as_str(), "0.5"]));
+        assert!(rec.status.success(), "{name}: pyperf record failed");
+        let p = Profile::open(&plain, &LoadOptions::default()).expect("recording");
+        assert!(p.tables.sources().is_empty(), "{name}: sources stored without --source");
+        let (ok, text, err) = annotate_cli(&["-i", &plain.display().to_string(), "--color", "never", &target]);
+        assert!(ok && err.is_empty(), "{name}: {err}");
+        let local =
+            format!("source: {} on this machine (not in the recording: recorded without --source)", script.inside);
+        assert!(text.contains(&local), "{name}: {text}");
+        assert_eq!(row(&text, line_a).2, "        crc = zlib.crc32(big, crc)  # line A, changed", "the local file");
     }
 
     // HTML, in a real browser: the lines, their shares, nothing fetched.
