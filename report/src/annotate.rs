@@ -518,8 +518,9 @@ pub fn annotate(profile: &Profile, options: &Options) -> Result<Annotated, Repor
                 ));
             }
             if order.len() > top {
+                let which = if top == 1 { "the function".to_string() } else { format!("the {top} functions") };
                 notes.push(format!(
-                    "the {top} functions with the most self time, of {} with some (--top N for more, or name one)",
+                    "{which} with the most self time, of {} with some (--top N for more, or name one)",
                     order.len()
                 ));
             }

@@ -109,6 +109,9 @@ fn top_functions_by_self_time() {
     let all = annotate::annotate(&source_profile(), &o).expect("annotates");
     assert_eq!(all.annotations.len(), 4);
     assert!(all.notes.is_empty());
+    o.top = 1;
+    let one = annotate::annotate(&source_profile(), &o).expect("annotates");
+    assert_eq!(one.notes, vec!["the function with the most self time, of 4 with some (--top N for more, or name one)"]);
     // `main`: a caller only; its lines' totals, no self.
     let main = run(Target::Name("main".into()));
     let m = &main.annotations[0];
