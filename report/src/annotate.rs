@@ -446,7 +446,9 @@ fn extent(base_name: &str, lo: u32, hi: u32, lines: Option<&[String]>) -> (Optio
     if base_name.starts_with('<') || lo as usize > lines.len() {
         return (None, lo, hi);
     }
-    let first_indent = (lo..=hi).find_map(|l| lines.get(l as usize - 1).and_then(|t| indent(t)));
+    // (Within the file: a crafted recording's last line may be billions.)
+    let last_known = hi.min(lines.len() as u32);
+    let first_indent = (lo..=last_known).find_map(|l| lines.get(l as usize - 1).and_then(|t| indent(t)));
     let Some(first_indent) = first_indent else { return (None, lo, hi) };
     let def = (1..=lo).rev().find(|&l| {
         let text = &lines[l as usize - 1];

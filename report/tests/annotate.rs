@@ -365,6 +365,14 @@ fn far_apart_lines_show_only_the_sampled_ones() {
     assert_eq!(got, vec![(0, 2), (5, 3), (4_000_000_000, 1)]);
     let out = text(&a, &options(Target::Top));
     assert_eq!(out.lines().filter(|l| l.trim() == "...").count(), 2, "{out}");
+    // The same with a source whose sampled lines are blank up to its end: found quickly, not by counting to 4e9.
+    let src = b"def f():\n\n\n";
+    let bytes = recording_with("/nowhere/m.py", Some(src), &[(1, 2), (1, 4_000_000_000)]);
+    let profile = Profile::load(&bytes[..], &LoadOptions::default()).expect("loads");
+    let started = std::time::Instant::now();
+    let a = annotate::annotate(&profile, &options(Target::Name("f".into()))).expect("annotates");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert_eq!(a.annotations[0].lines.iter().map(|l| l.line).collect::<Vec<_>>(), vec![2, 4_000_000_000]);
     // Close lines: the whole extent between them.
     let bytes = recording_with("/nowhere/m.py", None, &[(1, 10), (1, 14)]);
     let profile = Profile::load(&bytes[..], &LoadOptions::default()).expect("loads");
