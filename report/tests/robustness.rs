@@ -66,7 +66,7 @@ fn check_error(what: &str, message: &str) {
 
 #[test]
 fn every_truncation_point_reports_or_fails_clearly() {
-    for name in ["mixed", "killed", "newer-minor", "offcpu", "native", "gc"] {
+    for name in ["mixed", "killed", "newer-minor", "offcpu", "native", "gc", "source"] {
         let full = synth::recording(name);
         let mut reported = 0;
         for n in 0..full.len() {
@@ -122,7 +122,7 @@ fn every_flipped_byte_reports_with_warnings_or_fails_clearly() {
 fn payload_damage_behind_valid_checksums_never_panics() {
     let head = pyperf_format::CHUNK_HEADER_LEN;
     let mut runs = 0;
-    for name in ["mixed", "offcpu", "native", "gc"] {
+    for name in ["mixed", "offcpu", "native", "gc", "source"] {
         let full = synth::recording(name);
         let list = synth::chunks(&full);
         for &(at, len) in &list {
