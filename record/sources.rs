@@ -6,7 +6,8 @@
 //! task sweep, no sample) is not read. Reads happen after the ring buffer is taken (never inside its callback), one read of
 //! a bounded size per file: at most [`MAX_FILE`] bytes a file and [`MAX_TOTAL`] a recording. The file is read in the
 //! process's own file system (`/proc/PID/root/PATH`, a relative path in `/proc/PID/cwd`: a container's files, not the
-//! host's), opened without blocking and only if it is a regular file ([`pyperf_report::open_regular`]).
+//! host's; links resolved inside it too), opened without blocking and only if it is a regular file
+//! ([`crate::native::elf::open_in_root`]).
 //!
 //! pyperf runs as root, the recording goes to whoever runs it, and a program chooses its `co_filename`: a file is
 //! stored only if the process's own user could read it (its filesystem uid and groups against the opened file's
@@ -119,15 +120,26 @@ impl Sources {
 
 /// Reads `path` as process `pid` sees it (see the module doc), with at most `room` bytes left in the recording.
 fn read(pid: u32, path: &str, room: u64) -> Result<Vec<u8>, String> {
-    let at = if path.starts_with('/') { format!("/proc/{pid}/root{path}") } else { format!("/proc/{pid}/cwd/{path}") };
     let reason = |e: std::io::Error| {
         if !Path::new(&format!("/proc/{pid}")).exists() {
             "the process was gone".to_string()
+        } else if e.kind() == std::io::ErrorKind::InvalidInput && e.to_string() == "too large" {
+            format!("larger than {} MiB", MAX_FILE >> 20)
         } else {
             pyperf_report::io_reason(&e)
         }
     };
-    let file = pyperf_report::open_regular(Path::new(&at)).map_err(reason)?;
+    // Every component resolved inside the process's root, links included (an absolute link in a container must not
+    // lead to the host's file): an absolute path from its root, a relative one from its working directory, which
+    // is then the root of the lookup, so `..` could not leave it: such a path is not read.
+    let root = if path.starts_with('/') {
+        format!("/proc/{pid}/root")
+    } else if path.split('/').any(|c| c == "..") {
+        return Err("a relative path with `..`".to_string());
+    } else {
+        format!("/proc/{pid}/cwd")
+    };
+    let file = crate::native::elf::open_in_root(Path::new(&root), path, MAX_FILE).map_err(reason)?;
     let meta = file.metadata().map_err(reason)?;
     if !readable_by(pid, &meta)? {
         return Err(format!(
@@ -271,5 +283,15 @@ mod tests {
         let small = small.display().to_string();
         assert!(read(pid, &small, 5).is_err_and(|e| e.starts_with("beyond the 64 MiB")));
         assert_eq!(read(pid, &small, 6), Ok(b"x = 1\n".to_vec()));
+    }
+
+    /// A relative path is the process's working directory's (the tests run in the crate's); one with `..` is not
+    /// read (the working directory is the lookup's root: `..` would stay in it and name another file).
+    #[test]
+    fn relative_paths_from_the_working_directory() {
+        let pid = std::process::id();
+        let here = std::fs::read("Cargo.toml").expect("the crate's Cargo.toml");
+        assert_eq!(read(pid, "Cargo.toml", MAX_TOTAL), Ok(here));
+        assert_eq!(read(pid, "record/../Cargo.toml", MAX_TOTAL), Err("a relative path with `..`".to_string()));
     }
 }
