@@ -147,6 +147,16 @@ pub fn report_all_formats(bytes: &[u8]) {
                 for args in all.into_iter().chain([roots]) {
                     let _ = write_report(&args, &profile, Capped(0));
                 }
+                // `pyperf annotate` of the top functions, text and HTML, from the recording's sources only.
+                for html in [false, true] {
+                    let mut o = pyperf_report::annotate::Options::default();
+                    o.top = 5;
+                    o.html = html;
+                    o.local = false;
+                    if let Ok(a) = pyperf_report::annotate::annotate(&profile, &o) {
+                        let _ = pyperf_report::annotate::write(&a, &o, Capped(0));
+                    }
+                }
             }
             k += 1;
         }

@@ -34,6 +34,13 @@ pub struct RecordArgs {
     /// Continuous profiling.
     #[command(flatten)]
     pub push: PushArgs,
+    /// Store the source of every file with a sampled Python frame in the recording (with its SHA-256), so that
+    /// `pyperf annotate` shows the code that ran on any machine, later. Off by default: recordings travel, and this
+    /// puts the program's code in them. Read in the process's own file system when a sample first names a file; at
+    /// most 4 MiB a file and 64 MiB a recording; only files the process's user may read; the others are listed,
+    /// not stored.
+    #[arg(long = "source")]
+    pub source: bool,
     /// Measure the BPF program's own run time (kernel BPF statistics) and print it in the summary.
     #[arg(long = "bpf-stats")]
     pub bpf_stats: bool,
@@ -84,6 +91,9 @@ pub fn record(args: &RecordArgs) -> Result<ExitCode> {
     let file = Box::new(FileSink::new(output, &header)?);
     let sinks = plan.sinks(&header, file, Vec::new())?;
     let mut session = plan.session(sampler, targets, Box::new(sinks))?;
+    if args.source {
+        session = session.with_sources();
+    }
     session.start()?;
     created.keep();
 

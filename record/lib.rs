@@ -10,7 +10,8 @@
 //!   its GIL wait, its raw sample); [`offcpu`]: `--off-cpu`'s pairing of records into intervals.
 //! - [`symbolizer`]: raw frames (code object addresses) to symbols, with the per-frame cache; [`threadnames`]: the
 //!   Python names of the sampled threads.
-//! - [`sink`]: where samples go; the `.pyp` file is the first [`sink::Sink`].
+//! - [`sink`]: where samples go; the `.pyp` file is the first [`sink::Sink`]; [`sources`]: `--source`, the source
+//!   files of the sampled frames.
 //! - [`session`]: the loop that applies target events to the sampler, symbolizer and sink; [`cli`]: the
 //!   `pyperf record` arguments that set it up.
 //! - [`plan`]: what `record` and `top` share: their target, sampling and push arguments, checked once, with every
@@ -74,6 +75,7 @@ pub mod sampler;
 pub mod session;
 pub mod signals;
 pub mod sink;
+pub mod sources;
 pub mod summary;
 pub mod symbolizer;
 pub mod targets;

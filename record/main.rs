@@ -1,4 +1,4 @@
-//! `pyperf`: record CPython stacks with eBPF (`pyperf record`), read recordings (`pyperf report`).
+//! `pyperf`: record CPython stacks with eBPF (`pyperf record`), read recordings (`pyperf report`, `pyperf annotate`).
 
 use std::process::ExitCode;
 
@@ -21,6 +21,8 @@ enum Command {
     Dump(pyperf::dump::DumpArgs),
     /// Read recordings: text summary, folded stacks, speedscope JSON, an SVG flame graph, pprof or Firefox Profiler.
     Report(pyperf_report::ReportArgs),
+    /// A function's source with each line's self and total share, in the terminal or as an HTML heatmap (--html).
+    Annotate(pyperf_report::AnnotateArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +42,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Record(args) => pyperf::cli::record(&args),
         Command::Report(args) => pyperf_report::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::Annotate(args) => pyperf_report::run_annotate(&args).map(|()| ExitCode::SUCCESS),
         Command::Dump(args) => pyperf::dump::dump(&args),
         Command::Top(args) => pyperf::top::top(&args),
     };

@@ -24,6 +24,7 @@ use crate::rest::Target;
 use crate::sampler::{RawSample, Sampler};
 use crate::signals;
 use crate::sink::{OffCpuSample, Sample, Sink};
+use crate::sources::Sources;
 use crate::summary;
 use crate::symbolizer::Symbolizer;
 use crate::targets::procfs::Namespaces;
@@ -79,6 +80,8 @@ pub struct Session {
     frees: FreesPlan,
     /// `--async`: the task view of the samples, and the sweep of suspended tasks (see [`crate::tasks`]).
     tasks: Option<Tasks>,
+    /// `--source`: the source files of the sampled frames (see [`crate::sources`]).
+    sources: Option<Sources>,
 }
 
 impl Session {
@@ -99,7 +102,15 @@ impl Session {
             off_cpu: None,
             frees: FreesPlan::new(true),
             tasks: None,
+            sources: None,
         }
+    }
+
+    /// Stores the source file of every sampled Python frame in the recording (`--source`). Before
+    /// [`Session::start`].
+    pub fn with_sources(mut self) -> Session {
+        self.sources = Some(Sources::default());
+        self
     }
 
     /// Gives samples of asyncio tasks their task view (`--async`), and with `sweep_hz` > 0 weighs suspended tasks
@@ -308,6 +319,7 @@ impl Session {
                 .chain([("code_from_snapshots".to_string(), self.symbolizer.from_snapshots())])
                 .chain(self.symbolizer.native_counters())
                 .chain(self.tasks.as_ref().map_or(Vec::new(), Tasks::trailer))
+                .chain(self.sources.as_ref().map_or(Vec::new(), Sources::counters))
                 .chain(self.off_cpu.as_ref().map_or(Vec::new(), |o| {
                     let mut c = vec![("off_cpu_intervals".to_string(), self.sink.off_cpu_intervals())];
                     c.extend(o.counters().map(|(k, v)| (k.to_string(), v)));
@@ -336,6 +348,10 @@ impl Session {
             summary.push('\n');
             summary.push_str(&what);
         }
+        if let Some(line) = self.sources.as_ref().and_then(Sources::summary) {
+            summary.push('\n');
+            summary.push_str(&line);
+        }
         crate::say!("{summary}");
         if bpf_stats {
             let off = self.sampler.off_cpu_bpf_stats();
@@ -360,16 +376,30 @@ impl Session {
 
     /// Takes samples from the ring buffer for up to `timeout` (see [`Sampler::poll`]).
     fn poll(&mut self, timeout: Duration) -> Result<()> {
-        let Session { sampler, symbolizer, names, sink, start_ns, truncated, off_cpu, tasks, .. } = self;
+        let Session { sampler, symbolizer, names, sink, start_ns, truncated, off_cpu, tasks, sources, .. } = self;
         let sink: &mut dyn Sink = sink.as_mut();
         let mut tasks = tasks.as_mut();
+        let mut sources = sources.as_mut();
         sampler
             .poll(timeout, &mut |s| {
-                on_sample(symbolizer, names, sink, *start_ns, truncated, off_cpu.as_mut(), tasks.as_deref_mut(), s)
+                let (off_cpu, tasks, sources) = (off_cpu.as_mut(), tasks.as_deref_mut(), sources.as_deref_mut());
+                on_sample(symbolizer, names, sink, *start_ns, truncated, off_cpu, tasks, sources, s)
             })
             .context("reading samples")?;
         self.tasks_due()?;
+        self.read_sources()?;
         self.thread_names(false)
+    }
+
+    /// `--source`: reads the files the last samples named first (after the ring is taken, not in its callback) and
+    /// hands them to the sink.
+    fn read_sources(&mut self) -> Result<()> {
+        let Some(sources) = self.sources.as_mut() else { return Ok(()) };
+        let files = sources.read_due();
+        if files.is_empty() {
+            return Ok(());
+        }
+        self.sink.sources(&files)
     }
 
     /// `--async`: the sweep of suspended tasks when due, and what the task view has to say.
@@ -513,15 +543,15 @@ impl Session {
     /// `--off-cpu`, at the end: the followed threads still off CPU get an interval up to now, with their stack
     /// walked from user space (the program walks a thread's stack when it comes back, which these did not).
     fn end_off_cpu(&mut self, now: u64) -> Result<()> {
-        let Session { sampler, symbolizer, names, sink, start_ns, off_cpu, .. } = self;
+        let Session { sampler, symbolizer, names, sink, start_ns, off_cpu, sources, .. } = self;
         let Some(o) = off_cpu else { return Ok(()) };
         let open = sampler.open_off_cpu(&o.pids());
         let sink: &mut dyn Sink = sink.as_mut();
         o.end(open, now, &mut |ended| match ended {
             Ended::Interval(i) => write_interval(sink, *start_ns, &i),
-            Ended::Walked(raw) => write_sample(symbolizer, names, sink, *start_ns, None, &raw),
+            Ended::Walked(raw) => write_sample(symbolizer, names, sink, *start_ns, None, sources.as_mut(), &raw),
         });
-        Ok(())
+        self.read_sources()
     }
 }
 
@@ -577,6 +607,7 @@ fn on_sample(
     truncated: &mut u64,
     off_cpu: Option<&mut Pairing>,
     tasks: Option<&mut Tasks>,
+    mut sources: Option<&mut Sources>,
     s: &RawSample<'_>,
 ) {
     if let Some(c) = &s.code {
@@ -595,9 +626,10 @@ fn on_sample(
             Step::Write => {}
             Step::Hold => {
                 names.saw(s.pid, s.tid, s.time_ns);
-                let frames = symbolizer.symbolize(s, &mut |id, sym| sink.symbol(id, sym)).to_vec();
+                let frames = symbolizer.symbolize(s, &mut new_symbol(sink, sources.as_deref_mut(), s.pid)).to_vec();
                 announce_libraries(symbolizer, sink);
-                let task_frames = task_view(symbolizer, sink, tasks, s).map(<[u32]>::to_vec).unwrap_or_default();
+                let task_frames =
+                    task_view(symbolizer, sink, tasks, sources, s).map(<[u32]>::to_vec).unwrap_or_default();
                 o.hold(s, &off, frames, task_frames);
                 return;
             }
@@ -608,7 +640,22 @@ fn on_sample(
             Step::Nothing => return,
         },
     }
-    write_sample(symbolizer, names, sink, start_ns, tasks, s);
+    write_sample(symbolizer, names, sink, start_ns, tasks, sources, s);
+}
+
+/// What a new symbol of a sample of process `pid` goes to: the sink, and with `--source` the sources (its file may be
+/// new).
+fn new_symbol<'a>(
+    sink: &'a mut dyn Sink,
+    mut sources: Option<&'a mut Sources>,
+    pid: u32,
+) -> impl FnMut(u32, &pyperf_format::Symbol) + 'a {
+    move |id, sym| {
+        if let Some(sources) = sources.as_deref_mut() {
+            sources.saw(pid, sym);
+        }
+        sink.symbol(id, sym)
+    }
 }
 
 /// The task view of the sample the symbolizer just named, if it has one.
@@ -616,9 +663,10 @@ fn task_view<'t>(
     symbolizer: &mut Symbolizer,
     sink: &mut dyn Sink,
     tasks: Option<&'t mut Tasks>,
+    sources: Option<&mut Sources>,
     s: &RawSample<'_>,
 ) -> Option<&'t [u32]> {
-    tasks?.stack(symbolizer, s, &mut |id, sym| sink.symbol(id, sym))
+    tasks?.stack(symbolizer, s, &mut new_symbol(sink, sources, s.pid))
 }
 
 /// A raw sample or whole off-CPU interval, symbolized and handed to the sink.
@@ -628,12 +676,13 @@ fn write_sample(
     sink: &mut dyn Sink,
     start_ns: u64,
     tasks: Option<&mut Tasks>,
+    mut sources: Option<&mut Sources>,
     s: &RawSample<'_>,
 ) {
     names.saw(s.pid, s.tid, s.time_ns);
-    symbolizer.symbolize(s, &mut |id, sym| sink.symbol(id, sym));
+    symbolizer.symbolize(s, &mut new_symbol(sink, sources.as_deref_mut(), s.pid));
     announce_libraries(symbolizer, sink);
-    let task_frames = task_view(symbolizer, sink, tasks, s).unwrap_or(&[]);
+    let task_frames = task_view(symbolizer, sink, tasks, sources, s).unwrap_or(&[]);
     let frames = symbolizer.last_stack();
     let comm_len = s.comm.iter().position(|&c| c == 0).unwrap_or(s.comm.len());
     // (from_utf8 first: its ASCII path is much quicker than the lossy decoder's, on every sample.)

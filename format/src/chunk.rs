@@ -10,7 +10,7 @@ pub const MAGIC: [u8; 8] = *b"\x89PYP\r\n\x1a\n";
 /// Major version: a reader refuses files with a higher one.
 pub const MAJOR: u16 = 1;
 /// Minor version: a reader accepts higher ones, ignoring what it does not know.
-pub const MINOR: u16 = 6;
+pub const MINOR: u16 = 7;
 
 /// Bytes before the first chunk: magic, major, minor, four reserved bytes.
 pub const PREAMBLE_LEN: usize = 16;
@@ -71,6 +71,8 @@ pub enum Kind {
     /// [`crate::TaskWaitChunk`]: suspended asyncio tasks, sampled by the recorder's task sweep (1.5+); an empty one
     /// right after the header (after the off-CPU one, if any) says the sweep ran.
     TaskWaits = 12,
+    /// [`crate::SourceChunk`]: source files of the recorded program (1.7+, `pyperf record --source`).
+    Sources = 13,
 }
 
 impl Kind {
@@ -89,6 +91,7 @@ impl Kind {
             10 => Kind::OffCpu,
             11 => Kind::Libraries,
             12 => Kind::TaskWaits,
+            13 => Kind::Sources,
             _ => return None,
         })
     }
@@ -151,6 +154,19 @@ pub fn chunk_header(kind: u16, flags: u16, stored: &[u8], raw_len: u32) -> [u8; 
 
 /// Compresses `raw` and writes one chunk. Returns the bytes written.
 pub fn write_chunk<W: Write>(out: &mut W, kind: Kind, raw: &[u8], level: i32) -> io::Result<u64> {
+    write_chunk_within(out, kind, raw, level, u64::MAX)
+}
+
+/// [`write_chunk`], but stored uncompressed when zstd would shrink it more than `max_ratio` times: for content the
+/// recorder does not choose (a source file of zeros compresses thousands of times), which would otherwise make a
+/// reader's ratio budget ([`MAX_RATIO`]) refuse the whole recording as a decompression bomb.
+pub fn write_chunk_within<W: Write>(
+    out: &mut W,
+    kind: Kind,
+    raw: &[u8],
+    level: i32,
+    max_ratio: u64,
+) -> io::Result<u64> {
     // One zstd context per thread, reused (as for decompression below): the recorder writes a few small chunks a
     // second, and a new context each time was ~1% of its CPU.
     thread_local! {
@@ -171,8 +187,13 @@ pub fn write_chunk<W: Write>(out: &mut W, kind: Kind, raw: &[u8], level: i32) ->
     if raw.len() > MAX_CHUNK_BYTES as usize || stored.len() > MAX_CHUNK_BYTES as usize {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "chunk larger than MAX_CHUNK_BYTES"));
     }
-    out.write_all(&chunk_header(kind as u16, FLAG_ZSTD, &stored, raw.len() as u32))?;
-    out.write_all(&stored)?;
+    let (flags, stored) = if raw.len() as u64 > max_ratio.saturating_mul(stored.len() as u64) {
+        (0, raw)
+    } else {
+        (FLAG_ZSTD, &stored[..])
+    };
+    out.write_all(&chunk_header(kind as u16, flags, stored, raw.len() as u32))?;
+    out.write_all(stored)?;
     Ok((CHUNK_HEADER_LEN + stored.len()) as u64)
 }
 

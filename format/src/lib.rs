@@ -17,8 +17,8 @@ pub use model::*;
 pub use reader::{samples, Frames, Reader, Record, Sample, Tables};
 pub use states::{GilState, OffCpuKind, PthreadIdMatch, StackStatus, ThreadStateMatch};
 pub use writer::{
-    SampleRecord, Writer, LIBRARIES_PER_CHUNK, OFF_CPU_PER_CHUNK, SAMPLES_PER_CHUNK, SYMBOLS_PER_CHUNK,
-    TASK_WAITS_PER_CHUNK, THREAD_NAMES_PER_CHUNK,
+    SampleRecord, Writer, LIBRARIES_PER_CHUNK, OFF_CPU_PER_CHUNK, SAMPLES_PER_CHUNK, SOURCE_MAX_RATIO,
+    SYMBOLS_PER_CHUNK, TASK_WAITS_PER_CHUNK, THREAD_NAMES_PER_CHUNK,
 };
 
 use std::io::Read;

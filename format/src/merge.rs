@@ -26,8 +26,8 @@ pub struct Merger {
 }
 
 impl Tables {
-    /// Adds `other`'s symbols, stack nodes, process records, thread names, warnings, libraries and trailer to these
-    /// tables, its times moved `shift_ns` later (a recording that started that much after the first). Equal symbols
+    /// Adds `other`'s symbols, stack nodes, process records, thread names, warnings, libraries, source files (the
+    /// first of a path kept) and trailer to these tables, its times moved `shift_ns` later (a recording that started that much after the first). Equal symbols
     /// and equal stacks become one; process records stay apart (the report tells recordings' processes apart by
     /// record). Counters of the trailers are added up; the duration is the merged span. `merger` must be the same
     /// for every call on these tables, and these tables empty at the first.
@@ -75,6 +75,9 @@ impl Tables {
             self.off_cpu_min_ns = other.off_cpu_min_ns;
         }
         self.task_sweep |= other.task_sweep;
+        for (path, file) in &other.sources {
+            self.sources.entry(path.clone()).or_insert_with(|| file.clone());
+        }
         for (path, id) in &other.libraries {
             self.libraries.entry(path.clone()).or_insert_with(|| id.clone());
         }

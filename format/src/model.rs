@@ -374,6 +374,113 @@ impl LibraryChunk {
     }
 }
 
+/// A source file of the recorded program (format 1.7+, `pyperf record --source`): the bytes of a file some sampled
+/// Python frame runs, as the recorder read them when it first met the file, so that a recording read on another
+/// machine can still show its code (`pyperf annotate`). Or, when the recorder could not store it, why not.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SourceFile {
+    /// The file as the recording names it: the `file` of its Python frames (`co_filename`), which the recorder read
+    /// in the process's own root (`/proc/PID/root`) and, when relative, its working directory.
+    pub path: String,
+    /// SHA-256 of `content` (32 bytes: [`sha256`]; `sha256sum FILE` prints it in hex, [`SourceFile::sha256_hex`]);
+    /// empty when the file was not stored.
+    pub sha256: Vec<u8>,
+    /// The file's bytes as read (any encoding: Python source is UTF-8 unless it says otherwise); empty when not
+    /// stored (or an empty file).
+    pub content: Vec<u8>,
+    /// Empty when stored; else why the recorder did not store it, one line (`larger than 4 MiB`, `not a regular
+    /// file`, `No such file or directory`).
+    pub error: String,
+}
+
+impl SourceFile {
+    /// A file stored with its content (its hash computed here).
+    pub fn stored(path: &str, content: Vec<u8>) -> SourceFile {
+        SourceFile { path: path.to_string(), sha256: sha256(&content).to_vec(), content, error: String::new() }
+    }
+
+    /// A file the recorder could not store, and why.
+    pub fn missing(path: &str, error: &str) -> SourceFile {
+        SourceFile { path: path.to_string(), sha256: Vec::new(), content: Vec::new(), error: error.to_string() }
+    }
+
+    /// Whether its content is stored (no `error`).
+    pub fn is_stored(&self) -> bool {
+        self.error.is_empty()
+    }
+
+    /// [`SourceFile::sha256`] in lower-case hex, as `sha256sum` prints it; empty when not stored.
+    pub fn sha256_hex(&self) -> String {
+        hex(&self.sha256)
+    }
+}
+
+/// SHA-256 of `bytes`: the hash a [`SourceFile`] keeps of its content.
+pub fn sha256(bytes: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).into()
+}
+
+/// `bytes` in lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+/// The on-disk form of a chunk of source files (kind 13, format 1.7+): one column per field, all of the same length
+/// (file `i` is element `i` of every column). Columns so that a later minor version can append one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceChunk {
+    /// [`SourceFile::path`] of each file.
+    pub path: Vec<String>,
+    /// [`SourceFile::sha256`] of each file: 32 bytes, or none when not stored.
+    pub sha256: Vec<Vec<u8>>,
+    /// [`SourceFile::content`] of each file.
+    pub content: Vec<Vec<u8>>,
+    /// [`SourceFile::error`] of each file.
+    pub error: Vec<String>,
+}
+
+impl SourceChunk {
+    /// The chunk holding `files`, in order.
+    pub fn from_files(files: &[SourceFile]) -> SourceChunk {
+        SourceChunk {
+            path: files.iter().map(|f| f.path.clone()).collect(),
+            sha256: files.iter().map(|f| f.sha256.clone()).collect(),
+            content: files.iter().map(|f| f.content.clone()).collect(),
+            error: files.iter().map(|f| f.error.clone()).collect(),
+        }
+    }
+
+    /// Its files, in order, taking the columns; `None` if the columns differ in length, a hash is neither 32 bytes
+    /// nor empty, or a file is both stored (no error) and without a hash.
+    pub fn into_files(self) -> Option<Vec<SourceFile>> {
+        let n = self.path.len();
+        if self.sha256.len() != n || self.content.len() != n || self.error.len() != n {
+            return None;
+        }
+        let files: Vec<SourceFile> = self
+            .path
+            .into_iter()
+            .zip(self.sha256)
+            .zip(self.content.into_iter().zip(self.error))
+            .map(|((path, sha256), (content, error))| SourceFile { path, sha256, content, error })
+            .collect();
+        let consistent = |f: &SourceFile| {
+            if f.error.is_empty() {
+                f.sha256.len() == 32
+            } else {
+                f.sha256.is_empty() && f.content.is_empty()
+            }
+        };
+        files.iter().all(consistent).then_some(files)
+    }
+}
+
 /// A suspended asyncio task, sampled by the recorder's task sweep (format 1.5+): where it waits (its task-view stack:
 /// the root task's marker ... the task's own suspended coroutine frames, leaf = the await it is suspended in) and the
 /// wall time it stands for.

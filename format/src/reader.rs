@@ -42,6 +42,8 @@ pub enum Record {
     /// Suspended asyncio tasks sampled by the recorder's task sweep (1.5+), in file order; none in the chunk the
     /// recorder writes first to say that the sweep ran.
     TaskWaits(Vec<TaskWait>),
+    /// Source files of the recorded program (1.7+), in file order.
+    Sources(Vec<SourceFile>),
     /// A chunk kind from a newer minor version; skipped.
     Unknown {
         /// Its on-disk kind value.
@@ -169,6 +171,14 @@ impl<R: Read> Reader<R> {
                     what: "task wait chunk columns differ in length".into(),
                 })?;
                 Record::TaskWaits(waits)
+            }
+            Some(Kind::Sources) => {
+                let c: SourceChunk = decode(&raw.payload, at)?;
+                let files = c.into_files().ok_or_else(|| Error::Corrupt {
+                    offset: at,
+                    what: "source chunk columns differ in length, or a hash is not 32 bytes".into(),
+                })?;
+                Record::Sources(files)
             }
             None => Record::Unknown { kind: raw.kind },
         };
@@ -306,6 +316,8 @@ pub struct Tables {
     pub(crate) libraries: BTreeMap<String, String>,
     /// Whether a task wait chunk was applied (1.5+).
     pub(crate) task_sweep: bool,
+    /// Source files (1.7+): path -> the first record of it.
+    pub(crate) sources: BTreeMap<String, SourceFile>,
 }
 
 /// Thread names by thread, for [`Tables::thread_name`].
@@ -410,6 +422,11 @@ impl Tables {
                     self.libraries.insert(l.path.clone(), l.build_id.clone());
                 }
             }
+            Record::Sources(files) => {
+                for f in files {
+                    self.sources.entry(f.path.clone()).or_insert_with(|| f.clone());
+                }
+            }
             Record::Unknown { .. } => {}
         }
         Ok(())
@@ -480,6 +497,13 @@ impl Tables {
     /// was replaced while the recording ran) has the latest. Empty for recordings without native frames.
     pub fn libraries(&self) -> &BTreeMap<String, String> {
         &self.libraries
+    }
+
+    /// The source files the recording holds (1.7+, `record --source`), by path as the recording names them (the
+    /// `file` of their Python frames): each stored, or why it was not. A path written twice keeps its first record.
+    /// Empty for recordings made without `--source`.
+    pub fn sources(&self) -> &BTreeMap<String, SourceFile> {
+        &self.sources
     }
 
     /// The symbol with this id. Panics on an id no record defined (ids from checked records are defined).

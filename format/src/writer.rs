@@ -22,6 +22,11 @@ pub const LIBRARIES_PER_CHUNK: usize = 1024;
 /// Task waits per chunk (format 1.5+): as samples, a few hundred KiB before compression.
 pub const TASK_WAITS_PER_CHUNK: usize = 16 * 1024;
 
+/// Highest compression ratio of a source chunk (format 1.7+); one that would compress more is stored uncompressed.
+/// Half the reader's [`crate::chunk::MAX_RATIO`]: whatever the files hold, the recording stays within a reader's
+/// ratio budget.
+pub const SOURCE_MAX_RATIO: u64 = chunk::MAX_RATIO / 2;
+
 /// One sample as the recorder hands it over.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SampleRecord<'a> {
@@ -194,6 +199,20 @@ impl<W: Write> Writer<W> {
             self.write_record(Kind::ThreadNames, &ThreadNameChunk::from_names(part))?;
         }
         Ok(())
+    }
+
+    /// Writes source files now (not batched; format 1.7+): one chunk per file (a file may take megabytes), stored
+    /// uncompressed when it compresses more than [`SOURCE_MAX_RATIO`] times. Files refer to nothing else in the
+    /// file, so they may be written at any time; the recorder writes each path once. Returns the bytes written.
+    pub fn add_sources(&mut self, files: &[SourceFile]) -> Result<u64, Error> {
+        let before = self.bytes_written;
+        for file in files {
+            let chunk = SourceChunk::from_files(std::slice::from_ref(file));
+            let raw = postcard::to_stdvec(&chunk).map_err(|e| Error::Encode(e.to_string()))?;
+            self.bytes_written +=
+                chunk::write_chunk_within(&mut self.out, Kind::Sources, &raw, self.level, SOURCE_MAX_RATIO)?;
+        }
+        Ok(self.bytes_written - before)
     }
 
     /// Adds a native library the recording has frames of (format 1.4+): `path` as mapped (the `file` of its native

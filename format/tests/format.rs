@@ -1669,7 +1669,7 @@ fn read_gc(bytes: &[u8], columns: Columns) -> Result<GcRead, Error> {
 #[test]
 fn gc_flags_round_trip() {
     let (bytes, samples, intervals) = write_gc(SAMPLES_PER_CHUNK + 50, 700);
-    assert_eq!(&bytes[8..12], &[1, 0, 6, 0], "format 1.6");
+    assert_eq!(&bytes[8..12], &[1, 0, MINOR as u8, 0], "the current format (1.6 or later)");
     let (got, got_intervals, notes) = read_gc(&bytes, Columns::ALL).unwrap();
     assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
     assert_eq!(got, samples);
@@ -1813,4 +1813,195 @@ fn the_kept_1_6_recording_reads_with_its_gc_flags() {
     assert_eq!(gc.iter().filter(|(_, stack)| last(stack) == "compress").count(), 5);
     assert_eq!(intervals.len(), 3);
     assert_eq!(intervals.iter().filter(|f| *f & off_cpu_flags::GC != 0).count(), 1);
+}
+
+// ---- source files (1.7) --------------------------------------------------------------------------------------------
+
+/// Every source file record of a recording, in file order, and the tables and notes.
+fn read_sources(bytes: &[u8]) -> Result<(Tables, Vec<SourceFile>, ScanNotes), Error> {
+    let mut r = Reader::new(bytes)?;
+    let mut t = Tables::default();
+    let mut files = Vec::new();
+    let notes = scan_records(&mut r, &mut t, |_, rec| {
+        if let Record::Sources(f) = rec {
+            files.extend(f.iter().cloned());
+        }
+    })?;
+    Ok((t, files, notes))
+}
+
+/// A small recording with source files written between its samples: `files` after the first flush.
+fn write_sources(files: &[SourceFile]) -> Vec<u8> {
+    let mut w = Writer::new(Vec::new(), &header()).unwrap();
+    w.add_process(&process(100)).unwrap();
+    let s = w.intern_symbol(&sym("", "work", 3));
+    let leaf = w.intern_stack(&[s]);
+    let sample = |time_ns| SampleRecord {
+        time_ns,
+        cpu: 0,
+        pid: 100,
+        tid: 100,
+        comm: "python3",
+        thread_state: ThreadStateMatch::Match,
+        gil: GilState::ThisThread,
+        pthread_id: PthreadIdMatch::Match,
+        status: StackStatus::Complete,
+        stack: leaf,
+        task_stack: 0,
+        flags: 0,
+    };
+    w.push_sample(&sample(1)).unwrap();
+    w.flush().unwrap();
+    w.add_sources(files).unwrap();
+    w.push_sample(&sample(2)).unwrap();
+    w.finish(&stats(2)).unwrap()
+}
+
+/// Source files round trip with their hashes (SHA-256, as `sha256sum` prints it), files not stored keep why, and
+/// the tables list each path once (the first record).
+#[test]
+fn source_files_round_trip_with_their_sha256() {
+    assert_eq!(hex(&sha256(b"abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    let files = vec![
+        SourceFile::stored("/srv/app/wörk.py", b"def work():\n    return 1\n".to_vec()),
+        SourceFile::stored("rel/empty.py", Vec::new()),
+        SourceFile::stored("/bin/odd.py", (0..=255u8).collect()),
+        SourceFile::missing("/srv/app/big.py", "larger than 4 MiB"),
+        SourceFile::stored("/srv/app/wörk.py", b"a later, different copy\n".to_vec()),
+    ];
+    let bytes = write_sources(&files);
+    let (t, got, notes) = read_sources(&bytes).unwrap();
+    assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
+    assert_eq!(got, files);
+    assert_eq!(t.sources().len(), 4);
+    let work = &t.sources()["/srv/app/wörk.py"];
+    assert_eq!(work.content, b"def work():\n    return 1\n", "the first record of a path");
+    assert_eq!(work.sha256_hex(), hex(&sha256(b"def work():\n    return 1\n")));
+    assert!(work.is_stored() && work.sha256.len() == 32);
+    assert_eq!(t.sources()["rel/empty.py"].sha256_hex(), hex(&sha256(b"")));
+    let big = &t.sources()["/srv/app/big.py"];
+    assert!(!big.is_stored() && big.sha256.is_empty() && big.content.is_empty() && big.error == "larger than 4 MiB");
+    // Merged tables keep every recording's files, the first of a path.
+    let mut merged = Tables::default();
+    let mut merger = Merger::default();
+    let (other, _, _) = read_sources(&write_sources(&[SourceFile::stored("/x.py", b"x = 1\n".to_vec())])).unwrap();
+    merged.append(&mut merger, &t, 0);
+    merged.append(&mut merger, &other, 0);
+    assert_eq!(merged.sources().len(), 5);
+    assert_eq!(merged.sources()["/srv/app/wörk.py"], *work);
+}
+
+/// A file whose content compresses thousands of times is stored uncompressed: the recording stays within every
+/// reader's ratio budget (as a zstd chunk it would be refused as a decompression bomb), and ordinary files are
+/// compressed.
+#[test]
+fn very_compressible_sources_are_stored_uncompressed_and_read() {
+    let zeros = SourceFile::stored("/srv/zeros.py", vec![0u8; 4 << 20]);
+    let text: Vec<u8> = (0..2000).flat_map(|i| format!("x{i} = {}\n", i * 7919 % 1000).into_bytes()).collect();
+    let plain = SourceFile::stored("/srv/plain.py", text);
+    let bytes = write_sources(&[zeros.clone(), plain.clone()]);
+    let (_, got, notes) = read_sources(&bytes).unwrap();
+    assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
+    assert_eq!(got, vec![zeros, plain]);
+    let mut flags = Vec::new();
+    for w in chunk_ends(&bytes).windows(2) {
+        if u16::from_le_bytes([bytes[w[0]], bytes[w[0] + 1]]) == Kind::Sources as u16 {
+            flags.push(u16::from_le_bytes([bytes[w[0] + 2], bytes[w[0] + 3]]));
+        }
+    }
+    assert_eq!(flags, vec![0, FLAG_ZSTD], "zeros stored as they are, text compressed");
+    // As zstd, the zeros' chunk right after the header is refused: what the cap is for.
+    let mut w = Writer::new(Vec::new(), &header()).unwrap();
+    let bomb = SourceChunk::from_files(&[SourceFile::stored("/srv/zeros.py", vec![0u8; 4 << 20])]);
+    let raw = postcard::to_stdvec(&bomb).unwrap();
+    w.flush().unwrap();
+    let mut bytes = w.finish(&stats(0)).unwrap();
+    let cut = chunk_ends(&bytes)[1];
+    bytes.truncate(cut);
+    let stored = zstd::bulk::compress(&raw, 3).unwrap();
+    bytes.extend_from_slice(&chunk_header(Kind::Sources as u16, FLAG_ZSTD, &stored, raw.len() as u32));
+    bytes.extend_from_slice(&stored);
+    let msg = read_sources(&bytes).expect_err("a bomb").to_string();
+    assert!(msg.contains("implausible compression ratio"), "{msg}");
+}
+
+/// Damaged source chunks are errors naming the chunk: columns of different lengths, a hash that is not 32 bytes, a
+/// stored file without a hash, a missing one with content.
+#[test]
+fn damaged_source_chunks_are_refused() {
+    let good = SourceChunk::from_files(&[SourceFile::stored("/a.py", b"a\n".to_vec())]);
+    let mut short_hash = good.clone();
+    short_hash.sha256[0].pop();
+    let mut no_error_column = good.clone();
+    no_error_column.error.clear();
+    let mut no_hash = good.clone();
+    no_hash.sha256[0].clear();
+    let mut missing_with_content = good.clone();
+    missing_with_content.sha256[0].clear();
+    missing_with_content.error[0] = "gone".into();
+    let head = write(3, 3).bytes;
+    let head = head[..chunk_ends(&head)[1]].to_vec();
+    for (what, chunk) in [
+        ("short hash", short_hash),
+        ("columns", no_error_column),
+        ("stored without hash", no_hash),
+        ("missing with content", missing_with_content),
+    ] {
+        let mut bytes = head.clone();
+        let at = bytes.len();
+        bytes.extend_from_slice(&raw_chunk(Kind::Sources as u16, &postcard::to_stdvec(&chunk).unwrap()));
+        let msg = read_sources(&bytes).expect_err(what).to_string();
+        assert!(msg.contains("source chunk") && msg.contains(&format!("at byte {at}")), "{what}: {msg}");
+    }
+    let mut bytes = head.clone();
+    bytes.extend_from_slice(&raw_chunk(Kind::Sources as u16, &postcard::to_stdvec(&good).unwrap()));
+    assert_eq!(read_sources(&bytes).unwrap().1.len(), 1);
+}
+
+/// What a reader of 1.6 or before does with a 1.7 file: kind 13 is unknown to it, skipped with a warning, the
+/// samples read as they are (relabelled to a kind this reader does not know either, which takes the same path).
+#[test]
+fn source_chunks_are_skipped_as_unknown_by_older_readers() {
+    let bytes =
+        write_sources(&[SourceFile::stored("/a.py", b"a = 1\n".to_vec()), SourceFile::missing("/b.py", "gone")]);
+    let (_, _, all, _) = read(&bytes).unwrap();
+    let mut old = bytes.clone();
+    let mut relabelled = 0;
+    for w in chunk_ends(&bytes).windows(2) {
+        let at = w[0];
+        if u16::from_le_bytes([old[at], old[at + 1]]) == Kind::Sources as u16 {
+            old[at..at + 2].copy_from_slice(&999u16.to_le_bytes());
+            let crc = crc32fast::hash(&old[at..at + 16]);
+            old[at + 16..at + 20].copy_from_slice(&crc.to_le_bytes());
+            relabelled += 1;
+        }
+    }
+    assert_eq!(relabelled, 2);
+    let (_, t, samples, notes) = read(&old).unwrap();
+    assert_eq!(samples, all);
+    assert!(t.sources().is_empty());
+    assert_eq!(notes.warnings, vec!["skipped 2 chunks of a kind this pyperf does not know (newer minor version)"]);
+}
+
+/// The synthetic recording with source files as 1.7 wrote it (testdata/recordings/source-1.7.pyp, kept; made by
+/// report/tests/support/synth.rs): `hot.py` stored (its SHA-256 checked against its bytes and against the value
+/// `sha256sum` printed for them), `lib.py` listed as not readable, 106 samples.
+#[test]
+fn the_kept_1_7_recording_reads_with_its_sources() {
+    let bytes = recording("source-1.7.pyp");
+    assert_eq!(&bytes[8..12], &[1, 0, 7, 0], "format 1.7");
+    let (t, files, notes) = read_sources(&bytes).unwrap();
+    assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
+    assert_eq!(files.len(), 2);
+    let hot = &t.sources()["/srv/app/hot.py"];
+    assert!(hot.is_stored());
+    assert_eq!(hot.sha256, sha256(&hot.content).to_vec());
+    assert_eq!(hot.sha256_hex(), "66513e010772b85e31b01e9d046fc490d80c048d96ef4c27b2a07dcbc84e0201");
+    let text = String::from_utf8(hot.content.clone()).unwrap();
+    assert_eq!(text.lines().nth(5), Some("        total += i * i"), "line 6");
+    assert_eq!(text.lines().count(), 20);
+    let lib = &t.sources()["/srv/app/lib.py"];
+    assert!(!lib.is_stored() && lib.error.starts_with("not readable by the process"));
+    let (_, _, samples, _) = read(&bytes).unwrap();
+    assert_eq!(samples.len(), 106);
 }

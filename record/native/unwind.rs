@@ -530,7 +530,7 @@ impl NativeUnwinder {
         } else {
             // The kernel's link to the mapping (followed: it is no path of the target's), still not blocking.
             let mapped = format!("/proc/{pid}/map_files/{:x}-{:x}", e.start, e.end);
-            open_regular(Path::new(&mapped)).ok().or(by_root)
+            pyperf_report::open_regular(Path::new(&mapped)).ok().or(by_root)
         }?;
         let again = file.try_clone().ok();
         let info = ElfInfo::parse_file_with(file, &mut |_| None).ok()?;
@@ -978,16 +978,6 @@ fn find_debug_file(
         }
     }
     None
-}
-
-/// Opens a file pyperf trusts the name of (a kernel's link) without blocking, if it is a regular file.
-fn open_regular(path: &Path) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)?;
-    if !file.metadata()?.file_type().is_file() {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"));
-    }
-    Ok(file)
 }
 
 /// The recorder's own vDSO, parsed: the kernel maps the same image into every process.

@@ -42,6 +42,9 @@ impl Sink for FanOut {
     fn thread_names(&mut self, names: &[ThreadName]) -> Result<()> {
         self.all().try_for_each(|s| s.thread_names(names))
     }
+    fn sources(&mut self, files: &[pyperf_format::SourceFile]) -> Result<()> {
+        self.all().try_for_each(|s| s.sources(files))
+    }
     fn symbol(&mut self, id: u32, symbol: &Symbol) {
         self.all().for_each(|s| s.symbol(id, symbol));
     }

@@ -83,6 +83,10 @@ impl Sink for FileSink {
         self.writer.add_thread_names(names).map_err(|e| self.failed(e))
     }
 
+    fn sources(&mut self, files: &[pyperf_format::SourceFile]) -> Result<()> {
+        self.writer.add_sources(files).map(drop).map_err(|e| self.failed(e))
+    }
+
     fn library(&mut self, path: &str, build_id: &str) {
         if let Err(e) = self.writer.push_library(path, build_id) {
             if self.error.is_none() {

@@ -10,7 +10,7 @@ pub mod push;
 
 use anyhow::Result;
 use pyperf_format::{
-    GilState, OffCpuKind, Process, PthreadIdMatch, RecorderWarning, StackStatus, Stats, Symbol, ThreadName,
+    GilState, OffCpuKind, Process, PthreadIdMatch, RecorderWarning, SourceFile, StackStatus, Stats, Symbol, ThreadName,
     ThreadStateMatch,
 };
 
@@ -89,6 +89,11 @@ pub trait Sink {
     /// Python thread names read from the processes: each new, or changed since the last one given for its thread
     /// (format 1.2's `ThreadNameChunk`). A sink that has no use for them keeps this default, which drops them.
     fn thread_names(&mut self, _names: &[ThreadName]) -> Result<()> {
+        Ok(())
+    }
+    /// Source files of the sampled frames (`--source`, format 1.7's `SourceChunk`): each path once, stored or with
+    /// why not. A sink that has no use for them keeps this default, which drops them.
+    fn sources(&mut self, _files: &[SourceFile]) -> Result<()> {
         Ok(())
     }
     /// Symbol `id` is `symbol`; ids are dense and come in order, each once, before any sample uses it.

@@ -653,6 +653,168 @@ fn run_report(args: &ReportArgs) -> Result<(), ReportError> {
     }
 }
 
+/// Arguments of `pyperf annotate`: which function, which recordings and samples (as `pyperf report`), how to show it.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct AnnotateArgs {
+    /// The function: its name as `pyperf report` shows it (`Worker.run`; `run` for every `*.run`), or FILE:LINE (the
+    /// sampled function of FILE whose lines hold LINE; FILE may be the path's end, `app.py`). None: the functions with
+    /// the most self time
+    #[arg(value_name = "FUNCTION")]
+    pub function: Option<String>,
+
+    /// Recording to read (`-` for standard input); repeat to read several recordings as one [default: prof.pyp]
+    #[arg(short, long, value_name = "FILE")]
+    pub input: Vec<PathBuf>,
+
+    /// Annotate at most N functions: the top N by self time, or of those a name matches, the top N by total time
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub top: usize,
+
+    /// A self-contained HTML heatmap (open it in a web browser; no script, nothing fetched) instead of text
+    #[arg(long)]
+    pub html: bool,
+
+    /// Write to FILE instead of standard output (a new file, mode 0600, renamed over FILE once complete; never a
+    /// symlink, the input, or without --force a recording)
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Let -o FILE replace a pyperf recording (never the input)
+    #[arg(long, requires = "output")]
+    pub force: bool,
+
+    /// Colour the shares: auto (when standard output is a terminal and NO_COLOR is unset), always, never
+    #[arg(long, value_name = "WHEN", default_value = "auto")]
+    pub color: String,
+
+    /// Never read source files from this machine: only the recording's copies (`pyperf record --source`)
+    #[arg(long)]
+    pub no_local: bool,
+
+    /// What to weigh: cpu, off-cpu, wall (as `pyperf report --mode`)
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = Mode::Cpu, hide_possible_values = true)]
+    pub mode: Mode,
+    /// Only these processes (as `pyperf report --pid`)
+    #[arg(long, value_name = "PID", value_delimiter = ',')]
+    pub pid: Vec<u32>,
+    /// Only these threads
+    #[arg(long, value_name = "TID", value_delimiter = ',')]
+    pub tid: Vec<u32>,
+    /// Only samples in these GIL states (as `pyperf report --gil`)
+    #[arg(long, value_name = "STATE", value_delimiter = ',')]
+    pub gil: Vec<String>,
+    /// Only samples with these thread-state matches (as `pyperf report --thread-state`)
+    #[arg(long, value_name = "STATE", value_delimiter = ',')]
+    pub thread_state: Vec<String>,
+    /// Only samples with these pthread-id matches (as `pyperf report --pthread-id`)
+    #[arg(long, value_name = "STATE", value_delimiter = ',')]
+    pub pthread_id: Vec<String>,
+    /// Only samples with these stack statuses (as `pyperf report --status`)
+    #[arg(long, value_name = "STATUS", value_delimiter = ',')]
+    pub status: Vec<String>,
+    /// Samples taken in the garbage collector: mark or hide (kept), only, drop (as `pyperf report --gc`)
+    #[arg(long, value_name = "MODE", default_value = "mark")]
+    pub gc: String,
+    /// The plain thread view of an asyncio recording (as `pyperf report --no-async`)
+    #[arg(long)]
+    pub no_async: bool,
+}
+
+impl AnnotateArgs {
+    /// The report arguments that load the same samples (inputs, filters, mode).
+    pub fn report_args(&self) -> ReportArgs {
+        ReportArgs {
+            input: self.input.clone(),
+            mode: self.mode,
+            pid: self.pid.clone(),
+            tid: self.tid.clone(),
+            gil: self.gil.clone(),
+            thread_state: self.thread_state.clone(),
+            pthread_id: self.pthread_id.clone(),
+            status: self.status.clone(),
+            gc: self.gc.clone(),
+            no_async: self.no_async,
+            ..ReportArgs::default()
+        }
+    }
+
+    /// The annotation options; `terminal`: whether the output is a terminal (for `--color auto`).
+    pub fn options(&self, terminal: bool) -> Result<crate::annotate::Options, ReportError> {
+        let color = match self.color.as_str() {
+            "always" => true,
+            "never" => false,
+            "auto" => terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+            other => {
+                return Err(ReportError::UnknownKey {
+                    what: "colour choice",
+                    key: other.to_string(),
+                    valid: "auto, always, never".to_string(),
+                })
+            }
+        };
+        Ok(crate::annotate::Options {
+            target: crate::annotate::Target::parse(self.function.as_deref()),
+            top: self.top.max(1),
+            color: color && !self.html,
+            html: self.html,
+            local: !self.no_local,
+        })
+    }
+}
+
+/// Runs `pyperf annotate`: reads the recordings as `pyperf report` does (warnings to standard error), annotates,
+/// writes to standard output or `-o FILE` (as the report does). A closed output pipe ends it successfully.
+pub fn run_annotate(args: &AnnotateArgs) -> anyhow::Result<()> {
+    match annotate_to_output(args) {
+        Err(e) if e.is_broken_pipe() => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+fn annotate_to_output(args: &AnnotateArgs) -> Result<(), ReportError> {
+    let report = args.report_args();
+    let inputs = report.inputs();
+    let terminal = args.output.is_none() && io::stdout().is_terminal();
+    let options = args.options(terminal)?;
+    match &args.output {
+        Some(path) => output::check_target(path, &inputs, args.force)?,
+        None => {
+            if output::stdout_closed_at_start() {
+                return Err(ReportError::write(STDOUT, stdout_closed()));
+            }
+            if args.html && terminal {
+                return Err(ReportError::Terminal { what: "an HTML page", example: "annotate.html" });
+            }
+        }
+    }
+    let profile = report.load()?;
+    let annotated = crate::annotate::annotate(&profile, &options);
+    {
+        let mut stderr = io::stderr().lock();
+        for w in profile.warnings.iter().chain(annotated.as_ref().map(|a| &a.warnings).into_iter().flatten()) {
+            let _ = writeln!(stderr, "{}: warning: {}", program(), names::escape_text(w));
+        }
+    }
+    let annotated = annotated?;
+    match &args.output {
+        Some(path) => {
+            let target = path.display().to_string();
+            let file = Replacement::create(path)?;
+            let mut out = BufWriter::with_capacity(1 << 16, file.file());
+            crate::annotate::write(&annotated, &options, &mut out)
+                .and_then(|()| out.flush())
+                .map_err(|e| ReportError::write(&target, e))?;
+            drop(out);
+            file.commit(&inputs, args.force)
+        }
+        None => {
+            let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
+            crate::annotate::write(&annotated, &options, &mut out)
+                .and_then(|()| out.flush())
+                .map_err(|e| ReportError::write(STDOUT, e))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

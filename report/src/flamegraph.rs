@@ -538,7 +538,7 @@ fn hidden(c: char) -> bool {
 
 /// `s` with the [`hidden`] characters shown as escapes, spelled as everywhere else ([`names::escape_char`]):
 /// `\n`, `\r`, `\t`, `\x1b`, `\u{202e}`.
-fn visible(s: &str) -> Cow<'_, str> {
+pub(crate) fn visible(s: &str) -> Cow<'_, str> {
     if !s.chars().any(hidden) {
         return Cow::Borrowed(s);
     }
@@ -554,7 +554,7 @@ fn visible(s: &str) -> Cow<'_, str> {
 }
 
 /// Appends `s` escaped for XML text and attribute values (either quote). `s` must already be [`visible`].
-fn xml(s: &str, out: &mut String) {
+pub(crate) fn xml(s: &str, out: &mut String) {
     for c in s.chars() {
         match c {
             '&' => out.push_str("&amp;"),

@@ -1,5 +1,6 @@
 //! Offline analysis of pyperf recordings (`.pyp`): a text report, folded stacks, speedscope JSON, SVG flame graphs,
-//! pprof and Firefox Profiler profiles, differential flame graphs; several recordings as one.
+//! pprof and Firefox Profiler profiles, differential flame graphs; several recordings as one; a function's source
+//! with its cost per line ([`annotate`], `pyperf annotate`).
 //!
 //! The library can be used without the command line:
 //!
@@ -52,6 +53,7 @@ mod output;
 mod profile;
 pub mod syscalls;
 
+pub mod annotate;
 pub mod diff;
 pub mod flamegraph;
 pub mod folded;
@@ -62,9 +64,10 @@ pub mod text;
 pub mod tracks;
 pub mod tree;
 
-pub use cli::{exit_for_clap_error, run, write_report, Format, FormatFlags, ReportArgs};
-pub use error::{ReportError, Result};
+pub use cli::{exit_for_clap_error, run, run_annotate, write_report, AnnotateArgs, Format, FormatFlags, ReportArgs};
+pub use error::{io_reason, ReportError, Result};
 pub use filter::{Filter, GcMode};
+pub use output::open_regular;
 pub use profile::{
     split_weight, FrameKinds, LoadOptions, Mode, OffCpuTime, ProcessInstance, Profile, ShowFrames, StackCount,
     StateCounts, TaskWaitTime, Thread, Timeline, ALL_THREADS,

@@ -65,6 +65,25 @@ fn is_input(target: &Path, meta: &Metadata, input: &Path) -> bool {
     }
 }
 
+/// Opens a file for reading only if it is a regular file, without blocking: a FIFO or a device named by a
+/// recording (a source path, `pyperf annotate`) or by a process (a library or source file, `pyperf record`) opens
+/// at once (O_NONBLOCK) and is then refused, a terminal never becomes the controlling one (O_NOCTTY). Shared by the
+/// report and the recorder.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC);
+    }
+    let file = options.open(path)?;
+    if !file.metadata()?.file_type().is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
+    }
+    Ok(file)
+}
+
 /// Whether the regular file `target` starts with a recording's magic bytes. Opened without following a symlink and
 /// without blocking on a FIFO, in case either replaced the file since `meta` was taken.
 fn is_recording(target: &Path, meta: &Metadata) -> io::Result<bool> {

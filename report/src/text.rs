@@ -533,6 +533,17 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
     if let Some(jit) = jit_summary(profile) {
         field("jit code", jit);
     }
+    // Format 1.7 (`record --source`): the recording carries its source files; `pyperf annotate` shows them.
+    let sources = profile.tables.sources();
+    if !sources.is_empty() {
+        let stored = sources.values().filter(|f| f.is_stored()).count();
+        let bytes: usize = sources.values().map(|f| f.content.len()).sum();
+        let files = |n: usize| if n == 1 { "1 file".to_string() } else { format!("{n} files") };
+        let missing = sources.len() - stored;
+        let not = if missing > 0 { format!(", {} not (annotate says why)", files(missing)) } else { String::new() };
+        let kib = bytes as f64 / 1024.0;
+        field("sources", format!("{} stored ({kib:.1} KiB){not}: `pyperf annotate` shows their lines", files(stored)));
+    }
     if let Some(min) = profile.off_cpu_min_ns() {
         let (mut intervals, minimum) = off_cpu_summary(profile, min);
         if profile.mode == Mode::Cpu {

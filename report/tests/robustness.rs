@@ -46,6 +46,17 @@ fn write_all(profile: &Profile, svg: bool) {
         }
         write_report(&args, profile, std::io::sink()).unwrap_or_else(|e| panic!("{args:?}: {e}"));
     }
+    // `pyperf annotate` of the top functions, text and HTML (the recording's sources only: no local file is read).
+    for html in [false, true] {
+        let mut options = pyperf_report::annotate::Options::default();
+        options.top = 5;
+        options.html = html;
+        options.local = false;
+        // An error is one line for the user (no sample, no Python function); never a panic.
+        if let Ok(a) = pyperf_report::annotate::annotate(profile, &options) {
+            pyperf_report::annotate::write(&a, &options, std::io::sink()).expect("annotate writes");
+        }
+    }
 }
 
 fn check_error(what: &str, message: &str) {
@@ -55,7 +66,7 @@ fn check_error(what: &str, message: &str) {
 
 #[test]
 fn every_truncation_point_reports_or_fails_clearly() {
-    for name in ["mixed", "killed", "newer-minor", "offcpu", "native", "gc"] {
+    for name in ["mixed", "killed", "newer-minor", "offcpu", "native", "gc", "source"] {
         let full = synth::recording(name);
         let mut reported = 0;
         for n in 0..full.len() {
@@ -111,7 +122,7 @@ fn every_flipped_byte_reports_with_warnings_or_fails_clearly() {
 fn payload_damage_behind_valid_checksums_never_panics() {
     let head = pyperf_format::CHUNK_HEADER_LEN;
     let mut runs = 0;
-    for name in ["mixed", "offcpu", "native", "gc"] {
+    for name in ["mixed", "offcpu", "native", "gc", "source"] {
         let full = synth::recording(name);
         let list = synth::chunks(&full);
         for &(at, len) in &list {

@@ -10,11 +10,12 @@
 
 use pyperf_format::{
     off_cpu_flags, sample_flags, symbol_flags, GilState, Header, OffCpuInterval, OffCpuKind, Process, PthreadIdMatch,
-    Rate, SampleRecord, StackStatus, Stats, Symbol, TaskWait, ThreadName, ThreadStateMatch, Writer,
+    Rate, SampleRecord, SourceFile, StackStatus, Stats, Symbol, TaskWait, ThreadName, ThreadStateMatch, Writer,
 };
 
 /// Names of the synthetic recordings, without `.pyp`.
-pub const RECORDINGS: &[&str] = &["mixed", "killed", "cutoff", "newer-minor", "offcpu", "native", "tasks", "gc"];
+pub const RECORDINGS: &[&str] =
+    &["mixed", "killed", "cutoff", "newer-minor", "offcpu", "native", "tasks", "gc", "source"];
 
 /// The bytes of a synthetic recording.
 pub fn recording(name: &str) -> Vec<u8> {
@@ -27,6 +28,7 @@ pub fn recording(name: &str) -> Vec<u8> {
         "native" => native(),
         "tasks" => tasks(),
         "gc" => gc(),
+        "source" => source(),
         other => panic!("no synthetic recording called {other}"),
     }
 }
@@ -1449,6 +1451,122 @@ fn gc() -> Vec<u8> {
         samples: samples.len() as u64,
         duration_ns: 1000 * MS,
         counters: counters.iter().map(|&(k, v)| (k.to_string(), v)).collect(),
+        ..Default::default()
+    })
+    .expect("finish")
+}
+
+/// The stored source of `/srv/app/hot.py` in the [`source`] recording (line 2 holds an ESC, as a hostile file may).
+pub const HOT_PY: &str = concat!(
+    "import time, lib\n",
+    "BANNER = \"\x1b[2J\"\n",
+    "def work(n):\n",
+    "    total = 0\n",
+    "    for i in range(n):\n",
+    "        total += i * i\n",
+    "        total ^= helper(i)\n",
+    "    return total\n",
+    "\n",
+    "def helper(i):\n",
+    "    x = i << 3\n",
+    "    return x % 7\n",
+    "\n",
+    "def main():\n",
+    "    for _ in range(10):\n",
+    "        work(1000)\n",
+    "        lib.helper(3)\n",
+    "\n",
+    "if __name__ == \"__main__\":\n",
+    "    main()\n",
+);
+
+/// `pyperf record --source` of a small program (format 1.7): 106 samples of one process, whose lines annotate's tests
+/// know exactly (root first; `hot.py` is [`HOT_PY`], stored; `lib.py` could not be read by the recorder, stored as
+/// missing; `evil\x1b.py` not listed at all):
+/// - 50 `<module>:20 main:16 work:6`
+/// - 20 `<module>:20 main:16 work:7 helper:11`, 10 `... work:7 helper:12`
+/// - 10 `<module>:20 main:16 work:5`
+/// - 5 `<module>:20 main:16 work:7` (the leaf in C code called at line 7: native frames are not recorded)
+/// - 5 `<module>:20 main:16 work:7 work:7 work:6` (recursion: line 7 counts once per sample)
+/// - 4 `<module>:20 main:17 helper:5 (lib.py)` (another function called `helper`)
+/// - 1 `<module>:20 main:15 evil (/srv/app/evil\x1b[31m.py):1`
+/// - 1 without Python frames (idle)
+fn source() -> Vec<u8> {
+    let mut w = Writer::new(
+        Vec::new(),
+        &header(
+            &["python3.12", "hot.py"],
+            &["pyperf", "record", "--source", "-F", "100", "--", "python3.12", "hot.py"],
+            "cpu-clock",
+            Rate::Frequency(100),
+        ),
+    )
+    .expect("header");
+    w.add_process(&Process {
+        pid: 900,
+        command: args(&["/usr/bin/python3.12", "hot.py"]),
+        python_version: "3.12.7".into(),
+        interpreter_path: "/usr/bin/python3.12".into(),
+        build_id: "1234abcd".into(),
+        first_seen_ns: 0,
+        ns_pid: 900,
+        cgroup: String::new(),
+    })
+    .expect("process");
+    let (hot, lib, evil) = ("/srv/app/hot.py", "/srv/app/lib.py", "/srv/app/evil\x1b[31m.py");
+    w.add_sources(&[SourceFile::stored(hot, HOT_PY.as_bytes().to_vec())]).expect("source");
+    w.add_sources(&[SourceFile::missing(lib, "not readable by the process (mode 0600, owner 0)")]).expect("source");
+    let module = sym("", "<module>", hot, 20);
+    let main = |line| sym("", "main", hot, line);
+    let work = |line| sym("", "work", hot, line);
+    let helper = |line| sym("", "helper", hot, line);
+    let stacks: Vec<(u32, Vec<Symbol>)> = vec![
+        (50, vec![module.clone(), main(16), work(6)]),
+        (20, vec![module.clone(), main(16), work(7), helper(11)]),
+        (10, vec![module.clone(), main(16), work(7), helper(12)]),
+        (10, vec![module.clone(), main(16), work(5)]),
+        (5, vec![module.clone(), main(16), work(7)]),
+        (5, vec![module.clone(), main(16), work(7), work(7), work(6)]),
+        (4, vec![module.clone(), main(17), sym("", "helper", lib, 5)]),
+        (1, vec![module.clone(), main(15), sym("", "evil", evil, 1)]),
+        (1, vec![]),
+    ];
+    let mut samples: Vec<u32> = Vec::new();
+    for (n, frames) in &stacks {
+        let ids: Vec<u32> = frames.iter().map(|f| w.intern_symbol(f)).collect();
+        let leaf = w.intern_stack(&ids);
+        samples.extend(std::iter::repeat_n(leaf, *n as usize));
+    }
+    // Interleaved, as a real recording's are: a fixed shuffle.
+    let mut rng = Rng::new(17);
+    for i in (1..samples.len()).rev() {
+        samples.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    for (k, &stack) in samples.iter().enumerate() {
+        w.push_sample(&SampleRecord {
+            time_ns: k as u64 * 10 * MS,
+            cpu: 0,
+            pid: 900,
+            tid: 900,
+            comm: "python3.12",
+            thread_state: ThreadStateMatch::Match,
+            gil: GilState::ThisThread,
+            pthread_id: PthreadIdMatch::Match,
+            status: if stack == 0 { StackStatus::Idle } else { StackStatus::Complete },
+            stack,
+            task_stack: 0,
+            flags: 0,
+        })
+        .expect("sample");
+    }
+    w.finish(&Stats {
+        samples: samples.len() as u64,
+        duration_ns: samples.len() as u64 * 10 * MS,
+        counters: vec![
+            ("source_files".into(), 1),
+            ("source_bytes".into(), HOT_PY.len() as u64),
+            ("source_missing".into(), 1),
+        ],
         ..Default::default()
     })
     .expect("finish")
