@@ -227,7 +227,7 @@ impl NativeStacks {
         self.addrs.clear();
         let end =
             unwinder.unwind(s.pid, UserRegs { ip: user.ip, sp: user.sp, bp: user.bp }, user.stack, &mut self.addrs);
-        // A separate debug file came late: frames named before by offset get their names from here on.
+        // A separate debug file came late, or new mappings: frames named before get their names from here on.
         let generation = unwinder.generation();
         if generation != self.generation {
             self.generation = generation;

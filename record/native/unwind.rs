@@ -235,7 +235,8 @@ pub struct NativeUnwinder {
     empty: Arc<str>,
     counts: Counts,
     debug: DebugLoader,
-    /// Bumped when a file's symbols changed (a debug file came late): names given before may be stale.
+    /// Bumped when names given before may be stale: a file's symbols changed (a debug file came late), or a
+    /// process's mappings did (an address in none, `[unknown]`, may be in one now).
     generation: u64,
     /// The library name of generated code's frames.
     jit_library: Arc<str>,
@@ -350,8 +351,8 @@ impl NativeUnwinder {
         }
     }
 
-    /// Bumped each time symbols of a file changed since names were given (a separate debug file parsed late):
-    /// names cached by the caller from before are then stale.
+    /// Bumped each time names given before may have changed (a separate debug file parsed late, a process's
+    /// executable mappings or JIT code changed): names cached by the caller from before are then stale.
     pub fn generation(&mut self) -> u64 {
         self.take_debug_replies(Duration::ZERO);
         self.generation
@@ -557,16 +558,24 @@ impl NativeUnwinder {
         let mappings = self.mappings(pid, &root, &maps, &old);
         let descriptor = self.jit_descriptor(&mappings);
         let Some(p) = self.processes.get_mut(&pid) else { return false };
-        p.generated = generated_code(&maps);
+        let generated = generated_code(&maps);
+        let new_code = p.generated != generated;
+        p.generated = generated;
         p.jit_descriptor = descriptor;
         let same = |a: &Mapping, b: &Mapping| (a.start, a.end, a.offset, a.key) == (b.start, b.end, b.offset, b.key);
-        if mappings.len() == old.len() && mappings.iter().zip(&old).all(|(a, b)| same(a, b)) {
-            // Nothing new (JIT code, or a bad address): keep the unwinder and its warm rule cache.
+        let unchanged = mappings.len() == old.len() && mappings.iter().zip(&old).all(|(a, b)| same(a, b));
+        if unchanged {
+            // No new file (a bad address, or JIT code): keep the unwinder and its warm rule cache.
             p.mappings = mappings;
         } else {
             set_mappings(p, mappings);
         }
         p.last_read = Instant::now();
+        if new_code || !unchanged {
+            // An address named `[unknown]` before (in no mapping then) may be in this one: names given before are
+            // stale.
+            self.generation += 1;
+        }
         true
     }
 
@@ -835,6 +844,8 @@ impl NativeUnwinder {
                 .collect();
             let mappings = std::mem::take(&mut p.mappings);
             set_mappings(p, mappings);
+            // Code named `[jit]` before may have a registered name now.
+            self.generation += 1;
         }
         true
     }
