@@ -16,18 +16,22 @@ use std::ops::Range;
 
 use super::elf::ElfInfo;
 use crate::proc::MapsEntry;
+use crate::python::jit::JIT_SYMBOL_PREFIX;
 use crate::python::mem::ReadMem;
 
 /// The symbol of GDB's JIT interface descriptor (`struct jit_descriptor`).
 pub const DESCRIPTOR_SYMBOL: &str = "__jit_debug_descriptor";
 /// The name (and library) of a frame in generated code: CPython's executors, and any code not registered.
 pub const JIT: &str = pyperf_format::symbol_flags::JIT_FILE;
-/// The prefix of the names CPython registers its JIT code under (`py::jit:executor`): all shown as [`JIT`].
-const CPYTHON_PREFIX: &str = "py::jit";
 /// Entries followed, at most (a list that loops, or a huge one, ends here).
 pub const MAX_ENTRIES: usize = 16_384;
 /// Largest in-memory object read for one entry (CPython's are about 1-3 KiB).
-pub const MAX_OBJECT: u64 = 1 << 20;
+pub const MAX_OBJECT: u64 = 64 << 10;
+/// Bytes of objects read in one read of the list, at most (the entries past it are refused): a process cannot make
+/// the recorder read or hold more than this for it.
+pub const MAX_READ: u64 = 16 << 20;
+/// Longest name kept for registered code (longer ones are cut).
+const MAX_NAME: usize = 256;
 /// The only version of the interface there is.
 const VERSION: u32 = 1;
 
@@ -35,6 +39,8 @@ const VERSION: u32 = 1;
 pub struct JitCode {
     /// Its addresses (the object's `.text`).
     pub range: Range<u64>,
+    /// Where its object lies in the process, and its size: the same code registered again has another.
+    pub object: (u64, u64),
     /// What its frames are called.
     pub name: String,
     /// The object, parsed (its call frame information, at the code's own addresses).
@@ -64,12 +70,14 @@ pub fn is_generated_code(e: &MapsEntry) -> bool {
     e.exec && e.inode == 0 && (e.path.is_empty() || e.path.starts_with("[anon:"))
 }
 
-/// The name of a frame in registered code named `symbol` ("" when the object has none).
+/// The name of a frame in registered code named `symbol` ("" when the object has none): [`JIT`] for CPython's,
+/// and for a name that looks like one of pyperf's pseudo-frames (`[...]`); else the name, control characters
+/// replaced and cut at [`MAX_NAME`] characters.
 pub fn frame_name(symbol: &str) -> String {
-    if symbol.is_empty() || symbol.starts_with(CPYTHON_PREFIX) {
+    if symbol.is_empty() || symbol.starts_with(JIT_SYMBOL_PREFIX) || symbol.starts_with('[') {
         JIT.to_string()
     } else {
-        symbol.to_string()
+        symbol.chars().take(MAX_NAME).map(|c| if c.is_control() { '?' } else { c }).collect()
     }
 }
 
@@ -82,6 +90,7 @@ pub fn read_registered(mem: &dyn ReadMem, descriptor: u64, anon: &[Range<u64>]) 
     }
     let mut out = Registered::default();
     let mut entry = u64_at(&d, 16);
+    let mut budget = MAX_READ;
     for _ in 0..MAX_ENTRIES {
         if entry == 0 {
             break;
@@ -92,17 +101,27 @@ pub fn read_registered(mem: &dyn ReadMem, descriptor: u64, anon: &[Range<u64>]) 
             break;
         }
         let (next, object, size) = (u64_at(&e, 0), u64_at(&e, 16), u64_at(&e, 24));
-        match read_object(mem, object, size, anon) {
+        let code = (size <= budget).then(|| read_object(mem, object, size, anon)).flatten();
+        budget = budget.saturating_sub(size.min(MAX_OBJECT));
+        match code {
             Some(code) => out.code.push(code),
             None => out.refused += 1,
         }
         entry = next;
     }
     out.code.sort_by_key(|c| c.range.start);
-    // Two objects for one address (an entry freed and its code reused while the list was read): neither is
-    // trusted over the other, the later one is dropped and the address keeps the first's rule.
+    // Objects whose code overlaps (an entry freed and its code reused while the list was read, or a lie): none of
+    // them is trusted, their code has no rule.
+    let mut keep = vec![true; out.code.len()];
+    for i in 1..out.code.len() {
+        if out.code[i].range.start < out.code[i - 1].range.end {
+            keep[i] = false;
+            keep[i - 1] = false;
+        }
+    }
     let before = out.code.len();
-    out.code.dedup_by(|later, first| later.range.start < first.range.end);
+    let mut k = keep.into_iter();
+    out.code.retain(|_| k.next().unwrap_or(false));
     out.refused += (before - out.code.len()) as u64;
     Ok(out)
 }
@@ -118,13 +137,14 @@ fn read_object(mem: &dyn ReadMem, addr: u64, size: u64, anon: &[Range<u64>]) -> 
     }
     let info = ElfInfo::parse_bytes(&bytes).ok()?;
     let range = info.unwind.text_svma.clone()?;
-    let inside = anon.iter().any(|m| m.start <= range.start && range.end <= m.end);
+    let i = anon.partition_point(|m| m.start <= range.start);
+    let inside = i.checked_sub(1).and_then(|i| anon.get(i)).is_some_and(|m| range.end <= m.end);
     if range.is_empty() || !inside || info.unwind.eh_frame.is_none() {
         return None;
     }
     let symbol = info.symbols.lookup(range.start).map(|i| info.symbols.name(i)).unwrap_or("");
     let name = frame_name(symbol);
-    Some(JitCode { range, name, info })
+    Some(JitCode { range, object: (addr, size), name, info })
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -201,15 +221,24 @@ mod tests {
         let got: Vec<_> = r.code.iter().map(|c| (c.range.clone(), c.name.as_str())).collect();
         assert_eq!(got, [(0x7fed_d802_4000..0x7fed_d802_45cf, JIT), (0x7fed_d802_6000..0x7fed_d802_602f, JIT)]);
         assert!(r.code.iter().all(|c| c.info.unwind.eh_frame.is_some()));
-        // The same code registered twice (an entry freed and reused while the list was read): one kept.
+        // The same code registered twice (an entry freed and reused while the list was read, or a lie): neither
+        // kept.
         entry(&mem, 0x1100, 0x1200, 0x9000, LARGE.len());
         entry(&mem, 0x1200, 0, 0x9000, LARGE.len());
         let r = read_registered(&mem, 0x100, &[ANON]).expect("reads");
-        assert_eq!((r.code.len(), r.refused), (2, 1));
+        assert_eq!((r.code.len(), r.refused), (1, 2));
+        assert_eq!(r.code[0].range.start, 0x7fed_d802_6000);
         // Code outside the anonymous executable mappings (a file's, or unmapped since) is refused.
         let upper = 0x7fed_d802_6000..0x7fed_d802_7000;
         let r = read_registered(&mem, 0x100, std::slice::from_ref(&upper)).expect("reads");
         assert_eq!((r.code.len(), r.refused), (1, 2));
+        // Names: CPython's and pseudo-frame look-alikes are [jit]; others kept, cleaned and cut.
+        assert_eq!(frame_name("py::jit:executor"), JIT);
+        assert_eq!(frame_name("[perf trampoline]"), JIT);
+        assert_eq!(frame_name(""), JIT);
+        assert_eq!(frame_name("jitted\x1b]0;x"), "jitted?]0;x");
+        assert_eq!(frame_name("a\u{1b}b\nc"), "a?b?c");
+        assert_eq!(frame_name(&"f".repeat(1000)).len(), MAX_NAME);
     }
 
     /// Hostile or torn lists: an object for code outside the anonymous mappings, garbage, a huge size, a loop, a

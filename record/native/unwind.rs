@@ -21,8 +21,8 @@ use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _};
 use super::elf::{self, ElfInfo};
 use super::jit;
 use crate::proc::{maps as read_maps, parse_maps, MapsEntry};
+use crate::python::jit as trampolines;
 use crate::python::mem::{ProcMem, ReadMem as _};
-use crate::python::trampolines;
 
 /// Frames beyond this many end the unwind ([`UnwindEnd::TooDeep`]).
 pub const MAX_FRAMES: usize = 1024;
@@ -171,6 +171,8 @@ const TRAMPOLINES_MAX: usize = 1 << 16;
 /// One piece of registered generated code of a process.
 struct JitEntry {
     range: std::ops::Range<u64>,
+    /// Its object in the process (address, size).
+    object: (u64, u64),
     name: Arc<str>,
     module: Module<Bytes>,
 }
@@ -179,6 +181,8 @@ struct JitEntry {
 enum Generated {
     /// Generated code with call frame information (registered).
     Registered,
+    /// The return site of a perf trampoline of this shape.
+    Trampoline(&'static trampolines::Shape),
     /// Generated code with none.
     Unregistered,
     /// Not generated code (an address the maps do not know yet, or a bad one).
@@ -197,7 +201,7 @@ impl Process {
     }
 
     fn in_generated(&self, addr: u64) -> bool {
-        self.generated.iter().any(|r| r.contains(&addr))
+        in_ranges(&self.generated, &(addr..addr.saturating_add(1)))
     }
 }
 
@@ -240,6 +244,8 @@ pub struct NativeUnwinder {
     generation: u64,
     /// The library name of generated code's frames.
     jit_library: Arc<str>,
+    /// An address was named [`UNKNOWN`] since the generation last changed.
+    unknown_named: bool,
 }
 
 /// A request to the debug file worker: the separate debug file of `file` (its parsed self `info`, `path` as
@@ -348,6 +354,7 @@ impl NativeUnwinder {
             debug: DebugLoader::default(),
             generation: 0,
             jit_library: Arc::from(jit::JIT),
+            unknown_named: false,
         }
     }
 
@@ -560,20 +567,34 @@ impl NativeUnwinder {
         let Some(p) = self.processes.get_mut(&pid) else { return false };
         let generated = generated_code(&maps);
         let new_code = p.generated != generated;
+        if new_code {
+            // Code unmapped since may have been replaced: what was known of the old code goes (registered code
+            // outside the new mappings, the trampolines found).
+            p.trampolines.clear();
+            let before = p.jit.len();
+            p.jit.retain(|j| in_ranges(&generated, &j.range));
+            if p.jit.len() != before {
+                p.jit_read = None;
+            }
+        }
         p.generated = generated;
-        p.jit_descriptor = descriptor;
+        if p.jit_descriptor != descriptor {
+            p.jit.clear();
+            p.jit_descriptor = descriptor;
+        }
         let same = |a: &Mapping, b: &Mapping| (a.start, a.end, a.offset, a.key) == (b.start, b.end, b.offset, b.key);
         let unchanged = mappings.len() == old.len() && mappings.iter().zip(&old).all(|(a, b)| same(a, b));
-        if unchanged {
-            // No new file (a bad address, or JIT code): keep the unwinder and its warm rule cache.
+        if unchanged && !new_code {
+            // Nothing new (a bad address): keep the unwinder and its warm rule cache.
             p.mappings = mappings;
         } else {
             set_mappings(p, mappings);
         }
         p.last_read = Instant::now();
-        if new_code || !unchanged {
-            // An address named `[unknown]` before (in no mapping then) may be in this one: names given before are
+        if (new_code || !unchanged) && self.unknown_named {
+            // An address named `[unknown]` before (in no mapping then) may be in one now: names given before are
             // stale.
+            self.unknown_named = false;
             self.generation += 1;
         }
         true
@@ -632,17 +653,13 @@ impl NativeUnwinder {
             match p.find(lookup) {
                 Some(i) if p.mappings[i].module.is_none() => return UnwindEnd::NoUnwindInfo,
                 Some(_) => {}
-                None => match self.generated(pid, lookup) {
+                None => match self.generated(pid, address) {
                     Generated::Registered => self.counts.jit_frames += 1,
                     Generated::Unregistered => {
-                        let shape = match address {
-                            FrameAddress::ReturnAddress(ra) => self.trampoline(pid, ra.get()),
-                            FrameAddress::InstructionPointer(_) => None,
-                        };
-                        let Some(shape) = shape else {
-                            self.counts.jit_stops += 1;
-                            return UnwindEnd::NoUnwindInfo;
-                        };
+                        self.counts.jit_stops += 1;
+                        return UnwindEnd::NoUnwindInfo;
+                    }
+                    Generated::Trampoline(shape) => {
                         // A perf trampoline's return site: its frame is known (see `trampolines`).
                         self.counts.trampolines += 1;
                         if out.len() >= MAX_FRAMES {
@@ -695,24 +712,27 @@ impl NativeUnwinder {
     pub fn symbol(&mut self, pid: u32, addr: u64, is_return: bool) -> NativeSymbol {
         let lookup = if is_return { addr.saturating_sub(1) } else { addr };
         if let Some(p) = self.processes.get(&pid).filter(|p| p.find(lookup).is_none()) {
-            // Generated code: the name it was registered under, a perf trampoline's, else [jit] (no file, no
-            // symbols).
-            let trampoline = is_return && matches!(p.trampolines.get(&addr), Some(Some(_)));
-            let registered = p
-                .find_jit(lookup)
-                .map(|j| j.name.to_string())
-                .or_else(|| trampoline.then(|| trampolines::NAME.to_string()));
+            // Generated code: a perf trampoline's, the name it was registered under, else [jit] (no file, no
+            // symbols; CPython registers its code as [jit] too: one symbol whether the list was read yet or not).
+            let registered = p.find_jit(lookup).map(|j| j.name.to_string());
             if registered.is_some() || p.in_generated(lookup) {
-                let resolved = registered.is_some();
+                let trampoline = is_return && self.trampoline(pid, addr).is_some();
+                let name = if trampoline {
+                    trampolines::NAME.to_string()
+                } else {
+                    registered.unwrap_or_else(|| jit::JIT.to_string())
+                };
                 return NativeSymbol {
-                    name: registered.unwrap_or_else(|| jit::JIT.to_string()),
+                    resolved: name != jit::JIT,
+                    name,
                     library: self.jit_library.clone(),
                     build_id: self.empty.clone(),
-                    resolved,
                 };
             }
         }
         let Some(m) = self.mapping(pid, lookup) else {
+            // Maybe in a mapping made since: names are given again once the maps show new code.
+            self.unknown_named = true;
             return NativeSymbol {
                 name: UNKNOWN.to_string(),
                 library: self.empty.clone(),
@@ -774,15 +794,22 @@ impl NativeUnwinder {
         })
     }
 
-    /// What `addr` of `pid`, in no file mapping, is: generated code with or without unwind rules, or neither.
-    /// Code not in the JIT list yet has the list read again (at most every [`REREAD_INTERVAL`]).
-    fn generated(&mut self, pid: u32, addr: u64) -> Generated {
+    /// What the frame at `address` of `pid`, in no file mapping, is: registered generated code, a perf trampoline's
+    /// return site, generated code without unwind rules, or none of these. Code not in the JIT list yet has the
+    /// list read again (at most every [`REREAD_INTERVAL`]).
+    fn generated(&mut self, pid: u32, address: FrameAddress) -> Generated {
+        let addr = address.address_for_lookup();
         let Some(p) = self.processes.get(&pid) else { return Generated::No };
         if p.find_jit(addr).is_some() {
             return Generated::Registered;
         }
         if !p.in_generated(addr) {
             return Generated::No;
+        }
+        if let FrameAddress::ReturnAddress(ra) = address {
+            if let Some(shape) = self.trampoline(pid, ra.get()) {
+                return Generated::Trampoline(shape);
+            }
         }
         if self.reread_jit(pid) && self.processes.get(&pid).is_some_and(|p| p.find_jit(addr).is_some()) {
             Generated::Registered
@@ -829,23 +856,26 @@ impl NativeUnwinder {
         }
         p.jit_read = Some(Instant::now());
         self.counts.jit_reads += 1;
-        let Ok(mem) = ProcMem::open(pid, descriptor) else { return false };
-        let Ok(list) = jit::read_registered(&mem, descriptor, &p.generated) else { return false };
+        if p.mem.is_none() {
+            p.mem = ProcMem::open(pid, descriptor).ok();
+        }
+        let Some(mem) = p.mem.as_ref() else { return false };
+        // An unreadable list: no registered code (what was known of it goes).
+        let list = jit::read_registered(mem, descriptor, &p.generated).unwrap_or_default();
         self.counts.jit_refused += list.refused;
-        let same = list.code.len() == p.jit.len() && list.code.iter().zip(&p.jit).all(|(a, b)| a.range == b.range);
+        let same = list.code.len() == p.jit.len()
+            && list.code.iter().zip(&p.jit).all(|(a, b)| (&a.range, a.object) == (&b.range, b.object));
         if !same {
             p.jit = list
                 .code
                 .into_iter()
                 .filter_map(|c| {
-                    let module = module(&c.info, &c.name, c.range.clone(), 0)?;
-                    Some(JitEntry { range: c.range, name: Arc::from(c.name), module })
+                    let module = jit_module(&c)?;
+                    Some(JitEntry { range: c.range, object: c.object, name: Arc::from(c.name), module })
                 })
                 .collect();
             let mappings = std::mem::take(&mut p.mappings);
             set_mappings(p, mappings);
-            // Code named `[jit]` before may have a registered name now.
-            self.generation += 1;
         }
         true
     }
@@ -894,6 +924,27 @@ fn set_mappings(p: &mut Process, mappings: Vec<Mapping>) {
     }
     p.unwinder = unwinder;
     p.mappings = mappings;
+}
+
+/// The framehop module of registered code: its object's call frame information at the code's own addresses (the
+/// object has no program headers; its `.text` start is the base both framehop's addresses are relative to).
+fn jit_module(code: &jit::JitCode) -> Option<Module<Bytes>> {
+    let eh = code.info.unwind.eh_frame.as_ref()?;
+    let base = code.range.start;
+    let section_info = ExplicitModuleSectionInfo {
+        base_svma: base,
+        text_svma: Some(code.range.clone()),
+        eh_frame_svma: Some(eh.svma.clone()),
+        eh_frame: Some(eh.data.clone()),
+        ..Default::default()
+    };
+    Some(Module::new(code.name.clone(), code.range.clone(), base, section_info))
+}
+
+/// Whether `r` lies in one of the sorted ranges `ranges`.
+fn in_ranges(ranges: &[std::ops::Range<u64>], r: &std::ops::Range<u64>) -> bool {
+    let i = ranges.partition_point(|m| m.start <= r.start);
+    i.checked_sub(1).and_then(|i| ranges.get(i)).is_some_and(|m| r.end <= m.end)
 }
 
 /// The anonymous executable mappings of a maps file (see [`jit::is_generated_code`]), sorted.
@@ -1134,6 +1185,41 @@ mod tests {
         fn send<T: Send>() {}
         send::<NativeUnwinder>();
         send::<super::super::kernel::KernelSymbols>();
+    }
+
+    /// Registered JIT code is unwound by its own rule, not by framehop's frame-pointer fallback: the object CPython
+    /// 3.15 registered (testdata/jit), its CIE patched from CFA = rbp + 16 to CFA = rsp + 16, must give the return
+    /// address at [sp + 8], not the one at [bp + 8].
+    #[test]
+    fn registered_code_is_unwound_by_its_own_rule() {
+        let mut object = include_bytes!("../../testdata/jit/cpython-3.15-executor-2.o").to_vec();
+        let cie = object.windows(3).position(|w| w == [0x0c, 0x06, 0x10]).expect("DW_CFA_def_cfa rbp 16 in the CIE");
+        let info = ElfInfo::parse_bytes(&object).expect("parses");
+        let range = info.unwind.text_svma.clone().expect(".text");
+        let code = |info| jit::JitCode { range: range.clone(), object: (0, 0), name: jit::JIT.into(), info };
+        let unwind_at = |info: ElfInfo| {
+            let module = jit_module(&code(info)).expect("a module");
+            let mut unwinder: UnwinderX86_64<Bytes> = UnwinderX86_64::new();
+            unwinder.add_module(module);
+            let (sp, bp) = (0x1000u64, 0x2000u64);
+            // [sp] = a saved rbp, [sp + 8] = the return address by the stack; [bp + 8] the one by frame pointers.
+            let read = |addr: u64| match addr {
+                a if a == sp => Ok(0x3000),
+                a if a == sp + 8 => Ok(0x5555_0000),
+                a if a == bp => Ok(0x4000),
+                a if a == bp + 8 => Ok(0x6666_0000),
+                _ => Err(()),
+            };
+            let mut regs = UnwindRegsX86_64::new(range.start + 0x10, sp, bp);
+            let mut cache = CacheX86_64::new();
+            let addr = FrameAddress::from_instruction_pointer(range.start + 0x10);
+            unwinder.unwind_frame(addr, &mut regs, &mut cache, &mut { read }).expect("unwinds")
+        };
+        // As registered (rbp-based): the frame pointer's answer, by the rule.
+        assert_eq!(unwind_at(info), Some(0x6666_0000));
+        object[cie + 1] = 0x07; // rsp
+        let patched = ElfInfo::parse_bytes(&object).expect("parses");
+        assert_eq!(unwind_at(patched), Some(0x5555_0000), "the object's rule, not the frame-pointer fallback");
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //! - [`objects`]: reading `str`, `int`, `dict` and instance attributes from a process's memory; [`threads`]: the
 //!   names of its Python threads (`threading.Thread.name`); [`walk`]: a thread's Python stack walked from user space,
 //!   as the BPF program walks it (threads that never ran while recorded).
-//! - [`trampolines`]: the code of the perf trampolines (`-X perf`), so that native unwinding crosses them.
+//! - [`jit`]: CPython's generated code: the names its JIT registers its code under, and the code of the perf
+//!   trampolines (`-X perf`), so that native unwinding crosses them.
 //! - `testing` (unit tests only): a simulated process's memory and a process record for the tests above.
 
 pub mod asyncio;
@@ -23,6 +24,7 @@ pub mod config;
 pub mod debug_offsets;
 pub mod detect;
 pub mod frees;
+pub mod jit;
 pub mod layout;
 pub mod linetable;
 pub mod mem;
@@ -31,7 +33,6 @@ pub mod probes;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod threads;
-pub mod trampolines;
 pub mod versions;
 pub mod walk;
 

@@ -1,4 +1,7 @@
-//! CPython's perf trampolines (`-X perf`, `-X perf_jit`, `PYTHONPERFSUPPORT=1`; 3.12+ on x86-64 Linux): a copy of
+//! CPython's generated code: the names its JIT registers executors under (3.15, GDB's JIT interface), and its perf
+//! trampolines.
+//!
+//! The perf trampolines (`-X perf`, `-X perf_jit`, `PYTHONPERFSUPPORT=1`; 3.12+ on x86-64 Linux): a copy of
 //! a few instructions per code object, in anonymous executable memory, through which the interpreter calls its
 //! evaluation function so that `perf` sees one symbol per Python function. They have no call frame information.
 //!
@@ -7,6 +10,9 @@
 //! shape that pushes rbp saved it at the stack pointer. A return address in generated code is taken for a
 //! trampoline's only when the bytes around it, read from the process, are exactly one of these shapes: the code is
 //! checked, never assumed.
+
+/// How the names CPython registers its JIT code under start (`py::jit:executor`): such code is shown as `[jit]`.
+pub const JIT_SYMBOL_PREFIX: &str = "py::jit";
 
 /// One shape of the trampoline.
 #[derive(Debug, PartialEq, Eq)]
