@@ -373,6 +373,7 @@ mod tests {
             code: None,
             coro_roots: Default::default(),
             in_gc: false,
+            interp: crate::sampler::InterpInfo::default(),
         };
         let mut sym = Symbolizer::new();
         let mut announced = 0;

@@ -46,6 +46,47 @@ pub struct RawSample<'a> {
     pub coro_roots: CoroRoots,
     /// The thread was running the interpreter's cyclic garbage collector (`pyperf_event_header.in_gc`).
     pub in_gc: bool,
+    /// Which interpreter the frames run in, and the calling interpreter's frames (subinterpreters).
+    pub interp: InterpInfo,
+}
+
+/// The interpreters of a record (`pyperf_event_header.interp_*`, bpf/pyperf.h `enum pyperf_interp_flags`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InterpInfo {
+    /// `PyInterpreterState.id` of the interpreter the frames run in (0: the main one); -1 unknown (no thread state,
+    /// or a Python whose interpreter ids pyperf does not read).
+    pub id: i64,
+    /// The thread entered this interpreter from another one (`Interpreter.exec` / `.call`): its thread state there
+    /// waits, swapped out.
+    pub nested: bool,
+    /// `Some((k, id))`: frames `k..` (leaf first, as in [`RawSample::frames`]) are that calling interpreter's (`id`),
+    /// the frames that called into this one; `None`: the frames are this interpreter's alone (for a nested thread:
+    /// the calling interpreter's could not be read whole, counted by the program).
+    pub outer: Option<(usize, i64)>,
+    /// Which of the thread's thread states runs could not be told: the record has no frames (status error).
+    pub ambiguous: bool,
+}
+
+impl Default for InterpInfo {
+    fn default() -> InterpInfo {
+        InterpInfo { id: -1, nested: false, outer: None, ambiguous: false }
+    }
+}
+
+impl InterpInfo {
+    /// The interpreter fields of header `h` whose record holds `nframes` frames (a split outside them is dropped).
+    fn of(h: &types::pyperf_event_header, nframes: usize) -> InterpInfo {
+        use types::pyperf_interp_flags as f;
+        let flags = u32::from(h.interp_flags);
+        let stitched = flags & f::PYPERF_INTERP_STITCHED.0 != 0;
+        let start = h.outer_start as usize;
+        InterpInfo {
+            id: h.interp_id,
+            nested: flags & f::PYPERF_INTERP_NESTED.0 != 0,
+            outer: (stitched && start > 0 && start < nframes).then_some((start, h.outer_interp_id)),
+            ambiguous: flags & f::PYPERF_INTERP_AMBIGUOUS.0 != 0,
+        }
+    }
 }
 
 /// The *run roots* of a record (bpf/pyperf.h, `pyperf_event_header.coro_frame`): a run is a maximal sequence of
@@ -232,6 +273,7 @@ impl Shared {
                 code: Some(code),
                 coro_roots: CoroRoots::default(),
                 in_gc: false,
+                interp: InterpInfo::default(),
             };
             if let Some(callback) = self.callback.get() {
                 // SAFETY: as below.
@@ -274,6 +316,7 @@ impl Shared {
             code: None,
             coro_roots: CoroRoots::of(h, frames.len()),
             in_gc: h.in_gc != 0,
+            interp: InterpInfo::of(h, frames.len()),
         };
         if let Some(callback) = self.callback.get() {
             // SAFETY: set by `poll` from a live `&mut dyn FnMut` and cleared before it returns;
