@@ -170,6 +170,7 @@ mod tests {
             frames: &[],
             tasks: &[],
             in_gc: false,
+            interp: 0,
         }
     }
 

@@ -137,8 +137,14 @@ pub fn frame_name(sym: &Symbol, lines: bool) -> String {
         }
         FrameKind::Native | FrameKind::Glue => format!("{} ({})", function_name(sym), library_name(sym)),
         FrameKind::Kernel => format!("{}{KERNEL_SUFFIX}", function_name(sym)),
-        FrameKind::Marker | FrameKind::Task => marker_name(sym),
+        FrameKind::Marker | FrameKind::Task | FrameKind::Interpreter => marker_name(sym),
     }
+}
+
+/// The `[interpreter N]` frame of interpreter `id` (format 1.8, [`pyperf_format::symbol_flags::INTERPRETER`]): the
+/// recorder's boundary marker, and the root `--interp-root` adds.
+pub fn interpreter_marker(id: u32) -> String {
+    format!("{}{id}]", pyperf_format::symbol_flags::INTERPRETER_MARKER_PREFIX)
 }
 
 /// A `[task NAME]` marker's name (format 1.5, [`pyperf_format::symbol_flags::TASK`]) with the counters of NAME
