@@ -25,7 +25,8 @@ static __always_inline __u64 leaf_frame(const struct py_proc *proc, struct pyper
  * its thread state in the interpreter that called Interpreter.exec (`outer`, swapped out: its frames cannot change
  * while the thread is here, in this program). Only when that thread state is still the thread's and not attached,
  * and its walk is whole (reached its base frame on 3.15+, the root elsewhere) and fits: else the record keeps the
- * running interpreter's frames alone (counted in interp_unstitched). Inlined: its context holds pointers, which a
+ * running interpreter's frames alone (counted in interp_unstitched). Returns 1 stitched, 2 nothing to stitch (the
+ * calling thread state has no frame), 0 not stitched. Inlined: its context holds pointers, which a
  * global function's argument memory cannot.
  */
 static __always_inline int walk_outer(struct walk_ctx *c, __u64 outer, __u32 tid, __u64 fsbase)
@@ -45,7 +46,7 @@ static __always_inline int walk_outer(struct walk_ctx *c, __u64 outer, __u32 tid
 		return 0;
 	c->w.cur = leaf_frame(proc, s);
 	if (!c->w.cur)
-		return 0;
+		return 2; /* no frames to add (its thread's start, or the process's end) */
 	c->w.base = proc->off.tstate_base_frame >= 0 ? get_u64(s->tbuf, proc->off.tstate_base_frame, PYPERF_TSTATE_BUF) : 0;
 	c->w.chunk = proc->off.tstate_datastack_chunk >= 0 ?
 		get_u64(s->tbuf, proc->off.tstate_datastack_chunk, PYPERF_TSTATE_BUF) : 0;
@@ -83,6 +84,7 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 	struct task_struct *task;
 	__u64 fsbase = 0, ts, global_ts = 0, frame = 0, size, flags, wait_base = 0, lo;
 	__u32 gen_owner, track, split;
+	int stitched;
 	struct walk_ctx c = {};
 	int gil_state;
 
@@ -177,9 +179,16 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 	c.w.status = STACK_STATUS_COMPLETE;
 	if (h->interp_flags & PYPERF_INTERP_AMBIGUOUS)
 		c.w.status = STACK_STATUS_ERROR; /* which thread state runs is not known: no frames, never a guess */
+	c.proc = proc;
+	c.s = s;
+	/* Run roots: the generator owner value when tracked, else 256, which no frame's u8 owner equals.
+	 * Without a branch (a mask of all ones when tracked), so the verifier does not follow the rest twice. */
+	gen_owner = (__u16)proc->off.owner_generator;
+	track = ((gen_owner >> 15) ^ 1) & (proc->track_tasks != 0);
+	track = -track;
+	barrier_var(track);
+	c.w.gen_owner = (gen_owner & 0xff & track) | (256 & ~track);
 	if (frame) {
-		c.proc = proc;
-		c.s = s;
 		c.w.cur = frame;
 		/* 3.12+: wait_base is the GIL block read (interp->ceval.gil). */
 		c.w.tag = check_tag(proc, s, ts, proc->off.interp_gil_ptr >= 0 ? wait_base : 0, gil_state);
@@ -190,16 +199,8 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 		/* 3.11+ with the cache: frames the fast way (pyperf_walk_fast), which needs no first local. */
 		c.w.fast = proc->frame_window && c.w.tag && proc->off.instr_kind == INSTR_PTR_MINUS_CODE &&
 			   proc->off.frame_localsplus < 0;
-		/* Run roots: the generator owner value when tracked, else 256, which no frame's u8 owner equals.
-		 * Without a branch (a mask of all ones when tracked), so the verifier does not follow the rest twice. */
-		gen_owner = (__u16)proc->off.owner_generator;
-		track = ((gen_owner >> 15) ^ 1) & (proc->track_tasks != 0);
-		track = -track;
-		barrier_var(track);
-		c.w.gen_owner = (gen_owner & 0xff & track) | (256 & ~track);
 		bpf_loop(PYPERF_MAX_WALK, frame_walk_step, &c, 0);
 		end_run(&c.w, s); /* the end of the walk ends a run */
-		h->ncoro = c.w.nruns < 256 ? c.w.nruns : 252 + (c.w.nruns & (PYPERF_TASK_ROOTS - 1));
 		if (c.w.status == STACK_STATUS_COMPLETE && c.w.cur && !c.w.reached_base)
 			c.w.status = STACK_STATUS_TRUNCATED; /* bpf_loop bound (many skipped shims) */
 		if (c.w.reached_base)
@@ -209,19 +210,25 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 			c.w.status = STACK_STATUS_INCOMPLETE;
 			s->counters.incomplete++;
 		}
-		/* A thread in an interpreter it entered from another: that one's frames follow, rootward. */
-		if (h->interp_flags & PYPERF_INTERP_NESTED) {
-			s->counters.interp_nested++;
-			split = c.w.n;
-			if (walk_outer(&c, s->last.outer, tid, fsbase)) {
-				h->interp_flags |= PYPERF_INTERP_STITCHED;
-				h->outer_start = split;
-				h->outer_interp_id = s->last.outer_interp_id;
-			} else {
-				s->counters.interp_unstitched++;
-			}
+	}
+	/* A thread in an interpreter it entered from another: that one's frames follow, rootward (also below no
+	 * frame of this one: a thread creating an interpreter runs its start-up there). */
+	if (ts && (h->interp_flags & PYPERF_INTERP_NESTED)) {
+		s->counters.interp_nested++;
+		split = c.w.n;
+		stitched = walk_outer(&c, s->last.outer, tid, fsbase);
+		if (stitched == 1) {
+			h->interp_flags |= PYPERF_INTERP_STITCHED;
+			h->outer_start = split;
+			h->outer_interp_id = s->last.outer_interp_id;
+		} else if (!stitched) {
+			s->counters.interp_unstitched++;
+		} else {
+			/* No calling frames: no boundary to mark. */
+			h->interp_flags &= ~PYPERF_INTERP_NESTED;
 		}
 	}
+	h->ncoro = c.w.nruns < 256 ? c.w.nruns : 252 + (c.w.nruns & (PYPERF_TASK_ROOTS - 1));
 	PROF(4); /* frame walk */
 	n = c.w.n;
 	if (n > PYPERF_MAX_FRAMES)

@@ -149,15 +149,14 @@ static __always_inline __s64 interp_id_of(const struct py_proc *proc, __u64 ts)
  * (the same tid): the one it runs is attached, or, with the GIL released, made by exec; the other, swapped out, is
  * the calling interpreter's, whose frames the record appends (record_stack). More than two: none appended.
  */
+static __noinline __u64 walk_threads(const struct py_proc *proc, struct pyperf_scratch *s, __u32 tid, __u64 fsbase);
+
 static __always_inline __u64 find_tstate(const struct py_proc *proc,
 					 struct pyperf_scratch *s, __u64 pid_tgid,
 					 __u32 tid, __u64 fsbase, __u64 start)
 {
 	struct pyperf_thread_found *cached, *f = &s->last;
-	struct thread_walk_ctx c = {};
-	struct thread_walk *w = &c.w;
-	__u64 head = 0, ts;
-	__u32 pick = 0;
+	__u64 ts;
 
 	/* The thread of this CPU's previous sample: no hash lookup. */
 	if (s->last_pid_tgid == pid_tgid && f->start == start && f->ts &&
@@ -191,16 +190,39 @@ static __always_inline __u64 find_tstate(const struct py_proc *proc,
 			return ts;
 		}
 	}
+	ts = walk_threads(proc, s, tid, fsbase);
+	if (ts) {
+		bpf_map_update_elem(&tstate_cache, &pid_tgid, f, BPF_ANY);
+		return ts;
+	}
+	if (cached)
+		bpf_map_delete_elem(&tstate_cache, &pid_tgid);
+	return 0;
+}
 
+/* find_tstate's cache miss: the walk of the interpreters' thread lists, and the choice among the thread's thread
+ * states (s->last, s->interp_flags; its block in s->tbuf). A subprogram of its own (static: its pointers keep their
+ * types): the walk's context stays off the callers' stack frames, which are full. */
+static __noinline __u64 walk_threads(const struct py_proc *proc, struct pyperf_scratch *s, __u32 tid, __u64 fsbase)
+{
+	struct pyperf_thread_found *f;
+	struct thread_walk_ctx c = {};
+	struct thread_walk *w = &c.w;
+	__u64 head = 0, ts;
+	__u32 pick = 0;
+
+	if (!proc || !s)
+		return 0;
+	f = &s->last;
 	s->counters.thread_walks++;
 	if (read_ptr(proc->interp_head_addr, &w->interp) || !w->interp) {
 		/* Not initialised yet (or finalising): no thread state. */
-		goto miss;
+		return 0;
 	}
 	if (proc->off.interp_tstate_head < 0 ||
 	    read_ptr(w->interp + proc->off.interp_tstate_head, &head)) {
 		s->counters.read_errors++;
-		goto miss;
+		return 0;
 	}
 
 	c.proc = proc;
@@ -217,7 +239,7 @@ static __always_inline __u64 find_tstate(const struct py_proc *proc,
 	if ((w->cur || w->interp) && !w->err && (!w->n || w->multi))
 		s->counters.thread_walk_bound++;
 	if (!w->n)
-		goto miss;
+		return 0;
 	if (w->n > 1) {
 		/* The thread runs one of them; the others wait for calls into other interpreters to return. */
 		f->flags = PYPERF_INTERP_NESTED;
@@ -228,7 +250,8 @@ static __always_inline __u64 find_tstate(const struct py_proc *proc,
 		} else {
 			s->interp_flags = PYPERF_INTERP_NESTED | PYPERF_INTERP_AMBIGUOUS;
 			s->counters.interp_ambiguous++;
-			goto miss;
+			f->flags = 0;
+			return 0;
 		}
 		if (w->n == 2) {
 			f->outer = s->found[(pick ^ 1) & 1];
@@ -241,17 +264,13 @@ static __always_inline __u64 find_tstate(const struct py_proc *proc,
 	/* The caller wants the block of the thread state it runs in s->tbuf: the walk's last read may be another's. */
 	if (read_user(s->tbuf, proc->off.tstate_size, PYPERF_TSTATE_BUF, ts)) {
 		s->counters.read_errors++;
-		goto miss;
+		f->flags = 0;
+		f->outer = 0;
+		return 0;
 	}
 	f->ts = ts;
 	s->interp_flags = f->flags;
-	bpf_map_update_elem(&tstate_cache, &pid_tgid, f, BPF_ANY);
 	return ts;
-miss:
-	f->ts = 0;
-	if (cached)
-		bpf_map_delete_elem(&tstate_cache, &pid_tgid);
-	return 0;
 }
 
 /*

@@ -188,7 +188,10 @@ impl Symbolizer {
             (true, true) => {
                 let id = u32::try_from(s.interp.id).unwrap_or(0);
                 let marker = interpreter_marker(id);
-                Some((s.interp.outer.map_or(s.frames.len(), |(k, _)| k), intern(&mut self.symbol_ids, marker, new_symbol)))
+                Some((
+                    s.interp.outer.map_or(s.frames.len(), |(k, _)| k),
+                    intern(&mut self.symbol_ids, marker, new_symbol),
+                ))
             }
             _ => None,
         };
@@ -241,6 +244,10 @@ impl Symbolizer {
                     *n += 1;
                 }
             }
+        }
+        // No frame of this interpreter yet (a thread creating it): the boundary at the leaf.
+        if let Some((0, marker)) = boundary {
+            self.stack.push(marker);
         }
         if let Some(native) = self.native.as_mut() {
             let complete = s.status == STACK_COMPLETE || s.status == STACK_IDLE;

@@ -60,7 +60,7 @@ pub struct InterpInfo {
     /// waits, swapped out.
     pub nested: bool,
     /// `Some((k, id))`: frames `k..` (leaf first, as in [`RawSample::frames`]) are that calling interpreter's (`id`),
-    /// the frames that called into this one; `None`: the frames are this interpreter's alone (for a nested thread:
+    /// the frames that called into this one (`k` 0: this one has none yet, e.g. a thread creating it); `None`: the frames are this interpreter's alone (for a nested thread:
     /// the calling interpreter's could not be read whole, counted by the program).
     pub outer: Option<(usize, i64)>,
     /// Which of the thread's thread states runs could not be told: the record has no frames (status error).
@@ -83,7 +83,7 @@ impl InterpInfo {
         InterpInfo {
             id: h.interp_id,
             nested: flags & f::PYPERF_INTERP_NESTED.0 != 0,
-            outer: (stitched && start > 0 && start < nframes).then_some((start, h.outer_interp_id)),
+            outer: (stitched && start < nframes).then_some((start, h.outer_interp_id)),
             ambiguous: flags & f::PYPERF_INTERP_AMBIGUOUS.0 != 0,
         }
     }

@@ -641,8 +641,9 @@ fn add_gc_frames(tables: &mut Tables, origins: &[u32], map: Option<&[u32]>) -> V
             node = parent;
         }
         chain.reverse();
-        let python =
-            |sym: u32| matches!(tables.symbol(sym).kind(), FrameKind::Python | FrameKind::Task | FrameKind::Interpreter);
+        let python = |sym: u32| {
+            matches!(tables.symbol(sym).kind(), FrameKind::Python | FrameKind::Task | FrameKind::Interpreter)
+        };
         let split = chain.iter().rposition(|&(_, sym)| python(sym)).map_or(0, |i| i + 1);
         let mut at = split.checked_sub(1).map_or(0, |i| chain[i].0);
         for sym in std::iter::once(gc_id).chain(chain[split..].iter().map(|&(_, sym)| sym)) {
@@ -1094,8 +1095,11 @@ impl Aggregator {
                 hi = hi.max(time);
             }
             let interp = interps.get(i).copied().unwrap_or(0);
-            let slot =
-                if THREADS { self.thread(pids[i], tids[i], if self.interp_root { interp } else { 0 }, time) } else { 0 };
+            let slot = if THREADS {
+                self.thread(pids[i], tids[i], if self.interp_root { interp } else { 0 }, time)
+            } else {
+                0
+            };
             let s = slot as usize;
             if THREADS {
                 self.threads[s].samples += 1;

@@ -1001,7 +1001,10 @@ fn render_interpreters<O: fmt::Write>(profile: &Profile, o: &mut O) {
         return;
     }
     let all: u64 = profile.interpreters.iter().map(|&(_, n)| n).sum();
-    let _ = writeln!(o, "\nInterpreters: CPU samples per interpreter (0 is the main one; --interp-root shows their stacks apart)");
+    let _ = writeln!(
+        o,
+        "\nInterpreters: CPU samples per interpreter (0 is the main one; --interp-root shows their stacks apart)"
+    );
     for &(id, n) in &profile.interpreters {
         let _ = writeln!(o, "  {}: {} ({})", names::interpreter_marker(id), plural(n, "sample"), pct(n, all).trim());
     }
