@@ -205,13 +205,16 @@ mod tests {
 
     #[test]
     fn shared_struct_sizes() {
-        // 48 bytes of run roots (asyncio tasks) after the first 120.
-        assert_eq!(std::mem::size_of::<types::pyperf_event_header>(), 168);
+        // 48 bytes of run roots (asyncio tasks) after the first 120; then 24 of interpreters (subinterpreters).
+        assert_eq!(std::mem::size_of::<types::pyperf_event_header>(), 192);
+        assert_eq!(std::mem::offset_of!(types::pyperf_event_header, interp_id), 168);
         assert_eq!(std::mem::offset_of!(types::pyperf_event_header, coro_frame), 120);
         assert_eq!(TASK_ROOTS, 4);
         assert_eq!((std::mem::size_of::<RawFrame>(), std::mem::size_of::<RawLocal>()), (16, 16));
-        // py_offsets.code_flags (asyncio task wakeups), interp_gc_collecting, py_proc.gc_addr, padding.
-        assert_eq!(std::mem::size_of::<ProcConfig>(), 200);
+        // py_offsets.code_flags (asyncio task wakeups), interp_gc_collecting, py_proc.gc_addr, padding; the
+        // subinterpreter offsets and py_proc.interps_addr.
+        assert_eq!(std::mem::size_of::<ProcConfig>(), 224);
+        assert_eq!(std::mem::size_of::<types::pyperf_thread_found>(), 48);
         assert_eq!(std::mem::size_of::<types::pyperf_task_key>(), 16);
         assert_eq!(std::mem::size_of::<types::pyperf_check_entry>(), 24);
         assert_eq!(std::mem::size_of::<types::off_kstack>(), 16 + 32 * 8);

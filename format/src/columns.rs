@@ -82,9 +82,12 @@ pub fn encode(c: &SampleChunk) -> Result<Vec<u8>, postcard::Error> {
     for i in 0..c.len() {
         put_varint(&mut cols[6], c.task_stack.get(i).copied().unwrap_or(0) as u64);
     }
-    // And the interpreter ids (1.8): `len` values, 0 (the main interpreter) for none.
-    for i in 0..c.len() {
-        put_varint(&mut cols[7], c.interp.get(i).copied().unwrap_or(0) as u64);
+    // And the interpreter ids (1.8): `len` values, 0 (the main interpreter) for none; none at all when every sample
+    // is the main interpreter's, which reads the same (and costs nothing: most recordings have one interpreter).
+    if c.interp.iter().any(|&id| id != 0) {
+        for i in 0..c.len() {
+            put_varint(&mut cols[7], c.interp.get(i).copied().unwrap_or(0) as u64);
+        }
     }
     // The same for the flags (1.6): `len` bytes, 0 for none.
     let flags: Vec<u8> = (0..c.len()).map(|i| c.flags.get(i).copied().unwrap_or(0)).collect();

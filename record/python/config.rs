@@ -368,6 +368,12 @@ mod tests {
             assert_eq!(o.tstate_base_frame >= 0, v >= (3, 15), "{v:?}");
             assert_eq!(o.tstate_datastack_chunk >= 0, v >= (3, 11), "{v:?}");
             assert_eq!(o.tstate_gil_requested >= 0, v >= (3, 15), "{v:?}");
+            // Subinterpreters: interpreter ids from 3.7; which thread state runs, and stitching, from 3.13 (one
+            // 16-byte read of interpreters.head and .main, adjacent).
+            assert_eq!(o.interp_id >= 0, v >= (3, 7), "{v:?}");
+            assert_eq!(c.interps_addr != 0, v >= (3, 13), "{v:?}");
+            assert_eq!((o.tstate_state >= 0, o.tstate_whence >= 0), (v >= (3, 13), v >= (3, 13)), "{v:?}");
+            assert_eq!((o.state_attached, o.whence_exec), (1, 5), "{v:?}");
             // Run roots of generator frames (asyncio tasks): 3.11+, where frames have owners, and only when asked.
             assert_eq!(o.owner_generator, if v >= (3, 11) { 1 } else { -1 }, "{v:?}");
             assert_eq!(c.track_tasks, u8::from(v >= (3, 11)), "{v:?}");
