@@ -11,6 +11,9 @@ use crate::model::*;
 use crate::{Error, GilState, PthreadIdMatch, StackStatus, ThreadStateMatch};
 
 /// A decoded chunk.
+// One record lives at a time (the reader hands each on, never a collection of them): the sample chunk's column
+// vectors inline cost nothing a box would save, and boxing would change the public type.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
     /// A process the recorder started following.

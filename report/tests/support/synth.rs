@@ -1510,7 +1510,7 @@ fn interp() -> Vec<u8> {
     let main = sym("", "main", app, 33);
     let crunch = vec![module.clone(), main.clone(), sym("", "crunch", app, 12)];
     let create = vec![module.clone(), main.clone(), sym("", "create", interps, 74), marker(2)];
-    let thread = vec![sym("Thread", "_bootstrap", threading, 1045), sym("", "runner", app, 25)];
+    let thread = [sym("Thread", "_bootstrap", threading, 1045), sym("", "runner", app, 25)];
     let before = [&thread[..], &[sym("", "prepare", app, 20)]].concat();
     let exec = [
         &thread[..],
