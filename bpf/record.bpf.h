@@ -136,7 +136,7 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 		h->interp_flags = (__u8)s->interp_flags;
 		h->interp_id = s->last.interp_id;
 	} else if (tid) {
-		/* Fresh from find_tstate's miss: only AMBIGUOUS can be set. */
+		/* Fresh from find_tstate's miss: only AMBIGUOUS (with NESTED) can be set. */
 		h->interp_flags = (__u8)s->interp_flags;
 	}
 

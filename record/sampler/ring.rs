@@ -82,7 +82,8 @@ impl InterpInfo {
         let start = h.outer_start as usize;
         InterpInfo {
             id: h.interp_id,
-            nested: flags & f::PYPERF_INTERP_NESTED.0 != 0,
+            // An ambiguous record has no frames to mark a boundary in: its status says what happened.
+            nested: flags & f::PYPERF_INTERP_NESTED.0 != 0 && flags & f::PYPERF_INTERP_AMBIGUOUS.0 == 0,
             outer: (stitched && start < nframes).then_some((start, h.outer_interp_id)),
             ambiguous: flags & f::PYPERF_INTERP_AMBIGUOUS.0 != 0,
         }
@@ -365,6 +366,30 @@ impl Drop for CallbackGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The interpreter fields as the program writes them: a split inside the frames is kept (0: no frame of the
+    /// running interpreter's), one outside is dropped; an ambiguous record marks no boundary.
+    #[test]
+    fn interpreter_fields_of_a_header() {
+        use types::pyperf_interp_flags as f;
+        // SAFETY: all-zero is a valid header (integers).
+        let mut h: types::pyperf_event_header = unsafe { std::mem::zeroed() };
+        h.interp_id = 2;
+        h.outer_interp_id = 0;
+        h.interp_flags = (f::PYPERF_INTERP_NESTED.0 | f::PYPERF_INTERP_STITCHED.0) as u8;
+        h.outer_start = 3;
+        let i = InterpInfo::of(&h, 5);
+        assert_eq!((i.id, i.nested, i.outer, i.ambiguous), (2, true, Some((3, 0)), false));
+        h.outer_start = 0;
+        assert_eq!(InterpInfo::of(&h, 5).outer, Some((0, 0)));
+        h.outer_start = 5;
+        assert_eq!(InterpInfo::of(&h, 5).outer, None, "a split at or past the frames is dropped");
+        h.interp_flags = f::PYPERF_INTERP_NESTED.0 as u8;
+        assert_eq!(InterpInfo::of(&h, 5).outer, None, "not stitched");
+        h.interp_flags = (f::PYPERF_INTERP_NESTED.0 | f::PYPERF_INTERP_AMBIGUOUS.0) as u8;
+        let i = InterpInfo::of(&h, 0);
+        assert!(i.ambiguous && !i.nested);
+    }
 
     /// The bytes of a record as the program writes it: header (with `nframes` etc. as given), frames, kernel
     /// addresses, user stack.
