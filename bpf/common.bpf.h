@@ -52,6 +52,7 @@ struct pyperf_btf_anchor {
 	enum pyperf_off_kind off_kind;
 	enum pyperf_user_flags user_flags;
 	enum pyperf_gen_kind gen_kind;
+	enum pyperf_interp_flags interp_flags;
 	struct off_cpu_entry off_cpu_entry;
 	struct off_kstack off_kstack;
 };

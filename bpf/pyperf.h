@@ -27,9 +27,13 @@ enum pyperf_limits {
 	PYPERF_MAX_WALK = PYPERF_MAX_FRAMES + 256,
 	/* Frames per call of the walk's fast path (pyperf_walk_fast; verification time grows with it). */
 	PYPERF_FAST_BATCH = 8,
-	/* Bound of the walk of an interpreter's thread list (per sample, on a
-	 * cache miss). Hitting it is counted in pyperf_counters.thread_walk_bound. */
+	/* Bound of the walk of the interpreters' thread lists (per sample, on a
+	 * cache miss; one step per thread state, and one per interpreter). Hitting
+	 * it is counted in pyperf_counters.thread_walk_bound. */
 	PYPERF_MAX_THREADS = 256,
+	/* Thread states of one OS thread kept by that walk (3.13+: one per interpreter the thread is in: the one it
+	 * runs and those it called Interpreter.exec from); more are counted, not kept. */
+	PYPERF_THREAD_MATCHES = 4,
 	PYPERF_COMM_LEN = 16,
 	/* Bytes of a PyThreadState / frame / _gil_runtime_state read in ONE
 	 * bpf_probe_read_user each (user space computes the exact size it needs,
@@ -116,6 +120,18 @@ enum pyperf_limits {
 /* pyperf_event_header.user_flags */
 enum pyperf_user_flags {
 	PYPERF_USER_REGS = 1, /* user_ip/sp/bp are set, and ustack_len bytes of stack from user_sp follow (maybe 0) */
+};
+
+/* pyperf_event_header.interp_flags: how the record's thread states across interpreters were read (3.13+). */
+enum pyperf_interp_flags {
+	/* The OS thread has thread states in more than one interpreter: it entered the one it runs from another
+	 * (Interpreter.exec / .call, _interpreters.exec), whose thread state waits, swapped out. */
+	PYPERF_INTERP_NESTED = 1,
+	/* The calling interpreter's frames follow the running one's, from frame outer_start on (rootward). */
+	PYPERF_INTERP_STITCHED = 2,
+	/* The thread has thread states in several interpreters and which one runs could not be told (none attached,
+	 * none or several made by Interpreter.exec): no frames, status ERROR. */
+	PYPERF_INTERP_AMBIGUOUS = 4,
 };
 
 /* Where the program learns that code objects were freed (py_proc.gen_kind): while that count has not moved, an
@@ -307,6 +323,19 @@ struct py_offsets {
 	/* 3.9+: PyInterpreterState.gc.collecting (int) of the sampled thread's interpreter (tstate_interp): 1 while
 	 * its cyclic garbage collector runs. -1 = none (see py_proc.gc_addr). */
 	__s16 interp_gc_collecting;
+	/* PyInterpreterState.id (int64; 0 = the main interpreter), -1 = none: records carry it (interp_id). */
+	__s16 interp_id;
+	/* PyInterpreterState.next: the next older interpreter, whose thread list the walk takes next. */
+	__s16 interp_next;
+	/* 3.13+: PyThreadState.state (int; the thread state is current on its thread and holds its interpreter's GIL
+	 * when it equals state_attached) and PyThreadState._whence (int; whence_exec: made by Interpreter.exec for
+	 * the call, which swaps the thread's previous thread state out until it returns). -1 = none: the walk then
+	 * takes the thread's first thread state found, newest interpreter first, and stitches nothing. */
+	__s16 tstate_state;
+	__s16 tstate_whence;
+	__u8 state_attached;
+	__u8 whence_exec;
+	__u8 _pad_off[6];
 };
 
 /* Value of the `procs` map (key: tgid), filled by user space. Addresses have
@@ -346,6 +375,9 @@ struct py_proc {
 	/* 2.7-3.8: address of the process's one "collecting" flag (int: 2.7/3.6 gcmodule.c's static, 3.7/3.8
 	 * _PyRuntime.gc.collecting), 0 = none (3.9+: off.interp_gc_collecting). */
 	__u64 gc_addr;
+	/* 3.13+: &_PyRuntime.interpreters.head, which .main follows (one 16-byte read tells whether the process has
+	 * one interpreter: head == main), or 0: no subinterpreter handling (see py_offsets.tstate_state). */
+	__u64 interps_addr;
 	__u8 gen_kind;    /* enum pyperf_gen_kind */
 	__u8 _pad2[7];
 	struct py_offsets off;
@@ -446,7 +478,16 @@ struct pyperf_event_header {
 	 * the interpreter's, not the thread's: a thread running C code with the GIL released beside a collection
 	 * is not collecting (docs/design/gc.md). */
 	__u8 in_gc;
-	__u8 _pad3[6];
+	__u8 interp_flags;      /* enum pyperf_interp_flags */
+	__u8 _pad3[5];
+	/* PyInterpreterState.id of the interpreter the frames run in (0 = main), -1 = unknown (no thread state, or
+	 * py_offsets.interp_id -1). */
+	__s64 interp_id;
+	/* PYPERF_INTERP_STITCHED: frames [outer_start, nframes) are the calling interpreter's (outer_interp_id), from
+	 * the thread's swapped-out thread state there: the frames that called Interpreter.exec, down to its root. */
+	__s64 outer_interp_id;
+	__u32 outer_start;
+	__u32 _pad4;
 };
 
 /* The ring buffer record as built in scratch memory: the frames, then `tail` for the kernel addresses and the user
@@ -534,6 +575,10 @@ struct pyperf_counters {
 	__u64 window_faults;     /* 3.11+ window reads that faulted (the frame then copied alone): ~1.7 us each */
 	__u64 task_wakeups;      /* wakeups for a record of an asyncio task (struct pyperf_task_key) */
 	__u64 in_gc;             /* records of a thread running the cyclic garbage collector (header in_gc) */
+	/* subinterpreters (3.13+, pyperf_interp_flags) */
+	__u64 interp_nested;     /* records of a thread in an interpreter it entered from another */
+	__u64 interp_unstitched; /* of which the calling interpreter's frames could not be read whole: not stitched */
+	__u64 interp_ambiguous;  /* records whose running thread state could not be told (no frames) */
 };
 
 /* Value of the off_cpu map (key: pid_tgid): a followed thread that went off CPU and has not ended the interval
@@ -592,6 +637,17 @@ struct off_kstack {
 	__u64 ips[PYPERF_OFF_KSTACK_MAX];
 };
 
+/* The thread state a sampled thread runs, as find_tstate (bpf/thread.bpf.h) found it: the value of its per-thread
+ * cache (tstate_cache, key pid_tgid) and of the scratch slot's last thread. */
+struct pyperf_thread_found {
+	__u64 ts;    /* PyThreadState address, 0 = none */
+	__u64 start; /* start time of the thread it was found for: a tid reused by a new thread must not inherit it */
+	__s64 interp_id;       /* PyInterpreterState.id of its interpreter, -1 unknown */
+	__s64 outer_interp_id; /* of `outer`'s, -1 unknown */
+	__u64 outer;           /* the thread's thread state in the interpreter that called into this one, 0 = none */
+	__u64 flags;           /* enum pyperf_interp_flags */
+};
+
 /* Per-CPU scratch (one slot per CPU of the `scratch` array): too big for the
  * 512-byte BPF stack. The counters live in the same value so a sample costs
  * one lookup, not two. */
@@ -601,8 +657,9 @@ struct pyperf_scratch {
 	/* The thread state found for the last sample on this CPU: tried before the tstate_cache (a hash
 	 * lookup), validated like it by the read of the thread state that is needed anyway. */
 	__u64 last_pid_tgid;
-	__u64 last_ts;
-	__u64 last_start; /* start time of that thread: a tid reused by a new thread must not inherit it */
+	struct pyperf_thread_found last; /* of that thread; last.ts 0 = none */
+	__u64 interp_flags; /* find_tstate's enum pyperf_interp_flags, also when it finds no thread state */
+	__u64 found[PYPERF_THREAD_MATCHES]; /* find_tstate's walk: the sampled thread's thread states, newest interpreter first */
 	__u64 new_stack; /* a new stack's wakeup is pending (rate limit) */
 	__u64 busy;      /* off-CPU slot: a program is using it (sys_exit programs may be preempted) */
 	__u8 tbuf[PYPERF_TSTATE_BUF];

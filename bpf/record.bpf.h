@@ -7,6 +7,67 @@
  * it: pyperf_sample (pyperf.bpf.c), the off-CPU ones (offcpu.bpf.h).
  */
 
+/* The leaf frame of the thread state in s->tbuf: tstate->frame / ->current_frame, or tstate->cframe->current_frame. */
+static __always_inline __u64 leaf_frame(const struct py_proc *proc, struct pyperf_scratch *s)
+{
+	__u64 frame = 0, cframe;
+
+	if (proc->off.tstate_frame >= 0)
+		return get_u64(s->tbuf, proc->off.tstate_frame, PYPERF_TSTATE_BUF);
+	cframe = get_u64(s->tbuf, proc->off.tstate_cframe, PYPERF_TSTATE_BUF);
+	if (cframe && proc->off.cframe_current_frame >= 0 && read_ptr(cframe + proc->off.cframe_current_frame, &frame))
+		s->counters.read_errors++;
+	return frame;
+}
+
+/*
+ * PYPERF_INTERP_STITCHED: after the frames of the thread state the thread runs (c->w, a whole walk), the frames of
+ * its thread state in the interpreter that called Interpreter.exec (`outer`, swapped out: its frames cannot change
+ * while the thread is here, in this program). Only when that thread state is still the thread's and not attached,
+ * and its walk is whole (reached its base frame on 3.15+, the root elsewhere) and fits: else the record keeps the
+ * running interpreter's frames alone (counted in interp_unstitched). Returns 1 stitched, 2 nothing to stitch (the
+ * calling thread state has no frame), 0 not stitched. Inlined: its context holds pointers, which a
+ * global function's argument memory cannot.
+ */
+static __always_inline int walk_outer(struct walk_ctx *c, __u64 outer, __u32 tid, __u64 fsbase)
+{
+	const struct py_proc *proc;
+	struct pyperf_scratch *s;
+	__u32 split;
+
+	if (!c || !c->proc || !c->s)
+		return 0;
+	proc = c->proc;
+	s = c->s;
+	split = c->w.n;
+	if (!outer || split >= PYPERF_MAX_FRAMES || c->w.status != STACK_STATUS_COMPLETE ||
+	    read_user(s->tbuf, proc->off.tstate_size, PYPERF_TSTATE_BUF, outer) || !tstate_is_ours(proc, s, tid, fsbase) ||
+	    tstate_attached(proc, s))
+		return 0;
+	c->w.cur = leaf_frame(proc, s);
+	if (!c->w.cur)
+		return 2; /* no frames to add (its thread's start, or the process's end) */
+	c->w.base = proc->off.tstate_base_frame >= 0 ? get_u64(s->tbuf, proc->off.tstate_base_frame, PYPERF_TSTATE_BUF) : 0;
+	c->w.chunk = proc->off.tstate_datastack_chunk >= 0 ?
+		get_u64(s->tbuf, proc->off.tstate_datastack_chunk, PYPERF_TSTATE_BUF) : 0;
+	c->w.chunk_prev = 0;
+	c->w.wlo = 0;
+	c->w.whi = 0;
+	/* Check words read, not cached: the cache's count is the main interpreter's thread's sample's. */
+	c->w.tag = 0;
+	c->w.fast = 0;
+	c->w.last_code = 0;
+	c->w.reached_base = 0;
+	bpf_loop(PYPERF_MAX_WALK, frame_walk_step, c, 0);
+	end_run(&c->w, s);
+	if (c->w.status == STACK_STATUS_COMPLETE && (c->w.base ? c->w.reached_base : !c->w.cur) && c->w.n > split)
+		return 1;
+	/* Not whole: the running interpreter's frames alone. */
+	c->w.n = split;
+	c->w.status = STACK_STATUS_COMPLETE;
+	return 0;
+}
+
 /*
  * Walks the current thread's Python stack and writes one record to the ring buffer: a CPU sample (off == NULL)
  * or the off-CPU interval `off` that the thread ends by coming back on CPU now (its stack cannot have changed
@@ -21,8 +82,9 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 	__u32 pid = pid_tgid >> 32, n, tid;
 	struct pyperf_event_header *h;
 	struct task_struct *task;
-	__u64 fsbase = 0, ts, global_ts = 0, frame = 0, cframe = 0, size, flags, wait_base = 0, lo;
-	__u32 gen_owner, track;
+	__u64 fsbase = 0, ts, global_ts = 0, frame = 0, size, flags, wait_base = 0, lo;
+	__u32 gen_owner, track, split;
+	int stitched;
 	struct walk_ctx c = {};
 	int gil_state;
 
@@ -53,6 +115,10 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 	__builtin_memset(h->coro_index, 0, sizeof(h->coro_index));
 	h->ncoro = 0;
 	h->in_gc = 0;
+	h->interp_flags = 0;
+	h->interp_id = -1;
+	h->outer_interp_id = -1;
+	h->outer_start = 0;
 
 	task = bpf_get_current_task_btf();
 	/* pthread_self() on glibc x86-64 is the thread pointer = fs base. */
@@ -66,6 +132,13 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 	/* A namespace tid that could not be read must not match a thread state whose tid is still 0. */
 	ts = tid ? find_tstate(proc, s, pid_tgid, tid, fsbase, KFIELD(__u64, task, kl.task_start_time)) : 0;
 	PROF(1); /* thread state (cache + read) */
+	if (ts) {
+		h->interp_flags = (__u8)s->interp_flags;
+		h->interp_id = s->last.interp_id;
+	} else if (tid) {
+		/* Fresh from find_tstate's miss: only AMBIGUOUS (with NESTED) can be set. */
+		h->interp_flags = (__u8)s->interp_flags;
+	}
 
 	gil_state = pyperf_gil_state(proc, s, ts, &global_ts, &wait_base);
 	h->gil_state = gil_state;
@@ -99,22 +172,23 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 	PROF(2); /* GIL block, states */
 
 	/* Leaf frame: tstate->frame / ->current_frame, or tstate->cframe->current_frame. */
-	if (ts) {
-		if (proc->off.tstate_frame >= 0) {
-			frame = get_u64(s->tbuf, proc->off.tstate_frame, PYPERF_TSTATE_BUF);
-		} else {
-			cframe = get_u64(s->tbuf, proc->off.tstate_cframe, PYPERF_TSTATE_BUF);
-			if (cframe && proc->off.cframe_current_frame >= 0 &&
-			    read_ptr(cframe + proc->off.cframe_current_frame, &frame))
-				s->counters.read_errors++;
-		}
-	}
+	if (ts)
+		frame = leaf_frame(proc, s);
 
 	PROF(3); /* leaf frame pointer */
 	c.w.status = STACK_STATUS_COMPLETE;
+	if (h->interp_flags & PYPERF_INTERP_AMBIGUOUS)
+		c.w.status = STACK_STATUS_ERROR; /* which thread state runs is not known: no frames, never a guess */
+	c.proc = proc;
+	c.s = s;
+	/* Run roots: the generator owner value when tracked, else 256, which no frame's u8 owner equals.
+	 * Without a branch (a mask of all ones when tracked), so the verifier does not follow the rest twice. */
+	gen_owner = (__u16)proc->off.owner_generator;
+	track = ((gen_owner >> 15) ^ 1) & (proc->track_tasks != 0);
+	track = -track;
+	barrier_var(track);
+	c.w.gen_owner = (gen_owner & 0xff & track) | (256 & ~track);
 	if (frame) {
-		c.proc = proc;
-		c.s = s;
 		c.w.cur = frame;
 		/* 3.12+: wait_base is the GIL block read (interp->ceval.gil). */
 		c.w.tag = check_tag(proc, s, ts, proc->off.interp_gil_ptr >= 0 ? wait_base : 0, gil_state);
@@ -125,16 +199,8 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 		/* 3.11+ with the cache: frames the fast way (pyperf_walk_fast), which needs no first local. */
 		c.w.fast = proc->frame_window && c.w.tag && proc->off.instr_kind == INSTR_PTR_MINUS_CODE &&
 			   proc->off.frame_localsplus < 0;
-		/* Run roots: the generator owner value when tracked, else 256, which no frame's u8 owner equals.
-		 * Without a branch (a mask of all ones when tracked), so the verifier does not follow the rest twice. */
-		gen_owner = (__u16)proc->off.owner_generator;
-		track = ((gen_owner >> 15) ^ 1) & (proc->track_tasks != 0);
-		track = -track;
-		barrier_var(track);
-		c.w.gen_owner = (gen_owner & 0xff & track) | (256 & ~track);
 		bpf_loop(PYPERF_MAX_WALK, frame_walk_step, &c, 0);
 		end_run(&c.w, s); /* the end of the walk ends a run */
-		h->ncoro = c.w.nruns < 256 ? c.w.nruns : 252 + (c.w.nruns & (PYPERF_TASK_ROOTS - 1));
 		if (c.w.status == STACK_STATUS_COMPLETE && c.w.cur && !c.w.reached_base)
 			c.w.status = STACK_STATUS_TRUNCATED; /* bpf_loop bound (many skipped shims) */
 		if (c.w.reached_base)
@@ -145,6 +211,24 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 			s->counters.incomplete++;
 		}
 	}
+	/* A thread in an interpreter it entered from another: that one's frames follow, rootward (also below no
+	 * frame of this one: a thread creating an interpreter runs its start-up there). */
+	if (ts && (h->interp_flags & PYPERF_INTERP_NESTED)) {
+		s->counters.interp_nested++;
+		split = c.w.n;
+		stitched = walk_outer(&c, s->last.outer, tid, fsbase);
+		if (stitched == 1) {
+			h->interp_flags |= PYPERF_INTERP_STITCHED;
+			h->outer_start = split;
+			h->outer_interp_id = s->last.outer_interp_id;
+		} else if (!stitched) {
+			s->counters.interp_unstitched++;
+		} else {
+			/* No calling frames: no boundary to mark. */
+			h->interp_flags &= ~PYPERF_INTERP_NESTED;
+		}
+	}
+	h->ncoro = c.w.nruns < 256 ? c.w.nruns : 252 + (c.w.nruns & (PYPERF_TASK_ROOTS - 1));
 	PROF(4); /* frame walk */
 	n = c.w.n;
 	if (n > PYPERF_MAX_FRAMES)

@@ -6,22 +6,15 @@
  * state (its frames) is walk.bpf.h's.
  */
 
-/* pid_tgid -> PyThreadState address and the start time of the thread it was
- * found for. Keyed by pid_tgid (not tid alone) so a recycled tid in another
- * process cannot hit a stale entry unnoticed; every hit is validated anyway.
- * The start time catches a tid reused inside the process: the dead thread's
- * freed thread state may still hold the same tid and pthread id (glibc reuses
- * the thread block), and would pass the validation with stale frames. */
-struct tstate_entry {
-	__u64 ts;
-	__u64 start;
-};
-
+/* pid_tgid -> the thread state found for that thread (struct pyperf_thread_found). Keyed by pid_tgid (not tid
+ * alone) so a recycled tid in another process cannot hit a stale entry unnoticed; every hit is validated anyway.
+ * The start time catches a tid reused inside the process: the dead thread's freed thread state may still hold the
+ * same tid and pthread id (glibc reuses the thread block), and would pass the validation with stale frames. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u64);
-	__type(value, struct tstate_entry);
+	__type(value, struct pyperf_thread_found);
 } tstate_cache SEC(".maps");
 
 /* Is the PyThreadState block in s->tbuf the one of the sampled thread? */
@@ -35,13 +28,44 @@ static __always_inline bool tstate_is_ours(const struct py_proc *proc,
 	return get_u64(s->tbuf, proc->off.tstate_native_thread_id, PYPERF_TSTATE_BUF) == tid;
 }
 
-/* Plain data: see struct frame_walk. */
+/* 3.13+: is the thread state in s->tbuf attached (current on its thread, holding its interpreter's GIL)? At most
+ * one thread state of an OS thread is. */
+static __always_inline bool tstate_attached(const struct py_proc *proc, const struct pyperf_scratch *s)
+{
+	return get_s32(s->tbuf, proc->off.tstate_state, PYPERF_TSTATE_BUF) == proc->off.state_attached;
+}
+
+/*
+ * A thread state found earlier for this thread (its block in s->tbuf, checked to be the thread's): is it still
+ * the one the thread runs? Always where subinterpreters are not handled (interps_addr 0: the first found stays,
+ * as it did). 3.13+: yes if attached (only the running one can be); if not (the GIL released, or swapped out by
+ * Interpreter.exec, which look the same), yes only while the process has one interpreter (head == main: one
+ * 16-byte read), else the lists are walked again.
+ */
+static __always_inline bool tstate_still_runs(const struct py_proc *proc, struct pyperf_scratch *s)
+{
+	if (!proc->interps_addr || proc->off.tstate_state < 0)
+		return true;
+	if (tstate_attached(proc, s))
+		return true;
+	/* Into the GIL block's buffer, which pyperf_gil_state fills later (the stack is full). */
+	if (bpf_probe_read_user(s->gbuf, 16, (const void *)proc->interps_addr))
+		return false;
+	return *(__u64 *)s->gbuf == *(__u64 *)(s->gbuf + 8);
+}
+
+/* Plain data: see struct frame_walk. The walk goes through every interpreter's thread list, newest interpreter
+ * first (_PyRuntime.interpreters.head, then each `next`), and keeps the sampled thread's thread states. */
 struct thread_walk {
-	__u64 cur;
-	__u64 found;
+	__u64 cur;      /* thread state to read next; 0: the list of `interp` ended */
+	__u64 interp;   /* whose list is walked */
 	__u64 fsbase;
 	__u32 tid;
-	int err;
+	__u32 n;        /* matches so far, kept in s->found (more than PYPERF_THREAD_MATCHES: counted only) */
+	__s8 attached;  /* index of the attached match, -1 none */
+	__s8 exec;      /* index of the match made by Interpreter.exec, -1 none, -2 several */
+	__u8 multi;     /* 3.13+: every match is wanted (else the first ends the walk) */
+	__u8 err;
 };
 
 struct thread_walk_ctx {
@@ -50,19 +74,48 @@ struct thread_walk_ctx {
 	struct thread_walk w;
 };
 
-/* One thread state of the interpreter's list: 0 = go on, 1 = stop. Global: verified once (see
- * pyperf_walk_frame). */
+/* One thread state of the interpreters' lists (or the step to the next interpreter): 0 = go on, 1 = stop.
+ * Global: verified once (see pyperf_walk_frame). */
 __noinline int pyperf_thread_step(struct thread_walk *w, const struct py_proc *proc, struct pyperf_scratch *s)
 {
-	if (!w || !proc || !s || !w->cur)
+	__u64 next;
+	__u32 k;
+
+	if (!w || !proc || !s)
 		return 1;
+	if (!w->cur) {
+		/* This interpreter's list ended: the next (older) interpreter's, if any. */
+		if (!w->interp)
+			return 1;
+		if (read_ptr(w->interp + proc->off.interp_next, &next)) {
+			w->err = 1;
+			return 1;
+		}
+		w->interp = next;
+		if (!next)
+			return 1;
+		if (read_ptr(w->interp + proc->off.interp_tstate_head, &w->cur)) {
+			w->err = 1;
+			return 1;
+		}
+		return 0;
+	}
 	if (read_user(s->tbuf, proc->off.tstate_size, PYPERF_TSTATE_BUF, w->cur)) {
 		w->err = 1;
 		return 1;
 	}
 	if (tstate_is_ours(proc, s, w->tid, w->fsbase)) {
-		w->found = w->cur;
-		return 1;
+		k = w->n;
+		if (k < PYPERF_THREAD_MATCHES) {
+			s->found[k & (PYPERF_THREAD_MATCHES - 1)] = w->cur;
+			if (w->multi && tstate_attached(proc, s))
+				w->attached = (__s8)k;
+			if (w->multi && get_s32(s->tbuf, proc->off.tstate_whence, PYPERF_TSTATE_BUF) == proc->off.whence_exec)
+				w->exec = w->exec == -1 ? (__s8)k : -2;
+		}
+		w->n++;
+		if (!w->multi)
+			return 1;
 	}
 	w->cur = get_u64(s->tbuf, proc->off.tstate_next, PYPERF_TSTATE_BUF);
 	return 0;
@@ -75,51 +128,101 @@ static long thread_walk_step(__u32 i, void *arg)
 	return pyperf_thread_step(&c->w, c->proc, c->s) ? 1 : 0;
 }
 
+/* PyInterpreterState.id of the interpreter of the thread state at `ts` (its `interp`), -1 unknown. */
+static __always_inline __s64 interp_id_of(const struct py_proc *proc, __u64 ts)
+{
+	__u64 interp, id;
+
+	if (!ts || proc->off.interp_id < 0 || read_ptr(ts + proc->off.tstate_interp, &interp) || !interp ||
+	    read_ptr(interp + proc->off.interp_id, &id))
+		return -1;
+	return (__s64)id;
+}
+
 /*
- * Returns the sampled thread's PyThreadState address (its first
- * tstate_size bytes are then in s->tbuf), or 0. `tid` is the thread's id as
- * the interpreter knows it (in its own PID namespace); pid_tgid, the host's,
- * keys the caches.
+ * Returns the PyThreadState address the sampled thread runs (its first tstate_size bytes are then in s->tbuf), or
+ * 0; s->last says what else was found with it (interpreter ids, the calling interpreter's thread state) and
+ * s->interp_flags how (enum pyperf_interp_flags). `tid` is the thread's id as the interpreter knows it (in its own
+ * PID namespace); pid_tgid, the host's, keys the caches.
+ *
+ * A thread that entered a subinterpreter through Interpreter.exec (3.13+) has a thread state in each interpreter
+ * (the same tid): the one it runs is attached, or, with the GIL released, made by exec; the other, swapped out, is
+ * the calling interpreter's, whose frames the record appends (record_stack). More than two: none appended.
  */
+static __noinline __u64 walk_threads(const struct py_proc *proc, struct pyperf_scratch *s, __u32 tid, __u64 fsbase);
+
 static __always_inline __u64 find_tstate(const struct py_proc *proc,
 					 struct pyperf_scratch *s, __u64 pid_tgid,
 					 __u32 tid, __u64 fsbase, __u64 start)
 {
-	__u64 interp = 0, head = 0;
-	struct tstate_entry *cached, entry = {};
-	struct thread_walk_ctx c = {};
-	struct thread_walk *w = &c.w;
+	struct pyperf_thread_found *cached, *f = &s->last;
+	__u64 ts;
 
 	/* The thread of this CPU's previous sample: no hash lookup. */
-	if (s->last_pid_tgid == pid_tgid && s->last_start == start && s->last_ts &&
-	    !read_user(s->tbuf, proc->off.tstate_size, PYPERF_TSTATE_BUF, s->last_ts) &&
-	    tstate_is_ours(proc, s, tid, fsbase))
-		return s->last_ts;
+	if (s->last_pid_tgid == pid_tgid && f->start == start && f->ts &&
+	    !read_user(s->tbuf, proc->off.tstate_size, PYPERF_TSTATE_BUF, f->ts) &&
+	    tstate_is_ours(proc, s, tid, fsbase) && tstate_still_runs(proc, s)) {
+		s->interp_flags = f->flags;
+		return f->ts;
+	}
 	s->last_pid_tgid = pid_tgid;
-	s->last_start = start;
-	s->last_ts = 0;
+	f->ts = 0;
+	f->start = start;
+	f->interp_id = -1;
+	f->outer_interp_id = -1;
+	f->outer = 0;
+	f->flags = 0;
+	s->interp_flags = 0;
 
 	cached = bpf_map_lookup_elem(&tstate_cache, &pid_tgid);
 	if (cached && cached->start == start) {
-		__u64 ts = cached->ts;
+		ts = cached->ts;
 
 		/* Validation is the read we need anyway. */
 		if (ts && !read_user(s->tbuf, proc->off.tstate_size, PYPERF_TSTATE_BUF, ts) &&
-		    tstate_is_ours(proc, s, tid, fsbase)) {
-			s->last_ts = ts;
+		    tstate_is_ours(proc, s, tid, fsbase) && tstate_still_runs(proc, s)) {
+			f->interp_id = cached->interp_id;
+			f->outer_interp_id = cached->outer_interp_id;
+			f->outer = cached->outer;
+			f->flags = cached->flags;
+			f->ts = ts;
+			s->interp_flags = f->flags;
 			return ts;
 		}
 	}
+	ts = walk_threads(proc, s, tid, fsbase);
+	if (ts) {
+		bpf_map_update_elem(&tstate_cache, &pid_tgid, f, BPF_ANY);
+		return ts;
+	}
+	if (cached)
+		bpf_map_delete_elem(&tstate_cache, &pid_tgid);
+	return 0;
+}
 
+/* find_tstate's cache miss: the walk of the interpreters' thread lists, and the choice among the thread's thread
+ * states (s->last, s->interp_flags; its block in s->tbuf). A subprogram of its own (static: its pointers keep their
+ * types): the walk's context stays off the callers' stack frames, which are full. */
+static __noinline __u64 walk_threads(const struct py_proc *proc, struct pyperf_scratch *s, __u32 tid, __u64 fsbase)
+{
+	struct pyperf_thread_found *f;
+	struct thread_walk_ctx c = {};
+	struct thread_walk *w = &c.w;
+	__u64 head = 0, ts;
+	__u32 pick = 0;
+
+	if (!proc || !s)
+		return 0;
+	f = &s->last;
 	s->counters.thread_walks++;
-	if (read_ptr(proc->interp_head_addr, &interp) || !interp) {
+	if (read_ptr(proc->interp_head_addr, &w->interp) || !w->interp) {
 		/* Not initialised yet (or finalising): no thread state. */
-		goto miss;
+		return 0;
 	}
 	if (proc->off.interp_tstate_head < 0 ||
-	    read_ptr(interp + proc->off.interp_tstate_head, &head)) {
+	    read_ptr(w->interp + proc->off.interp_tstate_head, &head)) {
 		s->counters.read_errors++;
-		goto miss;
+		return 0;
 	}
 
 	c.proc = proc;
@@ -127,22 +230,47 @@ static __always_inline __u64 find_tstate(const struct py_proc *proc,
 	w->cur = head;
 	w->tid = tid;
 	w->fsbase = fsbase;
+	w->attached = -1;
+	w->exec = -1;
+	w->multi = proc->interps_addr && proc->off.tstate_state >= 0 && proc->off.tstate_whence >= 0;
 	bpf_loop(PYPERF_MAX_THREADS, thread_walk_step, &c, 0);
 	if (w->err)
 		s->counters.read_errors++;
-	if (w->found) {
-		entry.ts = w->found;
-		entry.start = start;
-		bpf_map_update_elem(&tstate_cache, &pid_tgid, &entry, BPF_ANY);
-		s->last_ts = w->found;
-		return w->found;
-	}
-	if (w->cur && !w->err)
+	if ((w->cur || w->interp) && !w->err && (!w->n || w->multi))
 		s->counters.thread_walk_bound++;
-miss:
-	if (cached)
-		bpf_map_delete_elem(&tstate_cache, &pid_tgid);
-	return 0;
+	if (!w->n)
+		return 0;
+	if (w->n > 1) {
+		/* The thread runs one of them; the others wait for calls into other interpreters to return. */
+		f->flags = PYPERF_INTERP_NESTED;
+		if (w->attached >= 0) {
+			pick = w->attached;
+		} else if (w->exec >= 0) {
+			pick = w->exec;
+		} else {
+			s->interp_flags = PYPERF_INTERP_NESTED | PYPERF_INTERP_AMBIGUOUS;
+			s->counters.interp_ambiguous++;
+			f->flags = 0;
+			return 0;
+		}
+		if (w->n == 2) {
+			f->outer = s->found[(pick ^ 1) & 1];
+			f->outer_interp_id = interp_id_of(proc, f->outer);
+		}
+	}
+	pick &= PYPERF_THREAD_MATCHES - 1;
+	ts = s->found[pick];
+	f->interp_id = interp_id_of(proc, ts);
+	/* The caller wants the block of the thread state it runs in s->tbuf: the walk's last read may be another's. */
+	if (read_user(s->tbuf, proc->off.tstate_size, PYPERF_TSTATE_BUF, ts)) {
+		s->counters.read_errors++;
+		f->flags = 0;
+		f->outer = 0;
+		return 0;
+	}
+	f->ts = ts;
+	s->interp_flags = f->flags;
+	return ts;
 }
 
 /*

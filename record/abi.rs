@@ -145,12 +145,12 @@ const _: () = assert!(
 // 16 bytes a frame in every record, 32 with the first locals of <= 3.10 (the ring's bytes per sample).
 const _: () = assert!(std::mem::size_of::<RawFrame>() == 16 && std::mem::size_of::<RawLocal>() == 16);
 const _: () = {
-    // counters + last_wakeup, last_pid_tgid, last_ts, last_start, new_stack, busy + tbuf + gbuf + cbuf + wbuf + event + locals + snap: the scratch
+    // counters + last_wakeup, last_pid_tgid, last (6 words), interp_flags, found (4), new_stack, busy + tbuf + gbuf + cbuf + wbuf + event + locals + snap: the scratch
     // slot is what the header says it is (a field added in C without updating this fails the build).
     let s = std::mem::size_of::<types::pyperf_scratch>();
     assert!(
         s == std::mem::size_of::<types::pyperf_counters>()
-            + 6 * 8
+            + 15 * 8
             + (TSTATE_BUF + GIL_BUF + CODE_BUF + FRAME_WINDOW + FRAME_BUF)
             + std::mem::size_of::<types::pyperf_event>()
             + MAX_FRAMES * std::mem::size_of::<RawLocal>()
@@ -205,13 +205,16 @@ mod tests {
 
     #[test]
     fn shared_struct_sizes() {
-        // 48 bytes of run roots (asyncio tasks) after the first 120.
-        assert_eq!(std::mem::size_of::<types::pyperf_event_header>(), 168);
+        // 48 bytes of run roots (asyncio tasks) after the first 120; then 24 of interpreters (subinterpreters).
+        assert_eq!(std::mem::size_of::<types::pyperf_event_header>(), 192);
+        assert_eq!(std::mem::offset_of!(types::pyperf_event_header, interp_id), 168);
         assert_eq!(std::mem::offset_of!(types::pyperf_event_header, coro_frame), 120);
         assert_eq!(TASK_ROOTS, 4);
         assert_eq!((std::mem::size_of::<RawFrame>(), std::mem::size_of::<RawLocal>()), (16, 16));
-        // py_offsets.code_flags (asyncio task wakeups), interp_gc_collecting, py_proc.gc_addr, padding.
-        assert_eq!(std::mem::size_of::<ProcConfig>(), 200);
+        // py_offsets.code_flags (asyncio task wakeups), interp_gc_collecting, py_proc.gc_addr, padding; the
+        // subinterpreter offsets and py_proc.interps_addr.
+        assert_eq!(std::mem::size_of::<ProcConfig>(), 224);
+        assert_eq!(std::mem::size_of::<types::pyperf_thread_found>(), 48);
         assert_eq!(std::mem::size_of::<types::pyperf_task_key>(), 16);
         assert_eq!(std::mem::size_of::<types::pyperf_check_entry>(), 24);
         assert_eq!(std::mem::size_of::<types::off_kstack>(), 16 + 32 * 8);

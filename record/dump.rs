@@ -342,7 +342,7 @@ fn gil_key(t: &DumpedThread) -> &'static str {
     }
 }
 
-/// A frame's kind in the JSON: python, native, kernel, marker or task.
+/// A frame's kind in the JSON: python, native, kernel, marker, task or interpreter.
 fn frame_kind(s: &Symbol) -> &'static str {
     match s.kind() {
         pyperf_format::FrameKind::Python => "python",
@@ -350,6 +350,7 @@ fn frame_kind(s: &Symbol) -> &'static str {
         pyperf_format::FrameKind::Kernel => "kernel",
         pyperf_format::FrameKind::Marker => "marker",
         pyperf_format::FrameKind::Task => "task",
+        pyperf_format::FrameKind::Interpreter => "interpreter",
     }
 }
 

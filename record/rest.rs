@@ -125,6 +125,7 @@ pub fn raw_sample<'a>(
         coro_roots: walked.map_or_else(CoroRoots::default, |w| CoroRoots::from_leaf_first(&w.coro_roots)),
         // (A walk from user space reads no collecting flag: a thread blocked in a system call is not collecting.)
         in_gc: false,
+        interp: crate::sampler::InterpInfo::default(),
     }
 }
 

@@ -703,6 +703,7 @@ fn write_sample(
         frames,
         tasks: task_frames,
         in_gc: s.in_gc,
+        interp: s.interp.id.try_into().unwrap_or(0),
     };
     let Some(off) = s.off_cpu else {
         sink.sample(&sample);
@@ -736,6 +737,7 @@ fn write_interval(sink: &mut dyn Sink, start_ns: u64, i: &Interval) {
             frames: &i.frames,
             tasks: &i.task_frames,
             in_gc: i.in_gc,
+            interp: i.interp,
         },
         start_ns: i.start.saturating_sub(start_ns),
         duration_ns: i.duration_ns,

@@ -45,6 +45,26 @@ fn first_local(s: &RawSample<'_>, i: usize) -> FirstLocal {
         .map_or(FirstLocal::default(), |l| FirstLocal { object: l.first_local, type_addr: l.first_local_type })
 }
 
+/// What of a sample's interpreters its stack depends on (the boundary marker): 0 for a thread in one interpreter.
+fn interp_key(s: &RawSample<'_>) -> u64 {
+    if !s.interp.nested && s.interp.outer.is_none() {
+        return 0;
+    }
+    let at = s.interp.outer.map_or(u64::from(u16::MAX), |(k, _)| k as u64);
+    1 << 63 | at << 32 | (s.interp.id as u64 & 0xffff_ffff)
+}
+
+/// The `[interpreter N]` boundary's symbol (format 1.8, [`pyperf_format::symbol_flags::INTERPRETER`]).
+pub fn interpreter_marker(id: u32) -> Symbol {
+    Symbol {
+        scope: String::new(),
+        name: format!("{}{id}]", pyperf_format::symbol_flags::INTERPRETER_MARKER_PREFIX),
+        file: String::new(),
+        line: 0,
+        flags: pyperf_format::symbol_flags::INTERPRETER,
+    }
+}
+
 /// Raw frames to symbol ids.
 #[derive(Default)]
 pub struct Symbolizer {
@@ -136,12 +156,15 @@ impl Symbolizer {
                 h.write(raw);
                 // <= 3.10: a frame's class comes from its first local.
                 h.write(raw_locals);
+                // The interpreter boundary's marker (below) depends on these too.
+                h.write_u64(interp_key(s));
                 h.finish()
             };
             if let Some((bytes, ids)) = self.stacks.get(&(s.pid, h)) {
-                if bytes.len() == raw.len() + raw_locals.len()
+                if bytes.len() == raw.len() + raw_locals.len() + 8
                     && bytes[..raw.len()] == *raw
-                    && bytes[raw.len()..] == *raw_locals
+                    && bytes[raw.len()..raw.len() + raw_locals.len()] == *raw_locals
+                    && bytes[raw.len() + raw_locals.len()..] == interp_key(s).to_le_bytes()
                 {
                     self.stack.extend_from_slice(ids);
                     return &self.stack;
@@ -158,8 +181,27 @@ impl Symbolizer {
         // one per frame before 3.11; from 3.11 on, one per run of frames ending (rootward) at an entry frame.
         let shared_activations = self.evals.get(&s.pid).is_some_and(|e| e.inlines_calls);
         self.activations.clear();
+        // A thread inside Interpreter.exec (subinterpreters): `[interpreter N]` between the calling interpreter's
+        // frames (rootward) and this one's, or at the root when those could not be read. Not with native frames,
+        // whose merge counts Python frames per activation of the evaluation loop.
+        let boundary = match (s.interp.nested || s.interp.outer.is_some(), self.native.is_none()) {
+            (true, true) => {
+                let id = u32::try_from(s.interp.id).unwrap_or(0);
+                let marker = interpreter_marker(id);
+                Some((
+                    s.interp.outer.map_or(s.frames.len(), |(k, _)| k),
+                    intern(&mut self.symbol_ids, marker, new_symbol),
+                ))
+            }
+            _ => None,
+        };
         // BPF walks leaf to root; sinks want root first.
         for (i, f) in s.frames.iter().enumerate().rev() {
+            if let Some((k, marker)) = boundary {
+                if i + 1 == k {
+                    self.stack.push(marker);
+                }
+            }
             let first = first_local(s, i);
             let class = match reader.as_deref_mut() {
                 Some(r) if first.type_addr != 0 => r.class_key(f.code, f.check, first),
@@ -203,6 +245,10 @@ impl Symbolizer {
                 }
             }
         }
+        // No frame of this interpreter yet (a thread creating it): the boundary at the leaf.
+        if let Some((0, marker)) = boundary {
+            self.stack.push(marker);
+        }
         if let Some(native) = self.native.as_mut() {
             let complete = s.status == STACK_COMPLETE || s.status == STACK_IDLE;
             let ids = &mut self.symbol_ids;
@@ -220,7 +266,8 @@ impl Symbolizer {
             if self.stacks.len() >= MAX_CACHED_STACKS {
                 self.stacks.clear();
             }
-            self.stacks.insert((s.pid, h), ([raw, raw_locals].concat().into(), self.stack.as_slice().into()));
+            let key = interp_key(s).to_le_bytes();
+            self.stacks.insert((s.pid, h), ([raw, raw_locals, &key].concat().into(), self.stack.as_slice().into()));
         }
         &self.stack
     }
@@ -286,6 +333,9 @@ impl Symbolizer {
         // Python frames shown rootward of it.
         let rootward = s.frames.get(raw_index + 1..)?.iter().filter(|f| !hidden(f)).count();
         if self.native.is_none() {
+            // The interpreter boundary's marker, rootward of the frames leafward of it.
+            let marker = interp_key(s) != 0 && raw_index < s.interp.outer.map_or(s.frames.len(), |(k, _)| k);
+            let rootward = rootward + usize::from(marker);
             return (rootward < self.stack.len()).then_some(rootward);
         }
         let python = |id: u32| self.symbol_ids.flags.get(id as usize).is_some_and(|&f| f & NOT_PYTHON == 0);
@@ -373,6 +423,7 @@ mod tests {
             code: None,
             coro_roots: Default::default(),
             in_gc: false,
+            interp: crate::sampler::InterpInfo::default(),
         };
         let mut sym = Symbolizer::new();
         let mut announced = 0;

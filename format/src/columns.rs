@@ -69,7 +69,7 @@ fn raw_bytes(bytes: &[u8], n: usize, out: &mut Vec<u8>) -> Result<(), &'static s
 
 /// Encodes a chunk for writing. `buf` receives the columns back to back; the wire struct borrows from it.
 pub fn encode(c: &SampleChunk) -> Result<Vec<u8>, postcard::Error> {
-    let mut cols: [Vec<u8>; 7] = Default::default();
+    let mut cols: [Vec<u8>; 8] = Default::default();
     for &d in &c.time_delta_ns {
         put_varint(&mut cols[0], zigzag(d));
     }
@@ -81,6 +81,13 @@ pub fn encode(c: &SampleChunk) -> Result<Vec<u8>, postcard::Error> {
     // Always `len` values (0: no task stack), so that a 1.5 file's column is never taken for a missing one.
     for i in 0..c.len() {
         put_varint(&mut cols[6], c.task_stack.get(i).copied().unwrap_or(0) as u64);
+    }
+    // And the interpreter ids (1.8): `len` values, 0 (the main interpreter) for none; none at all when every sample
+    // is the main interpreter's, which reads the same (and costs nothing: most recordings have one interpreter).
+    if c.interp.iter().any(|&id| id != 0) {
+        for i in 0..c.len() {
+            put_varint(&mut cols[7], c.interp.get(i).copied().unwrap_or(0) as u64);
+        }
     }
     // The same for the flags (1.6): `len` bytes, 0 for none.
     let flags: Vec<u8> = (0..c.len()).map(|i| c.flags.get(i).copied().unwrap_or(0)).collect();
@@ -100,6 +107,7 @@ pub fn encode(c: &SampleChunk) -> Result<Vec<u8>, postcard::Error> {
         stack: &cols[5],
         task_stack: &cols[6],
         flags: &flags,
+        interp: &cols[7],
     };
     postcard::to_stdvec(&wire)
 }
@@ -125,6 +133,8 @@ pub fn decode(w: &WireSampleChunk<'_>, want: Columns, out: &mut SampleChunk) -> 
     clear(want.comm, &mut out.comm, w.comm)?;
     // An empty column: a file before 1.5, whose samples have no task stack.
     clear(want.task_stack && !w.task_stack.is_empty(), &mut out.task_stack, w.task_stack)?;
+    // An empty column: a file before 1.8, whose samples are all the main interpreter's.
+    clear(want.interp && !w.interp.is_empty(), &mut out.interp, w.interp)?;
     out.time_delta_ns.clear();
     if want.time {
         let mut raw = Vec::new();

@@ -604,6 +604,14 @@ pub mod symbol_flags {
     pub const TASK_MARKER_PREFIX: &str = "[task ";
     /// The name of the [`TASK`] symbol at the root of an event loop thread's stack when no task runs on it.
     pub const ASYNCIO_LOOP: &str = "[asyncio loop]";
+    /// An interpreter boundary (1.8+, subinterpreters): `[interpreter N]`, where the frames leafward of it run in
+    /// interpreter N (`PyInterpreterState.id`) and those rootward of it, the same thread's frames in the interpreter
+    /// that called into it (`Interpreter.exec`, `.call`), wait for the call to return. At the root of a stack: the
+    /// calling interpreter's frames could not be read (the recorder counts those). Also the root frame reports add
+    /// with `--interp-root`. `scope` and `file` empty, `line` 0. See [`INTERPRETER_MARKER_PREFIX`].
+    pub const INTERPRETER: u32 = 256;
+    /// How the name of every [`INTERPRETER`] symbol starts; the interpreter id and `]` follow.
+    pub const INTERPRETER_MARKER_PREFIX: &str = "[interpreter ";
 }
 
 /// What a frame is, from its symbol's flags ([`Symbol::kind`]).
@@ -622,6 +630,8 @@ pub enum FrameKind {
     Kernel,
     /// A task-view pseudo-frame ([`symbol_flags::TASK`], 1.5+): `[task NAME]`, `[asyncio loop]`.
     Task,
+    /// An interpreter boundary ([`symbol_flags::INTERPRETER`], 1.8+): `[interpreter N]`.
+    Interpreter,
 }
 
 /// A frame as shown to the user: one Python function at one line, or (1.4+) a native or kernel function
@@ -654,12 +664,15 @@ impl Symbol {
         }
     }
 
-    /// What kind of frame it is: [`symbol_flags::KERNEL`] first, then [`symbol_flags::TASK`], then
+    /// What kind of frame it is: [`symbol_flags::INTERPRETER`] first, then [`symbol_flags::KERNEL`], then
+    /// [`symbol_flags::TASK`], then
     /// [`symbol_flags::NATIVE`] with [`symbol_flags::MARKER`] or [`symbol_flags::GLUE`] (in that order), else Python.
     /// GLUE and MARKER without NATIVE mean nothing.
     pub fn kind(&self) -> FrameKind {
         use symbol_flags::*;
-        if self.flags & KERNEL != 0 {
+        if self.flags & INTERPRETER != 0 {
+            FrameKind::Interpreter
+        } else if self.flags & KERNEL != 0 {
             FrameKind::Kernel
         } else if self.flags & TASK != 0 {
             FrameKind::Task
@@ -732,6 +745,10 @@ pub struct SampleChunk {
     /// 1.6+: each sample's [`sample_flags`], 0 for none. Empty when the file has no such column (before 1.6: every
     /// sample 0) or the reader skipped it ([`Columns::flags`]).
     pub flags: Vec<u8>,
+    /// 1.8+: each sample's interpreter id (`PyInterpreterState.id` of the interpreter its leaf frames run in: 0 the
+    /// main one, also for a sample with no thread state). Empty when the file has no such column (before 1.8: every
+    /// sample 0) or the reader skipped it ([`Columns::interp`]).
+    pub interp: Vec<u32>,
 }
 
 impl SampleChunk {
@@ -766,6 +783,8 @@ pub struct Columns {
     pub task_stack: bool,
     /// `flags` (1.6+).
     pub flags: bool,
+    /// `interp` (1.8+).
+    pub interp: bool,
 }
 
 impl Columns {
@@ -779,6 +798,7 @@ impl Columns {
         states: true,
         task_stack: true,
         flags: true,
+        interp: true,
     };
     /// Only what every reader gets: time base, status, stack.
     pub const MINIMAL: Columns = Columns {
@@ -790,6 +810,7 @@ impl Columns {
         states: false,
         task_stack: false,
         flags: false,
+        interp: false,
     };
 }
 
@@ -832,6 +853,9 @@ pub(crate) struct WireSampleChunk<'a> {
     /// 1.6+, raw bytes; an empty byte string when decoding a file before 1.6 (as `task_stack`).
     #[serde(serialize_with = "as_bytes")]
     pub flags: &'a [u8],
+    /// 1.8+, LEB128 interpreter ids; an empty byte string when decoding a file before 1.8 (as `task_stack`).
+    #[serde(serialize_with = "as_bytes")]
+    pub interp: &'a [u8],
 }
 
 /// A column as one byte string: what serde's `&[u8]` deserializes from (postcard: a length, then the bytes), written

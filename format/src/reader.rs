@@ -11,6 +11,9 @@ use crate::model::*;
 use crate::{Error, GilState, PthreadIdMatch, StackStatus, ThreadStateMatch};
 
 /// A decoded chunk.
+// One record lives at a time (the reader hands each on, never a collection of them): the sample chunk's column
+// vectors inline cost nothing a box would save, and boxing would change the public type.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
     /// A process the recorder started following.
@@ -205,8 +208,8 @@ fn decode_process(payload: &[u8], offset: u64) -> Result<Process, Error> {
     })
 }
 
-/// Columns appended to the sample chunk since 1.4: `task_stack` (1.5), `flags` (1.6).
-const SAMPLE_COLUMNS_ADDED: usize = 2;
+/// Columns appended to the sample chunk since 1.4: `task_stack` (1.5), `flags` (1.6), `interp` (1.8).
+const SAMPLE_COLUMNS_ADDED: usize = 3;
 /// Columns appended to the off-CPU chunk since 1.4: `task_stack` (1.5).
 const OFF_CPU_COLUMNS_ADDED: usize = 1;
 
@@ -260,6 +263,8 @@ pub struct Sample<'a> {
     /// 1.6+: its [`crate::sample_flags`] ([`crate::sample_flags::GC`]: in the garbage collector), 0 before 1.6 (or
     /// the column skipped).
     pub flags: u8,
+    /// 1.8+: the id of the interpreter its leaf frames run in (0: the main one), 0 before 1.8 (or the column skipped).
+    pub interp: u32,
 }
 
 /// Iterates the samples of a chunk. Columns the reader skipped read as 0 (time: the chunk's base time).
@@ -283,6 +288,7 @@ pub fn samples(c: &SampleChunk) -> impl Iterator<Item = Sample<'_>> + '_ {
             stack: c.stack[i],
             task_stack: u32_at(&c.task_stack, i),
             flags: u8_at(&c.flags, i),
+            interp: u32_at(&c.interp, i),
         }
     })
 }

@@ -55,6 +55,9 @@ pub struct SampleRecord<'a> {
     pub task_stack: u32,
     /// 1.6+: its [`crate::sample_flags`], 0 for none.
     pub flags: u8,
+    /// 1.8+: the id of the interpreter its leaf frames run in (`PyInterpreterState.id`; 0 the main one, and for
+    /// none).
+    pub interp: u32,
 }
 
 /// Hasher for the stack-node map, keyed by one `u64` (parent << 32 | symbol) that the writer makes itself: a
@@ -329,6 +332,7 @@ impl<W: Write> Writer<W> {
         b.stack.push(s.stack);
         b.task_stack.push(s.task_stack);
         b.flags.push(s.flags);
+        b.interp.push(s.interp);
         self.samples += 1;
         if self.batch.len() >= SAMPLES_PER_CHUNK {
             self.write_definitions()?;

@@ -94,6 +94,7 @@ fn write(n: usize, flush_every: usize) -> Written {
             stack: leaf,
             task_stack: 0,
             flags: 0,
+            interp: 0,
         })
         .unwrap();
         expected.push((t, pid, tid, comm.to_string(), gil, status, st.iter().map(|&k| syms[k].clone()).collect()));
@@ -715,6 +716,7 @@ fn write_off_cpu(n: u64, flush_every: u64, min: Option<u64>) -> (Vec<u8>, Vec<(O
                 stack: iv.stack,
                 task_stack: 0,
                 flags: 0,
+                interp: 0,
             })
             .unwrap();
         }
@@ -1015,6 +1017,7 @@ fn write_native() -> (Vec<u8>, Vec<Vec<Symbol>>) {
             stack: leaves[k],
             task_stack: 0,
             flags: 0,
+            interp: 0,
         })
         .unwrap();
         expected.push(stacks[k].clone());
@@ -1322,6 +1325,7 @@ fn write_tasks(n: usize, waits: usize, flush_every: usize) -> (Vec<u8>, TaskRead
             stack,
             task_stack,
             flags: 0,
+            interp: 0,
         })
         .unwrap();
         expected.samples.push((symbols(thread), symbols(task)));
@@ -1444,11 +1448,14 @@ fn older_readers_skip_task_waits_and_read_the_prefix_of_the_columns() {
         task_stack: vec![2, 300],
         ..Default::default()
     };
-    let v16 = encode_sample_chunk(&chunk).unwrap();
+    let v18 = encode_sample_chunk(&chunk).unwrap();
+    let v16 = &v18[..v18.len() - 1]; // the interpreter column (1.8), empty: every sample the main interpreter's
+    assert_eq!(&v18[v16.len()..], &[0]);
     let v15 = &v16[..v16.len() - 3]; // the flags column: its length (2) and two zero bytes
     assert_eq!(&v16[v15.len()..], &[2, 0, 0]);
     let none = encode_sample_chunk(&SampleChunk { task_stack: Vec::new(), ..chunk.clone() }).unwrap();
-    let v14 = &none[..none.len() - 6]; // the zeros column and the flags column: each its length (2) and two zeros
+    // The zeros column and the flags column (each its length, 2, and two zeros), the empty interpreter column.
+    let v14 = &none[..none.len() - 7];
     assert_eq!(&v15[..v14.len()], v14);
     assert_eq!(&v15[v14.len()..], &[3, 2, 0xac, 0x02]);
     // This reader, given the 1.4 form (stacks 1 and 2 defined): samples without task stacks.
@@ -1542,7 +1549,8 @@ fn task_references_to_undefined_stacks_are_errors() {
     );
     // A sample column one value short is no 1.4 chunk: an error, not samples without task stacks.
     let mut short = encode_sample_chunk(&SampleChunk { task_stack: vec![1], ..sample.clone() }).unwrap();
-    short.truncate(short.len() - 2); // as 1.5 wrote it: without the flags column (length 1, one zero byte)
+    // As 1.5 wrote it: without the flags column (length 1, one zero byte) and the interpreter column (empty).
+    short.truncate(short.len() - 3);
     let n = short.len();
     short[n - 2] = 2; // the column claims 2 bytes, holds 1
     short.push(0x80);
@@ -1626,6 +1634,7 @@ fn write_gc(n: usize, flush_every: usize) -> (Vec<u8>, FlaggedSamples, Vec<u8>) 
             stack: leaves[shape],
             task_stack: 0,
             flags: f,
+            interp: 0,
         })
         .unwrap();
         samples.push((f, shapes[shape].iter().map(|&k| syms[k].clone()).collect()));
@@ -1711,15 +1720,16 @@ fn files_before_1_6_read_flags_0() {
         flags: vec![sample_flags::GC, 0],
         ..Default::default()
     };
-    let v16 = encode_sample_chunk(&chunk).unwrap();
+    let v18 = encode_sample_chunk(&chunk).unwrap();
+    let v16 = &v18[..v18.len() - 1]; // the interpreter column (1.8), empty: all the main interpreter's
     let v15 = encode_sample_chunk(&SampleChunk { flags: Vec::new(), ..chunk.clone() }).unwrap();
-    let v15 = &v15[..v15.len() - 3]; // its flags column: length 2, two zero bytes
+    let v15 = &v15[..v15.len() - 4]; // its flags column (length 2, two zero bytes) and the empty interpreter column
     assert_eq!(&v16[..v15.len()], v15);
     assert_eq!(&v16[v15.len()..], &[2, sample_flags::GC, 0]);
     // The 1.5 form (stacks 1 and 2 defined by the file it is put in): the same samples, flags 0.
     let w = write(3, 0);
     let ends = chunk_ends(&w.bytes);
-    for (payload, flags) in [(v15, [0, 0]), (&v16[..], [sample_flags::GC, 0])] {
+    for (payload, flags) in [(v15, [0, 0]), (v16, [sample_flags::GC, 0])] {
         let mut bytes = w.bytes[..ends[ends.len() - 3]].to_vec();
         bytes.extend_from_slice(&raw_chunk(Kind::Samples as u16, payload));
         let mut r = Reader::new(&bytes[..]).unwrap();
@@ -1761,11 +1771,12 @@ fn a_flags_column_of_the_wrong_length_is_corrupt() {
         ..Default::default()
     };
     let good = encode_sample_chunk(&chunk).unwrap();
-    let flags_at = good.len() - 4; // length 3, then 3 bytes
-    assert_eq!(&good[flags_at..], &[3, 1, 0, 1]);
+    let flags_at = good.len() - 5; // length 3, then 3 bytes; then the empty interpreter column
+    assert_eq!(&good[flags_at..], &[3, 1, 0, 1, 0]);
     for (what, column) in [("short", &[2u8, 1, 0][..]), ("long", &[4, 1, 0, 1, 1][..]), ("one of three", &[1, 1][..])] {
         let mut bad = good[..flags_at].to_vec();
         bad.extend_from_slice(column);
+        bad.push(0);
         let mut bytes = head.clone();
         let at = bytes.len();
         bytes.extend_from_slice(&raw_chunk(Kind::Samples as u16, &bad));
@@ -1849,6 +1860,7 @@ fn write_sources(files: &[SourceFile]) -> Vec<u8> {
         stack: leaf,
         task_stack: 0,
         flags: 0,
+        interp: 0,
     };
     w.push_sample(&sample(1)).unwrap();
     w.flush().unwrap();
@@ -2004,4 +2016,117 @@ fn the_kept_1_7_recording_reads_with_its_sources() {
     assert!(!lib.is_stored() && lib.error.starts_with("not readable by the process"));
     let (_, _, samples, _) = read(&bytes).unwrap();
     assert_eq!(samples.len(), 106);
+}
+
+/// The synthetic subinterpreter recording as 1.8 wrote it (testdata/recordings/interp-1.8.pyp, kept; made by
+/// report/tests/support/synth.rs): 108 samples, 65 in interpreter 0, 40 in interpreter 1 with their stack stitched
+/// (`[interpreter 1]` between the thread's main-interpreter frames and the subinterpreter's), 3 in interpreter 2's
+/// start-up (the boundary at the leaf).
+#[test]
+fn the_kept_1_8_recording_reads_with_its_interpreters() {
+    let bytes = recording("interp-1.8.pyp");
+    assert_eq!(&bytes[8..12], &[1, 0, 8, 0], "format 1.8");
+    let mut r = Reader::new(&bytes[..]).unwrap();
+    let mut tables = Tables::default();
+    let mut got: Vec<(u32, Vec<Symbol>)> = Vec::new();
+    let notes = scan(&mut r, &mut tables, |t, c| {
+        assert_eq!(c.interp.len(), c.len(), "a decoded column is len long");
+        got.extend(samples(c).map(|s| (s.interp, root_first(t, s.stack))));
+    })
+    .unwrap();
+    assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
+    assert_eq!(got.len(), 108);
+    let count = |id: u32| got.iter().filter(|(i, _)| *i == id).count();
+    assert_eq!((count(0), count(1), count(2)), (65, 40, 3));
+    let names = |stack: &[Symbol]| stack.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(";");
+    let kind = |stack: &[Symbol], name: &str| stack.iter().find(|s| s.name == name).map(|s| s.kind());
+    for (interp, stack) in &got {
+        match interp {
+            0 => assert!(stack.iter().all(|s| s.kind() == FrameKind::Python), "{}", names(stack)),
+            1 => {
+                assert_eq!(names(stack), "_bootstrap;runner;exec;[interpreter 1];<module>;work");
+                assert_eq!(kind(stack, "[interpreter 1]"), Some(FrameKind::Interpreter));
+            }
+            _ => assert_eq!(names(stack), "<module>;main;create;[interpreter 2]"),
+        }
+    }
+    // Skipping the column reads every sample as interpreter 0.
+    let mut r = Reader::new(&bytes[..]).unwrap();
+    r.set_columns(Columns { interp: false, ..Columns::ALL });
+    let mut seen = 0;
+    scan(&mut r, &mut Tables::default(), |_, c| {
+        assert!(c.interp.is_empty());
+        seen += samples(c).filter(|s| s.interp == 0).count();
+    })
+    .unwrap();
+    assert_eq!(seen, 108);
+}
+
+/// Files before 1.8 have no interpreter column: every sample reads interpreter 0; a 1.8 chunk is a 1.6 one with the
+/// column appended (what a 1.6 reader decodes is intact), and ids round-trip (several chunks, ids past one byte).
+#[test]
+fn interpreter_ids_round_trip_and_older_files_read_0() {
+    for name in ["gc-1.6.pyp", "tasks-1.5.pyp", "mixed-1.4.pyp", "offcpu-1.3.pyp", "mixed-1.0.pyp"] {
+        let bytes = recording(name);
+        let mut r = Reader::new(&bytes[..]).unwrap();
+        let mut n = 0;
+        scan(&mut r, &mut Tables::default(), |_, c| {
+            assert!(c.interp.is_empty(), "{name}: no column before 1.8");
+            assert!(samples(c).all(|s| s.interp == 0), "{name}");
+            n += c.len();
+        })
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(n > 0, "{name}");
+    }
+    let chunk = SampleChunk {
+        time_delta_ns: vec![0, 5],
+        cpu: vec![0, 1],
+        pid: vec![1, 1],
+        tid: vec![1, 2],
+        comm: vec![0, 0],
+        comms: vec!["x".into()],
+        thread_state: vec![0, 0],
+        gil: vec![0, 0],
+        pthread_id: vec![0, 0],
+        status: vec![0, 0],
+        stack: vec![1, 1],
+        task_stack: vec![0, 0],
+        flags: vec![0, 0],
+        interp: vec![0, 300],
+        ..Default::default()
+    };
+    let v18 = encode_sample_chunk(&chunk).unwrap();
+    let v16 = encode_sample_chunk(&SampleChunk { interp: Vec::new(), ..chunk.clone() }).unwrap();
+    let v16 = &v16[..v16.len() - 1]; // its interpreter column: empty
+    assert_eq!(&v18[..v16.len()], v16);
+    assert_eq!(&v18[v16.len()..], &[3, 0, 0xac, 0x02]);
+
+    // Written by the writer, over more than one chunk.
+    let n = SAMPLES_PER_CHUNK as u32 + 10;
+    let mut w = Writer::new(Vec::new(), &header()).unwrap();
+    let f = w.intern_symbol(&Symbol { scope: String::new(), name: "f".into(), file: "a.py".into(), line: 1, flags: 0 });
+    let stack = w.intern_stack(&[f]);
+    for i in 0..n {
+        w.push_sample(&SampleRecord {
+            time_ns: u64::from(i),
+            cpu: 0,
+            pid: 1,
+            tid: 1,
+            comm: "t",
+            thread_state: ThreadStateMatch::from_u8(0),
+            gil: GilState::NoInfo,
+            pthread_id: PthreadIdMatch::from_u8(0),
+            status: StackStatus::Complete,
+            stack,
+            task_stack: 0,
+            flags: 0,
+            interp: i % 3 * 1000,
+        })
+        .unwrap();
+    }
+    let bytes = w.finish(&Stats::default()).unwrap();
+    let mut r = Reader::new(&bytes[..]).unwrap();
+    let mut ids = Vec::new();
+    scan(&mut r, &mut Tables::default(), |_, c| ids.extend(samples(c).map(|s| s.interp))).unwrap();
+    assert_eq!(ids, (0..n).map(|i| i % 3 * 1000).collect::<Vec<_>>());
 }

@@ -160,6 +160,7 @@ fn writer_with_samples() -> Writer<Vec<u8>> {
             stack: [deep, short, 0][i as usize % 3],
             task_stack: 0,
             flags: 0,
+            interp: 0,
         })
         .unwrap();
     }
@@ -283,6 +284,7 @@ fn with_native() -> Vec<u8> {
             stack: leaf,
             task_stack: 0,
             flags: 0,
+            interp: 0,
         })
         .unwrap();
         if i == 1 {

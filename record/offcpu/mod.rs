@@ -50,6 +50,7 @@ struct Pending {
     kind: OffCpuKind,
     flags: u8,
     in_gc: bool,
+    interp: u32,
 }
 
 /// An off-CPU interval whose stack came with its start (symbolized then: see [`Step::Hold`]), ended: what the sink
@@ -92,6 +93,8 @@ pub struct Interval {
     pub flags: u8,
     /// Its thread was running the cyclic garbage collector when it left.
     pub in_gc: bool,
+    /// The interpreter its leaf frames ran in (0 the main one, and when unknown).
+    pub interp: u32,
 }
 
 /// What the session does with an off-CPU record (see [`Pairing::record`]).
@@ -192,6 +195,7 @@ impl Pairing {
                 kind: OffCpuKind::from_u8(off.kind),
                 flags: off.flags,
                 in_gc: s.in_gc,
+                interp: s.interp.id.try_into().unwrap_or(0),
             },
         );
     }
@@ -295,6 +299,7 @@ impl Pending {
             kind: self.kind,
             flags: self.flags | flags,
             in_gc: self.in_gc,
+            interp: self.interp,
         }
     }
 }

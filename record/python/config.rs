@@ -7,7 +7,7 @@ use super::layout::Layout;
 use super::linetable::Instr;
 #[cfg(doc)]
 use super::versions::Row;
-use super::versions::{Frames, Gil, Interpreters, ThreadMatch};
+use super::versions::{Frames, Gil, Interpreters, ThreadMatch, THREAD_ATTACHED, WHENCE_EXEC};
 use crate::abi::{self, types, ProcConfig};
 
 const TSTATE_BUF: i32 = abi::TSTATE_BUF as i32;
@@ -154,6 +154,15 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool, track_tasks: bool) -> R
     let first_local = l.code_qualname < 0 && l.frame_localsplus >= 0 && l.code_argcount >= 0 && l.object_type >= 0;
     let frame_localsplus = if first_local { l.frame_localsplus } else { -1 };
 
+    // Subinterpreters (3.13+): which of a thread's thread states runs, and what made it (see py_offsets.tstate_state);
+    // only where `interpreters.main` follows `interpreters.head` (one read tells whether there are others).
+    let interps_addr = at(rt, l.runtime_interpreters_head)
+        .filter(|_| row.interpreters == Interpreters::Runtime)
+        .filter(|_| l.runtime_interpreters_main == l.runtime_interpreters_head + 8)
+        .filter(|_| l.tstate_state >= 0 && l.tstate_whence >= 0);
+    let (tstate_state, tstate_whence) =
+        if interps_addr.is_some() { (l.tstate_state, l.tstate_whence) } else { (-1, -1) };
+
     // Bytes to read per block: up to the end of the last field used.
     let end = |fields: &[(i32, i32)]| fields.iter().filter(|(o, _)| *o >= 0).map(|(o, w)| o + w).max().unwrap_or(0);
     // 3.11+: where the thread's data stack chunk starts, which bounds the program's window reads.
@@ -162,6 +171,8 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool, track_tasks: bool) -> R
         (tstate_datastack_chunk, 8),
         (l.tstate_base_frame, 8),
         (l.tstate_gil_requested, 4),
+        (tstate_state, 4),
+        (tstate_whence, 4),
         (l.tstate_next, 8),
         (l.tstate_interp, 8),
         (l.tstate_thread_id, 8),
@@ -231,6 +242,7 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool, track_tasks: bool) -> R
         gc_addr: at(rt, l.runtime_gc_collecting)
             .or(p.addrs.gc_collecting.filter(|_| l.interp_gc_collecting < 0))
             .unwrap_or(0),
+        interps_addr: interps_addr.unwrap_or(0),
         gen_kind: types::pyperf_gen_kind::GEN_NONE.0 as u8,
         _pad2: [0; 7],
         off: types::py_offsets {
@@ -284,6 +296,13 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool, track_tasks: bool) -> R
             owner_generator: s16(if l.frame_owner >= 0 { l.frame_owned_by_generator } else { -1 })?,
             code_flags: s16(l.code_flags)?,
             interp_gc_collecting: s16(l.interp_gc_collecting)?,
+            interp_id: s16(l.interp_id)?,
+            interp_next: s16(l.interp_next)?,
+            tstate_state: s16(tstate_state)?,
+            tstate_whence: s16(tstate_whence)?,
+            state_attached: THREAD_ATTACHED,
+            whence_exec: WHENCE_EXEC,
+            _pad_off: [0; 6],
         },
         _pad3: [0; 4],
     })
@@ -349,6 +368,12 @@ mod tests {
             assert_eq!(o.tstate_base_frame >= 0, v >= (3, 15), "{v:?}");
             assert_eq!(o.tstate_datastack_chunk >= 0, v >= (3, 11), "{v:?}");
             assert_eq!(o.tstate_gil_requested >= 0, v >= (3, 15), "{v:?}");
+            // Subinterpreters: interpreter ids from 3.7; which thread state runs, and stitching, from 3.13 (one
+            // 16-byte read of interpreters.head and .main, adjacent).
+            assert_eq!(o.interp_id >= 0, v >= (3, 7), "{v:?}");
+            assert_eq!(c.interps_addr != 0, v >= (3, 13), "{v:?}");
+            assert_eq!((o.tstate_state >= 0, o.tstate_whence >= 0), (v >= (3, 13), v >= (3, 13)), "{v:?}");
+            assert_eq!((o.state_attached, o.whence_exec), (1, 5), "{v:?}");
             // Run roots of generator frames (asyncio tasks): 3.11+, where frames have owners, and only when asked.
             assert_eq!(o.owner_generator, if v >= (3, 11) { 1 } else { -1 }, "{v:?}");
             assert_eq!(c.track_tasks, u8::from(v >= (3, 11)), "{v:?}");

@@ -146,6 +146,7 @@ pub fn block_layout(version: (u8, u8)) -> Option<&'static BlockLayout> {
 pub const FIELDS: &[(&str, &str)] = &[
     ("runtime_interpreters_head", "runtime_state.interpreters_head"),
     ("interp_next", "interpreter_state.next"),
+    ("interp_id", "interpreter_state.id"),
     ("interp_tstate_head", "interpreter_state.threads_head"),
     ("interp_gil_ptr", "interpreter_state.ceval_gil"),
     ("interp_code_gen", "interpreter_state.code_object_generation"),
@@ -211,7 +212,7 @@ pub const SIZES: &[(&str, &[&str])] = &[
     ("runtime_state.size", &["runtime_interpreters_head"]),
     (
         "interpreter_state.size",
-        &["interp_next", "interp_tstate_head", "interp_gil_ptr", "interp_code_gen", "interp_modules"],
+        &["interp_next", "interp_id", "interp_tstate_head", "interp_gil_ptr", "interp_code_gen", "interp_modules"],
     ),
     (
         "thread_state.size",

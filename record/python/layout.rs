@@ -34,6 +34,8 @@ pub struct Layout {
     // ---- _PyRuntimeState (the `_PyRuntime` symbol, 3.7+) ----
     /// `_PyRuntimeState.interpreters.head` [ptr] (3.7+). Pre-3.7: symbol `interp_head`.
     pub runtime_interpreters_head: i32,
+    /// `_PyRuntimeState.interpreters.main` [ptr] (3.7+): the main interpreter (`interpreters.head` is the newest).
+    pub runtime_interpreters_main: i32,
     /// `_PyRuntimeState.gilstate.tstate_current` [ptr] (3.7-3.11): the GIL holder's thread state.
     /// Pre-3.7: symbol `_PyThreadState_Current`; 3.12+: gone (the C thread-local `_Py_tss_tstate`
     /// replaces it and is NULL while a thread runs with the GIL released).
@@ -58,8 +60,10 @@ pub struct Layout {
     pub tss_key: i32,
 
     // ---- PyInterpreterState (struct _is) ----
-    /// `PyInterpreterState.next` [ptr].
+    /// `PyInterpreterState.next` [ptr]: the next older interpreter (the list starts at the newest).
     pub interp_next: i32,
+    /// `PyInterpreterState.id` [i64] (3.7+): 0 for the main interpreter, then 1, 2, ... as they are created.
+    pub interp_id: i32,
     /// First thread state: `PyInterpreterState.tstate_head` (<= 3.10) /
     /// `PyInterpreterState.threads.head` (3.11+) [ptr].
     pub interp_tstate_head: i32,
@@ -111,6 +115,12 @@ pub struct Layout {
     pub tstate_holds_gil: i32,
     /// `PyThreadState.gil_requested` [i32] (3.15+): the thread is waiting for the GIL.
     pub tstate_gil_requested: i32,
+    /// `PyThreadState.state` [i32] (3.13+): [`super::versions::THREAD_ATTACHED`] while the thread state is current
+    /// on its OS thread and holds its interpreter's GIL (at most one of a thread's thread states is).
+    pub tstate_state: i32,
+    /// `PyThreadState._whence` [i32] (3.13+): what made it; [`super::versions::WHENCE_EXEC`]: `Interpreter.exec`
+    /// (`_PyXI_Enter`), for the call only, with the thread's previous thread state swapped out meanwhile.
+    pub tstate_whence: i32,
 
     // ---- frames: PyFrameObject (<= 3.10) / struct _PyInterpreterFrame (3.11+) ----
     /// `PyFrameObject.f_back` (<= 3.10) / `_PyInterpreterFrame.previous` (3.11+) [ptr].
@@ -250,6 +260,7 @@ macro_rules! with_fields {
     ($m:ident) => {
         $m! {
             runtime_interpreters_head,
+            runtime_interpreters_main,
             runtime_tstate_current,
             runtime_autotss_key,
             runtime_gil_locked,
@@ -258,6 +269,7 @@ macro_rules! with_fields {
             runtime_gc_collecting,
             tss_key,
             interp_next,
+            interp_id,
             interp_tstate_head,
             interp_gil_ptr,
             interp_code_gen,
@@ -276,6 +288,8 @@ macro_rules! with_fields {
             tstate_datastack_chunk,
             tstate_holds_gil,
             tstate_gil_requested,
+            tstate_state,
+            tstate_whence,
             frame_back,
             frame_code,
             frame_lasti,
@@ -390,6 +404,7 @@ macro_rules! layouts {
 layouts! {
     //                           2.7   3.6   3.7   3.8   3.9  3.10  3.11  3.12  3.13  3.14  3.15
     runtime_interpreters_head: [  -1,   -1,   24,   32,   32,   32,   40,   40,  632,  808,  936],
+    runtime_interpreters_main: [  -1,   -1,   32,   40,   40,   40,   48,   48,  640,  816,  944],
     runtime_tstate_current:    [  -1,   -1, 1480, 1368,  568,  568,  576,   -1,   -1,   -1,   -1],
     runtime_autotss_key:       [  -1,   -1, 1504, 1392,  584,  584,  592, 1544, 2160,   -1,   -1],
     runtime_gil_locked:        [  -1,   -1, 1280, 1168,  368,  368,  376,   -1,   -1,   -1,   -1],
@@ -398,6 +413,7 @@ layouts! {
     runtime_gc_collecting:     [  -1,   -1,  632,  544,   -1,   -1,   -1,   -1,   -1,   -1,   -1],
     tss_key:                   [  -1,   -1,    4,    4,    4,    4,    4,    4,    4,    4,    4],
     interp_next:               [   0,    0,    0,    0,    0,    0,    0,    0, 7264, 7272, 7264],
+    interp_id:                 [  -1,   -1,   16,   16,   24,   24,   48,    8, 7272, 7280, 7272],
     interp_tstate_head:        [   8,    8,    8,    8,    8,    8,   16,   72, 7344, 7344, 7336],
     interp_gil_ptr:            [  -1,   -1,   -1,   -1,   -1,   -1,   -1,  384,   16,   16,   16],
     interp_code_gen:           [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1, 7992, 7944],
@@ -416,6 +432,8 @@ layouts! {
     tstate_datastack_chunk:    [  -1,   -1,   -1,   -1,   -1,   -1,  296,  232,  232,  232,  256],
     tstate_holds_gil:          [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   36],
     tstate_gil_requested:      [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   40],
+    tstate_state:              [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   40,   44,   48],
+    tstate_whence:             [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   36,   40,   44],
     frame_back:                [  24,   24,   24,   24,   24,   24,   48,    8,    8,    8,    8],
     frame_code:                [  32,   32,   32,   32,   32,   32,   32,    0,    0,    0,    0],
     frame_lasti:               [ 120,  120,  104,  104,  104,   96,   -1,   -1,   -1,   -1,   -1],

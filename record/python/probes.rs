@@ -43,6 +43,7 @@ const fn p(field: &'static str, at: &'static [(V, V, &'static str)]) -> Probe {
 #[rustfmt::skip]
 pub const PROBES: &[Probe] = &[
     p("runtime_interpreters_head", &[((3, 7), LAST, "off|_PyRuntimeState|interpreters.head")]),
+    p("runtime_interpreters_main", &[((3, 7), LAST, "off|_PyRuntimeState|interpreters.main")]),
     p("runtime_tstate_current", &[((3, 7), (3, 11), "off|_PyRuntimeState|gilstate.tstate_current")]),
     p("runtime_autotss_key", &[
         ((3, 7), (3, 11), "off|_PyRuntimeState|gilstate.autoTSSkey"),
@@ -53,6 +54,7 @@ pub const PROBES: &[Probe] = &[
     p("runtime_debug_offsets", &[((3, 13), LAST, "off|_PyRuntimeState|debug_offsets")]),
     p("tss_key", &[((3, 7), LAST, "off|Py_tss_t|_key")]),
     p("interp_next", &[(FIRST, LAST, "off|PyInterpreterState|next")]),
+    p("interp_id", &[((3, 7), LAST, "off|PyInterpreterState|id")]),
     p("interp_tstate_head", &[
         (FIRST, (3, 10), "off|PyInterpreterState|tstate_head"),
         ((3, 11), LAST, "off|PyInterpreterState|threads.head"),
@@ -80,6 +82,8 @@ pub const PROBES: &[Probe] = &[
     p("tstate_datastack_chunk", &[((3, 11), LAST, "off|PyThreadState|datastack_chunk")]),
     p("tstate_holds_gil", &[((3, 15), LAST, "off|PyThreadState|holds_gil")]),
     p("tstate_gil_requested", &[((3, 15), LAST, "off|PyThreadState|gil_requested")]),
+    p("tstate_state", &[((3, 13), LAST, "off|PyThreadState|state")]),
+    p("tstate_whence", &[((3, 13), LAST, "off|PyThreadState|_whence")]),
     p("frame_back", &[
         (FIRST, (3, 10), "off|PyFrameObject|f_back"),
         ((3, 11), LAST, "off|struct _PyInterpreterFrame|previous"),

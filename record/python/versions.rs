@@ -222,6 +222,13 @@ pub struct Row {
     pub eval: EvalLoop,
 }
 
+/// `_Py_THREAD_ATTACHED` (3.13-3.15, a macro: not in the DWARF the conformance test reads; the same in each header):
+/// the value of [`Layout::tstate_state`] of a thread state that is current on its thread and holds its GIL.
+pub const THREAD_ATTACHED: u8 = 1;
+/// `_PyThreadState_WHENCE_EXEC` (3.13-3.15, a macro, as [`THREAD_ATTACHED`]): [`Layout::tstate_whence`] of a thread
+/// state `Interpreter.exec` made for its call (`_PyXI_Enter`).
+pub const WHENCE_EXEC: u8 = 5;
+
 /// `code_tag_mask` of versions whose code pointer is a plain pointer.
 pub const UNTAGGED: u64 = u64::MAX;
 /// `code_tag_mask` from 3.14: `f_executable` is a `_PyStackRef` whose low two bits are tags (`Py_TAG_BITS`);

@@ -30,7 +30,7 @@ use crate::abi::skel::{PyperfSkel, PyperfSkelBuilder};
 use crate::abi::{self, types, ProcConfig};
 use ring::{Callback, CallbackGuard, Shared};
 
-pub use ring::{CodeSnap, CoroRoots, OffCpu, OffCpuPart, RawSample, UserStack};
+pub use ring::{CodeSnap, CoroRoots, InterpInfo, OffCpu, OffCpuPart, RawSample, UserStack};
 
 /// How often at most [`Sampler::poll`] takes the ring while samples flow (`PYPERF_POLL_NS`, 100 ms). Without
 /// code snapshots, samples that may hold a code object not read yet (a new stack) wake it sooner, within
@@ -152,6 +152,12 @@ pub struct Counters {
     pub task_wakeups: u64,
     /// Records of a thread running the cyclic garbage collector.
     pub in_gc: u64,
+    /// Records of a thread in an interpreter it entered from another (`Interpreter.exec`).
+    pub interp_nested: u64,
+    /// Of which the calling interpreter's frames could not be read whole (not stitched, the marker kept).
+    pub interp_unstitched: u64,
+    /// Records whose running thread state could not be told among the thread's (no frames).
+    pub interp_ambiguous: u64,
 }
 
 impl Counters {
@@ -190,6 +196,9 @@ impl Counters {
             ("bpf_window_faults", self.window_faults),
             ("bpf_task_wakeups", self.task_wakeups),
             ("bpf_in_gc", self.in_gc),
+            ("bpf_interp_nested", self.interp_nested),
+            ("bpf_interp_unstitched", self.interp_unstitched),
+            ("bpf_interp_ambiguous", self.interp_ambiguous),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -905,6 +914,9 @@ impl Sampler {
             c.window_faults += pc.window_faults;
             c.task_wakeups += pc.task_wakeups;
             c.in_gc += pc.in_gc;
+            c.interp_nested += pc.interp_nested;
+            c.interp_unstitched += pc.interp_unstitched;
+            c.interp_ambiguous += pc.interp_ambiguous;
         }
         c
     }

@@ -46,6 +46,48 @@ pub struct RawSample<'a> {
     pub coro_roots: CoroRoots,
     /// The thread was running the interpreter's cyclic garbage collector (`pyperf_event_header.in_gc`).
     pub in_gc: bool,
+    /// Which interpreter the frames run in, and the calling interpreter's frames (subinterpreters).
+    pub interp: InterpInfo,
+}
+
+/// The interpreters of a record (`pyperf_event_header.interp_*`, bpf/pyperf.h `enum pyperf_interp_flags`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InterpInfo {
+    /// `PyInterpreterState.id` of the interpreter the frames run in (0: the main one); -1 unknown (no thread state,
+    /// or a Python whose interpreter ids pyperf does not read).
+    pub id: i64,
+    /// The thread entered this interpreter from another one (`Interpreter.exec` / `.call`): its thread state there
+    /// waits, swapped out.
+    pub nested: bool,
+    /// `Some((k, id))`: frames `k..` (leaf first, as in [`RawSample::frames`]) are that calling interpreter's (`id`),
+    /// the frames that called into this one (`k` 0: this one has none yet, e.g. a thread creating it); `None`: the frames are this interpreter's alone (for a nested thread:
+    /// the calling interpreter's could not be read whole, counted by the program).
+    pub outer: Option<(usize, i64)>,
+    /// Which of the thread's thread states runs could not be told: the record has no frames (status error).
+    pub ambiguous: bool,
+}
+
+impl Default for InterpInfo {
+    fn default() -> InterpInfo {
+        InterpInfo { id: -1, nested: false, outer: None, ambiguous: false }
+    }
+}
+
+impl InterpInfo {
+    /// The interpreter fields of header `h` whose record holds `nframes` frames (a split outside them is dropped).
+    fn of(h: &types::pyperf_event_header, nframes: usize) -> InterpInfo {
+        use types::pyperf_interp_flags as f;
+        let flags = u32::from(h.interp_flags);
+        let stitched = flags & f::PYPERF_INTERP_STITCHED.0 != 0;
+        let start = h.outer_start as usize;
+        InterpInfo {
+            id: h.interp_id,
+            // An ambiguous record has no frames to mark a boundary in: its status says what happened.
+            nested: flags & f::PYPERF_INTERP_NESTED.0 != 0 && flags & f::PYPERF_INTERP_AMBIGUOUS.0 == 0,
+            outer: (stitched && start < nframes).then_some((start, h.outer_interp_id)),
+            ambiguous: flags & f::PYPERF_INTERP_AMBIGUOUS.0 != 0,
+        }
+    }
 }
 
 /// The *run roots* of a record (bpf/pyperf.h, `pyperf_event_header.coro_frame`): a run is a maximal sequence of
@@ -232,6 +274,7 @@ impl Shared {
                 code: Some(code),
                 coro_roots: CoroRoots::default(),
                 in_gc: false,
+                interp: InterpInfo::default(),
             };
             if let Some(callback) = self.callback.get() {
                 // SAFETY: as below.
@@ -274,6 +317,7 @@ impl Shared {
             code: None,
             coro_roots: CoroRoots::of(h, frames.len()),
             in_gc: h.in_gc != 0,
+            interp: InterpInfo::of(h, frames.len()),
         };
         if let Some(callback) = self.callback.get() {
             // SAFETY: set by `poll` from a live `&mut dyn FnMut` and cleared before it returns;
@@ -322,6 +366,30 @@ impl Drop for CallbackGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The interpreter fields as the program writes them: a split inside the frames is kept (0: no frame of the
+    /// running interpreter's), one outside is dropped; an ambiguous record marks no boundary.
+    #[test]
+    fn interpreter_fields_of_a_header() {
+        use types::pyperf_interp_flags as f;
+        // SAFETY: all-zero is a valid header (integers).
+        let mut h: types::pyperf_event_header = unsafe { std::mem::zeroed() };
+        h.interp_id = 2;
+        h.outer_interp_id = 0;
+        h.interp_flags = (f::PYPERF_INTERP_NESTED.0 | f::PYPERF_INTERP_STITCHED.0) as u8;
+        h.outer_start = 3;
+        let i = InterpInfo::of(&h, 5);
+        assert_eq!((i.id, i.nested, i.outer, i.ambiguous), (2, true, Some((3, 0)), false));
+        h.outer_start = 0;
+        assert_eq!(InterpInfo::of(&h, 5).outer, Some((0, 0)));
+        h.outer_start = 5;
+        assert_eq!(InterpInfo::of(&h, 5).outer, None, "a split at or past the frames is dropped");
+        h.interp_flags = f::PYPERF_INTERP_NESTED.0 as u8;
+        assert_eq!(InterpInfo::of(&h, 5).outer, None, "not stitched");
+        h.interp_flags = (f::PYPERF_INTERP_NESTED.0 | f::PYPERF_INTERP_AMBIGUOUS.0) as u8;
+        let i = InterpInfo::of(&h, 0);
+        assert!(i.ambiguous && !i.nested);
+    }
 
     /// The bytes of a record as the program writes it: header (with `nframes` etc. as given), frames, kernel
     /// addresses, user stack.

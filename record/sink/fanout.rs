@@ -173,6 +173,7 @@ mod tests {
             frames: &[],
             tasks: &[],
             in_gc: false,
+            interp: 0,
         }
     }
 

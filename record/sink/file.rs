@@ -126,6 +126,7 @@ impl Sink for FileSink {
             stack,
             task_stack,
             flags: if s.in_gc { pyperf_format::sample_flags::GC } else { 0 },
+            interp: s.interp,
         };
         self.last_time_ns = s.time_ns;
         if let Err(e) = self.writer.push_sample(&rec) {

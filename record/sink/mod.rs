@@ -44,6 +44,9 @@ pub struct Sample<'a> {
     pub tasks: &'a [u32],
     /// The thread was running the cyclic garbage collector (the file says so: format 1.6 sample flag `GC`).
     pub in_gc: bool,
+    /// The interpreter its leaf frames run in (`PyInterpreterState.id`, format 1.8): 0 the main one, and when
+    /// unknown.
+    pub interp: u32,
 }
 
 impl Sample<'_> {

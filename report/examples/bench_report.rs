@@ -156,6 +156,7 @@ fn generate(path: &Path, samples: u64) -> anyhow::Result<()> {
             stack: if idle { 0 } else { stacks[si] },
             task_stack: 0,
             flags: 0,
+            interp: 0,
         })?;
     }
     let stats = Stats { samples, duration_ns: time, ..Default::default() };

@@ -209,6 +209,10 @@ pub struct ReportArgs {
     /// Put the thread (`thread 124 (comm)`) at the root of every stack (folded, flame graph)
     #[arg(long)]
     pub tid_root: bool,
+    /// Put the interpreter (`[interpreter 1]`, subinterpreters; 0 is the main one) at the root of every stack (below
+    /// the process and thread when those are on)
+    #[arg(long)]
+    pub interp_root: bool,
     /// Rows per table in the text report
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub top: usize,
@@ -248,6 +252,7 @@ impl Default for ReportArgs {
             exact_task_names: false,
             pid_root: false,
             tid_root: false,
+            interp_root: false,
             top: 20,
             title: None,
             icicle: false,
@@ -316,8 +321,9 @@ impl ReportArgs {
         let mut o = LoadOptions::new(self.filter()?, matches!(format, Format::Speedscope | Format::Gecko));
         // Process and thread roots need per-thread stack counts, the text report and speedscope the threads;
         // plain folded stacks and flame graphs neither, and are faster without.
-        let roots = self.pid_root || self.tid_root;
+        let roots = self.pid_root || self.tid_root || self.interp_root;
         o.per_thread = roots;
+        o.interp_root = self.interp_root;
         o.threads = roots || matches!(format, Format::Text | Format::Speedscope | Format::Gecko);
         o.states = format == Format::Text;
         o.mode = self.mode;
@@ -351,9 +357,10 @@ impl ReportArgs {
                     format.flag()
                 )));
             }
-            if self.pid_root || self.tid_root {
+            if self.pid_root || self.tid_root || self.interp_root {
                 return Err(ReportError::Combine(
-                    "--diff compares stacks over all processes: leave out --pid-root and --tid-root".to_string(),
+                    "--diff compares stacks over all processes: leave out --pid-root, --tid-root and --interp-root"
+                        .to_string(),
                 ));
             }
         }
@@ -422,7 +429,12 @@ impl ReportArgs {
     }
 
     fn folded_options(&self) -> folded::Options {
-        folded::Options { lines: !self.no_lines, pid_root: self.pid_root, tid_root: self.tid_root }
+        folded::Options {
+            lines: !self.no_lines,
+            pid_root: self.pid_root,
+            tid_root: self.tid_root,
+            interp_root: self.interp_root,
+        }
     }
 }
 

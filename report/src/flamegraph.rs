@@ -148,7 +148,7 @@ impl Plan {
         let stacks = &profile.stacks;
         let total = stacks.iter().fold(0u64, |a, s| a.saturating_add(s.count));
         let mut plan = Plan {
-            levels: options.pid_root as usize + options.tid_root as usize,
+            levels: options.pid_root as usize + options.tid_root as usize + options.interp_root as usize,
             root_texts: Vec::new(),
             contexts: Vec::new(),
             total,

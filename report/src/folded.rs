@@ -37,11 +37,14 @@ pub struct Options {
     pub pid_root: bool,
     /// Put the thread (`thread 124 (comm)`) as a root frame (below the process when both are on).
     pub tid_root: bool,
+    /// Put the interpreter (`[interpreter 1]`) as a root frame, below the process and thread (needs a profile loaded
+    /// with [`crate::LoadOptions::interp_root`]: else every thread reads as interpreter 0).
+    pub interp_root: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { lines: true, pid_root: false, tid_root: false }
+        Options { lines: true, pid_root: false, tid_root: false, interp_root: false }
     }
 }
 
@@ -108,7 +111,7 @@ const JOINED_MAX: usize = 1 << 20;
 /// root context (the process and thread frames, when asked for) is merged at a time.
 fn each_line(profile: &Profile, options: &Options, mut line: impl FnMut(&str, &[&str], u64)) {
     let time = profile.mode.is_time();
-    if !options.pid_root && !options.tid_root {
+    if !options.pid_root && !options.tid_root && !options.interp_root {
         emit(&Tree::build_stacks(profile, options.lines, &profile.stacks), &[], time, &mut line);
         return;
     }

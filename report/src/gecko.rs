@@ -595,7 +595,7 @@ fn stack_of(
             FrameKind::Python => c.python,
             FrameKind::Native | FrameKind::Glue => c.native,
             FrameKind::Kernel => c.kernel,
-            FrameKind::Marker | FrameKind::Task => c.other,
+            FrameKind::Marker | FrameKind::Task | FrameKind::Interpreter => c.other,
         };
         let info = label(fxp, &names::frame_name(sym, true), category);
         let frame = fxp.intern_frame(thread, info);

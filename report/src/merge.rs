@@ -161,6 +161,7 @@ impl Profile {
             sources: Vec::new(),
             task_waits_all: TaskWaitTime::default(),
             task_waits_matched: TaskWaitTime::default(),
+            interpreters: Vec::new(),
         };
         let first_part = Profile {
             tables: Tables::default(),
@@ -188,6 +189,7 @@ impl Profile {
             sources: Vec::new(),
             task_waits_all: out.task_waits_all,
             task_waits_matched: out.task_waits_matched,
+            interpreters: out.interpreters,
         };
         let mut reason_ids: HashMap<String, u32> = HashMap::from([(String::new(), 0)]);
         // (pid, start, part, index in its part) of every process instance, to sort them as the report expects.
@@ -246,6 +248,13 @@ impl Profile {
             add_off_cpu(&mut merged.off_cpu_all, &p.off_cpu_all);
             add_off_cpu(&mut merged.off_cpu_matched, &p.off_cpu_matched);
             merged.task_waits_all.add_all(&p.task_waits_all);
+            for &(id, n) in &p.interpreters {
+                match merged.interpreters.iter_mut().find(|(i, _)| *i == id) {
+                    Some(e) => e.1 += n,
+                    None => merged.interpreters.push((id, n)),
+                }
+            }
+            merged.interpreters.sort_unstable();
             merged.task_waits_matched.add_all(&p.task_waits_matched);
             merged.thread_off_cpu.extend(p.thread_off_cpu);
             let stack_base = merged.timeline_stacks.len() as u32;

@@ -36,14 +36,14 @@ pub const IDLE: &str = "[idle]";
 /// The frame of a sample or interval taken in the garbage collector, after its Python frames.
 pub const GC: &str = "[gc]";
 
-/// Where the [`GC`] frame goes in a stack (root first) whose frames are of `kinds`: after its last Python frame or
-/// task marker, before the native and kernel frames below them (the collector's own code); at the root (0) when it
+/// Where the [`GC`] frame goes in a stack (root first) whose frames are of `kinds`: after its last Python frame, task
+/// marker or interpreter boundary, before the native and kernel frames below them (the collector's own code); at the root (0) when it
 /// has neither. Every view places it so: the reports, `top` and `--push`.
 pub fn gc_index(kinds: impl IntoIterator<Item = pyperf_format::FrameKind>) -> usize {
     use pyperf_format::FrameKind;
     let mut at = 0;
     for (i, kind) in kinds.into_iter().enumerate() {
-        if matches!(kind, FrameKind::Python | FrameKind::Task) {
+        if matches!(kind, FrameKind::Python | FrameKind::Task | FrameKind::Interpreter) {
             at = i + 1;
         }
     }
@@ -153,8 +153,14 @@ pub fn frame_name(sym: &Symbol, lines: bool) -> String {
         }
         FrameKind::Native | FrameKind::Glue => format!("{} ({})", function_name(sym), library_name(sym)),
         FrameKind::Kernel => format!("{}{KERNEL_SUFFIX}", function_name(sym)),
-        FrameKind::Marker | FrameKind::Task => marker_name(sym),
+        FrameKind::Marker | FrameKind::Task | FrameKind::Interpreter => marker_name(sym),
     }
+}
+
+/// The `[interpreter N]` frame of interpreter `id` (format 1.8, [`pyperf_format::symbol_flags::INTERPRETER`]): the
+/// recorder's boundary marker, and the root `--interp-root` adds.
+pub fn interpreter_marker(id: u32) -> String {
+    format!("{}{id}]", pyperf_format::symbol_flags::INTERPRETER_MARKER_PREFIX)
 }
 
 /// A `[task NAME]` marker's name (format 1.5, [`pyperf_format::symbol_flags::TASK`]) with the counters of NAME

@@ -290,7 +290,9 @@ impl Builder {
                 let m = self.mapping(KERNEL, "");
                 self.location_of(f, 0, m)
             }
-            FrameKind::Marker | FrameKind::Task => self.pseudo_location(&names::marker_name(symbol)),
+            FrameKind::Marker | FrameKind::Task | FrameKind::Interpreter => {
+                self.pseudo_location(&names::marker_name(symbol))
+            }
         }
     }
 

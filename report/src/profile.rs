@@ -88,7 +88,7 @@ impl ShowFrames {
             FrameKind::Native | FrameKind::Marker => self.native,
             FrameKind::Glue => self.native && self.glue,
             FrameKind::Kernel => self.kernel,
-            FrameKind::Task => true,
+            FrameKind::Task | FrameKind::Interpreter => true,
         }
     }
 }
@@ -130,6 +130,9 @@ pub struct LoadOptions {
     /// in every `[task NAME]` marker each run of ASCII digits of NAME becomes `N` (`[task request-N]`,
     /// [`names::aggregate_task_name`]), one symbol in the tables for every exporter.
     pub exact_task_names: bool,
+    /// A thread slot per (thread, interpreter) (format 1.8): reports can put `[interpreter N]` at the root of each
+    /// stack (`--interp-root`, [`crate::folded::Options::interp_root`]). Needs `per_thread`.
+    pub interp_root: bool,
 }
 
 impl Default for LoadOptions {
@@ -152,6 +155,7 @@ impl LoadOptions {
             gil: false,
             task_view: true,
             exact_task_names: false,
+            interp_root: false,
         }
     }
 
@@ -168,6 +172,7 @@ impl LoadOptions {
             gil: false,
             task_view: true,
             exact_task_names: false,
+            interp_root: false,
         }
     }
 }
@@ -197,6 +202,9 @@ pub struct Thread {
     pub matched: u64,
     /// Of those, the ones taken in the garbage collector (format 1.6, [`sample_flags::GC`]).
     pub gc: u64,
+    /// The interpreter its samples ran in, when loaded with [`LoadOptions::interp_root`] (a thread that ran in
+    /// several is one [`Thread`] per interpreter); 0 otherwise.
+    pub interp: u32,
 }
 
 /// One process as the report tells them apart: a pid from the `first_seen_ns` of its process record on, until a
@@ -451,6 +459,9 @@ pub struct Profile {
     pub task_waits_all: TaskWaitTime,
     /// The waits counted in the stacks: those that passed the filter, in [`Mode::Wall`] with the task view.
     pub task_waits_matched: TaskWaitTime,
+    /// CPU samples that passed the filter per interpreter id (format 1.8; 0 the main interpreter, every sample of a
+    /// file before 1.8), by id.
+    pub interpreters: Vec<(u32, u64)>,
 }
 
 /// Which kinds of frames besides Python ones a recording's stacks hold (format 1.4).
@@ -466,6 +477,8 @@ pub struct FrameKinds {
     pub kernel: bool,
     /// Asyncio task markers ([`FrameKind::Task`], format 1.5): the recording has task-view stacks.
     pub task: bool,
+    /// Interpreter boundaries ([`FrameKind::Interpreter`], format 1.8): threads called into subinterpreters.
+    pub interpreter: bool,
 }
 
 impl FrameKinds {
@@ -484,6 +497,7 @@ impl FrameKinds {
                 FrameKind::Marker => k.marker = true,
                 FrameKind::Kernel => k.kernel = true,
                 FrameKind::Task => k.task = true,
+                FrameKind::Interpreter => k.interpreter = true,
             }
         }
         k
@@ -498,6 +512,7 @@ impl FrameKinds {
             FrameKind::Marker => self.marker,
             FrameKind::Kernel => self.kernel,
             FrameKind::Task => self.task,
+            FrameKind::Interpreter => self.interpreter,
         }
     }
 
@@ -508,6 +523,7 @@ impl FrameKinds {
         self.marker |= other.marker;
         self.kernel |= other.kernel;
         self.task |= other.task;
+        self.interpreter |= other.interpreter;
     }
 }
 
@@ -691,13 +707,15 @@ const NO_RECORD: u32 = u32::MAX;
 struct CachedThread {
     pid: u32,
     tid: u32,
+    interp: u32,
     slot: u32,
     epoch: u64,
     from: u64,
     last: u64,
 }
 
-const EMPTY_CACHE: CachedThread = CachedThread { pid: 0, tid: 0, slot: u32::MAX, epoch: 0, from: 0, last: 0 };
+const EMPTY_CACHE: CachedThread =
+    CachedThread { pid: 0, tid: 0, interp: 0, slot: u32::MAX, epoch: 0, from: 0, last: 0 };
 
 struct Aggregator {
     filter: Compiled,
@@ -707,9 +725,10 @@ struct Aggregator {
     states: bool,
     /// Without per-thread counts: samples per leaf, one vector per status 0..4, grown as stacks are defined.
     dense: [Vec<u64>; 4],
-    /// (pid, tid, record) -> thread slot, record [`NO_RECORD`] while the pid has none. The file chooses pids and
+    /// (pid, tid, record, interpreter) -> thread slot, record [`NO_RECORD`] while the pid has none, interpreter 0
+    /// unless [`LoadOptions::interp_root`]. The file chooses pids and
     /// tids freely: SipHash, which crafted values cannot make collide.
-    thread_ids: HashMap<(u32, u32, u32), u32>,
+    thread_ids: HashMap<(u32, u32, u32, u32), u32>,
     thread_cache: Vec<CachedThread>,
     threads: Vec<Thread>,
     /// Per thread slot: its process record (index into `tables.processes`), or [`NO_RECORD`].
@@ -768,6 +787,11 @@ struct Aggregator {
     comm_mark: Vec<(u64, u32)>,
     touched: Vec<u32>,
     chunk_no: u64,
+    /// [`LoadOptions::interp_root`]: a thread slot per (thread, interpreter).
+    interp_root: bool,
+    /// Matching CPU samples per interpreter id (small ids, the usual ones), and the others.
+    interp_counts: [u64; 16],
+    interp_far: FxMap<u32, u64>,
 }
 
 /// Per-chunk state counts: fixed arrays indexed by a u8 need no bounds checks.
@@ -817,6 +841,9 @@ impl Aggregator {
         Aggregator {
             filter: options.filter.compile(),
             timeline: options.timeline,
+            interp_root: options.interp_root,
+            interp_counts: [0; 16],
+            interp_far: FxMap::default(),
             per_thread: options.per_thread,
             track_threads: options.threads || options.per_thread || options.timeline,
             states: options.states,
@@ -877,6 +904,8 @@ impl Aggregator {
             task_stack: self.task_view,
             // Always: the threads count their collections even when the stacks do not show them (--gc hide).
             flags: true,
+            // Always: the per-interpreter counts (the text report's shares).
+            interp: true,
         }
     }
 
@@ -909,8 +938,8 @@ impl Aggregator {
             // The pid's first record: the threads seen before it belong to it.
             for slot in self.pending.remove(&p.pid).unwrap_or_default() {
                 let t = &self.threads[slot as usize];
-                self.thread_ids.remove(&(t.pid, t.tid, NO_RECORD));
-                self.thread_ids.insert((t.pid, t.tid, record), slot);
+                self.thread_ids.remove(&(t.pid, t.tid, NO_RECORD, t.interp));
+                self.thread_ids.insert((t.pid, t.tid, record, t.interp), slot);
                 self.thread_records[slot as usize] = record;
             }
         }
@@ -931,10 +960,11 @@ impl Aggregator {
     }
 
     #[inline]
-    fn thread(&mut self, pid: u32, tid: u32, time: u64) -> u32 {
+    fn thread(&mut self, pid: u32, tid: u32, interp: u32, time: u64) -> u32 {
         let c = self.thread_cache[tid as usize % THREAD_CACHE];
         if c.pid == pid
             && c.tid == tid
+            && c.interp == interp
             && c.slot != u32::MAX
             && c.epoch == self.epoch
             && c.from <= time
@@ -942,14 +972,14 @@ impl Aggregator {
         {
             return c.slot;
         }
-        self.thread_miss(pid, tid, time)
+        self.thread_miss(pid, tid, interp, time)
     }
 
     #[cold]
-    fn thread_miss(&mut self, pid: u32, tid: u32, time: u64) -> u32 {
+    fn thread_miss(&mut self, pid: u32, tid: u32, interp: u32, time: u64) -> u32 {
         let (record, from, last) = self.record_at(pid, time);
         let next = self.threads.len() as u32;
-        let slot = *self.thread_ids.entry((pid, tid, record)).or_insert(next);
+        let slot = *self.thread_ids.entry((pid, tid, record, interp)).or_insert(next);
         if slot == next {
             self.threads.push(Thread {
                 pid,
@@ -961,6 +991,7 @@ impl Aggregator {
                 samples: 0,
                 matched: 0,
                 gc: 0,
+                interp,
             });
             self.thread_records.push(record);
             self.comm_mark.push((u64::MAX, 0));
@@ -971,7 +1002,8 @@ impl Aggregator {
                 self.pending.entry(pid).or_default().push(slot);
             }
         }
-        self.thread_cache[tid as usize % THREAD_CACHE] = CachedThread { pid, tid, slot, epoch: self.epoch, from, last };
+        self.thread_cache[tid as usize % THREAD_CACHE] =
+            CachedThread { pid, tid, interp, slot, epoch: self.epoch, from, last };
         slot
     }
 
@@ -1044,6 +1076,8 @@ impl Aggregator {
             if self.task_view && c.task_stack.len() == n { &c.task_stack[..n] } else { &c.task_stack[..0] };
         // The sample flags: empty for a file before 1.6 (no column).
         let flags = if c.flags.len() == n { &c.flags[..n] } else { &c.flags[..0] };
+        // The interpreter ids: empty for a file before 1.8 (no column: all the main interpreter's).
+        let interps = if c.interp.len() == n { &c.interp[..n] } else { &c.interp[..0] };
         let chunk_no = self.chunk_no;
         self.chunk_no += 1;
         let mut all = Local::new();
@@ -1057,7 +1091,12 @@ impl Aggregator {
                 lo = lo.min(time);
                 hi = hi.max(time);
             }
-            let slot = if THREADS { self.thread(pids[i], tids[i], time) } else { 0 };
+            let interp = interps.get(i).copied().unwrap_or(0);
+            let slot = if THREADS {
+                self.thread(pids[i], tids[i], if self.interp_root { interp } else { 0 }, time)
+            } else {
+                0
+            };
             let s = slot as usize;
             if THREADS {
                 self.threads[s].samples += 1;
@@ -1083,6 +1122,10 @@ impl Aggregator {
                 self.threads[s].gc += u64::from(in_gc);
             }
             let leaf = self.gc_leaf(leaf, in_gc);
+            match self.interp_counts.get_mut(interp as usize) {
+                Some(c) => *c += 1,
+                None => *self.interp_far.entry(interp).or_insert(0) += 1,
+            }
             if STATES {
                 matched.add(gil, ts, pt, st);
             } else {
@@ -1168,7 +1211,7 @@ impl Aggregator {
             self.learn_processes(&tables.processes);
         }
         for iv in intervals {
-            let slot = if self.track_threads { self.thread(iv.pid, iv.tid, iv.start_ns) } else { ALL_THREADS };
+            let slot = if self.track_threads { self.thread(iv.pid, iv.tid, 0, iv.start_ns) } else { ALL_THREADS };
             let s = slot as usize;
             if self.track_threads && self.threads[s].samples == 0 && self.threads[s].comm != iv.comm {
                 // A thread seen in no sample (yet): named by its intervals.
@@ -1231,7 +1274,7 @@ impl Aggregator {
                 continue;
             }
             self.task_waits_matched.add(w);
-            let slot = if self.track_threads { self.thread(w.pid, w.tid, w.time_ns) } else { ALL_THREADS };
+            let slot = if self.track_threads { self.thread(w.pid, w.tid, 0, w.time_ns) } else { ALL_THREADS };
             let key = (if self.per_thread { slot } else { ALL_THREADS }, status, w.stack, 0);
             let count = self.off_counts.entry(key).or_insert(0);
             *count = count.saturating_add(w.weight_ns);
@@ -1409,6 +1452,9 @@ impl Profile {
             t.python_name = tables.thread_name(t.pid, t.tid, t.first_ns).map(str::to_string);
         }
         let processes = instances(&tables.processes, &mut threads, &agg.thread_records);
+        let mut interpreters: Vec<(u32, u64)> =
+            (0..16u32).zip(agg.interp_counts).chain(agg.interp_far).filter(|&(_, n)| n > 0).collect();
+        interpreters.sort_unstable();
         Ok(Profile {
             header,
             version,
@@ -1435,6 +1481,7 @@ impl Profile {
             sources: Vec::new(),
             task_waits_all: agg.task_waits_all,
             task_waits_matched: agg.task_waits_matched,
+            interpreters,
         })
     }
 

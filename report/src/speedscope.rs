@@ -273,7 +273,9 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
                 let line = if options.lines { s.line } else { 0 };
                 let id = match s.kind() {
                     // A recorder's pseudo-frame (a native marker, an asyncio task), as pyperf's own: no file.
-                    FrameKind::Marker | FrameKind::Task => frame(names::marker_name(s), None, 0, &mut frames),
+                    FrameKind::Marker | FrameKind::Task | FrameKind::Interpreter => {
+                        frame(names::marker_name(s), None, 0, &mut frames)
+                    }
                     // A native frame's file is its library, a kernel frame's `[kernel.kallsyms]`.
                     _ => frame(names::function_name(s), Some(names::file_name(s)), line, &mut frames),
                 };

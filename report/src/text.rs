@@ -181,7 +181,7 @@ pub fn function_shares(profile: &Profile) -> Vec<FunctionShare> {
 /// kernel function and `[kernel.kallsyms]`; a recorder's marker (`[native: unmerged]`) and no file.
 fn function_of(symbol: &Symbol) -> (String, String) {
     match symbol.kind() {
-        FrameKind::Marker | FrameKind::Task => (names::marker_name(symbol), String::new()),
+        FrameKind::Marker | FrameKind::Task | FrameKind::Interpreter => (names::marker_name(symbol), String::new()),
         _ => (names::function_name(symbol), names::file_name(symbol)),
     }
 }
@@ -617,6 +617,7 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
         render_time(profile, top, o);
     }
     render_gc(profile, top, o);
+    render_interpreters(profile, o);
 
     // --- Functions.
     let functions = function_shares(profile);
@@ -1018,6 +1019,22 @@ fn render_gc<O: fmt::Write>(profile: &Profile, top: usize, o: &mut O) {
         if threads.len() > top {
             let _ = writeln!(o, "    ... {} more collecting threads", threads.len() - top);
         }
+    }
+}
+
+/// The interpreters section (format 1.8), when the matching CPU samples ran in more than one interpreter
+/// (subinterpreters): each interpreter's share of them, by id (0: the main interpreter).
+fn render_interpreters<O: fmt::Write>(profile: &Profile, o: &mut O) {
+    if profile.interpreters.len() < 2 {
+        return;
+    }
+    let all: u64 = profile.interpreters.iter().map(|&(_, n)| n).sum();
+    let _ = writeln!(
+        o,
+        "\nInterpreters: CPU samples per interpreter (0 is the main one; --interp-root shows their stacks apart)"
+    );
+    for &(id, n) in &profile.interpreters {
+        let _ = writeln!(o, "  {}: {} ({})", names::interpreter_marker(id), plural(n, "sample"), pct(n, all).trim());
     }
 }
 

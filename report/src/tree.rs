@@ -66,7 +66,7 @@ pub const ROOT: u32 = 0;
 
 /// The root frames `options` puts above the stacks of `thread` (an index into [`Profile::threads`], or
 /// [`crate::ALL_THREADS`] for a profile loaded without per-thread counts), outermost first: its process
-/// (`pid_root`), its thread (`tid_root`). Empty without either.
+/// (`pid_root`), its thread (`tid_root`), its interpreter (`interp_root`). Empty without any.
 pub fn root_frames(profile: &Profile, options: &folded::Options, thread: u32) -> Vec<String> {
     let t = profile.threads.get(thread as usize);
     let mut out = Vec::new();
@@ -81,6 +81,9 @@ pub fn root_frames(profile: &Profile, options: &folded::Options, thread: u32) ->
             Some(t) => profile.thread_label(t),
             None => folded::ALL_THREADS.to_string(),
         });
+    }
+    if options.interp_root {
+        out.push(names::interpreter_marker(t.map_or(0, |t| t.interp)));
     }
     out
 }

@@ -292,6 +292,7 @@ fn recording_with(file: &str, stored: Option<&[u8]>, lines: &[(u64, u32)]) -> Ve
                 stack: leaf,
                 task_stack: 0,
                 flags: 0,
+                interp: 0,
             })
             .expect("sample");
         }

@@ -60,6 +60,7 @@ fn recording(calls: &[(&str, u32, u32)]) -> Vec<u8> {
                 stack,
                 task_stack: 0,
                 flags: 0,
+                interp: 0,
             })
             .expect("sample");
         }
@@ -150,7 +151,7 @@ fn diff_errors_are_one_line() {
         ),
         (
             vec!["new.pyp", "--diff", "base.pyp", "--folded", "--pid-root"],
-            "pyperf-report: --diff compares stacks over all processes: leave out --pid-root and --tid-root\n",
+            "pyperf-report: --diff compares stacks over all processes: leave out --pid-root, --tid-root and --interp-root\n",
         ),
     ] {
         let o = run(dir.path(), &args);

@@ -86,6 +86,9 @@ const EXTRA: &[(&str, &str, &[&str])] = &[
     ("gc", "show-glue.folded", &["--folded", "--show-glue"]),
     ("gc", "wall.drop.folded", &["--folded", "--mode", "wall", "--gc", "drop"]),
     ("gc", "off-cpu.only.folded", &["--folded", "--mode", "off-cpu", "--gc", "only"]),
+    ("interp", "interp-root.folded", &["--folded", "--interp-root"]),
+    ("interp", "interp-root.svg", &["--flamegraph", "--interp-root", "--title", "pyperf: interp"]),
+    ("interp", "pid-tid-interp-root.folded", &["--folded", "--pid-root", "--tid-root", "--interp-root"]),
 ];
 
 /// Recordings with off-CPU intervals (`pyperf record --off-cpu`), also reported in every output format and variant
@@ -741,6 +744,7 @@ fn task_waits_alone_give_wall_clock_time() {
         stack,
         task_stack,
         flags: 0,
+        interp: 0,
     })
     .unwrap();
     w.task_waits(&[TaskWait { pid: 1, tid: 1, time_ns: 5, weight_ns: 30_000_000, stack: task_stack }]).unwrap();
@@ -801,6 +805,7 @@ fn gc_frames_follow_the_python_frames_in_every_view() {
             stack,
             task_stack,
             flags,
+            interp: 0,
         })
         .unwrap();
     };

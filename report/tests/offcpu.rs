@@ -220,6 +220,7 @@ fn extreme_intervals_do_not_overflow() {
             stack: leaf,
             task_stack: 0,
             flags: 0,
+            interp: 0,
         })
         .expect("sample");
     }

@@ -193,6 +193,7 @@ fn stack_leaves_out_of_order_and_huge_values_do_not_panic() {
             stack: if i % 2 == 0 { leaf } else { 0 },
             task_stack: 0,
             flags: 0,
+            interp: 0,
         })
         .expect("sample");
     }

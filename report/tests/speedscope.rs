@@ -81,6 +81,7 @@ impl Rec {
                 stack,
                 task_stack: 0,
                 flags: 0,
+                interp: 0,
             })
             .expect("sample");
     }

@@ -73,6 +73,7 @@ impl Rec {
                     stack,
                     task_stack: 0,
                     flags: 0,
+                    interp: 0,
                 })
                 .expect("sample");
         }
@@ -300,6 +301,7 @@ fn a_process_in_its_own_pid_namespace_is_found_by_either_pid() {
             stack: s,
             task_stack: 0,
             flags: 0,
+            interp: 0,
         })
         .unwrap();
     }

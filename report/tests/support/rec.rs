@@ -63,6 +63,7 @@ impl Rec {
                     stack,
                     task_stack: 0,
                     flags: 0,
+                    interp: 0,
                 })
                 .expect("sample");
         }

@@ -15,7 +15,7 @@ use pyperf_format::{
 
 /// Names of the synthetic recordings, without `.pyp`.
 pub const RECORDINGS: &[&str] =
-    &["mixed", "killed", "cutoff", "newer-minor", "offcpu", "native", "tasks", "gc", "source"];
+    &["mixed", "killed", "cutoff", "newer-minor", "offcpu", "native", "tasks", "gc", "source", "interp"];
 
 /// The bytes of a synthetic recording.
 pub fn recording(name: &str) -> Vec<u8> {
@@ -29,6 +29,7 @@ pub fn recording(name: &str) -> Vec<u8> {
         "tasks" => tasks(),
         "gc" => gc(),
         "source" => source(),
+        "interp" => interp(),
         other => panic!("no synthetic recording called {other}"),
     }
 }
@@ -336,6 +337,7 @@ fn mixed() -> Vec<u8> {
                 stack: leaves[si],
                 task_stack: 0,
                 flags: 0,
+                interp: 0,
             })
             .expect("sample");
             count += 1;
@@ -400,6 +402,7 @@ fn killed() -> Vec<u8> {
             stack,
             task_stack: 0,
             flags: 0,
+            interp: 0,
         })
         .expect("sample");
         if i % 80 == 79 {
@@ -484,6 +487,7 @@ fn newer_minor() -> Vec<u8> {
             stack: if i % 4 == 0 { s0 } else { s },
             task_stack: 0,
             flags: 0,
+            interp: 0,
         })
         .expect("sample");
     }
@@ -524,6 +528,7 @@ fn push(w: &mut Writer<Vec<u8>>, time_ms: u64, pid: u32, tid: u32, comm: &str, s
         stack,
         task_stack: 0,
         flags: 0,
+        interp: 0,
     })
     .expect("sample");
 }
@@ -569,6 +574,7 @@ pub fn exec() -> Vec<u8> {
         stack: x,
         task_stack: 0,
         flags: 0,
+        interp: 0,
     })
     .expect("sample");
     w.flush().expect("flush");
@@ -794,6 +800,7 @@ fn offcpu() -> Vec<u8> {
                 stack,
                 task_stack: 0,
                 flags: 0,
+                interp: 0,
             })
             .expect("sample");
             si += 1;
@@ -1069,6 +1076,7 @@ fn native() -> Vec<u8> {
             stack: leaves[template],
             task_stack: 0,
             flags: 0,
+            interp: 0,
         })
         .expect("sample");
     }
@@ -1210,6 +1218,7 @@ fn tasks() -> Vec<u8> {
             stack,
             task_stack,
             flags: 0,
+            interp: 0,
         })
         .expect("sample");
     };
@@ -1413,6 +1422,7 @@ fn gc() -> Vec<u8> {
             stack,
             task_stack: 0,
             flags: if in_gc { sample_flags::GC } else { 0 },
+            interp: 0,
         })
         .expect("sample");
     }
@@ -1556,6 +1566,7 @@ fn source() -> Vec<u8> {
             stack,
             task_stack: 0,
             flags: 0,
+            interp: 0,
         })
         .expect("sample");
     }
@@ -1567,6 +1578,100 @@ fn source() -> Vec<u8> {
             ("source_bytes".into(), HOT_PY.len() as u64),
             ("source_missing".into(), 1),
         ],
+        ..Default::default()
+    })
+    .expect("finish")
+}
+
+/// Subinterpreters (format 1.8): the main thread (800) in `crunch` in the main interpreter for 60 samples; a second
+/// thread (801) in `work` in subinterpreter 1 through `Interpreter.exec` for 40, its stack stitched (the main
+/// interpreter's frames, `[interpreter 1]`, the subinterpreter's), and 5 more of it in the main interpreter before
+/// the call; 3 samples of the main thread in subinterpreter 2's start-up (`create`, the boundary at the leaf of its
+/// frames, no frame of the new interpreter's yet). 108 samples: interpreter 0 has 65, 1 has 40, 2 has 3.
+fn interp() -> Vec<u8> {
+    let mut w = Writer::new(
+        Vec::new(),
+        &header(
+            &["python3.14", "subs.py"],
+            &["pyperf", "record", "-F", "100", "--", "python3.14", "subs.py"],
+            "cpu-clock",
+            Rate::Frequency(100),
+        ),
+    )
+    .expect("header");
+    w.add_process(&Process {
+        pid: 800,
+        command: args(&["/usr/bin/python3.14", "subs.py"]),
+        python_version: "3.14.2".into(),
+        interpreter_path: "/usr/bin/python3.14".into(),
+        build_id: String::new(),
+        first_seen_ns: 0,
+        ns_pid: 0,
+        cgroup: String::new(),
+    })
+    .expect("process");
+    w.add_thread_names(&[
+        ThreadName { pid: 800, tid: 800, time_ns: 0, name: "MainThread".into() },
+        ThreadName { pid: 800, tid: 801, time_ns: 0, name: "runner".into() },
+    ])
+    .expect("thread names");
+    let (app, threading, interps) =
+        ("/srv/subs.py", "/usr/lib/python3.14/threading.py", "/usr/lib/python3.14/concurrent/interpreters/__init__.py");
+    let marker = |id: u32| Symbol {
+        scope: String::new(),
+        name: format!("{}{id}]", symbol_flags::INTERPRETER_MARKER_PREFIX),
+        file: String::new(),
+        line: 0,
+        flags: symbol_flags::INTERPRETER,
+    };
+    let module = sym("", "<module>", app, 40);
+    let main = sym("", "main", app, 33);
+    let crunch = vec![module.clone(), main.clone(), sym("", "crunch", app, 12)];
+    let create = vec![module.clone(), main.clone(), sym("", "create", interps, 74), marker(2)];
+    let thread = [sym("Thread", "_bootstrap", threading, 1045), sym("", "runner", app, 25)];
+    let before = [&thread[..], &[sym("", "prepare", app, 20)]].concat();
+    let exec = [
+        &thread[..],
+        &[sym("Interpreter", "exec", interps, 221), marker(1), sym("", "<module>", "<script>", 9)],
+        &[sym("", "work", "<script>", 4)],
+    ]
+    .concat();
+    let mut leaf = |frames: &[Symbol]| {
+        let ids: Vec<u32> = frames.iter().map(|f| w.intern_symbol(f)).collect();
+        w.intern_stack(&ids)
+    };
+    let (crunch, create, before, exec) = (leaf(&crunch), leaf(&create), leaf(&before), leaf(&exec));
+    // (time ms, tid, stack, interpreter), in time order.
+    let mut samples: Vec<(u64, u32, u32, u32)> = Vec::new();
+    for k in 0..63u64 {
+        samples.push((k * 10, 800, if k < 3 { create } else { crunch }, if k < 3 { 2 } else { 0 }));
+    }
+    for k in 0..45u64 {
+        samples.push((k * 10 + 5, 801, if k < 5 { before } else { exec }, if k < 5 { 0 } else { 1 }));
+    }
+    samples.sort_by_key(|&(time, tid, _, _)| (time, tid));
+    for &(time_ms, tid, stack, interp) in &samples {
+        w.push_sample(&SampleRecord {
+            time_ns: time_ms * MS,
+            cpu: tid - 800,
+            pid: 800,
+            tid,
+            comm: if tid == 800 { "python3.14" } else { "runner" },
+            thread_state: ThreadStateMatch::Match,
+            gil: GilState::ThisThread,
+            pthread_id: PthreadIdMatch::Match,
+            status: StackStatus::Complete,
+            stack,
+            task_stack: 0,
+            flags: 0,
+            interp,
+        })
+        .expect("sample");
+    }
+    w.finish(&Stats {
+        samples: samples.len() as u64,
+        duration_ns: 700 * MS,
+        counters: vec![("bpf_interp_nested".to_string(), 43), ("bpf_interp_unstitched".to_string(), 0)],
         ..Default::default()
     })
     .expect("finish")

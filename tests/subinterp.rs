@@ -1,0 +1,168 @@
+//! Subinterpreters (#32): every sample says which interpreter it ran in, and a thread that entered a subinterpreter
+//! through `Interpreter.exec` shows the main interpreter's calling frames rootward of the subinterpreter's, with an
+//! `[interpreter N]` frame between them. Needs root (loads BPF).
+//!
+//! testdata/workloads/subinterp.py burns CPU in `func_a` in its main thread while a second thread runs `func_b` in
+//! a subinterpreter (its own GIL) through `Interpreter.exec`, each timing its own CPU; it stops when both have used
+//! what they were given, and prints the threads, the subinterpreter's id and the CPU times.
+
+mod common;
+
+use common::{interpreter, pyperf, run, scratch, serial, workload};
+use pyperf_format::{symbol_flags, StackStatus};
+
+/// What the workload printed: (main tid, runner tid, subinterpreter id, main CPU, runner CPU, of which in exec).
+struct Truth {
+    main: u32,
+    runner: u32,
+    sub: u32,
+    main_cpu: f64,
+    runner_cpu: f64,
+    exec_cpu: f64,
+}
+
+fn truth(stdout: &[u8]) -> Truth {
+    let text = String::from_utf8_lossy(stdout);
+    let words = |key: &str| -> Vec<f64> {
+        let line = text.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("no {key:?} line in {text:?}"));
+        line.split_whitespace().skip(1).map(|w| w.parse().unwrap_or_else(|_| panic!("{line:?}"))).collect()
+    };
+    let (ids, cpu) = (words("ids "), words("cpu "));
+    assert!(ids.len() == 3 && cpu.len() == 3, "{text:?}");
+    Truth {
+        main: ids[0] as u32,
+        runner: ids[1] as u32,
+        sub: ids[2] as u32,
+        main_cpu: cpu[0],
+        runner_cpu: cpu[1],
+        exec_cpu: cpu[2],
+    }
+}
+
+/// One sample: thread, interpreter, status, frame names root first (markers as they are named).
+struct S {
+    tid: u32,
+    interp: u32,
+    status: StackStatus,
+    names: Vec<String>,
+    markers: usize,
+}
+
+fn subinterpreters(name: &str, exec_frame: &str) {
+    let _serial = serial();
+    let python = interpreter(name);
+    let (_dir, out) = scratch("subinterp.pyp");
+    let rec = run(pyperf()
+        .args(["record", "-F", "997", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&python)
+        .arg(workload("subinterp.py"))
+        .arg("3"));
+    assert!(rec.status.success(), "{name}: pyperf record failed");
+    let t = truth(&rec.stdout);
+    assert!(t.sub >= 1, "{name}: the subinterpreter's id is {}", t.sub);
+    // Both threads did their share: else the workload is broken, not pyperf.
+    assert!(
+        t.main_cpu >= 2.9 && t.exec_cpu >= 2.9 && t.runner_cpu >= t.exec_cpu,
+        "{name}: workload CPU {:?}",
+        (t.main_cpu, t.runner_cpu, t.exec_cpu)
+    );
+    let (_, tables, samples, _) = common::read_each(&out, |tables, s, ids| S {
+        tid: s.tid,
+        interp: s.interp,
+        status: s.status,
+        names: ids.iter().map(|&id| tables.symbol(id).qualified_name()).collect(),
+        markers: ids.iter().filter(|&&id| tables.symbol(id).flags & symbol_flags::INTERPRETER != 0).count(),
+    });
+
+    // Interpreter ids: the main thread runs in interpreter 0, the runner's func_b in the subinterpreter.
+    let main: Vec<&S> = samples.iter().filter(|s| s.tid == t.main).collect();
+    let runner: Vec<&S> = samples.iter().filter(|s| s.tid == t.runner).collect();
+    assert!(main.len() >= 2000 && runner.len() >= 2000, "{name}: {} main, {} runner samples", main.len(), runner.len());
+    let marker = format!("[interpreter {}]", t.sub);
+    // Its start-up (`create`: its imports) and its end (`__del__`, or at exit) it runs there: its own frames, if any,
+    // the boundary, then the subinterpreter's, if any (none at all at exit).
+    let creating = |s: &S| s.interp == t.sub && ((s.markers == 1 && s.names.contains(&marker)) || s.names.is_empty());
+    let wrong_main: Vec<_> =
+        main.iter().filter(|s| s.interp != 0 && !creating(s)).map(|s| (s.interp, &s.names)).collect();
+    assert!(wrong_main.is_empty(), "{name}: main thread samples outside interpreter 0: {wrong_main:?}");
+    let in_a = main.iter().filter(|s| s.names.last().is_some_and(|n| n == "func_a")).count();
+    // In interpreter 0 no boundary, but for a few samples while the subinterpreter is torn down: the main thread's
+    // thread state there is going, and is not read (a lone marker: counted unstitched, below).
+    let marked: Vec<_> = main.iter().filter(|s| s.interp == 0 && s.markers != 0).map(|s| &s.names).collect();
+    assert!(marked.len() <= 5 && marked.iter().all(|n| n.len() == 1), "{name}: markers in interpreter 0: {marked:?}");
+    eprintln!(
+        "{name}: main thread: {in_a} of {} samples in func_a, {} creating or ending the subinterpreter",
+        main.len(),
+        main.iter().filter(|s| creating(s)).count()
+    );
+    let in_b: Vec<&&S> = runner.iter().filter(|s| s.names.last().is_some_and(|n| n == "func_b")).collect();
+    assert!(in_b.len() * 10 >= runner.len() * 9, "{name}: {} of {} runner samples in func_b", in_b.len(), runner.len());
+    let wrong_b = in_b.iter().filter(|s| s.interp != t.sub).count();
+    assert_eq!(wrong_b, 0, "{name}: func_b samples not in interpreter {}", t.sub);
+
+    // The stitched stack, exact: the thread's entry down to its run function calling exec (main interpreter), the
+    // boundary, then the subinterpreter's module and func_b.
+    let expected: Vec<&str> = vec![
+        "Thread._bootstrap",
+        "Thread._bootstrap_inner",
+        "Thread.run",
+        "runner",
+        exec_frame,
+        &marker,
+        "<module>",
+        "func_b",
+    ];
+    let exact = in_b.iter().filter(|s| s.names == expected && s.status == StackStatus::Complete).count();
+    let odd: Vec<&Vec<String>> = in_b.iter().filter(|s| s.names != expected).map(|s| &s.names).take(3).collect();
+    eprintln!("{name}: {exact} of {} func_b samples stitched exactly; others like {odd:?}", in_b.len());
+    assert_eq!(exact, in_b.len(), "{name}: func_b stacks other than {expected:?}: {odd:?}");
+
+    // Per-interpreter shares against the workload's clocks: the subinterpreter's is the runner's CPU in exec.
+    let all = main.len() + runner.len();
+    let sub = samples.iter().filter(|s| s.interp == t.sub).count();
+    let sampled = sub as f64 / all as f64;
+    let timed = t.exec_cpu / (t.main_cpu + t.runner_cpu);
+    let tolerance = 0.03;
+    eprintln!("{name}: interpreter {} has {sub} of {all} samples ({sampled:.3}), timed {timed:.3}", t.sub);
+    assert!((sampled - timed).abs() <= tolerance, "{name}: interpreter {} share {sampled:.3}, timed {timed:.3}", t.sub);
+
+    // The counters: every stitched sample was a nested one; none ambiguous or left unstitched here.
+    let counter = |key: &str| {
+        tables
+            .stats
+            .as_ref()
+            .and_then(|st| st.counters.iter().find(|(k, _)| k == key).map(|(_, v)| *v))
+            .unwrap_or_else(|| panic!("{name}: no {key} counter"))
+    };
+    let (nested, unstitched) = (counter("bpf_interp_nested"), counter("bpf_interp_unstitched"));
+    eprintln!("{name}: nested {nested}, unstitched {unstitched}, ambiguous {}", counter("bpf_interp_ambiguous"));
+    assert!(nested as usize >= exact, "{name}: {nested} nested records, {exact} stitched samples");
+    assert!(unstitched <= 5, "{name}: {unstitched} records left unstitched");
+    // Which thread state runs is unknown only in the instants a thread switches interpreters (both detached).
+    let ambiguous = counter("bpf_interp_ambiguous");
+    assert!(ambiguous <= 5, "{name}: {ambiguous} records of no known thread state");
+
+    // The report: per-interpreter shares in the text, and --interp-root.
+    let text = run(pyperf().args(["report", "-i"]).arg(&out));
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("Interpreters: CPU samples per interpreter") && text.contains(&format!("{marker}: ")),
+        "{name}: text report:\n{text}"
+    );
+    let folded = run(pyperf().args(["report", "--folded", "--interp-root", "-i"]).arg(&out));
+    let folded = String::from_utf8_lossy(&folded.stdout);
+    let func_b_line =
+        folded.lines().find(|l| l.contains("func_b")).unwrap_or_else(|| panic!("{name}: no func_b:\n{folded}"));
+    assert!(func_b_line.starts_with(&format!("{marker};Thread._bootstrap")), "{name}: {func_b_line}");
+    let func_a_line =
+        folded.lines().find(|l| l.contains("func_a")).unwrap_or_else(|| panic!("{name}: no func_a:\n{folded}"));
+    assert!(func_a_line.starts_with("[interpreter 0];"), "{name}: {func_a_line}");
+}
+
+per_interpreter! { subinterpreters:
+    subinterp_sid_3_14("sid-3.14", "Interpreter.exec"),
+    subinterp_sid_3_15("sid-3.15", "Interpreter.exec"),
+    subinterp_sid_3_13("sid-3.13", "create.<locals>.<lambda>"),
+}
