@@ -110,7 +110,7 @@ def main():
                 results.setdefault(name, []).append(r)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = ["Run of %s, `bench/jit.py --reps %d --secs %g`, %d CPUs, load %s, sid python3.15, %s." %
-             (now, a.reps, a.secs, NCPU, loadavg(), os.path.relpath(a.pyperf, ROOT)), "",
+             (now, a.reps, a.secs, NCPU, loadavg(), a.pyperf), "",
              "| target | samples | recorder CPU us / sample, steady | whole run | unwinds complete | samples merged "
              "| JIT frames | JIT stops | JIT list reads | trampolines | peak RSS MiB |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
