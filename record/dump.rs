@@ -152,7 +152,7 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
     let mut walker = target.walker().with_context(|| format!("cannot read process {pid}"))?;
     let mut symbolizer = Symbolizer::new();
     if native {
-        symbolizer.set_native(crate::native::stacks::NativeStacks::new(true, false).0);
+        symbolizer.set_native(crate::native::stacks::NativeStacks::new(true, false, &crate::python::jit::GENERATED).0);
     }
     symbolizer.add_process(&target.process).with_context(|| format!("cannot read process {pid}"))?;
     let mut thread_names = ThreadNames::default();

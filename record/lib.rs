@@ -6,7 +6,7 @@
 //! - [`abi`]: the types shared with the BPF program (generated from bpf/pyperf.h).
 //! - [`sampler`]: the BPF glue: skeleton, perf events, ring buffer, libbpf log.
 //! - [`targets`]: which processes to follow; discovery returns events and touches nothing else.
-//! - [`proc`]: every /proc file parsed once (a leaf); [`rest`]: a thread at rest read from user space (its stack,
+//! - [`proc`]: every /proc file parsed once (a leaf); [`mem`]: reading another process's memory (a leaf); [`rest`]: a thread at rest read from user space (its stack,
 //!   its GIL wait, its raw sample); [`offcpu`]: `--off-cpu`'s pairing of records into intervals.
 //! - [`symbolizer`]: raw frames (code object addresses) to symbols, with the per-frame cache; [`threadnames`]: the
 //!   Python names of the sampled threads.
@@ -64,6 +64,7 @@ pub mod cli;
 pub mod clock;
 pub mod dump;
 pub mod header;
+pub mod mem;
 pub mod native;
 pub mod offcpu;
 pub mod plan;

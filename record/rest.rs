@@ -12,9 +12,9 @@ use anyhow::{Context, Result};
 use pyperf_format::GilState;
 
 use crate::abi::{types, ProcConfig};
+use crate::mem::ProcMem;
 use crate::python::config::bpf_config;
 use crate::python::detect::inspect;
-use crate::python::mem::ProcMem;
 use crate::python::walk::{StackWalker, WalkedStack};
 use crate::python::PythonProcess;
 use crate::sampler::{CoroRoots, OffCpu, RawSample, UserStack};

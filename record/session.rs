@@ -142,7 +142,7 @@ impl Session {
     /// Adds native and/or kernel frames to the stacks (`--native`, `--kernel`; the sampler was loaded with the
     /// same). Before [`Session::start`]. A kernel whose addresses are hidden is warned about, not refused.
     pub fn with_native(mut self, native: bool, kernel: bool) -> Result<Session> {
-        let (stacks, warning) = NativeStacks::new(native, kernel);
+        let (stacks, warning) = NativeStacks::new(native, kernel, &crate::python::jit::GENERATED);
         if let Some(text) = warning {
             crate::say!("pyperf: warning: {text}");
             self.sink.warning(&RecorderWarning { pid: 0, text })?;

@@ -22,9 +22,9 @@ const MAX_CACHED_STACKS: usize = 1 << 16;
 use pyperf_format::Symbol;
 
 use crate::abi::types;
+use crate::mem::ProcMem;
 use crate::native::stacks::NativeStacks;
 use crate::python::code::{unresolved, CodeReader, FirstLocal, Resolution, Snapshot};
-use crate::python::mem::ProcMem;
 use crate::python::PythonProcess;
 use crate::sampler::{CodeSnap, RawSample};
 

@@ -16,8 +16,8 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use crate::mem::ProcMem;
 use crate::proc;
-use crate::python::mem::ProcMem;
 use crate::python::threads::{NamedThread, ThreadNameReader, ThreadNamesError};
 use crate::python::PythonProcess;
 use crate::targets::procfs;

@@ -23,10 +23,10 @@ use std::time::{Duration, Instant};
 
 use common::{inspect_when_ready, interpreter, repo, serial, workload, Kid};
 use pyperf::abi::RawFrame;
+use pyperf::mem::ProcMem;
 use pyperf::python::code::{CodeReader, FirstLocal, Resolution};
 use pyperf::python::config::bpf_config;
 use pyperf::python::frees::{code_frees, with_frees, CodeFrees};
-use pyperf::python::mem::ProcMem;
 use pyperf::python::PythonProcess;
 use pyperf::sampler::{Rate, RawSample, SampleEvent, Sampler, SamplerOptions};
 use pyperf_format::StackStatus;

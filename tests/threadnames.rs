@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use pyperf::python::mem::{ProcMem, ReadMem};
+use pyperf::mem::{ProcMem, ReadMem};
 use pyperf::python::threads::ThreadNameReader;
 
 /// The workload: `python WORKLOAD SECONDS`. Runs on 2.7 and 3.x alike; prints `ready` once its threads started. The workers' functions are told apart in the

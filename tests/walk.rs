@@ -16,9 +16,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use pyperf::mem::ProcMem;
 use pyperf::python::code::{CodeReader, FirstLocal, Resolution};
 use pyperf::python::config::bpf_config;
-use pyperf::python::mem::ProcMem;
 use pyperf::python::walk::{StackWalker, WalkedStack};
 use pyperf_format::{GilState, StackStatus};
 

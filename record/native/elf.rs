@@ -315,8 +315,8 @@ impl ElfInfo {
         if info.symbols.is_empty() {
             info.symbols = Symbols::from_table(&file, file.elf_dynamic_symbol_table());
         }
-        info.jit_descriptor = object_symbol(&file, file.elf_dynamic_symbol_table(), super::jit::DESCRIPTOR_SYMBOL)
-            .or_else(|| object_symbol(&file, symtab, super::jit::DESCRIPTOR_SYMBOL));
+        info.jit_descriptor = object_symbol(&file, file.elf_dynamic_symbol_table(), JIT_DESCRIPTOR_SYMBOL)
+            .or_else(|| object_symbol(&file, symtab, JIT_DESCRIPTOR_SYMBOL));
         Ok(info)
     }
 
@@ -504,6 +504,9 @@ fn unwind_sections<'data, R: ReadRef<'data>>(file: &ElfFile64<'data, Endianness,
     }
     out
 }
+
+/// The symbol of GDB's JIT interface descriptor (`struct jit_descriptor`, see [`super::jit`]).
+pub const JIT_DESCRIPTOR_SYMBOL: &str = "__jit_debug_descriptor";
 
 /// The file address of the data object `name` defined in `table`.
 fn object_symbol<'data, R: ReadRef<'data>>(

@@ -1,28 +1,64 @@
 //! Code a process generates at run time (CPython's JIT, other JITs), which no file holds.
 //!
 //! It lies in anonymous executable mappings. A JIT can describe it through GDB's JIT interface: the global
-//! `__jit_debug_descriptor` heads a list of entries, each an ELF object in the process's memory naming one piece of
-//! code (its `.text` range, a symbol) with its call frame information (`.eh_frame`, absolute addresses). CPython
-//! 3.15 on x86-64 Linux registers each executor so (`py::jit:executor`, whose frame rule is the frame pointer its
-//! entry shim set up and the JIT code never clobbers). Registered code is unwound like a file's; code that is not
-//! (3.14's JIT, which uses rbp as a general register and registers nothing) has no rule: the unwinding stops
-//! there, and the frame is marked `[jit]`, never guessed past.
-//!
-//! Reading the list is racy (the process adds and frees entries under its own lock): each object is taken only if
-//! it parses and its code lies in one anonymous executable mapping, and the whole list is read again rather than
-//! patched, so a freed entry does not outlive the next read.
+//! `__jit_debug_descriptor` ([`super::elf::JIT_DESCRIPTOR_SYMBOL`], found by the ELF reader) heads a list of
+//! entries, each an ELF object in the process's memory naming one piece of code (its `.text` range, a symbol) with
+//! its call frame information (`.eh_frame`, absolute addresses). CPython 3.15 on x86-64 Linux registers each
+//! executor so (`py::jit:executor`, whose frame rule is the frame pointer its entry shim set up and the JIT code
+//! never clobbers). Registered code is unwound like a file's; code that is not (3.14's JIT, which uses rbp as a
+//! general register and registers nothing) has no rule: the unwinding stops there, and the frame is marked `[jit]`,
+//! never guessed past. What is known of one interpreter's generated code (the names of its JIT's code, its
+//! trampolines) comes in a [`GeneratedCode`] (record/python/jit.rs for CPython).
 
 use std::ops::Range;
 
 use super::elf::ElfInfo;
+use crate::mem::ReadMem;
 use crate::proc::MapsEntry;
-use crate::python::jit::JIT_SYMBOL_PREFIX;
-use crate::python::mem::ReadMem;
 
-/// The symbol of GDB's JIT interface descriptor (`struct jit_descriptor`).
-pub const DESCRIPTOR_SYMBOL: &str = "__jit_debug_descriptor";
 /// The name (and library) of a frame in generated code: CPython's executors, and any code not registered.
 pub const JIT: &str = pyperf_format::symbol_flags::JIT_FILE;
+/// What the unwinder knows of an interpreter's generated code (record/python/jit.rs gives CPython's).
+#[derive(Debug)]
+pub struct GeneratedCode {
+    /// How the names its JIT registers code under start: such code is shown as [`JIT`] ("": none).
+    pub symbol_prefix: &'static str,
+    /// Its trampolines: code of known shapes whose frame at their return site is known.
+    pub trampolines: &'static [TrampolineShape],
+    /// The name of a trampoline's frames.
+    pub trampoline_name: &'static str,
+}
+
+/// One shape of a trampoline: `before` then `after` around its return site (the address after its call).
+#[derive(Debug, PartialEq, Eq)]
+pub struct TrampolineShape {
+    /// The instructions before the return site, at most [`BEFORE`] bytes.
+    pub before: &'static [u8],
+    /// The instructions from the return site on, at most [`AFTER`] bytes.
+    pub after: &'static [u8],
+    /// Whether rbp was saved at the stack pointer of the return site.
+    pub saves_bp: bool,
+    /// The caller's stack pointer minus the return site's (the return address is 8 bytes below it).
+    pub frame_size: u64,
+}
+
+/// How many bytes before a return address are read to check a trampoline's shape.
+pub const BEFORE: usize = 6;
+/// How many bytes from a return address on are read to check a trampoline's shape.
+pub const AFTER: usize = 5;
+
+impl GeneratedCode {
+    /// No knowledge: every piece of unregistered generated code ends the unwinding.
+    pub const NONE: GeneratedCode = GeneratedCode { symbol_prefix: "", trampolines: &[], trampoline_name: JIT };
+
+    /// The index of the trampoline shape whose return site is at `code[BEFORE]`: `code` holds the [`BEFORE`] bytes
+    /// before a return address and the [`AFTER`] bytes from it.
+    pub fn shape_at(&self, code: &[u8]) -> Option<usize> {
+        let (before, after) = (code.get(..BEFORE)?, code.get(BEFORE..)?);
+        self.trampolines.iter().position(|s| before.ends_with(s.before) && after.starts_with(s.after))
+    }
+}
+
 /// Entries followed, at most (a list that loops, or a huge one, ends here).
 pub const MAX_ENTRIES: usize = 16_384;
 /// Largest in-memory object read for one entry (CPython's are about 1-3 KiB).
@@ -70,11 +106,12 @@ pub fn is_generated_code(e: &MapsEntry) -> bool {
     e.exec && e.inode == 0 && (e.path.is_empty() || e.path.starts_with("[anon:"))
 }
 
-/// The name of a frame in registered code named `symbol` ("" when the object has none): [`JIT`] for CPython's,
-/// and for a name that looks like one of pyperf's pseudo-frames (`[...]`); else the name, control characters
-/// replaced and cut at [`MAX_NAME`] characters.
-pub fn frame_name(symbol: &str) -> String {
-    if symbol.is_empty() || symbol.starts_with(JIT_SYMBOL_PREFIX) || symbol.starts_with('[') {
+/// The name of a frame in registered code named `symbol` ("" when the object has none): [`JIT`] for the
+/// interpreter's (names starting with `prefix`), and for a name that looks like one of pyperf's pseudo-frames
+/// (`[...]`); else the name, control characters replaced and cut at [`MAX_NAME`] characters.
+pub fn frame_name(symbol: &str, prefix: &str) -> String {
+    let interpreters = !prefix.is_empty() && symbol.starts_with(prefix);
+    if symbol.is_empty() || interpreters || symbol.starts_with('[') {
         JIT.to_string()
     } else {
         symbol.chars().take(MAX_NAME).map(|c| if c.is_control() { '?' } else { c }).collect()
@@ -83,7 +120,12 @@ pub fn frame_name(symbol: &str) -> String {
 
 /// Reads the list of the descriptor at `descriptor` in `mem`, keeping the entries whose code lies in one of
 /// `anon` (the process's anonymous executable mappings, sorted).
-pub fn read_registered(mem: &dyn ReadMem, descriptor: u64, anon: &[Range<u64>]) -> Result<Registered, ReadError> {
+pub fn read_registered(
+    mem: &dyn ReadMem,
+    descriptor: u64,
+    anon: &[Range<u64>],
+    code: &GeneratedCode,
+) -> Result<Registered, ReadError> {
     let mut d = [0u8; 24];
     if !mem.read(descriptor, &mut d) || u32_at(&d, 0) != VERSION {
         return Err(ReadError::Descriptor);
@@ -101,10 +143,10 @@ pub fn read_registered(mem: &dyn ReadMem, descriptor: u64, anon: &[Range<u64>]) 
             break;
         }
         let (next, object, size) = (u64_at(&e, 0), u64_at(&e, 16), u64_at(&e, 24));
-        let code = (size <= budget).then(|| read_object(mem, object, size, anon)).flatten();
+        let found = (size <= budget).then(|| read_object(mem, object, size, anon, code.symbol_prefix)).flatten();
         budget = budget.saturating_sub(size.min(MAX_OBJECT));
-        match code {
-            Some(code) => out.code.push(code),
+        match found {
+            Some(found) => out.code.push(found),
             None => out.refused += 1,
         }
         entry = next;
@@ -127,7 +169,7 @@ pub fn read_registered(mem: &dyn ReadMem, descriptor: u64, anon: &[Range<u64>]) 
 }
 
 /// The code one entry's object describes, if it parses and its `.text` lies in one anonymous executable mapping.
-fn read_object(mem: &dyn ReadMem, addr: u64, size: u64, anon: &[Range<u64>]) -> Option<JitCode> {
+fn read_object(mem: &dyn ReadMem, addr: u64, size: u64, anon: &[Range<u64>], prefix: &str) -> Option<JitCode> {
     if size == 0 || size > MAX_OBJECT {
         return None;
     }
@@ -143,7 +185,7 @@ fn read_object(mem: &dyn ReadMem, addr: u64, size: u64, anon: &[Range<u64>]) -> 
         return None;
     }
     let symbol = info.symbols.lookup(range.start).map(|i| info.symbols.name(i)).unwrap_or("");
-    let name = frame_name(symbol);
+    let name = frame_name(symbol, prefix);
     Some(JitCode { range, object: (addr, size), name, info })
 }
 
@@ -192,6 +234,8 @@ mod tests {
     const SMALL: &[u8] = include_bytes!("../../testdata/jit/cpython-3.15-executor.o");
     const LARGE: &[u8] = include_bytes!("../../testdata/jit/cpython-3.15-executor-2.o");
     const ANON: Range<u64> = 0x7fed_d802_4000..0x7fed_d802_8000;
+    /// What CPython's rows say (record/python/jit.rs), as the unwinder is given it.
+    const CPY: GeneratedCode = GeneratedCode { symbol_prefix: "py::jit", trampolines: &[], trampoline_name: "[t]" };
 
     fn descriptor(mem: &Fake, at: u64, first: u64) {
         let mut d = vec![0u8; 24];
@@ -216,7 +260,7 @@ mod tests {
         entry(&mem, 0x1000, 0x1100, 0x5000, SMALL.len());
         entry(&mem, 0x1100, 0, 0x9000, LARGE.len());
         descriptor(&mem, 0x100, 0x1000);
-        let r = read_registered(&mem, 0x100, &[ANON]).expect("reads");
+        let r = read_registered(&mem, 0x100, &[ANON], &CPY).expect("reads");
         assert_eq!(r.refused, 0);
         let got: Vec<_> = r.code.iter().map(|c| (c.range.clone(), c.name.as_str())).collect();
         assert_eq!(got, [(0x7fed_d802_4000..0x7fed_d802_45cf, JIT), (0x7fed_d802_6000..0x7fed_d802_602f, JIT)]);
@@ -225,20 +269,21 @@ mod tests {
         // kept.
         entry(&mem, 0x1100, 0x1200, 0x9000, LARGE.len());
         entry(&mem, 0x1200, 0, 0x9000, LARGE.len());
-        let r = read_registered(&mem, 0x100, &[ANON]).expect("reads");
+        let r = read_registered(&mem, 0x100, &[ANON], &CPY).expect("reads");
         assert_eq!((r.code.len(), r.refused), (1, 2));
         assert_eq!(r.code[0].range.start, 0x7fed_d802_6000);
         // Code outside the anonymous executable mappings (a file's, or unmapped since) is refused.
         let upper = 0x7fed_d802_6000..0x7fed_d802_7000;
-        let r = read_registered(&mem, 0x100, std::slice::from_ref(&upper)).expect("reads");
+        let r = read_registered(&mem, 0x100, std::slice::from_ref(&upper), &CPY).expect("reads");
         assert_eq!((r.code.len(), r.refused), (1, 2));
         // Names: CPython's and pseudo-frame look-alikes are [jit]; others kept, cleaned and cut.
-        assert_eq!(frame_name("py::jit:executor"), JIT);
-        assert_eq!(frame_name("[perf trampoline]"), JIT);
-        assert_eq!(frame_name(""), JIT);
-        assert_eq!(frame_name("jitted\x1b]0;x"), "jitted?]0;x");
-        assert_eq!(frame_name("a\u{1b}b\nc"), "a?b?c");
-        assert_eq!(frame_name(&"f".repeat(1000)).len(), MAX_NAME);
+        assert_eq!(frame_name("py::jit:executor", CPY.symbol_prefix), JIT);
+        assert_eq!(frame_name("[perf trampoline]", CPY.symbol_prefix), JIT);
+        assert_eq!(frame_name("", CPY.symbol_prefix), JIT);
+        assert_eq!(frame_name("jitted\x1b]0;x", CPY.symbol_prefix), "jitted?]0;x");
+        assert_eq!(frame_name("a\u{1b}b\nc", CPY.symbol_prefix), "a?b?c");
+        assert_eq!(frame_name(&"f".repeat(1000), CPY.symbol_prefix).len(), MAX_NAME);
+        assert_eq!(frame_name("py::jit:x", ""), "py::jit:x", "no prefix given: no name is the interpreter's");
     }
 
     /// Hostile or torn lists: an object for code outside the anonymous mappings, garbage, a huge size, a loop, a
@@ -254,14 +299,14 @@ mod tests {
         entry(&mem, 0x1100, 0x1200, 0x6000, 8);
         entry(&mem, 0x1200, 0x1000, 0x6000, 1 << 40); // loops back to the first
         descriptor(&mem, 0x100, 0x1000);
-        let r = read_registered(&mem, 0x100, &[ANON]).expect("reads");
+        let r = read_registered(&mem, 0x100, &[ANON], &CPY).expect("reads");
         assert!(r.code.is_empty());
         assert_eq!(r.refused as usize, MAX_ENTRIES);
         let mut d = vec![0u8; 24];
         d[0..4].copy_from_slice(&2u32.to_le_bytes());
         mem.put(0x200, d);
-        assert_eq!(read_registered(&mem, 0x200, &[ANON]).err(), Some(ReadError::Descriptor));
-        assert_eq!(read_registered(&mem, 0xdead_0000, &[ANON]).err(), Some(ReadError::Descriptor));
+        assert_eq!(read_registered(&mem, 0x200, &[ANON], &CPY).err(), Some(ReadError::Descriptor));
+        assert_eq!(read_registered(&mem, 0xdead_0000, &[ANON], &CPY).err(), Some(ReadError::Descriptor));
     }
 
     #[test]

@@ -51,13 +51,9 @@ pub fn classify(name: &str, file: &str, eval: &str) -> Class {
     let base = base_name(name);
     let in_interpreter = is_interpreter_file(file);
     if file == pyperf_format::symbol_flags::JIT_FILE {
-        // Generated code: a perf trampoline (named so by the unwinder only: registered names never start with
-        // `[`) calls the interpreter's loop, glue like the rest of the interpreter; any other is shown.
-        if name == crate::python::jit::NAME {
-            Class::Interpreter
-        } else {
-            Class::Other
-        }
+        // Generated code, whatever it was registered as (a trampoline the unwinder recognised is glue: the caller
+        // knows it from the unwinder, not from a name).
+        Class::Other
     } else if base == eval {
         Class::Eval
     } else if in_interpreter && base.starts_with("_TAIL_CALL_") {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use pyperf_format::{symbol_flags, Symbol};
 
+use super::jit::GeneratedCode;
 use super::kernel::KernelSymbols;
 use super::merge::{self, Class, Step};
 use super::unwind::{NativeUnwinder, UnwindEnd, UserRegs};
@@ -82,8 +83,9 @@ struct Counts {
 
 impl NativeStacks {
     /// For a recording with `native` and/or `kernel` frames. A kernel whose addresses are hidden gives a warning
-    /// (kernel frames are then named `[unknown kernel]`), not an error.
-    pub fn new(native: bool, kernel: bool) -> (NativeStacks, Option<String>) {
+    /// (kernel frames are then named `[unknown kernel]`), not an error. `code`: what is known of the interpreter's
+    /// generated code (`crate::python::jit::GENERATED` for CPython).
+    pub fn new(native: bool, kernel: bool, code: &'static GeneratedCode) -> (NativeStacks, Option<String>) {
         let (kernel_syms, warning) = if kernel {
             match KernelSymbols::load() {
                 Ok(k) => (Some(k), None),
@@ -93,7 +95,7 @@ impl NativeStacks {
             (None, None)
         };
         let stacks = NativeStacks {
-            unwinder: native.then(NativeUnwinder::new),
+            unwinder: native.then(|| NativeUnwinder::with_generated_code(code)),
             kernel: kernel_syms,
             kernel_wanted: kernel,
             procs: HashMap::new(),
@@ -250,7 +252,8 @@ impl NativeStacks {
                 flags |= symbol_flags::UNRESOLVED;
             }
             let name = without_version(&sym.name);
-            let class = merge::classify(name, library, eval);
+            // A trampoline of the interpreter's calls its loop: glue like the rest of the interpreter.
+            let class = if sym.trampoline { Class::Interpreter } else { merge::classify(name, library, eval) };
             let symbol =
                 Symbol { scope: String::new(), name: name.to_string(), file: library.to_string(), line: 0, flags };
             self.frames.insert(key, Known { class, name: name.into(), id: None, glue_id: None, symbol });

@@ -19,10 +19,9 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _};
 
 use super::elf::{self, ElfInfo};
-use super::jit;
+use super::jit::{self, GeneratedCode, TrampolineShape};
+use crate::mem::{ProcMem, ReadMem as _};
 use crate::proc::{maps as read_maps, parse_maps, MapsEntry};
-use crate::python::jit as trampolines;
-use crate::python::mem::{ProcMem, ReadMem as _};
 
 /// Frames beyond this many end the unwind ([`UnwindEnd::TooDeep`]).
 pub const MAX_FRAMES: usize = 1024;
@@ -102,6 +101,8 @@ pub struct NativeSymbol {
     pub build_id: Arc<str>,
     /// Whether a symbol covers the address.
     pub resolved: bool,
+    /// A trampoline of the interpreter's (generated code of a known shape, [`GeneratedCode`]): glue.
+    pub trampoline: bool,
 }
 
 type Bytes = Arc<[u8]>;
@@ -182,7 +183,7 @@ enum Generated {
     /// Generated code with call frame information (registered).
     Registered,
     /// The return site of a perf trampoline of this shape.
-    Trampoline(&'static trampolines::Shape),
+    Trampoline(&'static TrampolineShape),
     /// Generated code with none.
     Unregistered,
     /// Not generated code (an address the maps do not know yet, or a bad one).
@@ -246,6 +247,8 @@ pub struct NativeUnwinder {
     jit_library: Arc<str>,
     /// An address was named [`UNKNOWN`] since the generation last changed.
     unknown_named: bool,
+    /// What is known of the interpreter's generated code.
+    code: &'static GeneratedCode,
 }
 
 /// A request to the debug file worker: the separate debug file of `file` (its parsed self `info`, `path` as
@@ -355,7 +358,13 @@ impl NativeUnwinder {
             generation: 0,
             jit_library: Arc::from(jit::JIT),
             unknown_named: false,
+            code: &GeneratedCode::NONE,
         }
+    }
+
+    /// An unwinder that knows the interpreter's generated code `code` (its JIT's names, its trampolines).
+    pub fn with_generated_code(code: &'static GeneratedCode) -> Self {
+        NativeUnwinder { code, ..Self::new() }
     }
 
     /// Bumped each time names given before may have changed (a separate debug file parsed late, a process's
@@ -670,7 +679,7 @@ impl NativeUnwinder {
                         let (Ok(ra), Ok(bp)) = (read_stack(sp.wrapping_add(8)), bp) else {
                             return UnwindEnd::StackCopyEnd;
                         };
-                        fregs.set_sp(sp.wrapping_add(trampolines::FRAME_SIZE));
+                        fregs.set_sp(sp.wrapping_add(shape.frame_size));
                         fregs.set_bp(bp);
                         match FrameAddress::from_return_address(ra) {
                             Some(next) => {
@@ -718,12 +727,13 @@ impl NativeUnwinder {
             if registered.is_some() || p.in_generated(lookup) {
                 let trampoline = is_return && self.trampoline(pid, addr).is_some();
                 let name = if trampoline {
-                    trampolines::NAME.to_string()
+                    self.code.trampoline_name.to_string()
                 } else {
                     registered.unwrap_or_else(|| jit::JIT.to_string())
                 };
                 return NativeSymbol {
                     resolved: name != jit::JIT,
+                    trampoline,
                     name,
                     library: self.jit_library.clone(),
                     build_id: self.empty.clone(),
@@ -738,11 +748,18 @@ impl NativeUnwinder {
                 library: self.empty.clone(),
                 build_id: self.empty.clone(),
                 resolved: false,
+                trampoline: false,
             };
         };
         let (file, bias, library, basename) = (m.file, m.bias, m.path.clone(), m.basename.clone());
         let Some(entry) = self.files.get(file) else {
-            return NativeSymbol { name: UNKNOWN.to_string(), library, build_id: self.empty.clone(), resolved: false };
+            return NativeSymbol {
+                name: UNKNOWN.to_string(),
+                library,
+                build_id: self.empty.clone(),
+                resolved: false,
+                trampoline: false,
+            };
         };
         let build_id = entry.build_id.clone();
         let svma = lookup.wrapping_sub(bias);
@@ -750,7 +767,7 @@ impl NativeUnwinder {
             // Unreadable file: the offset in the file stands in (file address = file offset is as good a guess
             // as any, and is stable).
             let name = format!("{basename}+0x{svma:x}");
-            return NativeSymbol { name, library, build_id, resolved: false };
+            return NativeSymbol { name, library, build_id, resolved: false, trampoline: false };
         };
         let index = match self.addr_cache.get(&(file, svma)) {
             Some(&found) => {
@@ -774,14 +791,14 @@ impl NativeUnwinder {
                     .entry((file, i))
                     .or_insert_with(|| Arc::from(elf::demangle(info.symbols.name(i))))
                     .to_string();
-                NativeSymbol { name, library, build_id, resolved: true }
+                NativeSymbol { name, library, build_id, resolved: true, trampoline: false }
             }
             None => {
                 // Within code the call frame information knows (a static function of a stripped file), the
                 // range's start names it: its samples stay one frame.
                 let at = info.unnamed_start(svma).unwrap_or(svma);
                 let name = format!("{basename}+0x{:x}", at.wrapping_sub(info.base_vaddr));
-                NativeSymbol { name, library, build_id, resolved: false }
+                NativeSymbol { name, library, build_id, resolved: false, trampoline: false }
             }
         }
     }
@@ -820,7 +837,7 @@ impl NativeUnwinder {
 
     /// The shape of the perf trampoline whose return site is `ra` (an address in generated code of `pid`), checked
     /// against the code there once per address.
-    fn trampoline(&mut self, pid: u32, ra: u64) -> Option<&'static trampolines::Shape> {
+    fn trampoline(&mut self, pid: u32, ra: u64) -> Option<&'static TrampolineShape> {
         let p = self.processes.get_mut(&pid)?;
         let index = match p.trampolines.get(&ra) {
             Some(&known) => known,
@@ -828,14 +845,10 @@ impl NativeUnwinder {
                 if p.mem.is_none() {
                     p.mem = ProcMem::open(pid, ra).ok();
                 }
-                let mut code = [0u8; trampolines::BEFORE + trampolines::AFTER];
-                let start = ra.checked_sub(trampolines::BEFORE as u64)?;
+                let mut code = [0u8; jit::BEFORE + jit::AFTER];
+                let start = ra.checked_sub(jit::BEFORE as u64)?;
                 let read = p.mem.as_ref().is_some_and(|m| m.read(start, &mut code));
-                let found = read
-                    .then(|| trampolines::shape_at(&code))
-                    .flatten()
-                    .and_then(|s| trampolines::SHAPES.iter().position(|k| k == s))
-                    .and_then(|i| u8::try_from(i).ok());
+                let found = read.then(|| self.code.shape_at(&code)).flatten().and_then(|i| u8::try_from(i).ok());
                 if p.trampolines.len() >= TRAMPOLINES_MAX {
                     p.trampolines.clear();
                 }
@@ -843,7 +856,7 @@ impl NativeUnwinder {
                 found
             }
         };
-        trampolines::SHAPES.get(usize::from(index?))
+        self.code.trampolines.get(usize::from(index?))
     }
 
     /// Reads the JIT list of `pid` again (not if read less than [`REREAD_INTERVAL`] ago, or the process has none),
@@ -861,7 +874,7 @@ impl NativeUnwinder {
         }
         let Some(mem) = p.mem.as_ref() else { return false };
         // An unreadable list: no registered code (what was known of it goes).
-        let list = jit::read_registered(mem, descriptor, &p.generated).unwrap_or_default();
+        let list = jit::read_registered(mem, descriptor, &p.generated, self.code).unwrap_or_default();
         self.counts.jit_refused += list.refused;
         let same = list.code.len() == p.jit.len()
             && list.code.iter().zip(&p.jit).all(|(a, b)| (&a.range, a.object) == (&b.range, b.object));

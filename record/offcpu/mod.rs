@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use pyperf_format::{off_cpu_flags, GilState, OffCpuKind, PthreadIdMatch, StackStatus, ThreadStateMatch};
 
 use crate::abi::types;
-use crate::python::mem::ProcMem;
+use crate::mem::ProcMem;
 use crate::python::walk::StackWalker;
 use crate::rest::{self, Target};
 use crate::sampler::{self, OffCpuPart, RawSample};

@@ -21,9 +21,9 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use super::mem::ReadMem;
 use super::objects::{at, u64_in, Budget, Metered, Objects, MAX_DICT_ENTRIES};
 use super::versions::{Interpreters, Row, TPFLAGS_LONG_SUBCLASS, TPFLAGS_UNICODE_SUBCLASS};
+use crate::mem::ReadMem;
 
 /// How a suspended frame's awaited object is found on its value stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

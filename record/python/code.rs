@@ -26,9 +26,9 @@ use pyperf_format::{symbol_flags, Symbol};
 
 use super::layout::Layout;
 use super::linetable;
-use super::mem::{read_u64, ReadMem};
 use super::objects::{self, at, cut_str};
 use super::versions::{Row, Strings, TPFLAGS_TYPE_SUBCLASS};
+use crate::mem::{read_u64, ReadMem};
 
 /// Longest function name kept, in bytes; longer names (and file names) are cut and flagged.
 pub const MAX_NAME_BYTES: usize = 1024;

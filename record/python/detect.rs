@@ -159,7 +159,7 @@ pub struct PythonProcess {
 
 impl PythonProcess {
     /// An address the interpreter surely maps (its runtime state or interpreter list): where a memory handle is
-    /// checked readable ([`super::mem::ProcMem::open`]).
+    /// checked readable ([`crate::mem::ProcMem::open`]).
     pub fn mapped_addr(&self) -> u64 {
         self.addrs.runtime.or(self.addrs.interp_head).or(self.addrs.code_type).unwrap_or(0)
     }

@@ -19,9 +19,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::detect::{file_maps, mapped_file_path, PythonProcess};
-use super::mem::{read_u64, ProcMem, ReadMem};
 use super::objects::at;
 use crate::abi::{types, ProcConfig};
+use crate::mem::{read_u64, ProcMem, ReadMem};
 use crate::proc::{self, MapsEntry};
 
 /// How the frees of a process's code objects are counted.

@@ -11,42 +11,34 @@
 //! trampoline's only when the bytes around it, read from the process, are exactly one of these shapes: the code is
 //! checked, never assumed.
 
-/// How the names CPython registers its JIT code under start (`py::jit:executor`): such code is shown as `[jit]`.
-pub const JIT_SYMBOL_PREFIX: &str = "py::jit";
+use crate::native::jit::{GeneratedCode, TrampolineShape};
 
-/// One shape of the trampoline.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Shape {
-    /// The instructions before the return site (the prologue and `call *%rcx`).
-    pub before: &'static [u8],
-    /// The instructions from the return site on (the epilogue and `ret`).
-    pub after: &'static [u8],
-    /// Whether the prologue pushed rbp (saved at the stack pointer of the return site).
-    pub saves_bp: bool,
-}
+/// CPython's generated code, as the native unwinder needs to know it.
+pub const GENERATED: GeneratedCode = GeneratedCode {
+    // How the names CPython 3.15 registers its JIT code under start (`py::jit:executor`): shown as `[jit]`.
+    symbol_prefix: "py::jit",
+    trampolines: &SHAPES,
+    // Interpreter glue: the Python frame the trampoline calls is shown instead.
+    trampoline_name: "[perf trampoline]",
+};
 
-/// The shapes: 3.12-3.14 (`sub $8,%rsp; call *%rcx | add $8,%rsp; ret`) and 3.15 (`push %rbp; mov %rsp,%rbp;
-/// call *%rcx | pop %rbp; ret`). An `endbr64` may come first; it does not change the frame.
-pub const SHAPES: [Shape; 2] = [
-    Shape { before: &[0x48, 0x83, 0xec, 0x08, 0xff, 0xd1], after: &[0x48, 0x83, 0xc4, 0x08, 0xc3], saves_bp: false },
-    Shape { before: &[0x55, 0x48, 0x89, 0xe5, 0xff, 0xd1], after: &[0x5d, 0xc3], saves_bp: true },
+/// The trampoline's shapes: 3.12-3.14 (`sub $8,%rsp; call *%rcx | add $8,%rsp; ret`) and 3.15 (`push %rbp; mov
+/// %rsp,%rbp; call *%rcx | pop %rbp; ret`). An `endbr64` may come first; it does not change the frame. At the return
+/// site the caller's stack pointer is 16 bytes up in both.
+const SHAPES: [TrampolineShape; 2] = [
+    TrampolineShape {
+        before: &[0x48, 0x83, 0xec, 0x08, 0xff, 0xd1],
+        after: &[0x48, 0x83, 0xc4, 0x08, 0xc3],
+        saves_bp: false,
+        frame_size: 16,
+    },
+    TrampolineShape {
+        before: &[0x55, 0x48, 0x89, 0xe5, 0xff, 0xd1],
+        after: &[0x5d, 0xc3],
+        saves_bp: true,
+        frame_size: 16,
+    },
 ];
-
-/// How many bytes before a return address [`shape_at`] needs.
-pub const BEFORE: usize = 6;
-/// How many bytes from a return address on [`shape_at`] needs.
-pub const AFTER: usize = 5;
-/// What the caller's stack pointer is above the return site's (for every shape).
-pub const FRAME_SIZE: u64 = 16;
-/// The name of a trampoline's frames (interpreter glue: the Python frame it calls is shown instead).
-pub const NAME: &str = "[perf trampoline]";
-
-/// The shape whose return site is at `code[BEFORE]`: `code` holds the [`BEFORE`] bytes before a return address and
-/// the [`AFTER`] bytes from it.
-pub fn shape_at(code: &[u8]) -> Option<&'static Shape> {
-    let (before, after) = (code.get(..BEFORE)?, code.get(BEFORE..)?);
-    SHAPES.iter().find(|s| before.ends_with(s.before) && after.starts_with(s.after))
-}
 
 #[cfg(test)]
 mod tests {
@@ -56,6 +48,7 @@ mod tests {
     fn both_shapes_are_known_by_their_bytes_only() {
         // 3.12's libpython `_Py_trampoline_func_start`, return site after `ff d1`.
         let t312 = [0x48, 0x83, 0xec, 0x08, 0xff, 0xd1, 0x48, 0x83, 0xc4, 0x08, 0xc3];
+        let shape_at = |code: &[u8]| GENERATED.shape_at(code).map(|i| &SHAPES[i]);
         assert_eq!(shape_at(&t312).map(|s| s.saves_bp), Some(false));
         // 3.15's, with endbr64 first: the bytes before the site are the last six of the prologue.
         let t315 = [0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0xff, 0xd1, 0x5d, 0xc3, 0xcc, 0xcc, 0xcc];

@@ -9,7 +9,7 @@
 //! - [`detect`]: finding the interpreter in a process (ELF symbols, load bias, version from the binary).
 //! - [`config`]: the BPF program's per-process configuration row, built from the version's row; [`frees`]: how a
 //!   process's frees of code objects are counted (the program's check-word cache).
-//! - [`mem`]: reading a process's memory; [`code`]: reading code objects (names, files, line tables) from it;
+//! - [`code`]: reading code objects (names, files, line tables) from it;
 //!   [`linetable`]: decoding line tables.
 //! - [`objects`]: reading `str`, `int`, `dict` and instance attributes from a process's memory; [`threads`]: the
 //!   names of its Python threads (`threading.Thread.name`); [`walk`]: a thread's Python stack walked from user space,
@@ -27,7 +27,6 @@ pub mod frees;
 pub mod jit;
 pub mod layout;
 pub mod linetable;
-pub mod mem;
 pub mod objects;
 pub mod probes;
 #[cfg(test)]

@@ -16,12 +16,12 @@ use std::cell::Cell;
 use std::collections::HashMap;
 
 use super::layout::Layout;
-use super::mem::ReadMem;
 use super::versions::{
     InstanceDicts, Row, Strings, MANAGED_DICT_BEFORE, MANAGED_VALUES_BEFORE_311, TPFLAGS_DICT_SUBCLASS,
     TPFLAGS_HEAPTYPE, TPFLAGS_INLINE_VALUES, TPFLAGS_INT_SUBCLASS, TPFLAGS_LONG_SUBCLASS, TPFLAGS_MANAGED_DICT,
     TPFLAGS_STRING_SUBCLASS, TPFLAGS_UNICODE_SUBCLASS,
 };
+use crate::mem::ReadMem;
 
 /// Most entries (used or deleted) of a dict read; a larger one is not read. Bounds one read of its table to 1.5 MiB.
 pub const MAX_DICT_ENTRIES: u64 = 1 << 16;

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::detect::{PythonAddrs, PythonProcess};
-use super::mem::ReadMem;
 use super::versions::Row;
+use crate::mem::ReadMem;
 
 /// Where the first region goes: above the first megabyte, like a real process's heap.
 const FIRST: u64 = 0x10_0000;

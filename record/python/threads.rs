@@ -37,10 +37,10 @@
 use std::collections::{HashMap, HashSet};
 
 use super::layout::Layout;
-use super::mem::ReadMem;
 use super::objects::{at, u64_in, Budget, Dict, Metered, Objects, MAX_DICT_ENTRIES, MAX_INSTANCE_ENTRIES};
 use super::versions::{Interpreters, Row, ThreadNames, ThreadTids, MAIN_THREAD_TYPE, NATIVE_ID_ATTR};
 use super::PythonAddrs;
+use crate::mem::ReadMem;
 
 /// Longest thread name kept, in bytes; a longer one is cut on a character boundary.
 pub const MAX_THREAD_NAME_BYTES: usize = 256;

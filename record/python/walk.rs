@@ -36,7 +36,6 @@
 use std::collections::HashMap;
 
 use super::code::code_check;
-use super::mem::{read_u64, ProcMem, ReadMem};
 use super::objects::{at, Budget, Metered};
 use super::threads::{PID_MAX_LIMIT, PTHREAD_TID_CANDIDATES, TCB_SELF};
 use super::versions::Row;
@@ -44,6 +43,7 @@ use super::PythonProcess;
 use crate::abi::{
     types, ProcConfig, RawFrame, RawLocal, CODE_BUF, FRAME_BUF, GIL_BUF, INSTR_ENTRY, MAX_FRAMES, TSTATE_BUF,
 };
+use crate::mem::{read_u64, ProcMem, ReadMem};
 
 /// Most interpreters (main and subinterpreters) whose thread lists are walked.
 pub const MAX_INTERPRETERS: usize = 16;

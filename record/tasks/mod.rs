@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 
 use pyperf_format::Symbol;
 
+use crate::mem::ProcMem;
 use crate::python::asyncio::{self, AsyncioError, TaskInfo, TaskReader};
 use crate::python::detect::mapped_file_path;
-use crate::python::mem::ProcMem;
 use crate::python::PythonProcess;
 use crate::symbolizer::Symbolizer;
 
