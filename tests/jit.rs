@@ -10,7 +10,8 @@
 //! - The perf trampolines (`-X perf`: pyenv's 3.12, sid's 3.15): at least 90% of the samples unwound through them and
 //!   merged, the trampolines being interpreter glue (`[perf trampoline]` among the glue frames), counted in
 //!   native_perf_trampolines. A sample whose instruction is inside a trampoline's few instructions (not at its return
-//!   site: rare) has no rule and ends in `[native: truncated]` then `[jit]`: at most 2% of them.
+//!   site: rare) has no rule and ends in `[native: truncated]` then `[jit]`; at exit, when the trampolines are freed,
+//!   an unwinding can stop at one with every Python frame found (`[jit]` at the root): at most 2% of them.
 //!
 //! In every case the Python frames are those of the workload: the heavy share within the usual tolerance of the
 //! workload's own clock.
@@ -134,8 +135,13 @@ fn check(name: &str, mode: Mode) {
         }
         Mode::PerfTrampolines => {
             // A sample taken inside a trampoline's few instructions (not at its return site) has no rule: marked.
+            // At exit the trampolines are freed: an unwinding that finds one gone stops there, its Python frames all
+            // found, the generated code at the root (seen once at threading._shutdown in a CI run).
             let in_code: Vec<&&Sample> = main.iter().filter(|s| s.shown().contains(&"[jit]")).collect();
-            let marked_leaf = |s: &Sample| s.shown().ends_with(&["[native: truncated]", "[jit]"]);
+            let marked_leaf = |s: &Sample| {
+                let shown = s.shown();
+                shown.ends_with(&["[native: truncated]", "[jit]"]) || shown.first() == Some(&"[jit]")
+            };
             if in_code.len() * 50 > main.len() || !in_code.iter().all(|s| marked_leaf(s)) {
                 let odd = in_code.iter().find(|s| !marked_leaf(s)).or(in_code.first()).map(|s| s.shown());
                 failures.push(format!("{} samples show generated code with -X perf, e.g. {odd:?}", in_code.len()));

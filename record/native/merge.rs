@@ -132,7 +132,9 @@ pub fn merge(native: &[(Class, &str)], activations: usize, complete: bool) -> Re
     };
     let mut out = Vec::with_capacity(native.len() + activations + 1);
     out.extend((0..above).map(Step::Python));
-    if above > 0 {
+    // Python frames above a cut unwinding, or a thread without Python frames whose unwinding stopped early (in code
+    // without unwind rules): what is rootward is missing, and said so.
+    if above > 0 || (activations == 0 && !complete && !native.is_empty()) {
         out.push(Step::Truncated);
     }
     let mut seen = 0;
@@ -284,6 +286,9 @@ mod tests {
         let native = frames(&["libc:clone3", "libc:start_thread", "ext:worker", "libc:read"]);
         let steps = merge(&native, 0, true).expect("merges");
         assert_eq!(shown(&steps, &native), ["clone3", "start_thread", "worker", "read"]);
+        // Its unwinding stopped early (JIT code with no rules at the leaf): marked, not shown as a whole stack.
+        let native = frames(&["jit:[jit]"]);
+        assert_eq!(shown(&merge(&native, 0, false).expect("merges"), &native), ["[truncated]", "[jit]"]);
     }
 
     #[test]
