@@ -202,29 +202,7 @@ fn count(profile: &Profile) -> (Vec<FunctionKey>, Vec<Counts>) {
             at_node[s.leaf as usize] = at_node[s.leaf as usize].saturating_add(s.count);
         }
     }
-    // A node's parent has a smaller id: one backward pass adds subtrees up.
-    for id in (1..=nodes).rev() {
-        let parent = tables.nodes[id - 1].0 as usize;
-        below[parent] = below[parent].saturating_add(below[id]);
-    }
-    let mut child_start = vec![0u32; nodes + 2];
-    for id in 1..=nodes {
-        if below[id] > 0 {
-            child_start[tables.nodes[id - 1].0 as usize + 1] += 1;
-        }
-    }
-    for i in 1..child_start.len() {
-        child_start[i] += child_start[i - 1];
-    }
-    let mut fill = child_start.clone();
-    let mut children = vec![0u32; child_start[nodes + 1] as usize];
-    for id in 1..=nodes {
-        if below[id] > 0 {
-            let slot = &mut fill[tables.nodes[id - 1].0 as usize];
-            children[*slot as usize] = id as u32;
-            *slot += 1;
-        }
-    }
+    let (child_start, children) = crate::profile::children_with_samples(tables, &mut below);
 
     // Symbol -> (function, line slot), or None for frames that are not Python code.
     let mut keys: Vec<FunctionKey> = Vec::new();

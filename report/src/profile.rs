@@ -599,6 +599,38 @@ fn canonicalize_frames(tables: &mut Tables, show: ShowFrames, exact_task_names: 
     Some(map)
 }
 
+/// Adds each node's samples up into its ancestors (`below[id]`, indexed by node id with 0 the empty stack, holds the
+/// samples ending at the node; afterwards those at or below it) and returns the children of each node that has
+/// samples below it, as `(child_start, children)`: node `i`'s are `children[child_start[i]..child_start[i + 1]]`.
+/// A node's parent has a smaller id (Tables::apply checked it): one backward pass sums, a counting sort groups.
+pub(crate) fn children_with_samples(tables: &Tables, below: &mut [u64]) -> (Vec<u32>, Vec<u32>) {
+    let nodes = tables.nodes.len();
+    // Sums saturate: a crafted file's off-CPU weights can be anything.
+    for id in (1..=nodes).rev() {
+        let parent = tables.nodes[id - 1].0 as usize;
+        below[parent] = below[parent].saturating_add(below[id]);
+    }
+    let mut child_start = vec![0u32; nodes + 2];
+    for id in 1..=nodes {
+        if below[id] > 0 {
+            child_start[tables.nodes[id - 1].0 as usize + 1] += 1;
+        }
+    }
+    for i in 1..child_start.len() {
+        child_start[i] += child_start[i - 1];
+    }
+    let mut fill = child_start.clone();
+    let mut children = vec![0u32; child_start[nodes + 1] as usize];
+    for id in 1..=nodes {
+        if below[id] > 0 {
+            let slot = &mut fill[tables.nodes[id - 1].0 as usize];
+            children[*slot as usize] = id as u32;
+            *slot += 1;
+        }
+    }
+    (child_start, children)
+}
+
 /// The `[gc]` pseudo-frame's symbol ([`names::GC`]): a marker, shown as its name by every export (and kept whatever
 /// [`ShowFrames`] says: it is added after frames are left out).
 fn gc_symbol() -> Symbol {

@@ -105,31 +105,8 @@ pub fn function_shares(profile: &Profile) -> Vec<FunctionShare> {
             }
         }
     }
-    // Samples at or below each node: a node's parent has a smaller id, so one backward pass adds subtrees up.
-    // (Sums saturate: a crafted file's off-CPU weights can be anything.)
-    for id in (1..=nodes).rev() {
-        let parent = tables.nodes[id - 1].0 as usize;
-        below[parent] = below[parent].saturating_add(below[id]);
-    }
-    // Children of each node with samples below it (counting sort by parent).
-    let mut child_start = vec![0u32; nodes + 2];
-    for id in 1..=nodes {
-        if below[id] > 0 {
-            child_start[tables.nodes[id - 1].0 as usize + 1] += 1;
-        }
-    }
-    for i in 1..child_start.len() {
-        child_start[i] += child_start[i - 1];
-    }
-    let mut fill = child_start.clone();
-    let mut children = vec![0u32; child_start[nodes + 1] as usize];
-    for id in 1..=nodes {
-        if below[id] > 0 {
-            let slot = &mut fill[tables.nodes[id - 1].0 as usize];
-            children[*slot as usize] = id as u32;
-            *slot += 1;
-        }
-    }
+    // Samples at or below each node, and the children of each node with samples below it.
+    let (child_start, children) = crate::profile::children_with_samples(&profile.tables, &mut below);
     // Depth first from the empty stack, counting per function its occurrences on the current path.
     let mut function_of_symbol: FxMap<u32, u32> = FxMap::default();
     let mut on_path: Vec<u32> = Vec::new();
@@ -249,8 +226,8 @@ pub fn library_shares(profile: &Profile) -> Vec<LibraryShare> {
 
 /// The summary's `jit code` line, when native frames lie in code generated at run time ([`names::JIT`]): the
 /// samples taken in it, and the unwinds that stopped there for want of unwind rules (the recorder's counter).
-fn jit_summary(profile: &Profile) -> Option<String> {
-    let leaf = library_shares(profile).into_iter().find(|l| l.path == names::JIT)?.self_samples;
+fn jit_summary(profile: &Profile, libraries: &[LibraryShare]) -> Option<String> {
+    let leaf = libraries.iter().find(|l| l.path == names::JIT)?.self_samples;
     let counter = |name: &str| profile.tables.stats.as_ref()?.counters.iter().find(|(k, _)| k == name).map(|&(_, v)| v);
     let mut line = format!("{} in generated code ({})", plural(leaf, "sample"), pct(leaf, profile.all.samples).trim());
     match counter("native_jit_stops") {
@@ -465,6 +442,8 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
     let h = &profile.header;
     let e = names::escape_text;
     let top = options.top;
+    // Native libraries' self samples: the summary's `jit code` line and the libraries table.
+    let libraries = library_shares(profile);
 
     // --- What was recorded.
     let _ = writeln!(o, "Recording");
@@ -530,7 +509,7 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
     if let Some(frames) = frames_summary(profile) {
         field("frames", frames);
     }
-    if let Some(jit) = jit_summary(profile) {
+    if let Some(jit) = jit_summary(profile, &libraries) {
         field("jit code", jit);
     }
     // Format 1.7 (`record --source`): the recording carries its source files; `pyperf annotate` shows them.
@@ -658,7 +637,6 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
     }
 
     // --- Native libraries.
-    let libraries = library_shares(profile);
     if !libraries.is_empty() {
         let _ =
             writeln!(o, "\nNative libraries by self {by} (top {} of {})", top.min(libraries.len()), libraries.len());
