@@ -68,6 +68,21 @@ static __always_inline struct pyperf_scratch *off_cpu_slot(__u32 *cpu)
 	return bpf_map_lookup_elem(&scratch, &slot);
 }
 
+/* Adds up the time off CPU of `cur` from its switch-out to its switch-in at `in` (runnable from its wakeup, or
+ * all of it after a preemption), and marks it back on CPU. */
+static __always_inline void off_cpu_back(struct off_cpu_entry *cur, __u64 in)
+{
+	if (in > cur->out) {
+		cur->off_ns += in - cur->out;
+		if (cur->out_runnable)
+			cur->runnable_ns += in - cur->out;
+		else if (cur->wake >= cur->out && in > cur->wake)
+			cur->runnable_ns += in - cur->wake;
+	}
+	cur->out = 0;
+	cur->wake = 0;
+}
+
 /* The end of an interval whose stack went out at its start (PYPERF_EVENT_OFF_CPU_START). */
 static __always_inline void off_cpu_end(__u64 key, const struct off_cpu_entry *e, __u64 now)
 {
@@ -121,15 +136,7 @@ int pyperf_switch(__u64 *ctx)
 		cur = bpf_map_lookup_elem(&off_cpu, &key);
 		if (cur && cur->out) {
 			now = bpf_ktime_get_ns();
-			if (now > cur->out) {
-				cur->off_ns += now - cur->out;
-				if (cur->out_runnable)
-					cur->runnable_ns += now - cur->out;
-				else if (cur->wake >= cur->out && now > cur->wake)
-					cur->runnable_ns += now - cur->wake;
-			}
-			cur->out = 0;
-			cur->wake = 0;
+			off_cpu_back(cur, now);
 			if (cur->walked) {
 				e = *cur;
 				bpf_map_delete_elem(&off_cpu, &key);
@@ -151,10 +158,37 @@ int pyperf_switch(__u64 *ctx)
 		return 0;
 	}
 	cur = bpf_map_lookup_elem(&off_cpu, &key);
-	/* Still in the system call whose block began its interval (woken, then switched out again before the
-	 * call returned): the interval goes on until sys_exit. */
 	if (!now)
 		now = bpf_ktime_get_ns();
+	/* Back on CPU, yet its switch-in was never shown: the tracepoint skips some switches (seen on a VM: never
+	 * after its guest agent's threads). It came back when it was last picked to run, its CPU time since then
+	 * ago (the scheduler updated both before this tracepoint). A mark made by user space that this puts before
+	 * the mark was of a thread that had woken meanwhile: dropped. */
+	if (cur && cur->out) {
+		__u64 ran = KFIELD(__u64, prev, kl.task_runtime) - KFIELD(__u64, prev, kl.task_runtime_at_pick);
+		__u64 in = now > ran ? now - ran : 0;
+		__u32 c;
+
+		s = off_cpu_slot(&c);
+		if (in <= cur->out && (cur->flags & 1)) {
+			if (s)
+				s->counters.off_cpu_stale++;
+			bpf_map_delete_elem(&off_cpu, &key);
+			cur = NULL;
+		} else {
+			if (s)
+				s->counters.off_cpu_in_unseen++;
+			off_cpu_back(cur, in > cur->out ? in : cur->out);
+			if (cur->walked) {
+				e = *cur;
+				bpf_map_delete_elem(&off_cpu, &key);
+				off_cpu_end(key, &e, in);
+				cur = NULL;
+			}
+		}
+	}
+	/* Still in the system call whose block began its interval (woken, then switched out again before the
+	 * call returned): the interval goes on until sys_exit. */
 	blocked = !(__u8)ctx[0] && prev_state != PYPERF_TASK_RUNNING;
 	/* orig_ax: the system call the task is in; -1 (or an interrupt's ~vector) outside one. */
 	regs = (struct pyperf_pt_regs *)bpf_task_pt_regs(prev);
@@ -261,11 +295,16 @@ int pyperf_sys_exit(__u64 *ctx)
 	s = off_cpu_slot(&cpu);
 	if (!s)
 		return 0;
-	/* No switch-in seen: user space marked a thread that had been woken meanwhile; how long it waited is
-	 * unknown (it may have run since). Dropped, counted. */
+	/* No switch-in seen since the switch-out. A mark made by user space: its thread had woken meanwhile; how long
+	 * it waited is unknown (it may have run since). Dropped, counted. One made here: the tracepoint skipped the
+	 * switch-in (see pyperf_switch); the thread came back a moment ago, on its way out of this call. */
 	if (off.out) {
-		s->counters.off_cpu_stale++;
-		return 0;
+		if (off.flags & 1) {
+			s->counters.off_cpu_stale++;
+			return 0;
+		}
+		s->counters.off_cpu_in_unseen++;
+		off_cpu_back(&off, now);
 	}
 	weight = off_cpu_weight(s, off.off_ns);
 	if (!weight)

@@ -559,6 +559,7 @@ struct pyperf_counters {
 	__u64 off_cpu_short_ns;  /* total length of the dropped ones */
 	__u64 off_cpu_busy;      /* intervals lost: the CPU's off-CPU scratch slot was in use (a preempted run) */
 	__u64 off_cpu_stale;     /* marks of threads already off CPU when followed that had woken meanwhile: dropped */
+	__u64 off_cpu_in_unseen; /* intervals whose switch-in the sched_switch tracepoint never showed: end estimated */
 	/* record --native / --kernel */
 	__u64 ustack_copies;     /* records with a copy of the user stack (ustack_len > 0) */
 	__u64 ustack_bytes;      /* their bytes, total */
@@ -625,6 +626,8 @@ struct pyperf_kernel_layout {
 	__u32 upid_size;       /* sizeof(struct upid): the stride of numbers */
 	__u32 upid_nr;         /* struct upid.nr (int) */
 	__u32 mm_start_stack;  /* mm_struct.start_stack (unsigned long) */
+	__u32 task_runtime;    /* task_struct.se.sum_exec_runtime (u64): its CPU time, ns */
+	__u32 task_runtime_at_pick; /* task_struct.se.prev_sum_exec_runtime (u64): the same when last picked to run */
 	__u32 _pad;
 };
 

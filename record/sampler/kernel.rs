@@ -267,6 +267,7 @@ fn parse(b: &[u8]) -> Result<pyperf_kernel_layout, LayoutError> {
         _ => return Err(LayoutError::Missing("numbers")),
     };
     let (upid, upid_size) = btf.strct(upid, "struct upid")?;
+    let (se, se_ty) = btf.member(task, "se").ok_or(LayoutError::Missing("se"))?;
     Ok(pyperf_kernel_layout {
         task_pid: btf.int(task, "pid", 4)?,
         task_tgid: btf.int(task, "tgid", 4)?,
@@ -279,6 +280,8 @@ fn parse(b: &[u8]) -> Result<pyperf_kernel_layout, LayoutError> {
         upid_size,
         upid_nr: btf.int(upid, "nr", 4)?,
         mm_start_stack: btf.int(mm, "start_stack", 8)?,
+        task_runtime: se + btf.int(se_ty, "sum_exec_runtime", 8)?,
+        task_runtime_at_pick: se + btf.int(se_ty, "prev_sum_exec_runtime", 8)?,
         _pad: 0,
     })
 }
@@ -395,6 +398,12 @@ mod tests {
         let anon = b.compound(KIND_STRUCT, "", 64, &[("mmap_base", ul, 0, 0), ("start_stack", ul, 24, 0)]);
         let mm = b.compound(KIND_STRUCT, "mm_struct", 128, &[("anon", 0, 0, 0), ("", anon, 64, 0)]);
         let thread = b.compound(KIND_STRUCT, "thread_struct", 64, &[("sp", ul, 0, 0), ("fsbase", ul, 16, fsbase_bits)]);
+        let se = b.compound(
+            KIND_STRUCT,
+            "sched_entity",
+            256,
+            &[("load", ul, 0, 0), ("sum_exec_runtime", u64t, 72, 0), ("prev_sum_exec_runtime", u64t, 88, 0)],
+        );
         let (ppid, pmm) = (b.ptr(pid), b.ptr(mm));
         b.compound(
             KIND_STRUCT,
@@ -407,6 +416,7 @@ mod tests {
                 ("thread_pid", ppid, 1368, 0),
                 ("start_time", u64t, 1552, 0),
                 ("thread", thread, 3112, 0),
+                ("se", se, 128, 0),
             ],
         );
         b
@@ -424,6 +434,7 @@ mod tests {
         }
         assert_eq!((l.pid_level, l.pid_numbers, l.upid_size, l.upid_nr), (4, 32, 16, 0));
         assert_eq!(l.mm_start_stack, 64 + 24, "inside mm_struct's anonymous struct");
+        assert_eq!((l.task_runtime, l.task_runtime_at_pick), (128 + 72, 128 + 88), "inside task_struct.se");
     }
 
     #[test]
@@ -499,5 +510,8 @@ mod tests {
         let upid_size = btf.type_by_id::<Struct>(upid).expect("upid").size() as u32;
         assert_eq!((l.upid_nr, l.upid_size), (off(upid, "nr").0, upid_size));
         assert_eq!(l.mm_start_stack, off(mm, "start_stack").0);
+        let (se, ty) = off(task, "se");
+        assert_eq!(l.task_runtime, se + off(ty, "sum_exec_runtime").0);
+        assert_eq!(l.task_runtime_at_pick, se + off(ty, "prev_sum_exec_runtime").0);
     }
 }

@@ -125,6 +125,9 @@ pub struct Counters {
     pub off_cpu_lost: u64,
     /// Threads marked off CPU when followed that had woken meanwhile: dropped.
     pub off_cpu_stale: u64,
+    /// Intervals whose switch-in the kernel's sched_switch tracepoint never showed (it skips some switches, as
+    /// under some hypervisors' guest agents): ended where the thread's CPU time says it came back.
+    pub off_cpu_in_unseen: u64,
     /// `--native`: records with a copy of the user stack.
     pub ustack_copies: u64,
     /// Their bytes, total.
@@ -183,6 +186,7 @@ impl Counters {
             ("bpf_off_cpu_events", self.off_cpu_events),
             ("off_cpu_lost", self.off_cpu_lost),
             ("off_cpu_stale_marks", self.off_cpu_stale),
+            ("off_cpu_in_unseen", self.off_cpu_in_unseen),
             ("bpf_ustack_copies", self.ustack_copies),
             ("bpf_ustack_bytes", self.ustack_bytes),
             ("bpf_ustack_short", self.ustack_short),
@@ -901,6 +905,7 @@ impl Sampler {
             c.off_cpu_events += pc.off_cpu_events;
             c.off_cpu_lost += pc.off_cpu_rb_full + pc.off_cpu_busy;
             c.off_cpu_stale += pc.off_cpu_stale;
+            c.off_cpu_in_unseen += pc.off_cpu_in_unseen;
             c.ustack_copies += pc.ustack_copies;
             c.ustack_bytes += pc.ustack_bytes;
             c.ustack_short += pc.ustack_short;
