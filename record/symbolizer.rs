@@ -182,10 +182,11 @@ impl Symbolizer {
         let shared_activations = self.evals.get(&s.pid).is_some_and(|e| e.inlines_calls);
         self.activations.clear();
         // A thread inside Interpreter.exec (subinterpreters): `[interpreter N]` between the calling interpreter's
-        // frames (rootward) and this one's, or at the root when those could not be read. Not with native frames,
-        // whose merge counts Python frames per activation of the evaluation loop.
-        let boundary = match (s.interp.nested || s.interp.outer.is_some(), self.native.is_none()) {
-            (true, true) => {
+        // frames (rootward) and this one's, or at the root when those could not be read. With native frames it
+        // counts as a frame of the activation of the evaluation loop it begins (the merge slices the Python frames
+        // by activation), so it lands among that activation's Python frames.
+        let boundary = match s.interp.nested || s.interp.outer.is_some() {
+            true => {
                 let id = u32::try_from(s.interp.id).unwrap_or(0);
                 let marker = interpreter_marker(id);
                 Some((
@@ -197,11 +198,6 @@ impl Symbolizer {
         };
         // BPF walks leaf to root; sinks want root first.
         for (i, f) in s.frames.iter().enumerate().rev() {
-            if let Some((k, marker)) = boundary {
-                if i + 1 == k {
-                    self.stack.push(marker);
-                }
-            }
             let first = first_local(s, i);
             let class = match reader.as_deref_mut() {
                 Some(r) if first.type_addr != 0 => r.class_key(f.code, f.check, first),
@@ -209,6 +205,14 @@ impl Symbolizer {
             };
             if !shared_activations || f.is_entry() || self.activations.is_empty() {
                 self.activations.push(0);
+            }
+            if let Some((k, marker)) = boundary {
+                if i + 1 == k {
+                    self.stack.push(marker);
+                    if let Some(n) = self.activations.last_mut() {
+                        *n += 1;
+                    }
+                }
             }
             let instr = f.instr_value();
             let key = (s.pid, f.code, f.check, instr, class);
@@ -245,9 +249,15 @@ impl Symbolizer {
                 }
             }
         }
-        // No frame of this interpreter yet (a thread creating it): the boundary at the leaf.
+        // No frame of this interpreter yet (a thread creating it): the boundary at the leaf. With native frames only
+        // after a Python frame (an activation to count it in): a stack of native frames alone shows no boundary.
         if let Some((0, marker)) = boundary {
-            self.stack.push(marker);
+            if let Some(n) = self.activations.last_mut() {
+                self.stack.push(marker);
+                *n += 1;
+            } else if self.native.is_none() {
+                self.stack.push(marker);
+            }
         }
         if let Some(native) = self.native.as_mut() {
             let complete = s.status == STACK_COMPLETE || s.status == STACK_IDLE;

@@ -166,3 +166,157 @@ per_interpreter! { subinterpreters:
     subinterp_sid_3_15("sid-3.15", "Interpreter.exec"),
     subinterp_sid_3_13("sid-3.13", "create.<locals>.<lambda>"),
 }
+
+/// Off-CPU time in a subinterpreter (format 1.9): the runner thread sleeps in `func_b` inside `Interpreter.exec`
+/// (`subinterp.py 2 sleep`) while the main thread computes. Every interval of the runner in func_b carries the
+/// subinterpreter's id and its stitched stack, and together they are the runner's time in exec but its CPU time
+/// and the subinterpreter's start-up (at least 85% of its wall time there); the main thread's intervals are
+/// interpreter 0's. The reports split the time the same way: `--mode wall --interp-root` roots the sleep at
+/// `[interpreter N]`, and the text report gives each interpreter's off-CPU time.
+fn subinterpreter_waits(name: &str) {
+    let _serial = serial();
+    let python = interpreter(name);
+    let (_dir, out) = scratch("subinterp-wait.pyp");
+    let rec = run(pyperf()
+        .args(["record", "--off-cpu", "-F", "97", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&python)
+        .arg(workload("subinterp.py"))
+        .args(["2", "sleep"]));
+    assert!(rec.status.success(), "{name}: pyperf record failed");
+    let t = truth(&rec.stdout);
+    let text = String::from_utf8_lossy(&rec.stdout);
+    let exec_wall: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("wall "))
+        .and_then(|w| w.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name}: no wall line in {text:?}"));
+    assert!(exec_wall >= 2.0, "{name}: the runner spent {exec_wall:.3} s in exec");
+
+    // (tid, interpreter, weight, frame names root first) of every interval.
+    let file = std::fs::File::open(&out).expect("the recording");
+    let mut reader = pyperf_format::Reader::new(std::io::BufReader::new(file)).expect("header");
+    let mut tables = pyperf_format::Tables::default();
+    let mut intervals: Vec<(u32, u32, u64, Vec<String>)> = Vec::new();
+    pyperf_format::scan_records(&mut reader, &mut tables, |t, record| {
+        if let pyperf_format::Record::OffCpu { intervals: ivs, .. } = record {
+            for iv in ivs {
+                let mut ids = Vec::new();
+                t.frames_root_first(iv.stack, &mut ids);
+                let names = ids.iter().map(|&id| t.symbol(id).qualified_name()).collect();
+                intervals.push((iv.tid, iv.interp, iv.weight_ns, names));
+            }
+        }
+    })
+    .expect("a readable recording");
+    let marker = format!("[interpreter {}]", t.sub);
+    let in_b: Vec<_> =
+        intervals.iter().filter(|iv| iv.0 == t.runner && iv.3.last().is_some_and(|n| n == "func_b")).collect();
+    let wrong: Vec<_> = in_b.iter().filter(|iv| iv.1 != t.sub || !iv.3.contains(&marker)).take(3).collect();
+    assert!(wrong.is_empty(), "{name}: func_b waits not in interpreter {} or not stitched: {wrong:?}", t.sub);
+    let waited = in_b.iter().map(|iv| iv.2).sum::<u64>() as f64 / 1e9;
+    eprintln!(
+        "{name}: {} intervals in func_b, {waited:.3} s off CPU in interpreter {}; {exec_wall:.3} s in exec, {:.3} s of \
+         it on CPU",
+        in_b.len(),
+        t.sub,
+        t.exec_cpu
+    );
+    assert!(
+        waited >= 0.85 * exec_wall - t.exec_cpu && waited <= exec_wall,
+        "{name}: {waited:.3} s off CPU in func_b, {exec_wall:.3} s in exec"
+    );
+    // The main thread waits in interpreter 0, but while it creates or destroys the subinterpreter (`create`,
+    // `Interpreter.__del__`): then it runs there, with no frame of its own (the boundary at the leaf), as its samples.
+    let main_elsewhere: Vec<_> = intervals
+        .iter()
+        .filter(|iv| iv.0 == t.main && iv.1 != 0)
+        .filter(|iv| !(iv.1 == t.sub && (iv.3.is_empty() || iv.3.last() == Some(&marker))))
+        .take(3)
+        .collect();
+    assert!(main_elsewhere.is_empty(), "{name}: main thread intervals outside interpreter 0: {main_elsewhere:?}");
+
+    // The reports: the sleep rooted at its interpreter, and each interpreter's off-CPU time in the text.
+    let folded = run(pyperf().args(["report", "--folded", "--mode", "wall", "--interp-root", "-i"]).arg(&out));
+    let folded = String::from_utf8_lossy(&folded.stdout);
+    let sleep_line = folded
+        .lines()
+        .find(|l| l.contains("func_b (") && l.contains("[off-CPU: "))
+        .unwrap_or_else(|| panic!("{name}: no off-CPU func_b stack:\n{folded}"));
+    assert!(sleep_line.starts_with(&format!("{marker};Thread._bootstrap")), "{name}: {sleep_line}");
+    let text = run(pyperf().args(["report", "--mode", "wall", "-i"]).arg(&out));
+    let text = String::from_utf8_lossy(&text.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{marker}: ")) && l.contains("off-CPU"))
+        .unwrap_or_else(|| panic!("{name}: no off-CPU time of {marker} in the text report:\n{text}"));
+    eprintln!("{name}: {}", line.trim());
+}
+
+per_interpreter! { subinterpreter_waits:
+    subinterp_waits_sid_3_14("sid-3.14"),
+    subinterp_waits_sid_3_15("sid-3.15"),
+}
+
+/// With `--native` the boundary stays where it belongs: between the native frames of `exec` (the `_interpreters`
+/// module's C code that entered the subinterpreter) and the subinterpreter's first Python frame, each of the
+/// runner's func_b samples merged with its native frames (no `[native: ...]` marker for a Python stack that could
+/// not be paired), its Python frames in order around the boundary.
+fn subinterpreter_native(name: &str, exec_frame: &str) {
+    let _serial = serial();
+    let python = interpreter(name);
+    let (_dir, out) = scratch("subinterp-native.pyp");
+    let rec = run(pyperf()
+        .args(["record", "--native", "-F", "497", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&python)
+        .arg(workload("subinterp.py"))
+        .arg("1"));
+    assert!(rec.status.success(), "{name}: pyperf record failed");
+    let t = truth(&rec.stdout);
+    let marker = format!("[interpreter {}]", t.sub);
+    // (tid, names root first, Python frames' names root first, markers of pyperf's own).
+    let (_, _, samples, _) = common::read_each(&out, |tables, s, ids| {
+        let sym = |id: &u32| tables.symbol(*id);
+        let python: Vec<String> = ids
+            .iter()
+            .filter(|id| sym(id).flags & (symbol_flags::NATIVE | symbol_flags::KERNEL) == 0)
+            .map(|id| sym(id).qualified_name())
+            .collect();
+        (s.tid, ids.iter().map(|id| sym(id).qualified_name()).collect::<Vec<String>>(), python)
+    });
+    let in_b: Vec<_> =
+        samples.iter().filter(|s| s.0 == t.runner && s.2.last().is_some_and(|n| n == "func_b")).collect();
+    assert!(in_b.len() >= 300, "{name}: {} func_b samples", in_b.len());
+    let expected = [
+        "Thread._bootstrap",
+        "Thread._bootstrap_inner",
+        "Thread.run",
+        "runner",
+        exec_frame,
+        &marker,
+        "<module>",
+        "func_b",
+    ];
+    let bad: Vec<&Vec<String>> = in_b
+        .iter()
+        .filter(|s| {
+            let at = s.1.iter().position(|n| *n == marker);
+            s.2 != expected
+                || s.1.iter().any(|n| n.starts_with("[native: "))
+                || at.is_none_or(|k| s.1.get(k + 1).map(String::as_str) != Some("<module>"))
+                || at.is_none_or(|k| !s.1[..k].iter().any(|n| n == exec_frame))
+        })
+        .map(|s| &s.1)
+        .take(3)
+        .collect();
+    eprintln!("{name}: {} func_b samples with native frames; e.g. {:?}", in_b.len(), in_b.first().map(|s| &s.1));
+    assert!(bad.is_empty(), "{name}: func_b stacks with the boundary misplaced or unmerged: {bad:?}");
+}
+
+per_interpreter! { subinterpreter_native:
+    subinterp_native_sid_3_14("sid-3.14", "Interpreter.exec"),
+    subinterp_native_sid_3_15("sid-3.15", "Interpreter.exec"),
+}

@@ -209,6 +209,9 @@ pub struct OffCpuInterval {
     /// between the tasks' frames), 0 for none (not an asyncio thread, unknown, or a file before 1.5): then the task
     /// view uses `stack`.
     pub task_stack: u32,
+    /// 1.9+: the interpreter its leaf frames ran in (`PyInterpreterState.id`, as [`crate::Sample::interp`]); 0 the
+    /// main interpreter, and every interval of a file before 1.9.
+    pub interp: u32,
 }
 
 /// The on-disk form of a chunk of off-CPU intervals (kind 10, format 1.3+): the recording's minimum and one column
@@ -246,6 +249,9 @@ pub struct OffCpuChunk {
     pub comm: Vec<String>,
     /// 1.5+: [`OffCpuInterval::task_stack`] of each interval; empty in files before 1.5 (every interval reads 0).
     pub task_stack: Vec<u32>,
+    /// 1.9+: [`OffCpuInterval::interp`] of each interval; empty when every interval is the main interpreter's (and in
+    /// files before 1.9).
+    pub interp: Vec<u32>,
 }
 
 impl OffCpuChunk {
@@ -260,6 +266,11 @@ impl OffCpuChunk {
 
     /// Appends one interval to every column.
     pub fn push(&mut self, iv: &OffCpuInterval) {
+        // The interpreter column is kept only once some interval is not the main interpreter's, as the samples'.
+        if iv.interp != 0 || !self.interp.is_empty() {
+            self.interp.resize(self.pid.len(), 0);
+            self.interp.push(iv.interp);
+        }
         self.pid.push(iv.pid);
         self.tid.push(iv.tid);
         self.start_ns.push(iv.start_ns);
@@ -303,8 +314,10 @@ impl OffCpuChunk {
             self.flags.len(),
             self.comm.len(),
         ];
-        // An empty task_stack column is a file before 1.5 (FORMAT.md, "Versioning").
-        if lens.iter().any(|&l| l != n) || !(self.task_stack.is_empty() || self.task_stack.len() == n) {
+        // An empty task_stack column is a file before 1.5, an empty interp one all the main interpreter's
+        // (FORMAT.md, "Versioning").
+        let optional = |l: usize| l == 0 || l == n;
+        if lens.iter().any(|&l| l != n) || !optional(self.task_stack.len()) || !optional(self.interp.len()) {
             return None;
         }
         let mut comm = self.comm.into_iter();
@@ -325,6 +338,7 @@ impl OffCpuChunk {
                     flags: self.flags[i],
                     comm: comm.next().unwrap_or_default(),
                     task_stack: self.task_stack.get(i).copied().unwrap_or(0),
+                    interp: self.interp.get(i).copied().unwrap_or(0),
                 })
                 .collect(),
         )

@@ -210,8 +210,8 @@ fn decode_process(payload: &[u8], offset: u64) -> Result<Process, Error> {
 
 /// Columns appended to the sample chunk since 1.4: `task_stack` (1.5), `flags` (1.6), `interp` (1.8).
 const SAMPLE_COLUMNS_ADDED: usize = 3;
-/// Columns appended to the off-CPU chunk since 1.4: `task_stack` (1.5).
-const OFF_CPU_COLUMNS_ADDED: usize = 1;
+/// Columns appended to the off-CPU chunk since 1.4: `task_stack` (1.5), `interp` (1.9).
+const OFF_CPU_COLUMNS_ADDED: usize = 2;
 
 /// The payload of a sample or off-CPU chunk, ready for a decoder that knows the `added` columns appended since 1.4: a
 /// file before them ends before them, and each zero byte added here reads as one's empty value (postcard's empty

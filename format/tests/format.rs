@@ -673,6 +673,8 @@ fn interval(i: u64, stacks: &[u32]) -> OffCpuInterval {
         flags: [0, off_cpu_flags::BEFORE_START, off_cpu_flags::OPEN_AT_END, 3, 0x80][(i % 5) as usize],
         comm: if i % 4 == 0 { "python3".into() } else { format!("wörker-{}", i % 7) },
         task_stack: 0,
+        // Mostly the main interpreter; now and then a subinterpreter, ids past one LEB128 byte too (1.9).
+        interp: if i % 9 == 4 { (i % 300) as u32 } else { 0 },
     }
 }
 
@@ -2129,4 +2131,64 @@ fn interpreter_ids_round_trip_and_older_files_read_0() {
     let mut ids = Vec::new();
     scan(&mut r, &mut Tables::default(), |_, c| ids.extend(samples(c).map(|s| s.interp))).unwrap();
     assert_eq!(ids, (0..n).map(|i| i % 3 * 1000).collect::<Vec<_>>());
+}
+
+/// Off-CPU intervals carry their interpreter id from 1.9 on: the kept 1.9 recording (testdata/recordings/
+/// interp-1.9.pyp, made by report/tests/support/synth.rs) reads the runner's wait in interpreter 1 and the main
+/// thread's in 0; files before 1.9 read every interval as interpreter 0; a chunk whose intervals are all the main
+/// interpreter's has an empty column (what a 1.8 reader decodes is intact), and one of another length is damage.
+#[test]
+fn off_cpu_interpreter_ids_from_1_9_and_older_files_read_0() {
+    let bytes = recording("interp-1.9.pyp");
+    assert_eq!(&bytes[8..12], &[1, 0, 9, 0], "format 1.9");
+    let (_, _, got, notes) = read_off_cpu(&bytes).unwrap();
+    assert!(notes.warnings.is_empty(), "{:?}", notes.warnings);
+    let ids: Vec<(u32, u32)> = got.iter().map(|(iv, _)| (iv.tid, iv.interp)).collect();
+    assert_eq!(ids, vec![(801, 1), (800, 0)]);
+    for name in ["offcpu-1.3.pyp", "offcpu-1.4.pyp", "tasks-1.5.pyp", "gc-1.6.pyp"] {
+        let (_, _, got, _) = read_off_cpu(&recording(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(!got.is_empty(), "{name} has intervals");
+        assert!(got.iter().all(|(iv, _)| iv.interp == 0), "{name}: no interpreter before 1.9");
+    }
+    let mains: Vec<OffCpuInterval> = (0..3).map(|i| OffCpuInterval { interp: 0, ..interval(i, &[1]) }).collect();
+    let all_main = OffCpuChunk::from_intervals(OFF_CPU_MIN_NS, &mains);
+    assert!(all_main.interp.is_empty(), "no column when every interval is the main interpreter's");
+    let v19 = postcard::to_stdvec(&all_main).unwrap();
+    let mut subs = mains.clone();
+    subs[1].interp = 300;
+    let with = OffCpuChunk::from_intervals(OFF_CPU_MIN_NS, &subs);
+    assert_eq!(with.interp, vec![0, 300, 0]);
+    let v19_subs = postcard::to_stdvec(&with).unwrap();
+    // Both are the 1.8 chunk with the column appended: an empty one (a zero byte), or three LEB128 ids.
+    let v18 = &v19[..v19.len() - 1];
+    assert_eq!(&v19_subs[..v18.len()], v18);
+    assert_eq!(&v19_subs[v18.len()..], &[3, 0, 0xac, 0x02, 0]);
+    let w = write(3, 0);
+    let ends = chunk_ends(&w.bytes);
+    let head = &w.bytes[..ends[ends.len() - 3]];
+    for (payload, want) in [(v18, [0, 0, 0]), (&v19[..], [0, 0, 0]), (&v19_subs[..], [0, 300, 0])] {
+        let mut bytes = head.to_vec();
+        bytes.extend_from_slice(&raw_chunk(Kind::OffCpu as u16, payload));
+        let mut r = Reader::new(&bytes[..]).unwrap();
+        let mut seen = Vec::new();
+        while let Some(rec) = r.next_record().unwrap() {
+            if let Record::OffCpu { intervals, .. } = rec {
+                seen.extend(intervals.iter().map(|iv| iv.interp));
+            }
+        }
+        assert_eq!(seen, want);
+    }
+    let mut bad = v18.to_vec();
+    bad.extend_from_slice(&[2, 1, 1]);
+    let mut bytes = head.to_vec();
+    bytes.extend_from_slice(&raw_chunk(Kind::OffCpu as u16, &bad));
+    let mut r = Reader::new(&bytes[..]).unwrap();
+    let err = loop {
+        match r.next_record() {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("a column of 2 ids for 3 intervals read without error"),
+            Err(e) => break e,
+        }
+    };
+    assert!(err.to_string().contains("off-CPU chunk columns differ in length"), "{err}");
 }

@@ -228,6 +228,7 @@ fn with_off_cpu() -> Vec<u8> {
             flags: [0, off_cpu_flags::BEFORE_START, off_cpu_flags::OPEN_AT_END][i as usize % 3],
             comm: if i % 2 == 0 { "python".into() } else { "worker".into() },
             task_stack: 0,
+            interp: 0,
         })
         .unwrap();
         if i == 5 {

@@ -164,6 +164,7 @@ impl Sink for FileSink {
             flags: o.flags | if s.in_gc { pyperf_format::off_cpu_flags::GC } else { 0 },
             comm: s.comm.to_string(),
             task_stack,
+            interp: s.interp,
         };
         match self.writer.push_off_cpu(&iv) {
             Ok(()) => self.off_cpu += 1,

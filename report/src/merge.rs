@@ -50,6 +50,17 @@ fn add_states(into: &mut StateCounts, from: &StateCounts, shift: u64) {
     }
 }
 
+/// Adds `from`'s counts per interpreter id to `into`'s, kept sorted by id.
+fn add_per_interpreter(into: &mut Vec<(u32, u64)>, from: &[(u32, u64)]) {
+    for &(id, n) in from {
+        match into.iter_mut().find(|(i, _)| *i == id) {
+            Some(e) => e.1 = e.1.saturating_add(n),
+            None => into.push((id, n)),
+        }
+    }
+    into.sort_unstable();
+}
+
 fn add_off_cpu(into: &mut OffCpuTime, from: &OffCpuTime) {
     for (a, b) in [
         (&mut into.intervals, from.intervals),
@@ -162,6 +173,7 @@ impl Profile {
             task_waits_all: TaskWaitTime::default(),
             task_waits_matched: TaskWaitTime::default(),
             interpreters: Vec::new(),
+            interpreters_off_cpu: Vec::new(),
         };
         let first_part = Profile {
             tables: Tables::default(),
@@ -190,6 +202,7 @@ impl Profile {
             task_waits_all: out.task_waits_all,
             task_waits_matched: out.task_waits_matched,
             interpreters: out.interpreters,
+            interpreters_off_cpu: out.interpreters_off_cpu,
         };
         let mut reason_ids: HashMap<String, u32> = HashMap::from([(String::new(), 0)]);
         // (pid, start, part, index in its part) of every process instance, to sort them as the report expects.
@@ -248,13 +261,8 @@ impl Profile {
             add_off_cpu(&mut merged.off_cpu_all, &p.off_cpu_all);
             add_off_cpu(&mut merged.off_cpu_matched, &p.off_cpu_matched);
             merged.task_waits_all.add_all(&p.task_waits_all);
-            for &(id, n) in &p.interpreters {
-                match merged.interpreters.iter_mut().find(|(i, _)| *i == id) {
-                    Some(e) => e.1 += n,
-                    None => merged.interpreters.push((id, n)),
-                }
-            }
-            merged.interpreters.sort_unstable();
+            add_per_interpreter(&mut merged.interpreters, &p.interpreters);
+            add_per_interpreter(&mut merged.interpreters_off_cpu, &p.interpreters_off_cpu);
             merged.task_waits_matched.add_all(&p.task_waits_matched);
             merged.thread_off_cpu.extend(p.thread_off_cpu);
             let stack_base = merged.timeline_stacks.len() as u32;

@@ -462,6 +462,9 @@ pub struct Profile {
     /// CPU samples that passed the filter per interpreter id (format 1.8; 0 the main interpreter, every sample of a
     /// file before 1.8), by id.
     pub interpreters: Vec<(u32, u64)>,
+    /// Off-CPU time (interval weights, ns) that passed the filter per interpreter id, in the time modes (format 1.9;
+    /// 0 for every interval of a file before 1.9), by id.
+    pub interpreters_off_cpu: Vec<(u32, u64)>,
 }
 
 /// Which kinds of frames besides Python ones a recording's stacks hold (format 1.4).
@@ -824,6 +827,8 @@ struct Aggregator {
     /// Matching CPU samples per interpreter id (small ids, the usual ones), and the others.
     interp_counts: [u64; 16],
     interp_far: FxMap<u32, u64>,
+    /// Weight (ns) of the matching off-CPU intervals per interpreter (time modes).
+    interp_off: FxMap<u32, u64>,
 }
 
 /// Per-chunk state counts: fixed arrays indexed by a u8 need no bounds checks.
@@ -876,6 +881,7 @@ impl Aggregator {
             interp_root: options.interp_root,
             interp_counts: [0; 16],
             interp_far: FxMap::default(),
+            interp_off: FxMap::default(),
             per_thread: options.per_thread,
             track_threads: options.threads || options.per_thread || options.timeline,
             states: options.states,
@@ -1243,7 +1249,8 @@ impl Aggregator {
             self.learn_processes(&tables.processes);
         }
         for iv in intervals {
-            let slot = if self.track_threads { self.thread(iv.pid, iv.tid, 0, iv.start_ns) } else { ALL_THREADS };
+            let interp = if self.interp_root { iv.interp } else { 0 };
+            let slot = if self.track_threads { self.thread(iv.pid, iv.tid, interp, iv.start_ns) } else { ALL_THREADS };
             let s = slot as usize;
             if self.track_threads && self.threads[s].samples == 0 && self.threads[s].comm != iv.comm {
                 // A thread seen in no sample (yet): named by its intervals.
@@ -1259,6 +1266,8 @@ impl Aggregator {
             if self.track_threads {
                 self.thread_off[s].add(iv);
             }
+            let off = self.interp_off.entry(iv.interp).or_insert(0);
+            *off = off.saturating_add(iv.weight_ns);
             let reason = self.reason(iv.kind, iv.syscall);
             let leaf = if self.task_view && iv.task_stack != 0 { iv.task_stack } else { iv.stack };
             let leaf = self.gc_leaf(leaf, in_gc);
@@ -1487,6 +1496,8 @@ impl Profile {
         let mut interpreters: Vec<(u32, u64)> =
             (0..16u32).zip(agg.interp_counts).chain(agg.interp_far).filter(|&(_, n)| n > 0).collect();
         interpreters.sort_unstable();
+        let mut interpreters_off_cpu: Vec<(u32, u64)> = agg.interp_off.into_iter().filter(|&(_, ns)| ns > 0).collect();
+        interpreters_off_cpu.sort_unstable();
         Ok(Profile {
             header,
             version,
@@ -1514,6 +1525,7 @@ impl Profile {
             task_waits_all: agg.task_waits_all,
             task_waits_matched: agg.task_waits_matched,
             interpreters,
+            interpreters_off_cpu,
         })
     }
 
@@ -1766,6 +1778,7 @@ mod tests {
             flags,
             comm: String::new(),
             task_stack: 0,
+            interp: 0,
         }
     }
 

@@ -1000,19 +1000,32 @@ fn render_gc<O: fmt::Write>(profile: &Profile, top: usize, o: &mut O) {
     }
 }
 
-/// The interpreters section (format 1.8), when the matching CPU samples ran in more than one interpreter
-/// (subinterpreters): each interpreter's share of them, by id (0: the main interpreter).
+/// The interpreters section (format 1.8), when the matching CPU samples (or, in the time modes, off-CPU intervals,
+/// 1.9) ran in more than one interpreter (subinterpreters): each interpreter's share of them, by id (0: the main
+/// interpreter).
 fn render_interpreters<O: fmt::Write>(profile: &Profile, o: &mut O) {
-    if profile.interpreters.len() < 2 {
+    let (cpu, off) = (&profile.interpreters, &profile.interpreters_off_cpu);
+    let mut ids: Vec<u32> = cpu.iter().chain(off).map(|&(id, _)| id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.len() < 2 {
         return;
     }
-    let all: u64 = profile.interpreters.iter().map(|&(_, n)| n).sum();
+    let all: u64 = cpu.iter().map(|&(_, n)| n).sum();
+    let all_off: u64 = off.iter().map(|&(_, n)| n).sum();
+    let what = if all_off > 0 { "CPU samples and off-CPU time" } else { "CPU samples" };
     let _ = writeln!(
         o,
-        "\nInterpreters: CPU samples per interpreter (0 is the main one; --interp-root shows their stacks apart)"
+        "\nInterpreters: {what} per interpreter (0 is the main one; --interp-root shows their stacks apart)"
     );
-    for &(id, n) in &profile.interpreters {
-        let _ = writeln!(o, "  {}: {} ({})", names::interpreter_marker(id), plural(n, "sample"), pct(n, all).trim());
+    for id in ids {
+        let n = cpu.iter().find(|c| c.0 == id).map_or(0, |c| c.1);
+        let _ = write!(o, "  {}: {} ({})", names::interpreter_marker(id), plural(n, "sample"), pct(n, all).trim());
+        if all_off > 0 {
+            let ns = off.iter().find(|c| c.0 == id).map_or(0, |c| c.1);
+            let _ = write!(o, ", off-CPU {} ({})", format_duration(ns), pct(ns, all_off).trim());
+        }
+        let _ = writeln!(o);
     }
 }
 

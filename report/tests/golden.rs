@@ -89,11 +89,12 @@ const EXTRA: &[(&str, &str, &[&str])] = &[
     ("interp", "interp-root.folded", &["--folded", "--interp-root"]),
     ("interp", "interp-root.svg", &["--flamegraph", "--interp-root", "--title", "pyperf: interp"]),
     ("interp", "pid-tid-interp-root.folded", &["--folded", "--pid-root", "--tid-root", "--interp-root"]),
+    ("interp", "wall.interp-root.folded", &["--folded", "--mode", "wall", "--interp-root"]),
 ];
 
 /// Recordings with off-CPU intervals (`pyperf record --off-cpu`), also reported in every output format and variant
 /// with `--mode off-cpu` and `--mode wall` (expected file `RECORDING.MODE.SUFFIX`).
-const OFF_CPU: &[&str] = &["offcpu", "tasks", "gc"];
+const OFF_CPU: &[&str] = &["offcpu", "tasks", "gc", "interp"];
 
 /// The modes besides the default (cpu) every [`OFF_CPU`] recording is reported in.
 const TIME_MODES: &[&str] = &["off-cpu", "wall"];
@@ -829,6 +830,7 @@ fn gc_frames_follow_the_python_frames_in_every_view() {
         flags: off_cpu_flags::GC,
         comm: "python3".into(),
         task_stack,
+        interp: 0,
     })
     .unwrap();
     let bytes = w.finish(&Stats::default()).unwrap();

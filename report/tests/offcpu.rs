@@ -131,6 +131,7 @@ fn unknown_kinds_frameless_intervals_and_tiny_lines() {
         flags: 0,
         comm: "t".into(),
         task_stack: 0,
+        interp: 0,
     };
     w.push_off_cpu(&iv(1, 0, 5 * MS, OffCpuKind::Unknown(9), 63)).expect("interval");
     w.push_off_cpu(&iv(1, 5 * MS, 2 * MS, OffCpuKind::Unknown0, -1)).expect("interval");
@@ -204,6 +205,7 @@ fn extreme_intervals_do_not_overflow() {
                 flags: 255,
                 comm: String::new(),
                 task_stack: 0,
+                interp: 0,
             })
             .expect("interval");
         }

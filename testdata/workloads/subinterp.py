@@ -3,9 +3,12 @@ second thread, `runner`, calls Interpreter.exec into a subinterpreter (3.14+ con
 _interpreters) that burns CPU in func_b, each with its own GIL. Each times its own CPU with time.thread_time, and
 the workload stops when both have used SECONDS of CPU (argv[1], default 2): its own signal, not a fixed sleep.
 
+With `sleep` as argv[2], func_b sleeps instead (time.sleep in 50 ms steps, SECONDS of wall time in all): its
+waits are off-CPU time in the subinterpreter (record --off-cpu).
+
 Prints `ids MAIN_TID RUNNER_TID SUB_ID` (SUB_ID: the subinterpreter's id as the interpreter gives it) when both run,
 then `cpu MAIN RUNNER_TOTAL RUNNER_IN_EXEC` (seconds of thread CPU: the main thread's, the runner thread's in all,
-and of it the part inside exec, in the subinterpreter).
+and of it the part inside exec, in the subinterpreter) and `wall RUNNER_IN_EXEC` (seconds of wall time in exec).
 """
 
 import sys
@@ -13,6 +16,7 @@ import threading
 import time
 
 SECONDS = float(sys.argv[1]) if len(sys.argv) > 1 else 2.0
+SLEEP = len(sys.argv) > 2 and sys.argv[2] == "sleep"
 
 try:
     from concurrent import interpreters  # 3.14+
@@ -32,7 +36,12 @@ except ImportError:  # 3.13: the private module
 SUB_CODE = """
 import time
 
-def func_b(seconds):
+def func_b(seconds, sleep):
+    if sleep:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            time.sleep(0.05)
+        return 0
     t0 = time.thread_time()
     n = 0
     while time.thread_time() - t0 < seconds:
@@ -40,18 +49,19 @@ def func_b(seconds):
             n += i * i
     return n
 
-func_b(%r)
-""" % SECONDS
+func_b(%r, %r)
+""" % (SECONDS, SLEEP)
 
 started = threading.Event()
 done = {}
 
 
 def runner(exec_code):
-    t0 = time.thread_time()
+    t0, w0 = time.thread_time(), time.monotonic()
     started.set()
     exec_code(SUB_CODE)
     done["in_exec"] = time.thread_time() - t0
+    done["wall"] = time.monotonic() - w0
     done["total"] = time.thread_time()
 
 
@@ -73,6 +83,7 @@ def main():
     func_a(SECONDS)
     t.join()
     print("cpu %.6f %.6f %.6f" % (time.thread_time(), done["total"], done["in_exec"]), flush=True)
+    print("wall %.6f" % done["wall"], flush=True)
 
 
 main()

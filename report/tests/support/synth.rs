@@ -658,6 +658,7 @@ fn interval(
         flags,
         comm: comm.into(),
         task_stack: 0,
+        interp: 0,
     }
 }
 
@@ -1257,6 +1258,7 @@ fn tasks() -> Vec<u8> {
         flags: off_cpu_flags::OPEN_AT_END,
         comm: comm.into(),
         task_stack,
+        interp: 0,
     };
     w.push_off_cpu(&off(701, "worker", 100, 202, cruncher, 0)).expect("interval");
     w.push_off_cpu(&off(700, "python3.12", 350, 232, thread_select, task_select)).expect("interval");
@@ -1443,6 +1445,7 @@ fn gc() -> Vec<u8> {
             flags,
             comm: if tid == 800 { "python3.13" } else { "worker" }.into(),
             task_stack: 0,
+            interp: 0,
         }
     };
     let open = off_cpu_flags::OPEN_AT_END;
@@ -1593,7 +1596,7 @@ fn interp() -> Vec<u8> {
         Vec::new(),
         &header(
             &["python3.14", "subs.py"],
-            &["pyperf", "record", "-F", "100", "--", "python3.14", "subs.py"],
+            &["pyperf", "record", "-F", "100", "--off-cpu", "--", "python3.14", "subs.py"],
             "cpu-clock",
             Rate::Frequency(100),
         ),
@@ -1650,6 +1653,31 @@ fn interp() -> Vec<u8> {
         samples.push((k * 10 + 5, 801, if k < 5 { before } else { exec }, if k < 5 { 0 } else { 1 }));
     }
     samples.sort_by_key(|&(time, tid, _, _)| (time, tid));
+    w.start_off_cpu(OFF_CPU_MIN_NS).expect("off-CPU chunk");
+    // Format 1.9: intervals carry their interpreter too. The runner waits 120 ms in a read in interpreter 1 (`work`),
+    // the main thread 40 ms in a sleep in interpreter 0 (`crunch`).
+    for (tid, comm, start_ms, duration_ms, syscall, stack, interp) in
+        [(801, "runner", 300, 120, 0, exec, 1), (800, "python3.14", 640, 40, 230, crunch, 0)]
+    {
+        w.push_off_cpu(&OffCpuInterval {
+            pid: 800,
+            tid,
+            start_ns: start_ms * MS,
+            duration_ns: duration_ms * MS,
+            runnable_ns: 0,
+            weight_ns: duration_ms * MS,
+            kind: OffCpuKind::Blocked,
+            syscall,
+            gil: GilState::NotLocked,
+            status: StackStatus::Complete,
+            stack,
+            flags: 0,
+            comm: comm.into(),
+            task_stack: 0,
+            interp,
+        })
+        .expect("interval");
+    }
     for &(time_ms, tid, stack, interp) in &samples {
         w.push_sample(&SampleRecord {
             time_ns: time_ms * MS,
