@@ -7,7 +7,8 @@
 //!   trailer counts native_jit_frames. 3.14's JIT uses rbp as a general register and registers nothing: its samples
 //!   in JIT code end in `[native: truncated]` then `[jit]` (marked, never unwound past by guessing), and the trailer
 //!   counts native_jit_stops.
-//! - The perf trampolines (`-X perf`: pyenv's 3.12, sid's 3.15): at least 90% of the samples unwound through them and
+//! - The perf trampolines (`-X perf`: pyenv's 3.12, sid's 3.15; `-X perf_jit`, the same trampolines with a jitdump
+//!   file for perf instead of a perf map: pyenv's 3.13, sid's 3.15): at least 90% of the samples unwound through them and
 //!   merged, the trampolines being interpreter glue (`[perf trampoline]` among the glue frames), counted in
 //!   native_perf_trampolines. A sample whose instruction is inside a trampoline's few instructions (not at its return
 //!   site: rare) has no rule and ends in `[native: truncated]` then `[jit]`; at exit, when the trampolines are freed,
@@ -34,6 +35,8 @@ enum Mode {
     JitUnregistered,
     /// `-X perf`.
     PerfTrampolines,
+    /// `-X perf_jit` (3.13+): the same trampolines, described to perf by a jitdump file instead of a perf map.
+    PerfJit,
 }
 
 struct Sample {
@@ -66,6 +69,8 @@ fn check(name: &str, mode: Mode) {
     cmd.args(["record", "--native", "-F", "499", "-o"]).arg(&out).arg("--").arg(&python);
     if mode == Mode::PerfTrampolines {
         cmd.args(["-X", "perf"]);
+    } else if mode == Mode::PerfJit {
+        cmd.args(["-X", "perf_jit"]);
     } else {
         cmd.env("PYTHON_JIT", "1");
     }
@@ -101,7 +106,7 @@ fn check(name: &str, mode: Mode) {
     let merged = main.iter().filter(|s| !s.marked()).count();
     let example = |pick: &dyn Fn(&Sample) -> bool| main.iter().find(|s| pick(s)).map(|s| s.shown());
     match mode {
-        Mode::JitRegistered | Mode::PerfTrampolines => {
+        Mode::JitRegistered | Mode::PerfTrampolines | Mode::PerfJit => {
             if merged * 10 < main.len() * 9 {
                 failures.push(format!(
                     "{merged} of {} samples merged whole, e.g. {:?}",
@@ -133,7 +138,7 @@ fn check(name: &str, mode: Mode) {
                 }
             }
         }
-        Mode::PerfTrampolines => {
+        Mode::PerfTrampolines | Mode::PerfJit => {
             // A sample taken inside a trampoline's few instructions (not at its return site) has no rule: marked.
             // At exit the trampolines are freed: an unwinding that finds one gone stops there, its Python frames all
             // found, the generated code at the root (seen once at threading._shutdown in a CI run).
@@ -160,7 +165,7 @@ fn check(name: &str, mode: Mode) {
     let counted = match mode {
         Mode::JitRegistered => frames > 0 && stops * 10 < frames,
         Mode::JitUnregistered => stops > 0 && frames == 0,
-        Mode::PerfTrampolines => trampolines > 0 && stops * 10 < trampolines,
+        Mode::PerfTrampolines | Mode::PerfJit => trampolines > 0 && stops * 10 < trampolines,
     };
     if !counted {
         failures.push(format!(
@@ -194,4 +199,14 @@ fn perf_trampolines_3_12_are_glue() {
 #[test]
 fn perf_trampolines_sid_3_15_are_glue() {
     check("sid-3.15", Mode::PerfTrampolines);
+}
+
+#[test]
+fn perf_jit_trampolines_3_13_are_glue() {
+    check("3.13.0", Mode::PerfJit);
+}
+
+#[test]
+fn perf_jit_trampolines_sid_3_15_are_glue() {
+    check("sid-3.15", Mode::PerfJit);
 }
