@@ -40,13 +40,15 @@ static __always_inline bool tstate_attached(const struct py_proc *proc, const st
  * the one the thread runs? Always where subinterpreters are not handled (interps_addr 0: the first found stays,
  * as it did). 3.13+: yes if attached (only the running one can be); if not (the GIL released, or swapped out by
  * Interpreter.exec, which look the same), yes only while the process has one interpreter (head == main: one
- * 16-byte read), else the lists are walked again.
+ * 16-byte read), else the lists are walked again. Before 3.13 (no state to read) only while it has one
+ * interpreter: with more, another interpreter's thread state may claim this thread (3.12's run_string runs an
+ * interpreter's first thread state, bound to the thread that created it, on any thread).
  */
 static __always_inline bool tstate_still_runs(const struct py_proc *proc, struct pyperf_scratch *s)
 {
-	if (!proc->interps_addr || proc->off.tstate_state < 0)
+	if (!proc->interps_addr)
 		return true;
-	if (tstate_attached(proc, s))
+	if (proc->off.tstate_state >= 0 && tstate_attached(proc, s))
 		return true;
 	/* Into the GIL block's buffer, which pyperf_gil_state fills later (the stack is full). */
 	if (bpf_probe_read_user(s->gbuf, 16, (const void *)proc->interps_addr))
@@ -64,7 +66,7 @@ struct thread_walk {
 	__u32 n;        /* matches so far, kept in s->found (more than PYPERF_THREAD_MATCHES: counted only) */
 	__s8 attached;  /* index of the attached match, -1 none */
 	__s8 exec;      /* index of the match made by Interpreter.exec, -1 none, -2 several */
-	__u8 multi;     /* 3.13+: every match is wanted (else the first ends the walk) */
+	__u8 multi;     /* every match is wanted (else the first ends the walk): where interpreters are walked */
 	__u8 err;
 };
 
@@ -108,9 +110,10 @@ __noinline int pyperf_thread_step(struct thread_walk *w, const struct py_proc *p
 		k = w->n;
 		if (k < PYPERF_THREAD_MATCHES) {
 			s->found[k & (PYPERF_THREAD_MATCHES - 1)] = w->cur;
-			if (w->multi && tstate_attached(proc, s))
+			if (w->multi && proc->off.tstate_state >= 0 && tstate_attached(proc, s))
 				w->attached = (__s8)k;
-			if (w->multi && get_s32(s->tbuf, proc->off.tstate_whence, PYPERF_TSTATE_BUF) == proc->off.whence_exec)
+			if (w->multi && proc->off.tstate_whence >= 0 &&
+			    get_s32(s->tbuf, proc->off.tstate_whence, PYPERF_TSTATE_BUF) == proc->off.whence_exec)
 				w->exec = w->exec == -1 ? (__s8)k : -2;
 		}
 		w->n++;
@@ -232,7 +235,9 @@ static __noinline __u64 walk_threads(const struct py_proc *proc, struct pyperf_s
 	w->fsbase = fsbase;
 	w->attached = -1;
 	w->exec = -1;
-	w->multi = proc->interps_addr && proc->off.tstate_state >= 0 && proc->off.tstate_whence >= 0;
+	/* Every match, wherever interpreters are walked: two thread states claiming the thread and nothing to tell which
+	 * runs (before 3.13: no state, no whence) is ambiguous below, never a guess. */
+	w->multi = proc->interps_addr != 0;
 	bpf_loop(PYPERF_MAX_THREADS, thread_walk_step, &c, 0);
 	if (w->err)
 		s->counters.read_errors++;

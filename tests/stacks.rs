@@ -384,8 +384,10 @@ fn check_phase(
         }
         want = dump_stack.clone();
     }
-    // Our expectation is the interpreter's own view...
-    if dump_stack != want {
+    // Our expectation is the interpreter's own view (its most frequent walk: a tie is a tie, the phase's loop seen
+    // between iterations as often as inside, which a busy machine's few walks can give)...
+    let want_n = dumps[phase].iter().filter(|d| **d == want).count();
+    if dump_stack != want && want_n < dump_n {
         return Err(format!(
             "{phase}: expected stack differs from the interpreter's ({dump_n} of {n_dumps} walks):\n{}",
             diff(&want, &dump_stack)

@@ -320,3 +320,52 @@ per_interpreter! { subinterpreter_native:
     subinterp_native_sid_3_14("sid-3.14", "Interpreter.exec"),
     subinterp_native_sid_3_15("sid-3.15", "Interpreter.exec"),
 }
+
+/// CPython 3.12 (`_xxsubinterpreters.run_string`) runs a subinterpreter's first thread state, bound to the thread
+/// that created it, on whichever thread calls: two thread states then claim the creating thread, and 3.12 has
+/// nothing that says which runs. pyperf never guesses: the main thread's samples show `func_a` or no frames (a
+/// stack error, counted as bpf_interp_ambiguous, which the text report explains), never the runner's `func_b`; the
+/// runner's show its own frames (the call into run_string), never `func_a`.
+fn subinterpreters_never_guessed(name: &str) {
+    let _serial = serial();
+    let python = interpreter(name);
+    let (_dir, out) = scratch("subinterp-312.pyp");
+    let rec = run(pyperf()
+        .args(["record", "-F", "497", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&python)
+        .arg(workload("subinterp.py"))
+        .arg("1"));
+    assert!(rec.status.success(), "{name}: pyperf record failed");
+    let t = truth(&rec.stdout);
+    let (_, tables, samples, _) = common::read_each(&out, |tables, s, ids| {
+        (s.tid, s.status, ids.iter().map(|&id| tables.symbol(id).qualified_name()).collect::<Vec<String>>())
+    });
+    let main: Vec<_> = samples.iter().filter(|s| s.0 == t.main).collect();
+    let runner: Vec<_> = samples.iter().filter(|s| s.0 == t.runner).collect();
+    assert!(main.len() >= 300 && runner.len() >= 300, "{name}: {} main, {} runner samples", main.len(), runner.len());
+    let wrong_main: Vec<_> = main.iter().filter(|s| s.2.iter().any(|n| n == "func_b")).take(3).collect();
+    let wrong_runner: Vec<_> = runner.iter().filter(|s| s.2.iter().any(|n| n == "func_a")).take(3).collect();
+    assert!(wrong_main.is_empty(), "{name}: the runner's func_b shown on the main thread: {wrong_main:?}");
+    assert!(wrong_runner.is_empty(), "{name}: the main thread's func_a shown on the runner: {wrong_runner:?}");
+    let unknown = main.iter().filter(|s| s.2.is_empty() && s.1 == StackStatus::Error).count();
+    let in_a = main.iter().filter(|s| s.2.last().is_some_and(|n| n == "func_a")).count();
+    let ambiguous = tables
+        .stats
+        .as_ref()
+        .and_then(|st| st.counters.iter().find(|(k, _)| k == "bpf_interp_ambiguous").map(|(_, v)| *v))
+        .unwrap_or_else(|| panic!("{name}: no bpf_interp_ambiguous counter"));
+    eprintln!("{name}: main thread: {in_a} samples in func_a, {unknown} unknown; {ambiguous} ambiguous records");
+    assert!(in_a + unknown >= main.len() * 9 / 10, "{name}: main thread samples neither func_a nor marked");
+    assert!(ambiguous as usize >= unknown, "{name}: {unknown} unknown samples, {ambiguous} counted");
+    if ambiguous > 0 {
+        let text = run(pyperf().args(["report", "-i"]).arg(&out));
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert!(text.contains("claimed by thread states of several interpreters"), "{name}: text report:\n{text}");
+    }
+}
+
+per_interpreter! { subinterpreters_never_guessed:
+    subinterp_never_guessed_3_12_1("3.12.1"),
+}

@@ -125,6 +125,10 @@ const SET_USED: u64 = 24;
 const SET_MASK: u64 = 32;
 const SET_TABLE: u64 = 40;
 const SET_ENTRY: u64 = 16;
+/// `PySetObject.fill` (after the object header): from it to `table` is what changes when the set does.
+const SET_FILL: usize = 16;
+/// Reads of a set that keeps changing while it is read before giving up (see `set_items`).
+const SET_READS: usize = 3;
 /// `PyListObject`: `ob_size`, `ob_item`.
 const LIST_SIZE: u64 = 16;
 const LIST_ITEMS: u64 = 24;
@@ -833,18 +837,34 @@ impl<M: ReadMem> Cx<'_, '_, M> {
         None
     }
 
-    /// The keys of the set at `set` (at most `max`), unchecked: the caller checks each.
+    /// The keys of the set at `set` (at most `max`), unchecked: the caller checks each. The process runs while the
+    /// set is read: a set that changed meanwhile (its table moved or resized, or its count changed, as when a burst of
+    /// new tasks grows `_scheduled_tasks`) is read again, up to [`SET_READS`] times, else not at all: a torn read
+    /// would miss tasks, and a task whose awaiter is missed looks like a root.
     fn set_items(&mut self, set: u64, max: u64) -> Option<Vec<u64>> {
-        let head = self.objs.bytes(set, (SET_TABLE + 8) as usize)?;
-        let (used, mask, table) = (u64_in(&head, SET_USED)?, u64_in(&head, SET_MASK)?, u64_in(&head, SET_TABLE)?);
-        let slots = mask.checked_add(1)?;
-        if used > slots || slots > MAX_SET || !slots.is_power_of_two() {
-            return None;
+        let mut head = self.objs.bytes(set, (SET_TABLE + 8) as usize)?;
+        for _ in 0..SET_READS {
+            let (used, mask, table) = (u64_in(&head, SET_USED)?, u64_in(&head, SET_MASK)?, u64_in(&head, SET_TABLE)?);
+            let slots = mask.checked_add(1)?;
+            if used > slots || slots > MAX_SET || !slots.is_power_of_two() {
+                return None;
+            }
+            let bytes = self.objs.bytes(table, usize::try_from(slots * SET_ENTRY).ok()?)?;
+            let after = self.objs.bytes(set, (SET_TABLE + 8) as usize)?;
+            // (Not the header: its reference count changes all the time.)
+            if after.get(SET_FILL..) == head.get(SET_FILL..) {
+                return Some(Self::set_keys(&bytes, max));
+            }
+            head = after;
         }
-        let bytes = self.objs.bytes(table, usize::try_from(slots * SET_ENTRY).ok()?)?;
+        None
+    }
+
+    /// The non-empty keys of a set's table (at most `max`).
+    fn set_keys(bytes: &[u8], max: u64) -> Vec<u64> {
         let mut out = Vec::new();
         for e in bytes.chunks_exact(SET_ENTRY as usize) {
-            let key = u64_in(e, 0)?;
+            let Some(key) = u64_in(e, 0) else { break };
             if key != 0 {
                 out.push(key);
                 if out.len() as u64 >= max {
@@ -852,7 +872,7 @@ impl<M: ReadMem> Cx<'_, '_, M> {
                 }
             }
         }
-        Some(out)
+        out
     }
 
     /// The items of the list at `list` (type unchecked), at most `max`.

@@ -154,14 +154,17 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool, track_tasks: bool) -> R
     let first_local = l.code_qualname < 0 && l.frame_localsplus >= 0 && l.code_argcount >= 0 && l.object_type >= 0;
     let frame_localsplus = if first_local { l.frame_localsplus } else { -1 };
 
-    // Subinterpreters (3.13+): which of a thread's thread states runs, and what made it (see py_offsets.tstate_state);
-    // only where `interpreters.main` follows `interpreters.head` (one read tells whether there are others).
+    // Subinterpreters: every interpreter's thread states of a thread are found, where `interpreters.main` follows
+    // `interpreters.head` (one read tells whether there are others); which one runs, and what made it, from 3.13
+    // (see py_offsets.tstate_state). Before, two of them claiming a thread is ambiguous: never a guess.
     let interps_addr = at(rt, l.runtime_interpreters_head)
         .filter(|_| row.interpreters == Interpreters::Runtime)
-        .filter(|_| l.runtime_interpreters_main == l.runtime_interpreters_head + 8)
-        .filter(|_| l.tstate_state >= 0 && l.tstate_whence >= 0);
-    let (tstate_state, tstate_whence) =
-        if interps_addr.is_some() { (l.tstate_state, l.tstate_whence) } else { (-1, -1) };
+        .filter(|_| l.runtime_interpreters_main == l.runtime_interpreters_head + 8);
+    let (tstate_state, tstate_whence) = if interps_addr.is_some() && l.tstate_state >= 0 && l.tstate_whence >= 0 {
+        (l.tstate_state, l.tstate_whence)
+    } else {
+        (-1, -1)
+    };
 
     // Bytes to read per block: up to the end of the last field used.
     let end = |fields: &[(i32, i32)]| fields.iter().filter(|(o, _)| *o >= 0).map(|(o, w)| o + w).max().unwrap_or(0);
@@ -368,10 +371,10 @@ mod tests {
             assert_eq!(o.tstate_base_frame >= 0, v >= (3, 15), "{v:?}");
             assert_eq!(o.tstate_datastack_chunk >= 0, v >= (3, 11), "{v:?}");
             assert_eq!(o.tstate_gil_requested >= 0, v >= (3, 15), "{v:?}");
-            // Subinterpreters: interpreter ids from 3.7; which thread state runs, and stitching, from 3.13 (one
-            // 16-byte read of interpreters.head and .main, adjacent).
+            // Subinterpreters: interpreter ids, and every interpreter's thread states of a thread, from 3.7 (one
+            // 16-byte read of interpreters.head and .main, adjacent); which one runs, and stitching, from 3.13.
             assert_eq!(o.interp_id >= 0, v >= (3, 7), "{v:?}");
-            assert_eq!(c.interps_addr != 0, v >= (3, 13), "{v:?}");
+            assert_eq!(c.interps_addr != 0, v >= (3, 7), "{v:?}");
             assert_eq!((o.tstate_state >= 0, o.tstate_whence >= 0), (v >= (3, 13), v >= (3, 13)), "{v:?}");
             assert_eq!((o.state_attached, o.whence_exec), (1, 5), "{v:?}");
             // Run roots of generator frames (asyncio tasks): 3.11+, where frames have owners, and only when asked.

@@ -741,7 +741,11 @@ impl Proc {
                 self.symbolize(sym, pid, &frames, &mut out, new_symbol);
             }
         }
-        self.prefixes.insert(task, (Instant::now(), out.clone()));
+        // A task awaited by none is not kept: its prefix is its boundary alone (nothing to save), and a list that
+        // missed its awaiter (read while the process ran) must not make it a root for PREFIX_TTL.
+        if chain.len() > 1 {
+            self.prefixes.insert(task, (Instant::now(), out.clone()));
+        }
         Some(out)
     }
 }

@@ -493,6 +493,18 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
         Some(s) => {
             field("lost symbols", s.lost_symbols.to_string());
             field("errors", s.errors.to_string());
+            // Samples a subinterpreter made unreadable: say why their stacks are errors.
+            let ambiguous = s.counters.iter().find(|(k, _)| k == "bpf_interp_ambiguous").map_or(0, |c| c.1);
+            if ambiguous > 0 {
+                field(
+                    "interpreters",
+                    format!(
+                        "{} of a thread claimed by thread states of several interpreters, none known to run (CPython \
+                         before 3.13 cannot say; 3.13+ in the instant it switches): no frames, [stack error]",
+                        plural(ambiguous, "sample")
+                    ),
+                );
+            }
             // The off-CPU counters have their own line.
             let shown = |k: &str| profile.off_cpu_min_ns().is_none() || !OFF_CPU_COUNTERS.contains(&k);
             let list: Vec<String> =

@@ -24,12 +24,19 @@ try:
     def create():
         interp = interpreters.create()
         return interp.id, interp.exec
-except ImportError:  # 3.13: the private module
-    import _interpreters
+except ImportError:
+    try:  # 3.13: the private module
+        import _interpreters
 
-    def create():
-        sid = _interpreters.create()
-        return sid, lambda code: _interpreters.exec(sid, code)
+        def create():
+            sid = _interpreters.create()
+            return sid, lambda code: _interpreters.exec(sid, code)
+    except ImportError:  # 3.12: its predecessor, which runs the interpreter's first thread state on any thread
+        import _xxsubinterpreters
+
+        def create():
+            sid = _xxsubinterpreters.create()
+            return int(sid), lambda code: _xxsubinterpreters.run_string(sid, code)
 
 
 # Runs in the subinterpreter: its module `<module>` calls func_b, which burns SECONDS of this thread's CPU.
