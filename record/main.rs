@@ -1,11 +1,17 @@
 //! `pyperf`: record CPython stacks with eBPF (`pyperf record`), read recordings (`pyperf report`, `pyperf annotate`).
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use anyhow::Context;
+use clap::{CommandFactory, Parser, Subcommand};
+
+/// Where each command's reference page is: in the source tree, and where the .deb installs it.
+const DOCS: &str = "Reference: docs/ in the source, /usr/share/doc/pyperf/docs/ when installed from the .deb";
 
 #[derive(Parser)]
 #[command(name = "pyperf", version, about = "Sample running Python programs from the kernel with eBPF")]
+#[command(after_help = DOCS)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -23,6 +29,42 @@ enum Command {
     Report(pyperf_report::ReportArgs),
     /// A function's source with each line's self and total share, in the terminal or as an HTML heatmap (--html).
     Annotate(pyperf_report::AnnotateArgs),
+    /// Print a shell's completion script for pyperf (bash: `pyperf completions bash > /etc/bash_completion.d/pyperf`).
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages of pyperf and of each of its commands (pyperf.1, pyperf-record.1, ...) into DIR.
+    Man {
+        /// The directory to write them into (made if missing).
+        dir: PathBuf,
+    },
+}
+
+/// The completion script for `shell`, from the same definitions as --help.
+fn completions(shell: clap_complete::Shell) -> anyhow::Result<ExitCode> {
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "pyperf", &mut out);
+    std::io::Write::write_all(&mut std::io::stdout().lock(), &out).context("writing the completion script")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// pyperf.1 and pyperf-COMMAND.1 for every command, from the same definitions as --help.
+fn man_pages(dir: &Path) -> anyhow::Result<ExitCode> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot make {}", dir.display()))?;
+    let top = Cli::command();
+    let mut pages = vec![("pyperf".to_string(), top.clone())];
+    for sub in top.get_subcommands().filter(|c| !c.is_hide_set()) {
+        let name = format!("pyperf-{}", sub.get_name());
+        pages.push((name.clone(), sub.clone().name(name).bin_name(format!("pyperf {}", sub.get_name()))));
+    }
+    for (name, cmd) in pages {
+        let path = dir.join(format!("{name}.1"));
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd).render(&mut page).with_context(|| format!("rendering {name}.1"))?;
+        std::fs::write(&path, page).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {
@@ -45,6 +87,8 @@ fn main() -> ExitCode {
         Command::Annotate(args) => pyperf_report::run_annotate(&args).map(|()| ExitCode::SUCCESS),
         Command::Dump(args) => pyperf::dump::dump(&args),
         Command::Top(args) => pyperf::top::top(&args),
+        Command::Completions { shell } => completions(shell),
+        Command::Man { dir } => man_pages(&dir),
     };
     match result {
         Ok(code) => code,

@@ -177,6 +177,44 @@ fn unprivileged_user_gets_a_clear_error() {
     assert!(!out.exists());
 }
 
+/// A seccomp filter refusing bpf() (as a container's default profile does) is one line naming seccomp and what to
+/// do, before anything runs, not libbpf's log: pyperf run as root under a filter that fails bpf() with EPERM.
+#[test]
+fn a_seccomp_filter_refusing_bpf_is_one_clear_line() {
+    use std::os::unix::process::CommandExt;
+    let _guard = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.pyp");
+    let mut cmd = pyperf();
+    cmd.args(["record", "-d", "1", "-o"]).arg(&out).args(["--", "/bin/true"]);
+    // SAFETY: between fork and exec only prctl(2), async-signal-safe, on a filter that lives in this closure's
+    // frame for the call.
+    unsafe {
+        cmd.pre_exec(|| {
+            // ld [nr]; jeq __NR_bpf ? ret ERRNO(EPERM) : ret ALLOW (x86-64's numbers).
+            let filter = [
+                libc::sock_filter { code: 0x20, jt: 0, jf: 0, k: 0 },
+                libc::sock_filter { code: 0x15, jt: 0, jf: 1, k: 321 },
+                libc::sock_filter { code: 0x06, jt: 0, jf: 0, k: 0x0005_0000 | libc::EPERM as u32 },
+                libc::sock_filter { code: 0x06, jt: 0, jf: 0, k: 0x7fff_0000 },
+            ];
+            let prog = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut _ };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog as *const _ as usize, 0, 0) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let o = run(&mut cmd);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("refuses the bpf() system call") && err.contains("seccomp"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!out.exists(), "a refused start left {}", out.display());
+}
+
 /// The command may come without `--`; what to run next is said at the end; `-d` beyond reason is one clear line;
 /// a closed stderr costs nothing (`eprintln!` would have panicked and lost the recording).
 #[test]
