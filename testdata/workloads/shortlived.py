@@ -3,7 +3,7 @@
 # once. A profiler that reads code objects after the sample finds most of them gone.
 # The rounds' file and function names are kept alive (as interned names and module paths are in real programs):
 # a code object recreated at the address of a freed one, with the same name and file *objects* and first line,
-# cannot be told from it by pyperf before 3.14 (README, "Never a wrong name"), and this workload would otherwise
+# cannot be told from it by pyperf before 3.14 (docs/how-it-works.md, "Never a wrong name"), and this workload would otherwise
 # recreate exactly that (the allocator hands the same addresses back in the same order).
 # Usage: shortlived.py [ROUNDS] [ROUND_MS]    (Python 2.7 and 3.x)
 import sys
