@@ -542,15 +542,21 @@ fn version_from_code<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, func: u64) -> Option<
             None
         }
     })?;
-    // lea r64, [rip + disp32]: REX.W (0x48 or 0x4c), 0x8d, modrm with mod=00 rm=101.
     for i in 0..text.len().saturating_sub(7) {
-        if (text[i] == 0x48 || text[i] == 0x4c) && text[i + 1] == 0x8d && text[i + 2] & 0xc7 == 0x05 {
+        // lea r64, [rip + disp32]: REX.W (0x48 or 0x4c), 0x8d, modrm with mod=00 rm=101 (position-independent code).
+        let target = if (text[i] == 0x48 || text[i] == 0x4c) && text[i + 1] == 0x8d && text[i + 2] & 0xc7 == 0x05 {
             let disp = i32::from_le_bytes(text[i + 3..i + 7].try_into().ok()?);
-            let target = (func + i as u64 + 7).wrapping_add(disp as i64 as u64);
-            if let Some(s) = c_string_at(elf, target) {
-                if let Some(v) = parse_version(s) {
-                    return Some(v);
-                }
+            (func + i as u64 + 7).wrapping_add(disp as i64 as u64)
+        } else if (0xb8..=0xbf).contains(&text[i]) {
+            // mov r32, imm32 (0xb8 + reg, also after a REX.B prefix): an absolute address, as a non-PIE
+            // executable loads its strings (Debian 11's python3.9).
+            u64::from(u32::from_le_bytes(text[i + 1..i + 5].try_into().ok()?))
+        } else {
+            continue;
+        };
+        if let Some(s) = c_string_at(elf, target) {
+            if let Some(v) = parse_version(s) {
+                return Some(v);
             }
         }
     }
