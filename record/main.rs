@@ -6,8 +6,13 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
 
-/// Where each command's reference page is: in the source tree, and where the .deb installs it.
-const DOCS: &str = "Reference: docs/ in the source, /usr/share/doc/pyperf/docs/ when installed from the .deb";
+/// Where the reference pages are: in the source tree, and where the .deb installs them.
+const DOCS: &str = "Reference: docs/README.md in the source, /usr/share/doc/pyperf/docs/ when installed from the .deb";
+
+/// A command's --help footer: its reference pages.
+fn doc_page(pages: &str) -> String {
+    format!("Reference: {pages} in docs/ (the source) or /usr/share/doc/pyperf/docs/ (the .deb)")
+}
 
 #[derive(Parser)]
 #[command(name = "pyperf", version, about = "Sample running Python programs from the kernel with eBPF")]
@@ -20,14 +25,19 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Sample Python processes and write a recording (needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE).
+    #[command(after_help = doc_page("record.md, and sampling.md, off-cpu.md, native.md, asyncio.md, push.md"))]
     Record(pyperf::cli::RecordArgs),
     /// A live view of the functions that take the time of running Python processes, like top (needs root).
+    #[command(after_help = doc_page("top.md"))]
     Top(pyperf::top::TopArgs),
     /// Every thread of a running Python process now: its Python stack and state, without stopping it.
+    #[command(after_help = doc_page("dump.md"))]
     Dump(pyperf::dump::DumpArgs),
     /// Read recordings: text summary, folded stacks, speedscope JSON, an SVG flame graph, pprof or Firefox Profiler.
+    #[command(after_help = doc_page("report.md, and outputs.md"))]
     Report(pyperf_report::ReportArgs),
     /// A function's source with each line's self and total share, in the terminal or as an HTML heatmap (--html).
+    #[command(after_help = doc_page("annotate.md"))]
     Annotate(pyperf_report::AnnotateArgs),
     /// Print a shell's completion script for pyperf (bash: `pyperf completions bash > /etc/bash_completion.d/pyperf`).
     Completions {

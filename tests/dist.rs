@@ -99,7 +99,12 @@ impl Root {
     /// `sh -c SCRIPT` run chrooted into the root.
     fn sh(&self, script: &str) -> Command {
         let mut cmd = Command::new("chroot");
-        cmd.arg(self.path()).args(["/usr/bin/env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"]);
+        cmd.arg(self.path()).args([
+            "/usr/bin/env",
+            "-i",
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME=/root",
+        ]);
         cmd.args(["/bin/sh", "-c", script]);
         cmd
     }
