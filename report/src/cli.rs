@@ -8,7 +8,7 @@ use crate::error::ReportError;
 use crate::filter::Filter;
 use crate::output::{self, Replacement};
 use crate::profile::{LoadOptions, Mode, Profile, ShowFrames};
-use crate::{flamegraph, folded, gecko, names, pprof, program, speedscope, text};
+use crate::{flamegraph, folded, gecko, names, otlp, pprof, program, speedscope, text};
 
 /// Output format; at most one.
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
@@ -34,6 +34,10 @@ pub struct FormatFlags {
     /// Firefox Profiler JSON (processed format), one track per thread (https://profiler.firefox.com)
     #[arg(long)]
     pub gecko: bool,
+    /// OpenTelemetry profiles: an OTLP ExportProfilesServiceRequest, protobuf (opentelemetry-proto v1.9.0,
+    /// profiles v1development), for an OTLP endpoint's /v1development/profiles
+    #[arg(long)]
+    pub otlp: bool,
 }
 
 /// An output format: one exporter, selected by one flag of [`FormatFlags`].
@@ -51,14 +55,23 @@ pub enum Format {
     Pprof,
     /// `--gecko`: [`gecko`].
     Gecko,
+    /// `--otlp`: [`otlp`].
+    Otlp,
 }
 
 impl Format {
     /// Every output format, in the order of `--help`. The golden, robustness and fuzz tests run every entry, so
     /// an exporter added here (a variant, its flag in [`FormatFlags`], its arm in [`write_report`]) is tested
     /// by all of them without touching their lists; a unit test checks this list against the flags.
-    pub const ALL: [Format; 6] =
-        [Format::Text, Format::Folded, Format::Speedscope, Format::Flamegraph, Format::Pprof, Format::Gecko];
+    pub const ALL: [Format; 7] = [
+        Format::Text,
+        Format::Folded,
+        Format::Speedscope,
+        Format::Flamegraph,
+        Format::Pprof,
+        Format::Gecko,
+        Format::Otlp,
+    ];
 
     /// The command-line flag that selects it.
     pub fn flag(self) -> &'static str {
@@ -69,6 +82,7 @@ impl Format {
             Format::Flamegraph => "--flamegraph",
             Format::Pprof => "--pprof",
             Format::Gecko => "--gecko",
+            Format::Otlp => "--otlp",
         }
     }
 
@@ -82,6 +96,7 @@ impl Format {
             Format::Flamegraph => "svg",
             Format::Pprof => "pb.gz",
             Format::Gecko => "gecko.json",
+            Format::Otlp => "otlp.pb",
         }
     }
 
@@ -94,6 +109,7 @@ impl Format {
             Format::Flamegraph => Some(("an SVG flame graph", "flame.svg")),
             Format::Pprof => Some(("a gzip'd pprof profile", "prof.pb.gz")),
             Format::Gecko => Some(("Firefox Profiler JSON", "prof.gecko.json")),
+            Format::Otlp => Some(("an OTLP profiles request", "prof.otlp.pb")),
         }
     }
 }
@@ -108,6 +124,7 @@ impl From<Format> for FormatFlags {
             flamegraph: format == Format::Flamegraph,
             pprof: format == Format::Pprof,
             gecko: format == Format::Gecko,
+            otlp: format == Format::Otlp,
         }
     }
 }
@@ -296,6 +313,8 @@ impl ReportArgs {
             Format::Pprof
         } else if f.gecko {
             Format::Gecko
+        } else if f.otlp {
+            Format::Otlp
         } else {
             Format::Text
         }
@@ -330,8 +349,8 @@ impl ReportArgs {
         o.frames = ShowFrames { native: !self.no_native, kernel: !self.no_kernel, glue: self.show_glue };
         o.task_view = !self.no_async;
         o.exact_task_names = self.exact_task_names;
-        if format == Format::Pprof {
-            // Labels: pid, tid, thread and process need per-thread counts, gil the GIL column.
+        if matches!(format, Format::Pprof | Format::Otlp) {
+            // Labels (attributes): pid, tid, thread and process need per-thread counts, gil the GIL column.
             o.per_thread = true;
             o.threads = true;
             o.states = true;
@@ -466,6 +485,7 @@ pub fn write_report<W: Write>(args: &ReportArgs, profile: &Profile, out: W) -> i
         }
         Format::Pprof => pprof::write(profile, &pprof::Options { lines: !args.no_lines }, out),
         Format::Gecko => gecko::write(profile, &gecko::Options { name: args.title.clone() }, out),
+        Format::Otlp => otlp::write(profile, &otlp::Options { lines: !args.no_lines }, out),
     }
 }
 
@@ -636,7 +656,7 @@ fn run_report(args: &ReportArgs) -> Result<(), ReportError> {
             return Err(ReportError::Empty(flamegraph::nothing_to_draw(profile.mode).to_string()));
         }
     }
-    if format == Format::Pprof {
+    if matches!(format, Format::Pprof | Format::Otlp) {
         let frames = pprof::frames_needed(&profile);
         if frames > pprof::MAX_FRAMES {
             return Err(ReportError::TooLarge(format!(

@@ -58,6 +58,7 @@ pub mod diff;
 pub mod flamegraph;
 pub mod folded;
 pub mod gecko;
+pub mod otlp;
 pub mod pprof;
 pub mod speedscope;
 pub mod text;

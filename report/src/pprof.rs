@@ -422,6 +422,84 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, out: W) -> io::Resu
     for (path, build_id) in profile.tables.libraries() {
         b.add_library(&escape_text(path), build_id);
     }
+    let thread_labels: Vec<(String, String)> = profile
+        .threads
+        .iter()
+        .map(|t| {
+            let name = t.python_name.clone().unwrap_or_else(|| t.comm.clone());
+            (escape_text(&name), escape_text(&profile.process_label_of(t)))
+        })
+        .collect();
+    let mut locate = Locator { b, lines: options.lines };
+    each_sample(profile, &mut locate, |locate, c| {
+        let count = c.count.min(i64::MAX as u64) as i64;
+        let values: Vec<i64> = match (profile.mode, period) {
+            (Mode::Cpu, Some(p)) => vec![count, count.saturating_mul(p as i64)],
+            _ => vec![count],
+        };
+        let mut labels = Vec::with_capacity(5);
+        let gil_key = c.gil.map(|g| g.key());
+        if let Some((index, t)) = c.thread {
+            let (name, process) = &thread_labels[index];
+            labels.push(Label::Num("pid", i64::from(t.pid), ""));
+            labels.push(Label::Num("tid", i64::from(t.tid), ""));
+            labels.push(Label::Str("thread", name));
+            labels.push(Label::Str("process", process));
+        }
+        if let Some(k) = &gil_key {
+            labels.push(Label::Str("gil", k));
+        }
+        // Streamed: memory is the functions and locations, not the stacks.
+        locate.b.write_sample(&mut gz, c.locations, &values, &labels)
+    })?;
+    locate.b.write_rest(&mut gz)?;
+    gz.finish()?.flush()
+}
+
+/// pprof's locations of frames, with or without lines.
+struct Locator {
+    b: Builder,
+    lines: bool,
+}
+
+impl Locate for Locator {
+    fn frame(&mut self, symbol: &Symbol) -> u64 {
+        self.b.location(symbol, self.lines)
+    }
+    fn pseudo(&mut self, name: &str) -> u64 {
+        self.b.pseudo_location(name)
+    }
+}
+
+/// What an export of aggregated samples (pprof, OTLP) makes of frames: an id per frame and per pseudo-frame (its
+/// location), each asked once per symbol.
+pub(crate) trait Locate {
+    /// The location of a frame of the recording.
+    fn frame(&mut self, symbol: &Symbol) -> u64;
+    /// The location of one of pyperf's pseudo-frames (`[idle]`, `[off-CPU: read]`).
+    fn pseudo(&mut self, name: &str) -> u64;
+}
+
+/// One aggregated sample of an export.
+pub(crate) struct Counted<'a> {
+    /// Its stack's locations, leaf first, as every export shows a stack: an off-CPU interval's `[off-CPU: ...]`
+    /// pseudo-frame at the leaf, `[idle]` alone, `[truncated]`-like markers at the root.
+    pub locations: &'a [u64],
+    /// Samples, or ns in the time modes.
+    pub count: u64,
+    /// Its thread (index into [`Profile::threads`]) when loaded per thread.
+    pub thread: Option<(usize, &'a crate::profile::Thread)>,
+    /// Its GIL state when loaded with [`crate::LoadOptions::gil`].
+    pub gil: Option<GilState>,
+}
+
+/// Calls `f` with each aggregated sample of `profile` (its stack counts, per GIL state when loaded with them), the
+/// locations made by `locate`, each symbol's once.
+pub(crate) fn each_sample<L: Locate>(
+    profile: &Profile,
+    locate: &mut L,
+    mut f: impl FnMut(&mut L, &Counted<'_>) -> io::Result<()>,
+) -> io::Result<()> {
     let keyed: Vec<(&StackCount, Option<GilState>)> = if profile.gil_stacks.is_empty() {
         profile.stacks.iter().map(|s| (s, None)).collect()
     } else {
@@ -431,26 +509,18 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, out: W) -> io::Resu
     let mut located: Vec<Option<u64>> = vec![None; profile.tables.symbols.len()];
     let mut ids = Vec::new();
     let mut locations = Vec::new();
-    let thread_labels: Vec<(String, String)> = profile
-        .threads
-        .iter()
-        .map(|t| {
-            let name = t.python_name.clone().unwrap_or_else(|| t.comm.clone());
-            (escape_text(&name), escape_text(&profile.process_label_of(t)))
-        })
-        .collect();
     for (s, gil) in keyed {
         locations.clear();
         if s.reason != 0 {
             let reason = profile.reasons.get(s.reason as usize).map(String::as_str).unwrap_or("[off-CPU]");
-            locations.push(b.pseudo_location(reason));
+            locations.push(locate.pseudo(reason));
         }
         profile.tables.frames_root_first(s.leaf, &mut ids);
         for &id in ids.iter().rev() {
             let loc = match located.get(id as usize).copied().flatten() {
                 Some(l) => l,
                 None => {
-                    let l = b.location(profile.tables.symbol(id), options.lines);
+                    let l = locate.frame(profile.tables.symbol(id));
                     if let Some(slot) = located.get_mut(id as usize) {
                         *slot = Some(l);
                     }
@@ -461,31 +531,13 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, out: W) -> io::Resu
         }
         // At the root, as in every export: `[idle]` alone, `[truncated]` below the frames.
         if let Some(m) = names::stack_marker(s.status, s.leaf != 0, s.reason != 0) {
-            locations.push(b.pseudo_location(&m));
+            locations.push(locate.pseudo(&m));
         }
-        let count = s.count.min(i64::MAX as u64) as i64;
-        let values: Vec<i64> = match (profile.mode, period) {
-            (Mode::Cpu, Some(p)) => vec![count, count.saturating_mul(p as i64)],
-            _ => vec![count],
-        };
-        let mut labels = Vec::with_capacity(5);
-        let thread = profile.threads.get(s.thread as usize).filter(|_| s.thread != ALL_THREADS);
-        let gil_key = gil.map(|g| g.key());
-        if let Some(t) = thread {
-            let (name, process) = &thread_labels[s.thread as usize];
-            labels.push(Label::Num("pid", i64::from(t.pid), ""));
-            labels.push(Label::Num("tid", i64::from(t.tid), ""));
-            labels.push(Label::Str("thread", name));
-            labels.push(Label::Str("process", process));
-        }
-        if let Some(k) = &gil_key {
-            labels.push(Label::Str("gil", k));
-        }
-        // Streamed: memory is the functions and locations, not the stacks.
-        b.write_sample(&mut gz, &locations, &values, &labels)?;
+        let thread =
+            profile.threads.get(s.thread as usize).filter(|_| s.thread != ALL_THREADS).map(|t| (s.thread as usize, t));
+        f(locate, &Counted { locations: &locations, count: s.count, thread, gil })?;
     }
-    b.write_rest(&mut gz)?;
-    gz.finish()?.flush()
+    Ok(())
 }
 
 #[cfg(test)]

@@ -688,6 +688,8 @@ fn task_names_aggregate_in_every_format() {
             let mut raw = Vec::new();
             std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut raw).expect("gzip");
             String::from_utf8_lossy(&raw).into_owned()
+        } else if format == Format::Otlp {
+            String::from_utf8_lossy(&bytes).into_owned()
         } else {
             String::from_utf8(bytes).expect("utf-8")
         }

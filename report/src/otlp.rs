@@ -1,0 +1,445 @@
+//! OTLP profiles: an OpenTelemetry `ExportProfilesServiceRequest` (protobuf), what an OTLP endpoint's
+//! `/v1development/profiles` takes (the OpenTelemetry Collector with its profiles feature gate, Grafana Pyroscope).
+//!
+//! **Version.** opentelemetry-proto v1.9.0's profiles signal, `v1development` (alpha): the messages are the
+//! `opentelemetry-proto` crate's, generated from the official definitions, not written here. A later version of the
+//! signal may move fields; the version is pinned in Cargo.toml and said in `--help` and docs/outputs.md.
+//!
+//! **Resources.** One `ResourceProfiles` per process (instance) of the recording, with the semantic conventions'
+//! attributes: `service.name` (the script the interpreter runs, else its executable's name), `host.name`,
+//! `host.arch`, `process.pid`, `process.executable.path` (the interpreter), `process.command_line`,
+//! `process.runtime.name` (`cpython`) and `process.runtime.version`, and `container.id` and `k8s.pod.uid` where the
+//! process's cgroup path says so. Stacks not kept per thread (a profile loaded without threads) go to one resource
+//! with the host's attributes only. Each has one scope, `pyperf` with its version, and one profile.
+//!
+//! **Profile.** Its sample type as the pprof export's last (default) one: `cpu`/`nanoseconds` (samples x the
+//! sampling period; `samples`/`count` for an event that is no clock), `off_cpu`/`nanoseconds`, `wall`/`nanoseconds`,
+//! with the same period type and period; `time_unix_nano` the recording's start, `duration_nano` its length. A
+//! sample is a stack count: its stack (locations leaf first, the same frames and pseudo-frames as the other exports),
+//! one value, and the attributes `thread.id`, `thread.name` and `pyperf.gil` (the GIL state as `--gil` spells it,
+//! when loaded with GIL states). Functions, locations and mappings are named as in the pprof export: a Python frame's
+//! function with its source file and line, a native one with its library (the mapping, with its GNU build id as
+//! `process.executable.build_id.gnu`), kernel frames with `[kernel.kallsyms]`; each location says which with the
+//! semantic conventions' `profile.frame.type` (`cpython`, `native`, `kernel`; none on pyperf's pseudo-frames such as
+//! `[idle]` or `[off-CPU: read]`).
+//!
+//! The output is deterministic: the same recording gives the same bytes.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::profiles::v1development as otlp;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use pyperf_format::{FrameKind, Symbol};
+
+use crate::names::{self, escape_text};
+use crate::pprof::{each_sample, Locate};
+use crate::profile::{Mode, Profile};
+
+/// The file name of kernel frames' mapping and functions (as pprof's).
+const KERNEL: &str = "[kernel.kallsyms]";
+
+/// What the OTLP export shows.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// One location per (function, line); without, one per function.
+    pub lines: bool,
+}
+
+/// The dictionary being built: every table starts with its zero value, as the protocol requires.
+struct Dictionary {
+    d: otlp::ProfilesDictionary,
+    strings: HashMap<String, i32>,
+    functions: HashMap<(i32, i32), i32>,
+    locations: HashMap<(i32, i64, i32), i32>,
+    mappings: HashMap<String, i32>,
+    stacks: HashMap<Vec<i32>, i32>,
+    attributes: HashMap<(i32, String), i32>,
+    /// The mapping of Python frames and pseudo-frames: the first process's interpreter.
+    main: i32,
+    lines: bool,
+}
+
+impl Dictionary {
+    fn new(lines: bool) -> Dictionary {
+        let mut d = Dictionary {
+            d: otlp::ProfilesDictionary {
+                mapping_table: vec![otlp::Mapping::default()],
+                location_table: vec![otlp::Location::default()],
+                function_table: vec![otlp::Function::default()],
+                link_table: vec![otlp::Link::default()],
+                string_table: Vec::new(),
+                attribute_table: vec![otlp::KeyValueAndUnit::default()],
+                stack_table: vec![otlp::Stack::default()],
+            },
+            strings: HashMap::new(),
+            functions: HashMap::new(),
+            locations: HashMap::new(),
+            mappings: HashMap::new(),
+            stacks: HashMap::new(),
+            attributes: HashMap::new(),
+            main: 0,
+            lines,
+        };
+        d.string("");
+        d
+    }
+
+    fn string(&mut self, s: &str) -> i32 {
+        if let Some(&i) = self.strings.get(s) {
+            return i;
+        }
+        let i = self.d.string_table.len() as i32;
+        self.d.string_table.push(s.to_string());
+        self.strings.insert(s.to_string(), i);
+        i
+    }
+
+    fn attribute(&mut self, key: &str, value: Value) -> i32 {
+        let key = self.string(key);
+        let (id, any) = match value {
+            Value::Str(s) => (format!("s{s}"), any_value::Value::StringValue(s.to_string())),
+            Value::Int(n) => (format!("i{n}"), any_value::Value::IntValue(n)),
+        };
+        if let Some(&i) = self.attributes.get(&(key, id.clone())) {
+            return i;
+        }
+        let i = self.d.attribute_table.len() as i32;
+        self.d.attribute_table.push(otlp::KeyValueAndUnit {
+            key_strindex: key,
+            value: Some(AnyValue { value: Some(any) }),
+            unit_strindex: 0,
+        });
+        self.attributes.insert((key, id), i);
+        i
+    }
+
+    fn mapping(&mut self, file: &str, build_id: &str) -> i32 {
+        if let Some(&i) = self.mappings.get(file) {
+            return i;
+        }
+        let filename_strindex = self.string(file);
+        let attribute_indices = if build_id.is_empty() {
+            Vec::new()
+        } else {
+            vec![self.attribute("process.executable.build_id.gnu", Value::Str(build_id))]
+        };
+        let i = self.d.mapping_table.len() as i32;
+        self.d.mapping_table.push(otlp::Mapping { filename_strindex, attribute_indices, ..Default::default() });
+        self.mappings.insert(file.to_string(), i);
+        i
+    }
+
+    fn function(&mut self, name: &str, file: &str) -> i32 {
+        let key = (self.string(name), self.string(file));
+        if let Some(&i) = self.functions.get(&key) {
+            return i;
+        }
+        let i = self.d.function_table.len() as i32;
+        self.d.function_table.push(otlp::Function {
+            name_strindex: key.0,
+            system_name_strindex: 0,
+            filename_strindex: key.1,
+            start_line: 0,
+        });
+        self.functions.insert(key, i);
+        i
+    }
+
+    /// The location of `function` at `line` in `mapping`; `kind` its `profile.frame.type` (none for pyperf's
+    /// pseudo-frames).
+    fn location_of(&mut self, function: i32, line: i64, mapping: i32, kind: Option<&str>) -> i32 {
+        if let Some(&i) = self.locations.get(&(function, line, mapping)) {
+            return i;
+        }
+        let attribute_indices =
+            kind.map(|k| vec![self.attribute("profile.frame.type", Value::Str(k))]).unwrap_or_default();
+        let i = self.d.location_table.len() as i32;
+        self.d.location_table.push(otlp::Location {
+            mapping_index: mapping,
+            address: 0,
+            lines: vec![otlp::Line { function_index: function, line, column: 0 }],
+            attribute_indices,
+        });
+        self.locations.insert((function, line, mapping), i);
+        i
+    }
+
+    fn stack(&mut self, locations_leaf_first: &[u64]) -> i32 {
+        let key: Vec<i32> = locations_leaf_first.iter().map(|&l| l as i32).collect();
+        if let Some(&i) = self.stacks.get(&key) {
+            return i;
+        }
+        let i = self.d.stack_table.len() as i32;
+        self.d.stack_table.push(otlp::Stack { location_indices: key.clone() });
+        self.stacks.insert(key, i);
+        i
+    }
+}
+
+impl Locate for Dictionary {
+    fn frame(&mut self, symbol: &Symbol) -> u64 {
+        let name = escape_text(&names::function_name(symbol));
+        let at = match symbol.kind() {
+            FrameKind::Python => {
+                let file = escape_text(&names::file_name(symbol));
+                let f = self.function(&name, &file);
+                self.location_of(f, if self.lines { i64::from(symbol.line) } else { 0 }, self.main, Some("cpython"))
+            }
+            FrameKind::Native | FrameKind::Glue => {
+                let file = escape_text(&symbol.file);
+                let f = self.function(&name, &file);
+                let m = self.mapping(&file, "");
+                self.location_of(f, 0, m, Some("native"))
+            }
+            FrameKind::Kernel => {
+                let f = self.function(&name, KERNEL);
+                let m = self.mapping(KERNEL, "");
+                self.location_of(f, 0, m, Some("kernel"))
+            }
+            FrameKind::Marker | FrameKind::Task | FrameKind::Interpreter => {
+                return self.pseudo(&names::marker_name(symbol));
+            }
+        };
+        at as u64
+    }
+
+    fn pseudo(&mut self, name: &str) -> u64 {
+        let f = self.function(&escape_text(name), "");
+        self.location_of(f, 0, self.main, None) as u64
+    }
+}
+
+/// An attribute's value.
+enum Value<'a> {
+    Str(&'a str),
+    Int(i64),
+}
+
+fn key_value(key: &str, value: Value<'_>) -> KeyValue {
+    let value = match value {
+        Value::Str(s) => any_value::Value::StringValue(s.to_string()),
+        Value::Int(n) => any_value::Value::IntValue(n),
+    };
+    KeyValue { key: key.to_string(), value: Some(AnyValue { value: Some(value) }), ..Default::default() }
+}
+
+/// The semantic conventions' `host.arch` of a `uname -m`.
+fn host_arch(machine: &str) -> &str {
+    match machine {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+/// What a process's cgroup path says of its container: (`container.id`, `k8s.pod.uid`). A container id is the
+/// 64-hex-digit name Docker, containerd and CRI-O give the cgroup (`docker-ID.scope`, `cri-containerd-ID.scope`,
+/// `crio-ID.scope`, `/docker/ID`); a pod uid the kubelet's `pod<UID>` (`kubepods-burstable-pod<UID with _>.slice`).
+pub fn container_of(cgroup: &str) -> (Option<String>, Option<String>) {
+    let mut id = None;
+    let mut pod = None;
+    for part in cgroup.split('/') {
+        let name = part.strip_suffix(".scope").or_else(|| part.strip_suffix(".slice")).unwrap_or(part);
+        if let Some(hex) = name.rsplit(['-', ':']).next() {
+            if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                id = Some(hex.to_ascii_lowercase());
+            }
+        }
+        if let Some(at) = name.rfind("pod") {
+            let uid = name[at + 3..].replace('_', "-");
+            let uuid = uid.len() == 36
+                && uid.bytes().enumerate().all(|(i, b)| {
+                    if [8, 13, 18, 23].contains(&i) {
+                        b == b'-'
+                    } else {
+                        b.is_ascii_hexdigit()
+                    }
+                });
+            if uuid {
+                pod = Some(uid.to_ascii_lowercase());
+            }
+        }
+    }
+    (id, pod)
+}
+
+/// `service.name`: the script a Python process runs (`app.py`, or the module of `-m pkg.mod`), else its executable's
+/// name.
+fn service_name(command: &[String]) -> String {
+    let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
+    let exe = command.first().map(|c| base(c)).unwrap_or_else(|| "python".into());
+    if !exe.starts_with("python") {
+        return exe; // gunicorn, uwsgi, a frozen or embedding program: its own name
+    }
+    let mut args = command.iter().skip(1);
+    while let Some(a) = args.next() {
+        if a == "-m" {
+            if let Some(m) = args.next() {
+                return m.clone();
+            }
+        } else if a == "-c" {
+            break;
+        } else if !a.starts_with('-') {
+            return base(a);
+        }
+    }
+    exe
+}
+
+/// Writes `profile` as an OTLP `ExportProfilesServiceRequest` (see the module docs); refused like the pprof export
+/// when its stacks would hold more than [`crate::pprof::MAX_FRAMES`] frames.
+pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::Result<()> {
+    let frames = crate::pprof::frames_needed(profile);
+    if frames > crate::pprof::MAX_FRAMES {
+        let e = format!(
+            "an OTLP profile of this recording would hold {frames} frames, more than {}",
+            crate::pprof::MAX_FRAMES
+        );
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, e));
+    }
+    let request = request(profile, options);
+    out.write_all(&prost::Message::encode_to_vec(&request))?;
+    out.flush()
+}
+
+/// The request `write` encodes.
+pub fn request(profile: &Profile, options: &Options) -> ExportProfilesServiceRequest {
+    let mut d = Dictionary::new(options.lines);
+    let main = profile.tables.processes.iter().find(|p| !p.interpreter_path.is_empty());
+    d.main = d.mapping(
+        &escape_text(main.map_or("python", |p| p.interpreter_path.as_str())),
+        main.map_or("", |p| p.build_id.as_str()),
+    );
+    for (path, build_id) in profile.tables.libraries() {
+        d.mapping(&escape_text(path), build_id);
+    }
+    let period = profile.sampling_period_ns();
+    // A stack count is samples in cpu mode (times the period: ns, when the event is a clock), else ns.
+    let (kind, per_count) = match (profile.mode, period) {
+        (Mode::Cpu, Some(p)) => (("cpu", "nanoseconds"), p),
+        (Mode::Cpu, None) => (("samples", "count"), 1),
+        (Mode::OffCpu, _) => (("off_cpu", "nanoseconds"), 1),
+        (Mode::Wall, _) => (("wall", "nanoseconds"), 1),
+    };
+    let value_of = |n: u64| n.saturating_mul(per_count).min(i64::MAX as u64) as i64;
+    let period_value = match profile.mode {
+        Mode::OffCpu => profile.off_cpu_min_ns().unwrap_or(0) as i64,
+        _ => period.unwrap_or(1) as i64,
+    };
+    // Samples per process instance (index into profile.processes; usize::MAX: not kept per thread).
+    let mut per_process: std::collections::BTreeMap<usize, Vec<otlp::Sample>> = Default::default();
+    let _ = each_sample(profile, &mut d, |d, c| {
+        let stack_index = d.stack(c.locations);
+        let mut attribute_indices = Vec::with_capacity(3);
+        let mut process = usize::MAX;
+        if let Some((_, t)) = c.thread {
+            process = t.process as usize;
+            attribute_indices.push(d.attribute("thread.id", Value::Int(i64::from(t.tid))));
+            let name = escape_text(t.python_name.as_deref().unwrap_or(&t.comm));
+            attribute_indices.push(d.attribute("thread.name", Value::Str(&name)));
+        }
+        if let Some(g) = c.gil {
+            attribute_indices.push(d.attribute("pyperf.gil", Value::Str(&g.key())));
+        }
+        per_process.entry(process).or_default().push(otlp::Sample {
+            stack_index,
+            attribute_indices,
+            link_index: 0,
+            values: vec![value_of(c.count)],
+            timestamps_unix_nano: Vec::new(),
+        });
+        Ok(())
+    });
+    let sample_type = Some(otlp::ValueType { type_strindex: d.string(kind.0), unit_strindex: d.string(kind.1) });
+    let header = &profile.header;
+    let host = [
+        key_value("host.name", Value::Str(&escape_text(&header.hostname))),
+        key_value("host.arch", Value::Str(host_arch(&header.arch))),
+    ];
+    let scope = InstrumentationScope {
+        name: "pyperf".into(),
+        version: header.pyperf_version.trim_start_matches("pyperf ").to_string(),
+        ..Default::default()
+    };
+    let mut resource_profiles = Vec::new();
+    for (process, samples) in per_process {
+        let mut attributes: Vec<KeyValue> = host.to_vec();
+        let instance = profile.processes.get(process);
+        let record = instance.and_then(|p| p.record).and_then(|r| profile.tables.processes.get(r as usize));
+        if let Some(p) = instance {
+            attributes.push(key_value("process.pid", Value::Int(i64::from(p.pid))));
+        }
+        match record {
+            Some(r) => {
+                let command: Vec<String> = r.command.iter().map(|a| escape_text(a)).collect();
+                attributes.insert(0, key_value("service.name", Value::Str(&service_name(&command))));
+                attributes.push(key_value("process.executable.path", Value::Str(&escape_text(&r.interpreter_path))));
+                attributes.push(key_value("process.command_line", Value::Str(&command.join(" "))));
+                attributes.push(key_value("process.runtime.name", Value::Str("cpython")));
+                attributes.push(key_value("process.runtime.version", Value::Str(&r.python_version)));
+                let (container, pod) = container_of(&r.cgroup);
+                if let Some(id) = container {
+                    attributes.push(key_value("container.id", Value::Str(&id)));
+                }
+                if let Some(uid) = pod {
+                    attributes.push(key_value("k8s.pod.uid", Value::Str(&uid)));
+                }
+            }
+            None => attributes.insert(0, key_value("service.name", Value::Str("python"))),
+        }
+        let profile_message = otlp::Profile {
+            sample_type,
+            samples,
+            time_unix_nano: header.start_time_unix_ns,
+            duration_nano: profile.duration_ns(),
+            period_type: sample_type,
+            period: period_value,
+            ..Default::default()
+        };
+        resource_profiles.push(otlp::ResourceProfiles {
+            resource: Some(Resource { attributes, ..Default::default() }),
+            scope_profiles: vec![otlp::ScopeProfiles {
+                scope: Some(scope.clone()),
+                profiles: vec![profile_message],
+                schema_url: String::new(),
+            }],
+            schema_url: String::new(),
+        });
+    }
+    ExportProfilesServiceRequest { resource_profiles, dictionary: Some(d.d) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn containers_and_pods_from_cgroup_paths() {
+        let id = "4f1c3a0b9d2e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a";
+        assert_eq!(container_of(&format!("/system.slice/docker-{id}.scope")), (Some(id.to_string()), None));
+        assert_eq!(container_of(&format!("/docker/{id}")), (Some(id.to_string()), None));
+        let k8s = format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0b1c2d3e_4f5a_6b7c_8d9e_0f1a2b3c4d5e.slice/\
+             cri-containerd-{id}.scope"
+        );
+        assert_eq!(
+            container_of(&k8s),
+            (Some(id.to_string()), Some("0b1c2d3e-4f5a-6b7c-8d9e-0f1a2b3c4d5e".to_string()))
+        );
+        assert_eq!(container_of("/user.slice/user-0.slice/session-1.scope"), (None, None));
+        assert_eq!(container_of(""), (None, None));
+    }
+
+    #[test]
+    fn service_names() {
+        let c = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(service_name(&c(&["/usr/bin/python3", "-u", "/srv/app/main.py", "--port", "80"])), "main.py");
+        assert_eq!(service_name(&c(&["python3", "-m", "uvicorn", "app:app"])), "uvicorn");
+        assert_eq!(service_name(&c(&["/usr/bin/python3", "-c", "pass"])), "python3");
+        assert_eq!(service_name(&c(&["/usr/local/bin/gunicorn", "app:app"])), "gunicorn");
+        assert_eq!(service_name(&[]), "python");
+    }
+}
