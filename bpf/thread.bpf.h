@@ -68,6 +68,8 @@ struct thread_walk {
 	__s8 exec;      /* index of the match made by Interpreter.exec, -1 none, -2 several */
 	__u8 multi;     /* every match is wanted (else the first ends the walk): where interpreters are walked */
 	__u8 err;
+	__u8 across;    /* the matches are in more than one interpreter */
+	__u64 first_interp; /* the interpreter of the first match */
 };
 
 struct thread_walk_ctx {
@@ -108,6 +110,10 @@ __noinline int pyperf_thread_step(struct thread_walk *w, const struct py_proc *p
 	}
 	if (tstate_is_ours(proc, s, w->tid, w->fsbase)) {
 		k = w->n;
+		if (!k)
+			w->first_interp = w->interp;
+		else if (w->interp != w->first_interp)
+			w->across = 1;
 		if (k < PYPERF_THREAD_MATCHES) {
 			s->found[k & (PYPERF_THREAD_MATCHES - 1)] = w->cur;
 			if (w->multi && proc->off.tstate_state >= 0 && tstate_attached(proc, s))
@@ -245,6 +251,12 @@ static __noinline __u64 walk_threads(const struct py_proc *proc, struct pyperf_s
 		s->counters.thread_walk_bound++;
 	if (!w->n)
 		return 0;
+	/* Before 3.13 (no state to tell which runs), several in one interpreter (a thread state a thread left behind,
+	 * whose thread id was reused; before 3.12 a new thread's state preallocated by its parent until the new thread
+	 * binds it): the first found, newest first, as before every interpreter was walked; nothing to stitch. Only
+	 * thread states of several interpreters are ambiguous there. */
+	if (w->n > 1 && !w->across && proc->off.tstate_state < 0)
+		w->n = 1;
 	if (w->n > 1) {
 		/* The thread runs one of them; the others wait for calls into other interpreters to return. */
 		f->flags = PYPERF_INTERP_NESTED;

@@ -89,7 +89,10 @@ pub fn check_kernel() -> Result<()> {
     // (before the kernel looks) or a security module (which the kernel asks first).
     // SAFETY: the kernel reads no memory for an unknown command (a null attribute pointer, size 0).
     let refused = unsafe { libc::syscall(libc::SYS_bpf, -1i64, std::ptr::null::<u8>(), 0u64) } < 0
-        && matches!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES));
+        && matches!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EPERM) | Some(libc::EACCES) | Some(libc::ENOSYS)
+        );
     if refused {
         let err = std::io::Error::last_os_error();
         let seccomp =
@@ -99,8 +102,13 @@ pub fn check_kernel() -> Result<()> {
             if seccomp {
                 ": a seccomp filter refuses it (a container's default profile does: run the container with \
                  --security-opt seccomp=unconfined, or pyperf on the host)"
+            } else if in_user_namespace() {
+                ": pyperf runs in a user namespace (a rootless container), whose capabilities are not the host's: \
+                 run it on the host, or in a privileged container"
+            } else if err.raw_os_error() == Some(libc::ENOSYS) {
+                ": this kernel has no BPF (CONFIG_BPF_SYSCALL)"
             } else {
-                ": a security module's policy refuses it (SELinux, AppArmor)"
+                ": a security module's policy may refuse it (AppArmor, SELinux, Landlock)"
             }
         );
     }
@@ -122,6 +130,13 @@ pub fn check_kernel() -> Result<()> {
     }
     // 1, or an error of the probe itself: loading says what it is.
     Ok(())
+}
+
+/// Whether this process runs in a user namespace other than the initial one (whose uid map is the identity over the
+/// whole range).
+fn in_user_namespace() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map")
+        .is_ok_and(|m| m.split_whitespace().collect::<Vec<_>>() != ["0", "0", "4294967295"])
 }
 
 /// The selected mode of a /sys/kernel/security/lockdown text (`none [integrity] confidentiality`).

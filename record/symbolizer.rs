@@ -249,13 +249,11 @@ impl Symbolizer {
                 }
             }
         }
-        // No frame of this interpreter yet (a thread creating it): the boundary at the leaf. With native frames only
-        // after a Python frame (an activation to count it in): a stack of native frames alone shows no boundary.
+        // No frame of this interpreter yet (a thread creating it): the boundary at the leaf. Not with native frames:
+        // counted in the caller's last activation, the merge would put it above the C frames that create the
+        // interpreter, not below them.
         if let Some((0, marker)) = boundary {
-            if let Some(n) = self.activations.last_mut() {
-                self.stack.push(marker);
-                *n += 1;
-            } else if self.native.is_none() {
+            if self.native.is_none() {
                 self.stack.push(marker);
             }
         }

@@ -61,9 +61,36 @@ fn text(cmd: &mut Command) -> String {
 }
 
 /// A copy of the Debian 11 run root, fresh for one test, with /proc, /sys and /dev mounted; unmounted and removed
-/// when dropped.
+/// when dropped, and only once nothing is mounted inside (a delete must never walk into the host's /dev).
 struct Root {
-    dir: tempfile::TempDir,
+    dir: Option<tempfile::TempDir>,
+}
+
+/// Mount points at or under `dir`, deepest first.
+fn mounts_under(dir: &Path) -> Vec<String> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").expect("/proc/self/mounts");
+    let dir = dir.to_string_lossy().into_owned();
+    let mut found: Vec<String> = mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(1))
+        .filter(|m| *m == dir || m.starts_with(&format!("{dir}/")))
+        .map(str::to_string)
+        .collect();
+    found.sort_by(|a, b| b.cmp(a));
+    found
+}
+
+/// Unmounts everything under `dir`, then removes it without leaving its file system; a directory that still has
+/// something mounted inside is left alone (and named).
+fn remove_root(dir: &Path) -> bool {
+    for m in mounts_under(dir) {
+        let _ = Command::new("umount").arg("-l").arg(&m).status();
+    }
+    if !mounts_under(dir).is_empty() {
+        eprintln!("{} still has file systems mounted inside: left in place", dir.display());
+        return false;
+    }
+    Command::new("rm").args(["-rf", "--one-file-system"]).arg(dir).status().is_ok_and(|s| s.success())
 }
 
 impl Root {
@@ -74,13 +101,20 @@ impl Root {
             "no Debian 11 root at {} (scripts/setup makes it)",
             base.display()
         );
+        // Copies a killed run left behind.
+        let parent = base.parent().expect("the root has a parent");
+        for old in std::fs::read_dir(parent).expect("the roots' directory").flatten() {
+            if old.file_name().to_string_lossy().starts_with("pyperf-dist-root.") {
+                remove_root(&old.path());
+            }
+        }
         // Beside the original: the same file system, so the copy is quick.
         let dir = tempfile::Builder::new()
             .prefix("pyperf-dist-root.")
             .tempdir_in(base.parent().expect("the root has a parent"))
             .expect("temp dir for a root");
         output(Command::new("cp").arg("-a").arg(format!("{}/.", base.display())).arg(dir.path()));
-        let root = Root { dir };
+        let root = Root { dir: Some(dir) };
         for (what, at) in [("proc", "proc"), ("/sys", "sys"), ("/dev", "dev")] {
             let target = root.path().join(at);
             if what == "proc" {
@@ -93,7 +127,7 @@ impl Root {
     }
 
     fn path(&self) -> &Path {
-        self.dir.path()
+        self.dir.as_ref().expect("the root's directory").path()
     }
 
     /// `sh -c SCRIPT` run chrooted into the root.
@@ -112,8 +146,10 @@ impl Root {
 
 impl Drop for Root {
     fn drop(&mut self) {
-        for at in ["dev", "sys", "proc"] {
-            let _ = Command::new("umount").arg("-l").arg(self.path().join(at)).status();
+        if let Some(dir) = self.dir.take() {
+            // Removed here, or kept: never by TempDir's own delete, which would follow a mount still in place.
+            let path = dir.keep();
+            remove_root(&path);
         }
     }
 }

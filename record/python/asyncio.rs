@@ -127,7 +127,7 @@ const SET_TABLE: u64 = 40;
 const SET_ENTRY: u64 = 16;
 /// `PySetObject.fill` (after the object header): from it to `table` is what changes when the set does.
 const SET_FILL: usize = 16;
-/// Reads of a set that keeps changing while it is read before giving up (see `set_items`).
+/// Reads of a set that keeps changing while it is read (see `set_items`).
 const SET_READS: usize = 3;
 /// `PyListObject`: `ob_size`, `ob_item`.
 const LIST_SIZE: u64 = 16;
@@ -838,11 +838,14 @@ impl<M: ReadMem> Cx<'_, '_, M> {
     }
 
     /// The keys of the set at `set` (at most `max`), unchecked: the caller checks each. The process runs while the
-    /// set is read: a set that changed meanwhile (its table moved or resized, or its count changed, as when a burst of
-    /// new tasks grows `_scheduled_tasks`) is read again, up to [`SET_READS`] times, else not at all: a torn read
-    /// would miss tasks, and a task whose awaiter is missed looks like a root.
+    /// set is read: a set that changed meanwhile (its table moved or resized, or its counts changed, as when a burst of
+    /// new tasks grows `_scheduled_tasks`) is read again, up to [`SET_READS`] times; if it never holds still, the keys
+    /// of every read together (a stale key fails the caller's check; a missing one would make a task look like a
+    /// root, its awaiter missed).
     fn set_items(&mut self, set: u64, max: u64) -> Option<Vec<u64>> {
         let mut head = self.objs.bytes(set, (SET_TABLE + 8) as usize)?;
+        let mut seen: Vec<u64> = Vec::new();
+        let mut known: std::collections::HashSet<u64> = std::collections::HashSet::new();
         for _ in 0..SET_READS {
             let (used, mask, table) = (u64_in(&head, SET_USED)?, u64_in(&head, SET_MASK)?, u64_in(&head, SET_TABLE)?);
             let slots = mask.checked_add(1)?;
@@ -850,14 +853,23 @@ impl<M: ReadMem> Cx<'_, '_, M> {
                 return None;
             }
             let bytes = self.objs.bytes(table, usize::try_from(slots * SET_ENTRY).ok()?)?;
+            let keys = Self::set_keys(&bytes, max);
             let after = self.objs.bytes(set, (SET_TABLE + 8) as usize)?;
             // (Not the header: its reference count changes all the time.)
+            if after.get(SET_FILL..) == head.get(SET_FILL..) && seen.is_empty() {
+                return Some(keys);
+            }
+            for k in keys {
+                if (seen.len() as u64) < max && known.insert(k) {
+                    seen.push(k);
+                }
+            }
             if after.get(SET_FILL..) == head.get(SET_FILL..) {
-                return Some(Self::set_keys(&bytes, max));
+                break;
             }
             head = after;
         }
-        None
+        Some(seen)
     }
 
     /// The non-empty keys of a set's table (at most `max`).

@@ -29,6 +29,13 @@ debian_root() {
     *) echo "$prog: the root for $what must be an absolute path other than / (it is \"$root\")" >&2; exit 1 ;;
   esac
   "$check" "$root" && return 0
+  # One maker at a time (scripts/setup and scripts/dist may run at once on a fresh machine); the lock is held until
+  # the caller exits. Made again meanwhile by the other: done.
+  "${sudo_cmd[@]}" mkdir -p "$(dirname "$root")"
+  "${sudo_cmd[@]}" touch "$root.lock"
+  exec {lock_fd}<"$root.lock"
+  flock "$lock_fd"
+  "$check" "$root" && return 0
   if ! command -v debootstrap >/dev/null; then
     echo "$prog: installing debootstrap"
     "${sudo_cmd[@]}" apt-get update -qq

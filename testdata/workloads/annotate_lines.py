@@ -8,7 +8,12 @@ Usage: annotate_lines.py SECONDS
 the time is the line's self time; the interpreter's own work per line is microseconds against milliseconds). The
 thread times each line itself with its CPU clock, and prints `ready` when it starts and at the end
 `lines A_SECONDS B_SECONDS`: the split the samples of those two lines must show.
+
+Between two rounds a third line checksums a piece of random length (32-512 KiB, made beforehand; untimed): a loop of fixed
+length sampled at a fixed rate beats with it, and the samples then see some phases of the loop more than others
+(once 4.9 standard errors off beside a load); the jitter spreads them over every phase.
 """
+import random
 import sys
 import time
 import zlib
@@ -29,6 +34,9 @@ def checksums(seconds, big, small):
     a = b = 0.0
     start = thread_cpu()
     crc = 0
+    draw = random.Random(1)
+    # Pieces made once: a slice in the loop would copy (and, past 128 KiB, map and fault in) memory every round.
+    pieces = [small[: (k + 1) << 15] for k in range(16)]
     while thread_cpu() - start < seconds:
         t0 = thread_cpu()
         crc = zlib.crc32(big, crc)  # line A
@@ -37,6 +45,7 @@ def checksums(seconds, big, small):
         t2 = thread_cpu()
         a += t1 - t0
         b += t2 - t1
+        crc = zlib.crc32(pieces[draw.randrange(16)], crc)  # jitter
     return a, b
 
 
