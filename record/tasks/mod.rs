@@ -98,8 +98,9 @@ struct Proc {
     listed: Option<Instant>,
     /// CLOCK_MONOTONIC ns when the last list began.
     listed_ns: u64,
-    /// Tasks the last list found that the one before did not.
-    fresh: HashSet<u64>,
+    /// Tasks awaited by none in a list begun after a sample of them running: roots indeed (see `running_task`'s
+    /// caller). Kept while listed.
+    settled: HashSet<u64>,
     /// When each task was last seen to be the one listed (CLOCK_MONOTONIC ns; see [`asyncio::TaskReader::same`]).
     validated: HashMap<u64, u64>,
     /// Stitched prefixes (ending with the task's own boundary), by task.
@@ -200,7 +201,7 @@ impl Tasks {
                 by_coro: HashMap::new(),
                 listed: None,
                 listed_ns: 0,
-                fresh: HashSet::new(),
+                settled: HashSet::new(),
                 validated: HashMap::new(),
                 prefixes: HashMap::new(),
                 loops: HashMap::new(),
@@ -338,15 +339,14 @@ impl Tasks {
             }
             other => other,
         };
-        // A task new in a list taken before this sample, awaited by none: the list may have caught its creator
-        // between creating it and awaiting it (the process runs while it is read). It runs now, so its creator
-        // has since yielded: a list from now on shows who awaits it.
+        // A task awaited by none in a list begun before this sample: the list may have caught its creator between
+        // creating it and awaiting it (the process runs while it is read; on a busy machine that step can take
+        // milliseconds, and the list taken again at once caught it too: an orders task showed as a root for 10 ms).
+        // It runs now, so its creator has since yielded: a list begun from now on shows who awaits it. Once per
+        // task: one awaited by none in such a list is a root indeed.
+        let unawaited = |pr: &Proc, task: u64| pr.tasks.get(&task).is_some_and(|t| t.awaited_by.is_empty());
         let found = match found {
-            Some((_, task))
-                if pr.fresh.contains(&task)
-                    && pr.listed_ns < s.time_ns
-                    && pr.tasks.get(&task).is_some_and(|t| t.awaited_by.is_empty()) =>
-            {
+            Some((_, task)) if !pr.settled.contains(&task) && unawaited(pr, task) && pr.listed_ns < s.time_ns => {
                 if let Err(why) = pr.list(&mut self.counters) {
                     self.warnings.extend(why.map(|w| (s.pid, w)));
                 }
@@ -355,6 +355,11 @@ impl Tasks {
             }
             other => other,
         };
+        if let Some((_, task)) = found {
+            if pr.listed_ns > s.time_ns && unawaited(pr, task) {
+                pr.settled.insert(task);
+            }
+        }
         let Some((index, task)) = found else {
             if !roots.is_empty() && !pr.tasks.is_empty() {
                 self.counters.unknown += 1;
@@ -663,8 +668,6 @@ impl Proc {
         counters.lists += 1;
         match self.reader.tasks() {
             Ok(list) => {
-                let before = &self.tasks;
-                self.fresh = list.iter().map(|t| t.addr).filter(|t| !before.contains_key(t)).collect();
                 self.by_coro = list.iter().map(|t| (t.coro, t.addr)).collect();
                 // (Bounded: a program has few kinds of task; one making new code objects for ever starts over.)
                 if self.task_codes.len() > NOT_TASKS_MAX {
@@ -676,6 +679,7 @@ impl Proc {
                 self.tasks = list.into_iter().map(|t| (t.addr, t)).collect();
                 let tasks = &self.tasks;
                 self.prefixes.retain(|t, _| tasks.contains_key(t));
+                self.settled.retain(|t| tasks.contains_key(t));
                 self.checks.clear();
                 Ok(())
             }
