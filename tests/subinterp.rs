@@ -48,6 +48,15 @@ struct S {
     markers: usize,
 }
 
+/// Trailer counter `key` of a recording of `name`'s (its absence fails).
+fn counter(name: &str, tables: &pyperf_format::Tables, key: &str) -> u64 {
+    tables
+        .stats
+        .as_ref()
+        .and_then(|st| st.counters.iter().find(|(k, _)| k == key).map(|(_, v)| *v))
+        .unwrap_or_else(|| panic!("{name}: no {key} counter"))
+}
+
 fn subinterpreters(name: &str, exec_frame: &str) {
     let _serial = serial();
     let python = interpreter(name);
@@ -129,13 +138,7 @@ fn subinterpreters(name: &str, exec_frame: &str) {
     assert!((sampled - timed).abs() <= tolerance, "{name}: interpreter {} share {sampled:.3}, timed {timed:.3}", t.sub);
 
     // The counters: every stitched sample was a nested one; none ambiguous or left unstitched here.
-    let counter = |key: &str| {
-        tables
-            .stats
-            .as_ref()
-            .and_then(|st| st.counters.iter().find(|(k, _)| k == key).map(|(_, v)| *v))
-            .unwrap_or_else(|| panic!("{name}: no {key} counter"))
-    };
+    let counter = |key: &str| counter(name, &tables, key);
     let (nested, unstitched) = (counter("bpf_interp_nested"), counter("bpf_interp_unstitched"));
     eprintln!("{name}: nested {nested}, unstitched {unstitched}, ambiguous {}", counter("bpf_interp_ambiguous"));
     assert!(nested as usize >= exact, "{name}: {nested} nested records, {exact} stitched samples");
@@ -351,11 +354,7 @@ fn subinterpreters_never_guessed(name: &str) {
     assert!(wrong_runner.is_empty(), "{name}: the main thread's func_a shown on the runner: {wrong_runner:?}");
     let unknown = main.iter().filter(|s| s.2.is_empty() && s.1 == StackStatus::Error).count();
     let in_a = main.iter().filter(|s| s.2.last().is_some_and(|n| n == "func_a")).count();
-    let ambiguous = tables
-        .stats
-        .as_ref()
-        .and_then(|st| st.counters.iter().find(|(k, _)| k == "bpf_interp_ambiguous").map(|(_, v)| *v))
-        .unwrap_or_else(|| panic!("{name}: no bpf_interp_ambiguous counter"));
+    let ambiguous = counter(name, &tables, "bpf_interp_ambiguous");
     eprintln!("{name}: main thread: {in_a} samples in func_a, {unknown} unknown; {ambiguous} ambiguous records");
     assert!(in_a + unknown >= main.len() * 9 / 10, "{name}: main thread samples neither func_a nor marked");
     assert!(ambiguous as usize >= unknown, "{name}: {unknown} unknown samples, {ambiguous} counted");

@@ -32,14 +32,11 @@ use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfil
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::profiles::v1development as otlp;
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use pyperf_format::{FrameKind, Symbol};
+use pyperf_format::Symbol;
 
-use crate::names::{self, escape_text};
-use crate::pprof::{each_sample, Locate};
+use crate::names::escape_text;
+use crate::pprof::{each_sample, Locate, Site};
 use crate::profile::{Mode, Profile};
-
-/// The file name of kernel frames' mapping and functions (as pprof's).
-const KERNEL: &str = "[kernel.kallsyms]";
 
 /// What the OTLP export shows.
 #[derive(Debug, Clone, Default)]
@@ -181,27 +178,18 @@ impl Dictionary {
 
 impl Locate for Dictionary {
     fn frame(&mut self, symbol: &Symbol) -> u64 {
-        let name = escape_text(&names::function_name(symbol));
-        let at = match symbol.kind() {
-            FrameKind::Python => {
-                let file = escape_text(&names::file_name(symbol));
+        let at = match Site::of(symbol, self.lines) {
+            Site::Python { name, file, line } => {
                 let f = self.function(&name, &file);
-                self.location_of(f, if self.lines { i64::from(symbol.line) } else { 0 }, self.main, Some("cpython"))
+                self.location_of(f, line, self.main, Some("cpython"))
             }
-            FrameKind::Native | FrameKind::Glue => {
-                let file = escape_text(&symbol.file);
-                let f = self.function(&name, &file);
-                let m = self.mapping(&file, "");
-                self.location_of(f, 0, m, Some("native"))
+            Site::Native { name, library } => {
+                let f = self.function(&name, &library);
+                let m = self.mapping(&library, "");
+                let kind = if Site::is_kernel(&library) { "kernel" } else { "native" };
+                self.location_of(f, 0, m, Some(kind))
             }
-            FrameKind::Kernel => {
-                let f = self.function(&name, KERNEL);
-                let m = self.mapping(KERNEL, "");
-                self.location_of(f, 0, m, Some("kernel"))
-            }
-            FrameKind::Marker | FrameKind::Task | FrameKind::Interpreter => {
-                return self.pseudo(&names::marker_name(symbol));
-            }
+            Site::Pseudo(name) => return self.pseudo(&name),
         };
         at as u64
     }

@@ -164,6 +164,40 @@ pub enum Label<'a> {
 /// The file name of kernel frames' mapping and functions.
 const KERNEL: &str = "[kernel.kallsyms]";
 
+/// Where a frame is, as the pprof and OTLP exports name it: a Python function with its source file and line (the
+/// interpreter's mapping), a native or kernel function with its library (`[kernel.kallsyms]` for the kernel's), or
+/// one of pyperf's pseudo-frames. Names escaped.
+pub(crate) enum Site {
+    /// A Python frame; `line` 0 without lines.
+    Python { name: String, file: String, line: i64 },
+    /// A native (glue included) or kernel frame, and the library it is in.
+    Native { name: String, library: String },
+    /// `[task ...]`, `[interpreter N]`, `[native: truncated]`.
+    Pseudo(String),
+}
+
+impl Site {
+    /// The site of `symbol`, with its line when `lines`.
+    pub(crate) fn of(symbol: &Symbol, lines: bool) -> Site {
+        let name = escape_text(&names::function_name(symbol));
+        match symbol.kind() {
+            FrameKind::Python => Site::Python {
+                name,
+                file: escape_text(&names::file_name(symbol)),
+                line: if lines { i64::from(symbol.line) } else { 0 },
+            },
+            FrameKind::Native | FrameKind::Glue => Site::Native { name, library: escape_text(&symbol.file) },
+            FrameKind::Kernel => Site::Native { name, library: KERNEL.to_string() },
+            FrameKind::Marker | FrameKind::Task | FrameKind::Interpreter => Site::Pseudo(names::marker_name(symbol)),
+        }
+    }
+
+    /// Whether a native site is the kernel's.
+    pub(crate) fn is_kernel(library: &str) -> bool {
+        library == KERNEL
+    }
+}
+
 /// One profile being built: strings, functions, locations and mappings interned.
 #[derive(Debug, Default)]
 pub struct Builder {
@@ -272,27 +306,17 @@ impl Builder {
 
     /// The location of a frame: its function (named as [`names`] names it) and, with `lines`, its line.
     pub fn location(&mut self, symbol: &Symbol, lines: bool) -> u64 {
-        let name = escape_text(&names::function_name(symbol));
-        match symbol.kind() {
-            FrameKind::Python => {
-                let file = escape_text(&names::file_name(symbol));
+        match Site::of(symbol, lines) {
+            Site::Python { name, file, line } => {
                 let f = self.function(&name, &file);
-                self.location_of(f, if lines { i64::from(symbol.line) } else { 0 }, self.main)
+                self.location_of(f, line, self.main)
             }
-            FrameKind::Native | FrameKind::Glue => {
-                let file = escape_text(&symbol.file);
-                let f = self.function(&name, &file);
-                let m = self.mapping(&file, "");
+            Site::Native { name, library } => {
+                let f = self.function(&name, &library);
+                let m = self.mapping(&library, "");
                 self.location_of(f, 0, m)
             }
-            FrameKind::Kernel => {
-                let f = self.function(&name, KERNEL);
-                let m = self.mapping(KERNEL, "");
-                self.location_of(f, 0, m)
-            }
-            FrameKind::Marker | FrameKind::Task | FrameKind::Interpreter => {
-                self.pseudo_location(&names::marker_name(symbol))
-            }
+            Site::Pseudo(name) => self.pseudo_location(&name),
         }
     }
 
