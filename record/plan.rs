@@ -15,7 +15,9 @@ use pyperf_format::Header;
 use crate::sampler::{Rate, SampleEvent, Sampler, SamplerOptions};
 use crate::session::Session;
 use crate::sink::fanout::FanOut;
-use crate::sink::push::{check_app, parse_labels, redacted_command_line, Endpoint, PushOptions, PushSink};
+use crate::sink::push::{
+    check_app, parse_labels, redacted, redacted_command_line, Endpoint, Protocol, PushOptions, PushSink,
+};
 use crate::sink::Sink;
 use crate::targets::Targets;
 
@@ -186,6 +188,46 @@ pub struct PushArgs {
     /// most 15, none of the reserved ones (__..., service_name, pyroscope_spy, pid, tid, thread, gil, process).
     #[arg(long = "label", value_name = "KEY=VALUE", requires = "push")]
     pub label: Vec<String>,
+    /// With --push: how windows are sent: ingest (Pyroscope's /ingest), connect (Pyroscope's Connect API
+    /// /push.v1.PusherService/Push, as Grafana Alloy pushes), otlp (OTLP/HTTP profiles, /v1development/profiles:
+    /// an OpenTelemetry Collector, Pyroscope) or parca (Parca's WriteRaw, as gRPC-Web). A URL given as
+    /// PROTOCOL+http://... says it too.
+    #[arg(long = "push-protocol", value_name = "PROTOCOL", requires = "push")]
+    pub push_protocol: Option<String>,
+    /// With --push: the tenant (sent as the X-Scope-OrgID header, as Pyroscope and the Collector take it).
+    #[arg(long = "push-tenant", value_name = "ID", requires = "push")]
+    pub push_tenant: Option<String>,
+}
+
+/// The protocol of `--push URL` (`PROTOCOL+http://...`) and `--push-protocol`, and the URL without it: they must
+/// agree; neither says `ingest`.
+fn push_protocol<'a>(url: &'a str, flag: Option<&str>) -> Result<(Protocol, &'a str)> {
+    let names = || Protocol::ALL.map(Protocol::name).join(", ");
+    let from_flag = match flag {
+        Some(f) => {
+            Some(Protocol::named(f).ok_or_else(|| anyhow::anyhow!("--push-protocol {f:?}: give one of {}", names()))?)
+        }
+        None => None,
+    };
+    let (from_url, rest) = match url.split_once("+http://") {
+        Some((scheme, _)) if !scheme.contains('/') => {
+            let p = Protocol::named(scheme).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--push {:?}: {scheme}+http:// names no protocol; give one of {}",
+                    redacted(url),
+                    names()
+                )
+            })?;
+            (Some(p), &url[scheme.len() + 1..])
+        }
+        _ => (None, url),
+    };
+    match (from_url, from_flag) {
+        (Some(u), Some(f)) if u != f => {
+            bail!("--push says {u} and --push-protocol says {f}: give the protocol one way")
+        }
+        (u, f) => Ok((u.or(f).unwrap_or_default(), rest)),
+    }
 }
 
 /// `--off-cpu-min`: a number with a unit (ns, us, ms, s), or 0, as nanoseconds.
@@ -235,6 +277,9 @@ impl Default for SamplerOptions {
 /// `--push` checked: where, as what, every how long. (No `Debug`: it holds the credentials.)
 struct Push {
     endpoint: Endpoint,
+    protocol: Protocol,
+    tenant: Option<String>,
+    app_given: bool,
     app: String,
     labels: Vec<(String, String)>,
     every: Duration,
@@ -318,6 +363,7 @@ impl Plan {
     /// `--push`, `--app`, `--label`, `--push-every`, checked.
     fn push(target: &TargetArgs, args: &PushArgs) -> Result<Option<Push>> {
         let Some(url) = &args.push else { return Ok(None) };
+        let (protocol, url) = push_protocol(url, args.push_protocol.as_deref())?;
         let endpoint =
             Endpoint::parse(url)?.with_credentials(args.push_auth_file.as_deref(), |k| std::env::var(k).ok())?;
         if !(1..=3600).contains(&args.push_every) {
@@ -334,7 +380,20 @@ impl Plan {
         };
         check_app(&app)?;
         let labels = parse_labels(&args.label)?;
-        Ok(Some(Push { endpoint, app, labels, every: Duration::from_secs(args.push_every) }))
+        if protocol == Protocol::Parca {
+            // Parca takes Prometheus's label names: no dots.
+            if let Some((k, _)) = labels.iter().find(|(k, _)| k.contains('.')) {
+                bail!("--label {k}=...: Parca's label names are letters, digits and _ (no dots); rename it");
+            }
+        }
+        let tenant = match &args.push_tenant {
+            Some(t) if t.is_empty() || t.len() > 150 || !t.bytes().all(|b| b.is_ascii_graphic()) => {
+                bail!("--push-tenant {t:?}: give a tenant id of 1-150 visible ASCII characters")
+            }
+            t => t.clone(),
+        };
+        let every = Duration::from_secs(args.push_every);
+        Ok(Some(Push { endpoint, protocol, tenant, app_given: args.app.is_some(), app, labels, every }))
     }
 
     /// The sampler, loaded and attached.
@@ -388,6 +447,10 @@ impl Plan {
                 off_cpu: self.off_cpu(),
                 start_unix_ns: header.start_time_unix_ns,
                 arch: header.arch.clone(),
+                hostname: header.hostname.clone(),
+                protocol: push.protocol,
+                tenant: push.tenant.clone(),
+                app_given: push.app_given,
             };
             fan = fan.with(Box::new(PushSink::new(options).context("cannot start pushing")?));
         }

@@ -28,7 +28,9 @@
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
+use opentelemetry_proto::tonic::collector::profiles::v1development::{
+    ExportProfilesServiceRequest, ExportProfilesServiceResponse,
+};
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::profiles::v1development as otlp;
 use opentelemetry_proto::tonic::resource::v1::Resource;
@@ -277,6 +279,232 @@ fn service_name(command: &[String]) -> String {
     exe
 }
 
+/// A profile type of a [`Builder`]: its sample type (`(type, unit)`, also its period type) and period.
+#[derive(Debug, Clone, Copy)]
+pub struct ProfileType<'a> {
+    /// `(type, unit)`, e.g. `("cpu", "nanoseconds")`.
+    pub sample: (&'a str, &'a str),
+    /// The sampling period in the sample type's unit (the minimum interval kept for `off_cpu`).
+    pub period: i64,
+}
+
+/// What the resource of a process says of it (see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub struct ProcessInfo<'a> {
+    /// Process id.
+    pub pid: u32,
+    /// Its command line.
+    pub command: &'a [String],
+    /// The interpreter's path.
+    pub interpreter_path: &'a str,
+    /// `3.12.1`.
+    pub python_version: &'a str,
+    /// Its cgroup path (`container.id`, `k8s.pod.uid`).
+    pub cgroup: &'a str,
+}
+
+/// A sample's attributes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SampleAttributes<'a> {
+    /// (`thread.id`, `thread.name`).
+    pub thread: Option<(u32, &'a str)>,
+    /// `pyperf.gil`, as `--gil` spells the state.
+    pub gil: Option<&'a str>,
+}
+
+/// An `ExportProfilesServiceRequest` being built: one dictionary for all of it, one resource per process, one
+/// profile per profile type that has samples. The `--otlp` export and `record --push` in OTLP build theirs here.
+pub struct Builder {
+    d: Dictionary,
+    types: Vec<(otlp::ValueType, i64)>,
+    host: Vec<KeyValue>,
+    scope_version: String,
+    time_unix_nano: u64,
+    duration_nano: u64,
+    /// Per resource: its attributes and its samples per profile type.
+    resources: Vec<(Vec<KeyValue>, Vec<Vec<otlp::Sample>>)>,
+}
+
+impl Builder {
+    /// A request with these profile types; with `lines`, one location per (function, line).
+    pub fn new(types: &[ProfileType<'_>], lines: bool) -> Builder {
+        let mut d = Dictionary::new(lines);
+        let types = types
+            .iter()
+            .map(|t| {
+                let v = otlp::ValueType { type_strindex: d.string(t.sample.0), unit_strindex: d.string(t.sample.1) };
+                (v, t.period)
+            })
+            .collect();
+        Builder {
+            d,
+            types,
+            host: Vec::new(),
+            scope_version: env!("CARGO_PKG_VERSION").to_string(),
+            time_unix_nano: 0,
+            duration_nano: 0,
+            resources: Vec::new(),
+        }
+    }
+
+    /// The profiles' wall-clock start (ns since the Unix epoch) and length.
+    pub fn set_time(&mut self, time_unix_nano: u64, duration_nano: u64) {
+        self.time_unix_nano = time_unix_nano;
+        self.duration_nano = duration_nano;
+    }
+
+    /// The host every resource names: its name and `uname -m`.
+    pub fn set_host(&mut self, hostname: &str, machine: &str) {
+        self.host = vec![
+            key_value("host.name", Value::Str(&escape_text(hostname))),
+            key_value("host.arch", Value::Str(host_arch(machine))),
+        ];
+    }
+
+    /// The version the instrumentation scope `pyperf` says (the recorder's, for an export of a recording).
+    pub fn set_scope_version(&mut self, version: &str) {
+        self.scope_version = version.trim_start_matches("pyperf ").to_string();
+    }
+
+    /// The interpreter: the mapping of Python frames and pseudo-frames. Call before any other mapping is made.
+    pub fn set_main(&mut self, path: &str, build_id: &str) {
+        self.d.main = self.d.mapping(&escape_text(path), build_id);
+    }
+
+    /// A native library (path as mapped, GNU build id in hex or empty).
+    pub fn add_library(&mut self, path: &str, build_id: &str) {
+        self.d.mapping(&escape_text(path), build_id);
+    }
+
+    /// The location of a frame.
+    pub fn location(&mut self, symbol: &Symbol) -> u64 {
+        self.d.frame(symbol)
+    }
+
+    /// The location of one of pyperf's pseudo-frames (`[idle]`, `[off-CPU: read]`).
+    pub fn pseudo_location(&mut self, name: &str) -> u64 {
+        self.d.pseudo(name)
+    }
+
+    /// A resource for a process (None: samples not kept per process, the host's attributes only); `service` names
+    /// the service instead of the process's command, `extra` are more attributes (`record --push --label`).
+    /// Returns its index for [`Builder::add_sample`].
+    pub fn add_resource(
+        &mut self,
+        process: Option<&ProcessInfo<'_>>,
+        service: Option<&str>,
+        extra: &[(String, String)],
+    ) -> usize {
+        let mut attributes: Vec<KeyValue> = self.host.clone();
+        let mut service_name_of = String::from("python");
+        if let Some(p) = process {
+            attributes.push(key_value("process.pid", Value::Int(i64::from(p.pid))));
+            if !p.interpreter_path.is_empty() || !p.command.is_empty() {
+                let command: Vec<String> = p.command.iter().map(|a| escape_text(a)).collect();
+                service_name_of = service_name(&command);
+                attributes.push(key_value("process.executable.path", Value::Str(&escape_text(p.interpreter_path))));
+                attributes.push(key_value("process.command_line", Value::Str(&command.join(" "))));
+                attributes.push(key_value("process.runtime.name", Value::Str("cpython")));
+                attributes.push(key_value("process.runtime.version", Value::Str(p.python_version)));
+                let (container, pod) = container_of(p.cgroup);
+                if let Some(id) = container {
+                    attributes.push(key_value("container.id", Value::Str(&id)));
+                }
+                if let Some(uid) = pod {
+                    attributes.push(key_value("k8s.pod.uid", Value::Str(&uid)));
+                }
+            }
+        }
+        attributes.insert(0, key_value("service.name", Value::Str(service.unwrap_or(&service_name_of))));
+        for (k, v) in extra {
+            attributes.push(key_value(k, Value::Str(v)));
+        }
+        self.resources.push((attributes, vec![Vec::new(); self.types.len()]));
+        self.resources.len() - 1
+    }
+
+    /// A sample of profile type `kind` (index into the types given to [`Builder::new`]) in `resource`: its stack
+    /// (locations, leaf first), its value, its attributes.
+    pub fn add_sample(
+        &mut self,
+        resource: usize,
+        kind: usize,
+        locations_leaf_first: &[u64],
+        value: i64,
+        attributes: &SampleAttributes<'_>,
+    ) {
+        let stack_index = self.d.stack(locations_leaf_first);
+        let mut attribute_indices = Vec::with_capacity(3);
+        if let Some((tid, name)) = attributes.thread {
+            attribute_indices.push(self.d.attribute("thread.id", Value::Int(i64::from(tid))));
+            attribute_indices.push(self.d.attribute("thread.name", Value::Str(&escape_text(name))));
+        }
+        if let Some(g) = attributes.gil {
+            attribute_indices.push(self.d.attribute("pyperf.gil", Value::Str(g)));
+        }
+        let sample = otlp::Sample {
+            stack_index,
+            attribute_indices,
+            link_index: 0,
+            values: vec![value],
+            timestamps_unix_nano: vec![],
+        };
+        if let Some(per_kind) = self.resources.get_mut(resource).and_then(|(_, s)| s.get_mut(kind)) {
+            per_kind.push(sample);
+        }
+    }
+
+    /// The request: resources without samples left out.
+    pub fn finish(self) -> ExportProfilesServiceRequest {
+        let scope =
+            InstrumentationScope { name: "pyperf".into(), version: self.scope_version.clone(), ..Default::default() };
+        let mut resource_profiles = Vec::new();
+        for (attributes, per_kind) in self.resources {
+            let profiles: Vec<otlp::Profile> = per_kind
+                .into_iter()
+                .zip(&self.types)
+                .filter(|(samples, _)| !samples.is_empty())
+                .map(|(samples, &(t, period))| otlp::Profile {
+                    sample_type: Some(t),
+                    samples,
+                    time_unix_nano: self.time_unix_nano,
+                    duration_nano: self.duration_nano,
+                    period_type: Some(t),
+                    period,
+                    ..Default::default()
+                })
+                .collect();
+            if profiles.is_empty() {
+                continue;
+            }
+            resource_profiles.push(otlp::ResourceProfiles {
+                resource: Some(Resource { attributes, ..Default::default() }),
+                scope_profiles: vec![otlp::ScopeProfiles {
+                    scope: Some(scope.clone()),
+                    profiles,
+                    schema_url: String::new(),
+                }],
+                schema_url: String::new(),
+            });
+        }
+        ExportProfilesServiceRequest { resource_profiles, dictionary: Some(self.d.d) }
+    }
+}
+
+/// An `ExportProfilesServiceResponse`'s partial success: (profiles rejected, the server's message). An empty or
+/// undecodable answer is a full success (the specification lets a server answer 200 with nothing).
+pub fn decode_response(body: &[u8]) -> (u64, String) {
+    match <ExportProfilesServiceResponse as prost::Message>::decode(body) {
+        Ok(r) => r.partial_success.map_or((0, String::new()), |p| (p.rejected_profiles.max(0) as u64, p.error_message)),
+        Err(_) => (0, String::new()),
+    }
+}
+
+/// `request` encoded (protobuf).
+pub fn encode(request: &ExportProfilesServiceRequest) -> Vec<u8> {
+    prost::Message::encode_to_vec(request)
+}
+
 /// Writes `profile` as an OTLP `ExportProfilesServiceRequest` (see the module docs); refused like the pprof export
 /// when its stacks would hold more than [`crate::pprof::MAX_FRAMES`] frames.
 pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::Result<()> {
@@ -295,15 +523,6 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, mut out: W) -> io::
 
 /// The request `write` encodes.
 pub fn request(profile: &Profile, options: &Options) -> ExportProfilesServiceRequest {
-    let mut d = Dictionary::new(options.lines);
-    let main = profile.tables.processes.iter().find(|p| !p.interpreter_path.is_empty());
-    d.main = d.mapping(
-        &escape_text(main.map_or("python", |p| p.interpreter_path.as_str())),
-        main.map_or("", |p| p.build_id.as_str()),
-    );
-    for (path, build_id) in profile.tables.libraries() {
-        d.mapping(&escape_text(path), build_id);
-    }
     let period = profile.sampling_period_ns();
     // A stack count is samples in cpu mode (times the period: ns, when the event is a clock), else ns.
     let (kind, per_count) = match (profile.mode, period) {
@@ -317,87 +536,48 @@ pub fn request(profile: &Profile, options: &Options) -> ExportProfilesServiceReq
         Mode::OffCpu => profile.off_cpu_min_ns().unwrap_or(0) as i64,
         _ => period.unwrap_or(1) as i64,
     };
-    // Samples per process instance (index into profile.processes; usize::MAX: not kept per thread).
-    let mut per_process: std::collections::BTreeMap<usize, Vec<otlp::Sample>> = Default::default();
-    let _ = each_sample(profile, &mut d, |d, c| {
-        let stack_index = d.stack(c.locations);
-        let mut attribute_indices = Vec::with_capacity(3);
-        let mut process = usize::MAX;
-        if let Some((_, t)) = c.thread {
-            process = t.process as usize;
-            attribute_indices.push(d.attribute("thread.id", Value::Int(i64::from(t.tid))));
-            let name = escape_text(t.python_name.as_deref().unwrap_or(&t.comm));
-            attribute_indices.push(d.attribute("thread.name", Value::Str(&name)));
-        }
-        if let Some(g) = c.gil {
-            attribute_indices.push(d.attribute("pyperf.gil", Value::Str(&g.key())));
-        }
-        per_process.entry(process).or_default().push(otlp::Sample {
-            stack_index,
-            attribute_indices,
-            link_index: 0,
-            values: vec![value_of(c.count)],
-            timestamps_unix_nano: Vec::new(),
-        });
+    let mut b = Builder::new(&[ProfileType { sample: kind, period: period_value }], options.lines);
+    let header = &profile.header;
+    b.set_time(header.start_time_unix_ns, profile.duration_ns());
+    b.set_host(&header.hostname, &header.arch);
+    b.set_scope_version(&header.pyperf_version);
+    let main = profile.tables.processes.iter().find(|p| !p.interpreter_path.is_empty());
+    b.set_main(main.map_or("python", |p| p.interpreter_path.as_str()), main.map_or("", |p| p.build_id.as_str()));
+    for (path, build_id) in profile.tables.libraries() {
+        b.add_library(path, build_id);
+    }
+    // A resource per process instance (index into profile.processes), in the order of their first sample; one for
+    // stacks not kept per thread.
+    let mut resources: HashMap<usize, usize> = HashMap::new();
+    let mut samples = Vec::new();
+    let _ = each_sample(profile, &mut b.d, |_, c| {
+        let process = c.thread.map_or(usize::MAX, |(_, t)| t.process as usize);
+        let name = c.thread.map(|(_, t)| (t.tid, t.python_name.as_deref().unwrap_or(&t.comm).to_string()));
+        samples.push((process, c.locations.to_vec(), value_of(c.count), name, c.gil.map(|g| g.key())));
         Ok(())
     });
-    let sample_type = Some(otlp::ValueType { type_strindex: d.string(kind.0), unit_strindex: d.string(kind.1) });
-    let header = &profile.header;
-    let host = [
-        key_value("host.name", Value::Str(&escape_text(&header.hostname))),
-        key_value("host.arch", Value::Str(host_arch(&header.arch))),
-    ];
-    let scope = InstrumentationScope {
-        name: "pyperf".into(),
-        version: header.pyperf_version.trim_start_matches("pyperf ").to_string(),
-        ..Default::default()
-    };
-    let mut resource_profiles = Vec::new();
-    for (process, samples) in per_process {
-        let mut attributes: Vec<KeyValue> = host.to_vec();
+    // Resources in process order, so that the output does not depend on the order of the stacks.
+    let mut processes: Vec<usize> = samples.iter().map(|s| s.0).collect();
+    processes.sort_unstable();
+    processes.dedup();
+    for process in processes {
         let instance = profile.processes.get(process);
         let record = instance.and_then(|p| p.record).and_then(|r| profile.tables.processes.get(r as usize));
-        if let Some(p) = instance {
-            attributes.push(key_value("process.pid", Value::Int(i64::from(p.pid))));
-        }
-        match record {
-            Some(r) => {
-                let command: Vec<String> = r.command.iter().map(|a| escape_text(a)).collect();
-                attributes.insert(0, key_value("service.name", Value::Str(&service_name(&command))));
-                attributes.push(key_value("process.executable.path", Value::Str(&escape_text(&r.interpreter_path))));
-                attributes.push(key_value("process.command_line", Value::Str(&command.join(" "))));
-                attributes.push(key_value("process.runtime.name", Value::Str("cpython")));
-                attributes.push(key_value("process.runtime.version", Value::Str(&r.python_version)));
-                let (container, pod) = container_of(&r.cgroup);
-                if let Some(id) = container {
-                    attributes.push(key_value("container.id", Value::Str(&id)));
-                }
-                if let Some(uid) = pod {
-                    attributes.push(key_value("k8s.pod.uid", Value::Str(&uid)));
-                }
-            }
-            None => attributes.insert(0, key_value("service.name", Value::Str("python"))),
-        }
-        let profile_message = otlp::Profile {
-            sample_type,
-            samples,
-            time_unix_nano: header.start_time_unix_ns,
-            duration_nano: profile.duration_ns(),
-            period_type: sample_type,
-            period: period_value,
-            ..Default::default()
-        };
-        resource_profiles.push(otlp::ResourceProfiles {
-            resource: Some(Resource { attributes, ..Default::default() }),
-            scope_profiles: vec![otlp::ScopeProfiles {
-                scope: Some(scope.clone()),
-                profiles: vec![profile_message],
-                schema_url: String::new(),
-            }],
-            schema_url: String::new(),
+        let info = instance.map(|p| ProcessInfo {
+            pid: p.pid,
+            command: record.map_or(&[][..], |r| r.command.as_slice()),
+            interpreter_path: record.map_or("", |r| r.interpreter_path.as_str()),
+            python_version: record.map_or("", |r| r.python_version.as_str()),
+            cgroup: record.map_or("", |r| r.cgroup.as_str()),
         });
+        resources.insert(process, b.add_resource(info.as_ref(), None, &[]));
     }
-    ExportProfilesServiceRequest { resource_profiles, dictionary: Some(d.d) }
+    for (process, locations, value, thread, gil) in samples {
+        let attributes =
+            SampleAttributes { thread: thread.as_ref().map(|(tid, name)| (*tid, name.as_str())), gil: gil.as_deref() };
+        b.add_sample(resources[&process], 0, &locations, value, &attributes);
+    }
+    b.finish()
 }
 
 #[cfg(test)]
