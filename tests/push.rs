@@ -692,3 +692,272 @@ fn top_push_flags_are_checked_as_records() {
         assert!(err.contains(want) && err.trim_end().lines().count() == 1, "{args:?}: {err}");
     }
 }
+
+/// The loopback receiver of the other protocols (tests/support/push_receiver.py: Python's protobuf runtime and
+/// OpenTelemetry's own classes decode what pyperf sends, as the real servers do), in `mode`.
+struct Receiver {
+    child: Child,
+    port: u16,
+    lines: Arc<Mutex<Vec<serde_json::Value>>>,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Receiver {
+    fn start(mode: &str) -> Receiver {
+        // The virtual environment with opentelemetry-proto and protobuf (scripts/setup makes it).
+        let venv = std::env::var_os("PYPERF_OTEL_VENV")
+            .map_or_else(|| repo().join("target/otel-venv"), std::path::PathBuf::from);
+        let python = venv.join("bin/python");
+        assert!(python.exists(), "{} is missing: run scripts/setup", python.display());
+        let mut child = Command::new(&python)
+            .arg(repo().join("tests/support/push_receiver.py"))
+            .arg(mode)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the receiver");
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut first = String::new();
+        out.read_line(&mut first).expect("the receiver's port");
+        let port = first.trim().strip_prefix("port ").and_then(|p| p.parse().ok()).unwrap_or_else(|| {
+            panic!("the receiver did not start: {first:?}");
+        });
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let theirs = Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+                theirs.lock().unwrap().push(v);
+            }
+        });
+        Receiver { child, port, lines }
+    }
+
+    /// What it received, each request's record; none refused.
+    fn taken(&self) -> Vec<serde_json::Value> {
+        let got = self.lines.lock().unwrap().clone();
+        for g in &got {
+            assert!(g.get("error").is_none(), "the receiver refused a request: {g}");
+        }
+        got
+    }
+}
+
+/// `record` of split.py pushing to `url`.
+fn record_to(url: &str, seconds: &str, extra: &[&str]) -> (std::process::Output, Recording) {
+    let (_dir, out) = scratch("push.pyp");
+    let o = run(pyperf()
+        .args(["record", "-F", "199", "--push", url, "--push-every", "1", "--app", "split", "--label", "env=test"])
+        .args(extra)
+        .arg("-o")
+        .arg(&out)
+        .arg("--")
+        .arg(interpreter("3.11.7"))
+        .arg(workload("split.py"))
+        .arg(seconds));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rec = read(&out);
+    (o, rec)
+}
+
+/// A pushed pprof's summary (push_receiver.py's `pprof`), checked against the recording's settings: the CPU
+/// sample type is the default one and cpu = samples x period. Returns its sample count.
+fn checked_pprof(p: &serde_json::Value) -> i64 {
+    assert_eq!(p["default"], "cpu", "{p}");
+    assert_eq!(p["types"], serde_json::json!([["samples", "count"], ["cpu", "nanoseconds"]]), "{p}");
+    let (samples, cpu) = (p["totals"][0].as_i64().unwrap(), p["totals"][1].as_i64().unwrap());
+    assert_eq!(cpu, samples * (1_000_000_000 / 199), "{p}");
+    samples
+}
+
+/// The function names of a pushed pprof's stacks that hold `name`, with their sample counts.
+fn pprof_samples_in(p: &serde_json::Value, name: &str) -> i64 {
+    let samples = p["samples"].as_array().unwrap();
+    samples
+        .iter()
+        .filter(|s| s["stack"].as_array().unwrap().iter().any(|f| f == name))
+        .map(|s| s["values"][0].as_i64().unwrap())
+        .sum()
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let bytes: Vec<u8> = s.bytes().filter(|&c| c != b'=').collect();
+    let mut out = Vec::new();
+    for chunk in bytes.chunks(4) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &c)| n | (u32::from(val(c)) << (18 - 6 * i)));
+        for i in 0..chunk.len().saturating_sub(1) {
+            out.push((n >> (16 - 8 * i)) as u8);
+        }
+    }
+    out
+}
+
+/// `--push-protocol otlp`: each window an `ExportProfilesServiceRequest` that OpenTelemetry's own classes decode, its
+/// resource the workload's process with the semantic conventions' attributes and `--app`/`--label`, its `cpu`
+/// profile holding every recorded sample (in one window or another), with thread and GIL attributes; the tenant
+/// header on every request.
+#[test]
+fn otlp_windows_hold_the_process_and_its_samples() {
+    let _g = serial();
+    let r = Receiver::start("answer");
+    let url = format!("http://127.0.0.1:{}", r.port);
+    let (o, rec) = record_to(&url, "4", &["--push-protocol", "otlp", "--push-tenant", "team-a"]);
+    let got = r.taken();
+    assert!(got.len() >= 3, "{} requests", got.len());
+    let process = &rec.tables.processes[0];
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname").trim().to_string();
+    let period = 1_000_000_000 / 199;
+    let (mut pushed, mut heavy) = (0i64, 0i64);
+    for g in &got {
+        assert_eq!((g["protocol"].as_str(), g["tenant"].as_str()), (Some("otlp"), Some("team-a")), "{g}");
+        let resources = g["request"]["resources"].as_array().unwrap();
+        assert_eq!(resources.len(), 1, "one process: {g}");
+        let res = &resources[0];
+        let a = &res["attributes"];
+        assert_eq!(a["service.name"], "split", "{a}");
+        assert_eq!(a["env"], "test", "{a}");
+        assert_eq!(a["process.pid"], process.pid, "{a}");
+        assert_eq!(a["process.runtime.name"], "cpython", "{a}");
+        assert_eq!(a["process.runtime.version"], "3.11.7", "{a}");
+        assert_eq!(a["process.executable.path"], process.interpreter_path.as_str(), "{a}");
+        assert_eq!(a["host.name"], hostname.as_str(), "{a}");
+        assert_eq!(res["scope"][0], "pyperf");
+        let profiles = res["profiles"].as_array().unwrap();
+        assert_eq!(profiles.len(), 1, "a CPU recording has one profile per window: {g}");
+        let p = &profiles[0];
+        assert_eq!(p["sample_type"], serde_json::json!(["cpu", "nanoseconds"]));
+        assert_eq!(p["period"], period);
+        for s in p["samples"].as_array().unwrap() {
+            let v = s["value"].as_i64().unwrap();
+            assert_eq!(v % period, 0, "cpu = samples x period: {s}");
+            pushed += v / period;
+            assert!(s["attributes"]["thread.id"].as_i64().is_some() && s["attributes"]["pyperf.gil"].is_string());
+            if s["stack"].as_array().unwrap().iter().any(|f| f.as_str().is_some_and(|f| f.starts_with("heavy ("))) {
+                heavy += v / period;
+            }
+        }
+    }
+    assert_eq!(pushed as usize, rec.samples.len(), "every recorded sample pushed once");
+    assert!(heavy > 100, "heavy in {heavy} pushed samples");
+    assert_eq!(counter(&rec, "push_windows_sent") as usize, got.len());
+    assert_eq!(counter(&rec, "push_profiles_rejected"), 0);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains(&format!("push: {0} of {0} windows sent to http://127.0.0.1:{1}", got.len(), r.port)),
+        "{stderr}"
+    );
+}
+
+/// An OTLP collector that answers 503, closes every connection unanswered, or never answers: the recording is
+/// whole and its windows counted as dropped; one that takes the windows but rejects profiles (a partial success)
+/// has them counted.
+#[test]
+fn otlp_collector_failures_never_touch_the_recording() {
+    let _g = serial();
+    for mode in ["status:503", "close", "hang", "partial"] {
+        let r = Receiver::start(mode);
+        let url = format!("otlp+http://127.0.0.1:{}", r.port);
+        let (o, rec) = record_to(&url, "2", &[]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!rec.samples.is_empty(), "{mode}: {stderr}");
+        assert!(rec.tables.stats.is_some(), "{mode}: the trailer");
+        let windows = counter(&rec, "push_windows");
+        assert!(windows >= 1, "{mode}");
+        let attempts = r.lines.lock().unwrap().len() as u64;
+        assert!(attempts >= 1, "{mode}: no request reached the collector");
+        if mode == "partial" {
+            assert_eq!(counter(&rec, "push_windows_sent"), windows, "{mode}");
+            assert_eq!(counter(&rec, "push_profiles_rejected"), windows, "{mode}");
+            assert!(stderr.contains("rejected") && stderr.contains("one profile too old"), "{mode}: {stderr}");
+        } else {
+            assert_eq!(counter(&rec, "push_windows_sent"), 0, "{mode}");
+            assert_eq!(counter(&rec, "push_windows_dropped"), windows, "{mode}");
+            assert!(counter(&rec, "push_retries") >= 1, "{mode}");
+            assert!(stderr.contains(&format!("0 of {windows} windows sent")), "{mode}: {stderr}");
+        }
+        if mode == "status:503" {
+            assert!(stderr.contains("503"), "{stderr}");
+        }
+    }
+}
+
+/// `--push-protocol connect`: Pyroscope's `push.v1.PushRequest`, its series labelled `__name__`, `service_name` and
+/// the `--label`s, one pprof per window with a fresh id; every recorded sample pushed; `go tool pprof` opens a
+/// window on its CPU time.
+#[test]
+fn connect_pushes_are_pyroscope_push_requests() {
+    let _g = serial();
+    let r = Receiver::start("answer");
+    let url = format!("http://127.0.0.1:{}", r.port);
+    let (_o, rec) = record_to(&url, "4", &["--push-protocol", "connect", "--push-tenant", "team-a"]);
+    let got = r.taken();
+    assert!(got.len() >= 3, "{} requests", got.len());
+    let mut ids = std::collections::HashSet::new();
+    let (mut pushed, mut heavy) = (0, 0);
+    for g in &got {
+        assert_eq!((g["protocol"].as_str(), g["tenant"].as_str()), (Some("connect"), Some("team-a")), "{g}");
+        let series = g["series"].as_array().unwrap();
+        assert_eq!(series.len(), 1);
+        let labels = &series[0]["labels"];
+        assert_eq!(labels, &serde_json::json!({"__name__": "process_cpu", "service_name": "split", "env": "test"}));
+        let samples = series[0]["samples"].as_array().unwrap();
+        assert_eq!(samples.len(), 1);
+        let id = samples[0]["id"].as_str().unwrap();
+        assert!(id.len() == 36 && id.as_bytes()[14] == b'4', "a version 4 UUID: {id}");
+        assert!(ids.insert(id.to_string()), "id {id} twice");
+        pushed += checked_pprof(&samples[0]["profile"]);
+        heavy += pprof_samples_in(&samples[0]["profile"], "heavy");
+    }
+    assert_eq!(pushed as usize, rec.samples.len());
+    assert!(heavy > 100, "heavy in {heavy} pushed samples");
+    let busiest = got
+        .iter()
+        .map(|g| &g["series"][0]["samples"][0]["profile"])
+        .max_by_key(|p| p["totals"][0].as_i64().unwrap())
+        .unwrap();
+    if let Some(top) = go_pprof_top(&base64_decode(busiest["gz"].as_str().unwrap())) {
+        assert!(!top.contains("of 0 total") && top.contains("heavy"), "{top}");
+    }
+}
+
+/// `parca+http://`: Parca's WriteRaw as gRPC-Web, checked as Parca's normalizer checks it (a `__name__`, Prometheus
+/// label names, sequential ids in the pprof); the gRPC status read from the trailer frame.
+#[test]
+fn parca_writeraw_goes_as_grpc_web() {
+    let _g = serial();
+    let r = Receiver::start("answer");
+    let url = format!("parca+http://127.0.0.1:{}", r.port);
+    let (o, rec) = record_to(&url, "3", &[]);
+    let got = r.taken();
+    assert!(got.len() >= 2, "{} requests", got.len());
+    let mut pushed = 0;
+    for g in &got {
+        assert_eq!(g["protocol"], "parca", "{g}");
+        assert_eq!(g["normalized"], true, "{g}");
+        let series = &g["series"][0];
+        assert_eq!(series["labels"]["__name__"], "process_cpu");
+        assert_eq!(series["labels"]["service_name"], "split");
+        pushed += checked_pprof(&series["samples"][0]["profile"]);
+    }
+    assert_eq!(pushed as usize, rec.samples.len());
+    assert_eq!(counter(&rec, "push_windows_sent") as usize, got.len());
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!stderr.contains("failed attempts"), "{stderr}");
+    // Parca's label names have no dots: refused before anything starts.
+    let o = run(pyperf().args(["record", "--push", &url, "--label", "a.b=c", "--", "true"]));
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Parca's label names"), "{o:?}");
+}

@@ -496,7 +496,10 @@ impl PushSink {
         if c.retries > 0 {
             line.push_str(&format!(", {} failed attempts", c.retries));
         }
-        if let (true, Some(e)) = (c.dropped > 0 || c.retries > 0, &c.last_error) {
+        if c.rejected > 0 {
+            line.push_str(&format!(", {} profiles rejected by the server", c.rejected));
+        }
+        if let (true, Some(e)) = (c.dropped > 0 || c.retries > 0 || c.rejected > 0, &c.last_error) {
             line.push_str(&format!(" (last: {e})"));
         }
         (counters, line)

@@ -10,12 +10,10 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import ExportProfilesServiceRequest
 
 
-def main(path):
+def summarize(data):
+    """The JSON-able summary of an encoded request (AssertionError or DecodeError when it is not a valid one)."""
     req = ExportProfilesServiceRequest()
-    try:
-        req.ParseFromString(open(path, "rb").read())
-    except DecodeError as e:
-        sys.exit(f"undecodable: {e}")
+    req.ParseFromString(data)
     d = req.dictionary
     strings = list(d.string_table)
     assert strings and strings[0] == "", "string_table[0] must be empty"
@@ -80,7 +78,16 @@ def main(path):
                     })
                 res["profiles"].append(prof)
         out["resources"].append(res)
+    return out
+
+
+def main(path):
+    try:
+        out = summarize(open(path, "rb").read())
+    except DecodeError as e:
+        sys.exit(f"undecodable: {e}")
     json.dump(out, sys.stdout)
 
 
-main(sys.argv[1])
+if __name__ == "__main__":
+    main(sys.argv[1])
