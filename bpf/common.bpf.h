@@ -53,6 +53,9 @@ struct pyperf_btf_anchor {
 	enum pyperf_user_flags user_flags;
 	enum pyperf_gen_kind gen_kind;
 	enum pyperf_interp_flags interp_flags;
+	enum pyperf_trace_state trace_state;
+	enum pyperf_trace_limits trace_limits;
+	enum pyperf_span_op span_op;
 	struct off_cpu_entry off_cpu_entry;
 	struct off_kstack off_kstack;
 };

@@ -44,6 +44,7 @@
  *  - bench.h: the benchmark-only hooks (empty in a shipped build);
  *  - thread.bpf.h: the sampled thread's PyThreadState, namespace tid, GIL state;
  *  - gc.bpf.h: whether that thread runs the cyclic garbage collector;
+ *  - trace.bpf.h: the OpenTelemetry span active on that thread (its trace and span ids);
  *  - walk.bpf.h: the Python frame walk and its check words;
  *  - kernel.bpf.h: kernel stacks (record --kernel);
  *  - native.bpf.h: user registers and the user stack copy (record --native);
@@ -66,6 +67,7 @@ char LICENSE[] SEC("license") = "GPL";
 #include "bench.h"
 #include "thread.bpf.h"
 #include "gc.bpf.h"
+#include "trace.bpf.h"
 #include "walk.bpf.h"
 #include "kernel.bpf.h"
 #include "native.bpf.h"

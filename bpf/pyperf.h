@@ -335,7 +335,10 @@ struct py_offsets {
 	__s16 tstate_whence;
 	__u8 state_attached;
 	__u8 whence_exec;
-	__u8 _pad_off[6];
+	/* 3.7+: PyThreadState.context (PyContext *), the thread's current contextvars context, inside the tstate
+	 * block: where a process's trace context is read from (struct pyperf_trace_conf). -1 = none. */
+	__s16 tstate_context;
+	__u8 _pad_off[4];
 };
 
 /* Value of the `procs` map (key: tgid), filled by user space. Addresses have
@@ -487,7 +490,15 @@ struct pyperf_event_header {
 	 * the thread's swapped-out thread state there: the frames that called Interpreter.exec, down to its root. */
 	__s64 outer_interp_id;
 	__u32 outer_start;
-	__u32 _pad4;
+	/* The OpenTelemetry span active on the thread (a process with a struct pyperf_trace_conf): enum
+	 * pyperf_trace_state; with TRACE_FOUND its trace id (trace_hi:trace_lo, 128 bits) and span id, as the SDK holds
+	 * them (never 0); with TRACE_DISCOVER or TRACE_SPAN_TYPE the object user space should look at (trace_probe). */
+	__u8 trace_state;
+	__u8 _pad4[3];
+	__u64 trace_hi;
+	__u64 trace_lo;
+	__u64 span_id;
+	__u64 trace_probe;
 };
 
 /* The ring buffer record as built in scratch memory: the frames, then `tail` for the kernel addresses and the user
@@ -580,6 +591,9 @@ struct pyperf_counters {
 	__u64 interp_nested;     /* records of a thread in an interpreter it entered from another */
 	__u64 interp_unstitched; /* of which the calling interpreter's frames could not be read whole: not stitched */
 	__u64 interp_ambiguous;  /* records whose running thread state could not be told (no frames) */
+	/* trace context (struct pyperf_trace_conf) */
+	__u64 trace_found;       /* records with an active span's ids */
+	__u64 trace_unreadable;  /* records whose trace context could not be read (TRACE_UNREADABLE) */
 };
 
 /* Value of the off_cpu map (key: pid_tgid): a followed thread that went off CPU and has not ended the interval
@@ -654,6 +668,75 @@ struct pyperf_thread_found {
 /* Per-CPU scratch (one slot per CPU of the `scratch` array): too big for the
  * 512-byte BPF stack. The counters live in the same value so a sample costs
  * one lookup, not two. */
+/* What a record says of the thread's trace context (pyperf_event_header.trace_state). */
+enum pyperf_trace_state {
+	TRACE_NONE = 0,       /* not looked for (no struct pyperf_trace_conf), or no span is active */
+	TRACE_FOUND = 1,      /* trace_hi, trace_lo, span_id hold the active span's ids */
+	TRACE_UNREADABLE = 2, /* a span may be active but was not read: an unexpected object or layout, a failed read
+	                       * (counted in pyperf_counters.trace_unreadable); never a guess */
+	TRACE_DISCOVER = 3,   /* conf.var is not known yet: trace_probe is the context's variables (a HAMT) */
+	TRACE_SPAN_TYPE = 4,  /* the active span is of a type no conf.paths entry knows: trace_probe is the span */
+};
+
+enum pyperf_trace_limits {
+	PYPERF_SPAN_TYPES = 4,    /* span classes a process's conf knows the path to their span context of */
+	PYPERF_SPAN_STEPS = 3,    /* steps of such a path */
+	PYPERF_CONTEXT_ITEMS = 8, /* entries of an OpenTelemetry Context (a dict) searched for the span */
+	PYPERF_HAMT_DEPTH = 7,    /* levels of a HAMT (32-bit hashes, 5 bits a level) */
+};
+
+/* One step of a path from a span object to its span context (enum pyperf_span_op), relative to the current
+ * address p (the span at first). */
+enum pyperf_span_op {
+	SPAN_DEREF = 0,       /* p = *(p + off), which must not be 0 */
+	SPAN_DEREF_TAGGED = 1, /* w = *(p + off) must have bit 0 set (3.12: a tagged values pointer); p = w + 1 */
+	SPAN_CHECK_NULL = 2,  /* *(p + off) must be 0 (3.13+: no dict has taken the inline values over) */
+	SPAN_CHECK_BYTE = 3,  /* the byte at p + off must be 1 (3.13+: the inline values are valid) */
+};
+
+/* The path from a span of class `type` to its span context (the attribute `_context`), as user space found it
+ * for that class: nsteps steps, the last of which (a SPAN_DEREF) yields the span context. */
+struct pyperf_span_path {
+	__u64 type;
+	__s32 off[PYPERF_SPAN_STEPS];
+	__u8 op[PYPERF_SPAN_STEPS];
+	__u8 nsteps;
+};
+
+/* Value of the `traces` map (key: tgid), filled by user space for a process that may use the OpenTelemetry SDK:
+ * where its active span is. Per sample: tstate->context (py_offsets.tstate_context) -> ctx_vars (a HAMT) ->
+ * the value of ContextVar `var` (an OpenTelemetry Context, a dict) -> its item `span_key` (the span) -> its span
+ * context (a path of paths[]) -> items 0 and 1 (trace id, span id: ints). Every object on the way is type
+ * checked; anything unexpected is TRACE_UNREADABLE. Offsets from the version's row. */
+struct pyperf_trace_conf {
+	__u64 var;               /* the ContextVar, 0: not known yet (records carry TRACE_DISCOVER) */
+	__u64 span_key;          /* the str keying the span in the Context, 0: not known yet */
+	__u64 bitmap_type;       /* type of HAMT bitmap nodes (hamt_bitmap_node) */
+	__u64 array_type;        /* type of HAMT array nodes (hamt_array_node), 0 = unknown: not followed */
+	__u64 context_type;      /* type of the Context (a dict subclass) */
+	__u64 span_context_type; /* type of span contexts (SpanContext, a tuple subclass) */
+	__u64 int_type;          /* int */
+	struct pyperf_span_path paths[PYPERF_SPAN_TYPES];
+	__u32 var_hash;          /* var's hash as the HAMT folds it to 32 bits */
+	__s16 context_vars;      /* PyContext.ctx_vars */
+	__s16 hamt_root;         /* PyHamtObject.h_root */
+	__s16 hamt_bitmap;       /* PyHamtNode_Bitmap.b_bitmap (u32) */
+	__s16 hamt_bitmap_array; /* PyHamtNode_Bitmap.b_array */
+	__s16 hamt_array;        /* PyHamtNode_Array.a_array */
+	__s16 object_type;       /* PyObject.ob_type */
+	__s16 dict_keys;         /* PyDictObject.ma_keys, ma_values right after it */
+	__s16 keys_size;         /* <= 3.10: PyDictKeysObject.dk_size (i64), else -1 */
+	__s16 keys_log2_index_bytes; /* 3.11+: dk_log2_index_bytes (u8), else -1 */
+	__s16 keys_kind;         /* 3.11+: dk_kind (u8; 0 general entries, else unicode entries), else -1 */
+	__s16 keys_nentries;     /* dk_nentries (i64) */
+	__s16 keys_indices;      /* dk_indices */
+	__s16 tuple_item;        /* PyTupleObject.ob_item */
+	__s16 long_size;         /* <= 3.11: ob_size (i64, digits), 3.12+: lv_tag (u64, digits << 3 | sign) */
+	__s16 long_digits;       /* ob_digit (30-bit digits, u32) */
+	__u8 long_tagged;        /* 1: long_size is lv_tag */
+	__u8 _pad[5];
+};
+
 struct pyperf_scratch {
 	struct pyperf_counters counters;
 	__u64 last_wakeup; /* ktime of this CPU's last ring buffer wakeup */
@@ -671,6 +754,8 @@ struct pyperf_scratch {
 	/* frames: one frame, or a window of frames (3.11+); PYPERF_FRAME_BUF more so that fields of a frame
 	 * that ends the window are read with the same bounds as any other */
 	__u8 wbuf[PYPERF_FRAME_WINDOW + PYPERF_FRAME_BUF];
+	/* the trace context's reads (trace.bpf.h): a HAMT node's head and pairs, a Context's entries */
+	__u8 xbuf[PYPERF_CONTEXT_ITEMS * 24 + 64];
 	struct pyperf_event ev;
 	/* <= 3.10: the frames' first locals, copied after the frames when the record is written */
 	struct pyperf_frame_local locals[PYPERF_MAX_FRAMES];

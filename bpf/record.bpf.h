@@ -169,6 +169,7 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 	}
 	h->in_gc = thread_in_gc(proc, s, ts, h->gil_state);
 	s->counters.in_gc += h->in_gc;
+	read_trace(proc, s, pid, ts, h);
 	PROF(2); /* GIL block, states */
 
 	/* Leaf frame: tstate->frame / ->current_frame, or tstate->cframe->current_frame. */

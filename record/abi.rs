@@ -145,13 +145,14 @@ const _: () = assert!(
 // 16 bytes a frame in every record, 32 with the first locals of <= 3.10 (the ring's bytes per sample).
 const _: () = assert!(std::mem::size_of::<RawFrame>() == 16 && std::mem::size_of::<RawLocal>() == 16);
 const _: () = {
-    // counters + last_wakeup, last_pid_tgid, last (6 words), interp_flags, found (4), new_stack, busy + tbuf + gbuf + cbuf + wbuf + event + locals + snap: the scratch
+    // counters + last_wakeup, last_pid_tgid, last (6 words), interp_flags, found (4), new_stack, busy + tbuf + gbuf + cbuf + wbuf + xbuf + event + locals + snap: the scratch
     // slot is what the header says it is (a field added in C without updating this fails the build).
     let s = std::mem::size_of::<types::pyperf_scratch>();
     assert!(
         s == std::mem::size_of::<types::pyperf_counters>()
             + 15 * 8
             + (TSTATE_BUF + GIL_BUF + CODE_BUF + FRAME_WINDOW + FRAME_BUF)
+            + (types::pyperf_trace_limits::PYPERF_CONTEXT_ITEMS.0 as usize * 24 + 64)
             + std::mem::size_of::<types::pyperf_event>()
             + MAX_FRAMES * std::mem::size_of::<RawLocal>()
             + std::mem::size_of::<types::pyperf_code_snap>()

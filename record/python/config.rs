@@ -182,6 +182,7 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool, track_tasks: bool) -> R
         (l.tstate_native_thread_id, 8),
         (tstate_frame, 8),
         (tstate_cframe, 8),
+        (l.tstate_context, 8),
     ]);
     let frame_size = end(&[
         (l.frame_back, 8),
@@ -305,7 +306,8 @@ pub fn bpf_config(p: &PythonProcess, other_pid_ns: bool, track_tasks: bool) -> R
             tstate_whence: s16(tstate_whence)?,
             state_attached: THREAD_ATTACHED,
             whence_exec: WHENCE_EXEC,
-            _pad_off: [0; 6],
+            tstate_context: s16(l.tstate_context)?,
+            _pad_off: [0; 4],
         },
         _pad3: [0; 4],
     })

@@ -252,6 +252,20 @@ pub struct Layout {
     pub long_tag: i32,
     /// `PyIntObject.ob_ival` [i64] (2.7).
     pub int_value: i32,
+    /// `PyThreadState.context` [ptr to `PyContext`] (3.7+): the thread's current `contextvars` context.
+    pub tstate_context: i32,
+    /// `PyContext.ctx_vars` [ptr to `PyHamtObject`]: the context's variables, an immutable mapping.
+    pub context_vars: i32,
+    /// `PyHamtObject.h_root` [ptr to a HAMT node].
+    pub hamt_root: i32,
+    /// `PyHamtNode_Bitmap.b_bitmap` [u32]: which of the 32 slots of this level the node holds.
+    pub hamt_bitmap: i32,
+    /// `PyHamtNode_Bitmap.b_array`: (key, value) pairs, one per set bit, key NULL when the value is a sub-node.
+    pub hamt_bitmap_array: i32,
+    /// `PyHamtNode_Array.a_array`: 32 sub-node pointers (NULL: none).
+    pub hamt_array: i32,
+    /// `PyContextVar.var_hash` [i64]: the hash the HAMT files the variable under.
+    pub contextvar_hash: i32,
 }
 
 /// Calls `$m!` with every offset field of [`Layout`] (not `version`), in declaration order: the one list
@@ -343,7 +357,14 @@ macro_rules! with_fields {
             heaptype_cached_keys,
             long_digits,
             long_tag,
-            int_value
+            int_value,
+            tstate_context,
+            context_vars,
+            hamt_root,
+            hamt_bitmap,
+            hamt_bitmap_array,
+            hamt_array,
+            contextvar_hash
         }
     };
 }
@@ -488,6 +509,13 @@ layouts! {
     long_digits:               [  24,   24,   24,   24,   24,   24,   24,   24,   24,   24,   24],
     long_tag:                  [  -1,   -1,   -1,   -1,   -1,   -1,   -1,   16,   16,   16,   16],
     int_value:                 [  16,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1,   -1],
+    tstate_context:            [  -1,   -1,  256,  240,  240,  240,  224,  208,  208,  208,  232],
+    context_vars:              [  -1,   -1,   24,   24,   24,   24,   24,   24,   24,   24,   24],
+    hamt_root:                 [  -1,   -1,   16,   16,   16,   16,   16,   16,   16,   16,   16],
+    hamt_bitmap:               [  -1,   -1,   24,   24,   24,   24,   24,   24,   24,   24,   24],
+    hamt_bitmap_array:         [  -1,   -1,   32,   32,   32,   32,   32,   32,   32,   32,   32],
+    hamt_array:                [  -1,   -1,   16,   16,   16,   16,   16,   16,   16,   16,   16],
+    contextvar_hash:           [  -1,   -1,   56,   56,   56,   56,   56,   56,   56,   56,   56],
 }
 
 /// The table's layouts, in [`COLUMNS`] order.

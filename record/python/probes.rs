@@ -176,6 +176,13 @@ pub const PROBES: &[Probe] = &[
         ((3, 12), LAST, "off|PyLongObject|long_value.ob_digit"),
     ]),
     p("long_tag", &[((3, 12), LAST, "off|PyLongObject|long_value.lv_tag")]),
+    p("tstate_context", &[((3, 7), LAST, "off|PyThreadState|context")]),
+    p("context_vars", &[((3, 7), LAST, "off|PyContext|ctx_vars")]),
+    p("hamt_root", &[((3, 7), LAST, "off|PyHamtObject|h_root")]),
+    p("hamt_bitmap", &[((3, 7), LAST, "off|PyHamtNode_Bitmap|b_bitmap")]),
+    p("hamt_bitmap_array", &[((3, 7), LAST, "off|PyHamtNode_Bitmap|b_array")]),
+    p("hamt_array", &[((3, 7), LAST, "off|PyHamtNode_Array|a_array")]),
+    p("contextvar_hash", &[((3, 7), LAST, "off|PyContextVar|var_hash")]),
     p("int_value", &[(FIRST, (2, 7), "off|PyIntObject|ob_ival")]),
 ];
 
