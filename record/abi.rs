@@ -131,6 +131,8 @@ unsafe impl plain::Plain for types::off_cpu_entry {}
 unsafe impl plain::Plain for types::py_proc {}
 // SAFETY: as above.
 unsafe impl plain::Plain for types::pyperf_task_key {}
+// SAFETY: fixed-width integers and arrays of them, laid out without implicit padding (bpf/pyperf.h).
+unsafe impl plain::Plain for types::pyperf_trace_conf {}
 // SAFETY: as above (five 64-bit integers).
 unsafe impl plain::Plain for regs_skel::types::pyperf_task_regs {}
 

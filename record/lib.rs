@@ -83,6 +83,7 @@ pub mod targets;
 pub mod tasks;
 pub mod threadnames;
 pub mod top;
+pub mod traces;
 
 #[cfg(test)]
 mod tests {

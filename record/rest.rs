@@ -126,6 +126,8 @@ pub fn raw_sample<'a>(
         // (A walk from user space reads no collecting flag: a thread blocked in a system call is not collecting.)
         in_gc: false,
         interp: crate::sampler::InterpInfo::default(),
+        // (Nor its trace context: only the program reads that.)
+        trace: crate::sampler::TraceRead::None,
     }
 }
 

@@ -31,6 +31,7 @@ use crate::targets::procfs::Namespaces;
 use crate::targets::{Event, Stop, Targets};
 use crate::tasks::Tasks;
 use crate::threadnames::ThreadNames;
+use crate::traces::Traces;
 
 /// Hand what is buffered to the kernel (write(2)) at least this often, so that a killed recorder (SIGKILL, OOM
 /// killer, a crash) loses at most this much: the kernel's page cache outlives the process. Half a second keeps the
@@ -64,6 +65,8 @@ pub struct Session {
     symbolizer: Symbolizer,
     /// The Python names of the sampled threads.
     names: ThreadNames,
+    /// The OpenTelemetry trace context of the followed processes (see [`crate::traces`]).
+    traces: Traces,
     sink: Box<dyn Sink>,
     /// CLOCK_MONOTONIC at the start: sample and process times are relative to it.
     start_ns: u64,
@@ -93,6 +96,7 @@ impl Session {
             targets,
             symbolizer: Symbolizer::new(),
             names: ThreadNames::default(),
+            traces: Traces::default(),
             sink,
             start_ns: monotonic_ns(),
             started: Instant::now(),
@@ -316,6 +320,7 @@ impl Session {
                 .into_iter()
                 .chain(self.targets.counters().iter().map(|&(k, v)| (k.to_string(), v)))
                 .chain(self.names.counters())
+                .chain(self.traces.counters())
                 .chain([("code_from_snapshots".to_string(), self.symbolizer.from_snapshots())])
                 .chain(self.symbolizer.native_counters())
                 .chain(self.tasks.as_ref().map_or(Vec::new(), Tasks::trailer))
@@ -376,16 +381,21 @@ impl Session {
 
     /// Takes samples from the ring buffer for up to `timeout` (see [`Sampler::poll`]).
     fn poll(&mut self, timeout: Duration) -> Result<()> {
-        let Session { sampler, symbolizer, names, sink, start_ns, truncated, off_cpu, tasks, sources, .. } = self;
+        let Session { sampler, symbolizer, names, sink, start_ns, truncated, off_cpu, tasks, sources, traces, .. } =
+            self;
         let sink: &mut dyn Sink = sink.as_mut();
         let mut tasks = tasks.as_mut();
         let mut sources = sources.as_mut();
         sampler
             .poll(timeout, &mut |s| {
+                traces.saw(s.pid, s.trace);
                 let (off_cpu, tasks, sources) = (off_cpu.as_mut(), tasks.as_deref_mut(), sources.as_deref_mut());
                 on_sample(symbolizer, names, sink, *start_ns, truncated, off_cpu, tasks, sources, s)
             })
             .context("reading samples")?;
+        for (pid, conf) in self.traces.due(Instant::now()) {
+            self.sampler.set_traces(pid, Some(&conf));
+        }
         self.tasks_due()?;
         self.read_sources()?;
         self.thread_names(false)
@@ -458,6 +468,7 @@ impl Session {
                     self.sampler.remove_process(pid);
                     self.symbolizer.remove_process(pid);
                     self.names.remove_process(pid);
+                    self.traces.remove_process(pid);
                     if let Some(t) = &mut self.tasks {
                         t.remove_process(pid);
                     }
@@ -490,6 +501,7 @@ impl Session {
             self.sampler.remove_process(p.pid);
             self.symbolizer.remove_process(p.pid);
             self.names.remove_process(p.pid);
+            self.traces.remove_process(p.pid);
             return Ok(Err(e));
         }
         self.sink.process(&Process {
@@ -527,6 +539,9 @@ impl Session {
         }
         self.symbolizer.add_process(p).with_context(|| format!("cannot read the memory of process {}", p.pid))?;
         self.names.add_process(p);
+        if let Some(conf) = self.traces.add_process(p) {
+            self.sampler.set_traces(p.pid, Some(&conf));
+        }
         if let Some(t) = &mut self.tasks {
             t.add_process(p);
         }

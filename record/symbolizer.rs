@@ -432,6 +432,7 @@ mod tests {
             coro_roots: Default::default(),
             in_gc: false,
             interp: crate::sampler::InterpInfo::default(),
+            trace: crate::sampler::TraceRead::None,
         };
         let mut sym = Symbolizer::new();
         let mut announced = 0;

@@ -266,6 +266,8 @@ pub struct Layout {
     pub hamt_array: i32,
     /// `PyContextVar.var_hash` [i64]: the hash the HAMT files the variable under.
     pub contextvar_hash: i32,
+    /// `PyContextVar.var_name` [ptr to str].
+    pub contextvar_name: i32,
 }
 
 /// Calls `$m!` with every offset field of [`Layout`] (not `version`), in declaration order: the one list
@@ -364,7 +366,8 @@ macro_rules! with_fields {
             hamt_bitmap,
             hamt_bitmap_array,
             hamt_array,
-            contextvar_hash
+            contextvar_hash,
+            contextvar_name
         }
     };
 }
@@ -516,6 +519,7 @@ layouts! {
     hamt_bitmap_array:         [  -1,   -1,   32,   32,   32,   32,   32,   32,   32,   32,   32],
     hamt_array:                [  -1,   -1,   16,   16,   16,   16,   16,   16,   16,   16,   16],
     contextvar_hash:           [  -1,   -1,   56,   56,   56,   56,   56,   56,   56,   56,   56],
+    contextvar_name:           [  -1,   -1,   16,   16,   16,   16,   16,   16,   16,   16,   16],
 }
 
 /// The table's layouts, in [`COLUMNS`] order.

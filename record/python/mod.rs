@@ -11,7 +11,8 @@
 //!   process's frees of code objects are counted (the program's check-word cache).
 //! - [`code`]: reading code objects (names, files, line tables) from it;
 //!   [`linetable`]: decoding line tables.
-//! - [`objects`]: reading `str`, `int`, `dict` and instance attributes from a process's memory; [`threads`]: the
+//! - [`objects`]: reading `str`, `int`, `dict` and instance attributes (and the way to one, [`objects::AttrStep`])
+//!   from a process's memory; [`context`]: `contextvars` contexts and their HAMTs; [`threads`]: the
 //!   names of its Python threads (`threading.Thread.name`); [`walk`]: a thread's Python stack walked from user space,
 //!   as the BPF program walks it (threads that never ran while recorded).
 //! - [`jit`]: CPython's generated code: the names its JIT registers its code under, and the code of the perf
@@ -21,6 +22,7 @@
 pub mod asyncio;
 pub mod code;
 pub mod config;
+pub mod context;
 pub mod debug_offsets;
 pub mod detect;
 pub mod frees;

@@ -247,6 +247,32 @@ pub struct Dict {
     regions: Vec<(u64, Vec<u8>)>,
 }
 
+/// The entries of a dict's keys object as read ([`Objects::entries`]).
+struct Entries {
+    at: u64,
+    bytes: Vec<u8>,
+    /// Bytes of an entry, and where its key and value are in it.
+    esize: u64,
+    key_at: usize,
+    value_at: usize,
+    nentries: u64,
+    regions: Vec<(u64, Vec<u8>)>,
+}
+
+/// A step of the way from an instance to one of its attributes ([`Objects::attribute_path`]), relative to the
+/// address reached so far (the instance at first); bpf/pyperf.h `enum pyperf_span_op`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttrStep {
+    /// Go to the pointer at `+off`, which must not be 0.
+    Deref(i64),
+    /// The word at `+off` must have bit 0 set (3.12's tagged values pointer); go to it plus one.
+    DerefTagged(i64),
+    /// The word at `+off` must be 0.
+    CheckNull(i64),
+    /// The byte at `+off` must be 1.
+    CheckByte(i64),
+}
+
 /// Reads objects of one process, with the facts of its interpreter's row. Keeps what it learnt of types and key
 /// texts: use one per pass over the process's objects, not longer (a freed type's or string's address may be
 /// reused).
@@ -422,6 +448,12 @@ impl<'m, M: ReadMem> Objects<'m, M> {
 
     /// The value of a non-negative int object (2.7: `int`) below 2^64; `None` for anything else.
     pub fn int_value(&mut self, obj: u64) -> Option<u64> {
+        self.int_value_wide(obj).and_then(|v| u64::try_from(v).ok())
+    }
+
+    /// The value of a non-negative int object (2.7: `int`) below 2^150 (five 30-bit digits: a 128-bit trace id);
+    /// `None` for anything else.
+    pub fn int_value_wide(&mut self, obj: u64) -> Option<u128> {
         let l = self.layout();
         // The header and two digits (what a tid or an ident needs), in one read: every int object is that long
         // (allocations are 16-byte aligned: 1-digit ints take 32 bytes too).
@@ -429,7 +461,7 @@ impl<'m, M: ReadMem> Objects<'m, M> {
         let len = if py2 { l.int_value.max(l.object_type) + 8 } else { l.long_digits + 8 };
         let (ty, head) = self.typed_block(obj, usize::try_from(len).ok()?)?;
         if l.int_value >= 0 && ty.flags & TPFLAGS_INT_SUBCLASS != 0 {
-            return u64::try_from(u64_in(&head, l.int_value)? as i64).ok();
+            return u64::try_from(u64_in(&head, l.int_value)? as i64).ok().map(u128::from);
         }
         if py2 || ty.flags & TPFLAGS_LONG_SUBCLASS == 0 {
             // 2.7's `long` is not read: what is read here (pthread ids) are `int`s there.
@@ -445,8 +477,8 @@ impl<'m, M: ReadMem> Objects<'m, M> {
         } else {
             u64::try_from(u64_in(&head, l.bytes_size)? as i64).ok()?
         };
-        // 30-bit digits: three hold any u64.
-        if ndigits > 3 {
+        // 30-bit digits: five hold any u128.
+        if ndigits > 5 {
             return None;
         }
         let digits_at = usize::try_from(l.long_digits).ok()?;
@@ -458,12 +490,13 @@ impl<'m, M: ReadMem> Objects<'m, M> {
         let mut v: u128 = 0;
         for (i, d) in raw.chunks_exact(4).enumerate() {
             let digit = u32::from_le_bytes([d[0], d[1], d[2], d[3]]);
-            if digit >> 30 != 0 {
+            // The fifth digit holds bits 120-149: above 2^128 is not read.
+            if digit >> 30 != 0 || (i == 4 && digit >> 8 != 0) {
                 return None;
             }
             v |= u128::from(digit) << (30 * i);
         }
-        u64::try_from(v).ok()
+        Some(v)
     }
 
     /// The dict object at `obj`, type checked, of at most [`MAX_DICT_ENTRIES`] entries.
@@ -527,9 +560,8 @@ impl<'m, M: ReadMem> Objects<'m, M> {
         Some(d)
     }
 
-    /// The items of keys object `keys` with, if `values` is not 0, a split table's values at `values` (what
-    /// `ma_values` points to), if it has at most `max` entries; adds them and the regions read to `d`.
-    fn table(&self, keys: u64, values: u64, max: u64, d: &mut Dict) -> Option<()> {
+    /// The entries of keys object `keys`, if it has at most `max` (used or deleted), and the regions that say them.
+    fn entries(&self, keys: u64, max: u64) -> Option<Entries> {
         let l = self.layout();
         if keys == 0 {
             return None;
@@ -570,10 +602,10 @@ impl<'m, M: ReadMem> Objects<'m, M> {
         let (esize, key_at, value_at) =
             if kind == 0 { (off(l.dict_entry_size)?, 8, 16) } else { (off(l.dict_unicode_entry_size)?, 0, 8) };
         let entries_at = at(indices, index_bytes)?;
-        let entries = self.bytes(entries_at, (nentries * esize) as usize)?;
+        let bytes = self.bytes(entries_at, (nentries * esize) as usize)?;
         // Where the head changes with an entry: the sizes and counts, not dk_version (3.11+, set whenever the
         // specializer asks, with no change to the entries).
-        let stable = if l.dictkeys_log2_size >= 0 {
+        let regions = if l.dictkeys_log2_size >= 0 {
             let counted = field(l.dictkeys_nentries)?;
             let sizes_end = field(l.dictkeys_kind)? + 1;
             [
@@ -584,7 +616,16 @@ impl<'m, M: ReadMem> Objects<'m, M> {
         } else {
             vec![(head_at, head)]
         };
-        d.regions.extend(stable);
+        Some(Entries { at: entries_at, bytes, esize, key_at, value_at, nentries, regions })
+    }
+
+    /// The items of keys object `keys` with, if `values` is not 0, a split table's values at `values` (what
+    /// `ma_values` points to), if it has at most `max` entries; adds them and the regions read to `d`.
+    fn table(&self, keys: u64, values: u64, max: u64, d: &mut Dict) -> Option<()> {
+        let l = self.layout();
+        let Entries { at: entries_at, bytes: entries, esize, key_at, value_at, nentries, regions } =
+            self.entries(keys, max)?;
+        d.regions.extend(regions);
         let mut split = None;
         if values != 0 {
             let array = at(values, l.dictvalues_values.max(0))?;
@@ -680,6 +721,81 @@ impl<'m, M: ReadMem> Objects<'m, M> {
                 Some(d)
             }
         }
+    }
+
+    /// How instances of `obj`'s type keep attribute `name`, as steps from the instance to it ([`AttrStep`], the last
+    /// a [`AttrStep::Deref`] that yields it), checked on `obj`: the steps reach the object its `__dict__` holds.
+    /// Only where the attribute has a fixed place in every instance of the type: a split table (its keys shared by
+    /// the type, 3.6+) or 3.13's inline values; `None` for a dict of the instance's own, whose order may differ.
+    pub fn attribute_path(&mut self, obj: u64, name: &str) -> Option<Vec<AttrStep>> {
+        let t = self.type_of(obj)?;
+        let scheme = self.row.thread_names?.instance_dicts;
+        let l = self.layout();
+        let values_at = i64::from(l.dictvalues_values.max(0));
+        let steps = if scheme == InstanceDicts::DictOffset || t.flags & TPFLAGS_MANAGED_DICT == 0 {
+            if t.dictoffset <= 0 || t.dictoffset > 1 << 20 || l.dict_keys < 0 {
+                return None;
+            }
+            let dict = self.u64_at(at(obj, t.dictoffset)?)?;
+            let keys = self.u64_at(at(dict, l.dict_keys)?)?;
+            let i = self.key_index(keys, name)? as i64;
+            vec![
+                AttrStep::Deref(t.dictoffset),
+                AttrStep::Deref(i64::from(l.dict_values)),
+                AttrStep::Deref(values_at + 8 * i),
+            ]
+        } else {
+            let i = self.key_index(t.cached_keys, name)? as i64;
+            match scheme {
+                InstanceDicts::DictOffset => return None,
+                InstanceDicts::Managed311 => {
+                    vec![AttrStep::Deref(-(MANAGED_VALUES_BEFORE_311 as i64)), AttrStep::Deref(values_at + 8 * i)]
+                }
+                InstanceDicts::Tagged312 => {
+                    vec![AttrStep::DerefTagged(-(MANAGED_DICT_BEFORE as i64)), AttrStep::Deref(values_at + 8 * i)]
+                }
+                InstanceDicts::Inline313 => {
+                    if t.flags & TPFLAGS_INLINE_VALUES == 0 || t.basicsize <= 0 || t.basicsize > 1 << 20 {
+                        return None;
+                    }
+                    vec![
+                        AttrStep::CheckNull(-(MANAGED_DICT_BEFORE as i64)),
+                        AttrStep::CheckByte(t.basicsize + i64::from(l.dictvalues_valid)),
+                        AttrStep::Deref(t.basicsize + values_at + 8 * i),
+                    ]
+                }
+            }
+        };
+        let by_path = self.follow(obj, &steps)?;
+        let attrs = self.attributes(obj, MAX_INSTANCE_ENTRIES)?;
+        (self.lookup(&attrs, name)? == by_path).then_some(steps)
+    }
+
+    /// Where `steps` lead from `base`, if every step holds.
+    pub fn follow(&self, base: u64, steps: &[AttrStep]) -> Option<u64> {
+        let mut p = base;
+        let addr = |p: u64, off: i64| p.checked_add_signed(off);
+        for step in steps {
+            match *step {
+                AttrStep::Deref(off) => p = self.u64_at(addr(p, off)?).filter(|&w| w != 0)?,
+                AttrStep::DerefTagged(off) => p = self.u64_at(addr(p, off)?).filter(|&w| w & 1 == 1)?.checked_add(1)?,
+                AttrStep::CheckNull(off) => {
+                    self.u64_at(addr(p, off)?).filter(|&w| w == 0)?;
+                }
+                AttrStep::CheckByte(off) => {
+                    self.bytes(addr(p, off)?, 1).filter(|b| b[0] == 1)?;
+                }
+            }
+        }
+        Some(p)
+    }
+
+    /// The index of the entry of keys object `keys` whose key is the str `name`.
+    fn key_index(&mut self, keys: u64, name: &str) -> Option<usize> {
+        let e = self.entries(keys, MAX_INSTANCE_ENTRIES)?;
+        let keys: Vec<u64> =
+            e.bytes.chunks_exact(e.esize as usize).map(|entry| u64_in(entry, e.key_at).unwrap_or(0)).collect();
+        keys.into_iter().position(|k| k != 0 && self.key_text(k).as_deref() == Some(name))
     }
 
     /// The dict (of at most `max` entries) whose pointer is at `slot` (an object's `tp_dictoffset` slot), with that

@@ -183,6 +183,7 @@ pub const PROBES: &[Probe] = &[
     p("hamt_bitmap_array", &[((3, 7), LAST, "off|PyHamtNode_Bitmap|b_array")]),
     p("hamt_array", &[((3, 7), LAST, "off|PyHamtNode_Array|a_array")]),
     p("contextvar_hash", &[((3, 7), LAST, "off|PyContextVar|var_hash")]),
+    p("contextvar_name", &[((3, 7), LAST, "off|PyContextVar|var_name")]),
     p("int_value", &[(FIRST, (2, 7), "off|PyIntObject|ob_ival")]),
 ];
 

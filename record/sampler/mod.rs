@@ -30,7 +30,7 @@ use crate::abi::skel::{PyperfSkel, PyperfSkelBuilder};
 use crate::abi::{self, types, ProcConfig};
 use ring::{Callback, CallbackGuard, Shared};
 
-pub use ring::{CodeSnap, CoroRoots, InterpInfo, OffCpu, OffCpuPart, RawSample, UserStack};
+pub use ring::{CodeSnap, CoroRoots, InterpInfo, OffCpu, OffCpuPart, RawSample, TraceRead, UserStack};
 
 /// How often at most [`Sampler::poll`] takes the ring while samples flow (`PYPERF_POLL_NS`, 100 ms). Without
 /// code snapshots, samples that may hold a code object not read yet (a new stack) wake it sooner, within
@@ -161,6 +161,10 @@ pub struct Counters {
     pub interp_unstitched: u64,
     /// Records whose running thread state could not be told among the thread's (no frames).
     pub interp_ambiguous: u64,
+    /// Records with an active span's ids.
+    pub trace_found: u64,
+    /// Records whose trace context could not be read.
+    pub trace_unreadable: u64,
 }
 
 impl Counters {
@@ -203,6 +207,8 @@ impl Counters {
             ("bpf_interp_nested", self.interp_nested),
             ("bpf_interp_unstitched", self.interp_unstitched),
             ("bpf_interp_ambiguous", self.interp_ambiguous),
+            ("bpf_trace_found", self.trace_found),
+            ("bpf_trace_unreadable", self.trace_unreadable),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -694,8 +700,19 @@ impl Sampler {
         map.update(&word.to_ne_bytes(), &new.to_ne_bytes(), MapFlags::ANY)
     }
 
+    /// The trace context of `pid` (the `traces` map): `Some(conf)` has the program read it per sample, `None` stops
+    /// it. A failed update only loses trace ids.
+    pub fn set_traces(&mut self, pid: u32, conf: Option<&types::pyperf_trace_conf>) {
+        let map = &self.inner.skel.maps.traces;
+        let _ = match conf {
+            Some(c) => map.update(&pid.to_ne_bytes(), bytes_of(c), MapFlags::ANY),
+            None => map.delete(&pid.to_ne_bytes()),
+        };
+    }
+
     /// Stops sampling `pid` (no error if it was not registered).
     pub fn remove_process(&mut self, pid: u32) {
+        let _ = self.inner.skel.maps.traces.delete(&pid.to_ne_bytes());
         // Its threads' events (the command's stays: its other descendants may still run), its uprobe.
         self.task_links.remove(&pid);
         if let Some(link) = self.code_free_links.remove(&pid) {
@@ -922,6 +939,8 @@ impl Sampler {
             c.interp_nested += pc.interp_nested;
             c.interp_unstitched += pc.interp_unstitched;
             c.interp_ambiguous += pc.interp_ambiguous;
+            c.trace_found += pc.trace_found;
+            c.trace_unreadable += pc.trace_unreadable;
         }
         c
     }

@@ -48,6 +48,44 @@ pub struct RawSample<'a> {
     pub in_gc: bool,
     /// Which interpreter the frames run in, and the calling interpreter's frames (subinterpreters).
     pub interp: InterpInfo,
+    /// The trace context the program read (`pyperf_event_header.trace_state`).
+    pub trace: TraceRead,
+}
+
+/// What a record says of its thread's active OpenTelemetry span (bpf/pyperf.h `enum pyperf_trace_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TraceRead {
+    /// Not looked for, or no span active.
+    #[default]
+    None,
+    /// The active span's ids.
+    Found {
+        /// Its trace's id.
+        trace_id: u128,
+        /// Its id.
+        span_id: u64,
+    },
+    /// A span may be active but could not be read (counted by the program).
+    Unreadable,
+    /// The process's context variable is not known yet: this context's variables (a HAMT) to look in.
+    Discover(u64),
+    /// The active span is of a class whose way to its span context is not known yet: the span.
+    SpanType(u64),
+}
+
+impl TraceRead {
+    fn of(h: &types::pyperf_event_header) -> TraceRead {
+        use types::pyperf_trace_state as t;
+        match u32::from(h.trace_state) {
+            x if x == t::TRACE_FOUND.0 => {
+                TraceRead::Found { trace_id: u128::from(h.trace_hi) << 64 | u128::from(h.trace_lo), span_id: h.span_id }
+            }
+            x if x == t::TRACE_UNREADABLE.0 => TraceRead::Unreadable,
+            x if x == t::TRACE_DISCOVER.0 => TraceRead::Discover(h.trace_probe),
+            x if x == t::TRACE_SPAN_TYPE.0 => TraceRead::SpanType(h.trace_probe),
+            _ => TraceRead::None,
+        }
+    }
 }
 
 /// The interpreters of a record (`pyperf_event_header.interp_*`, bpf/pyperf.h `enum pyperf_interp_flags`).
@@ -274,6 +312,7 @@ impl Shared {
                 code: Some(code),
                 coro_roots: CoroRoots::default(),
                 in_gc: false,
+                trace: TraceRead::None,
                 interp: InterpInfo::default(),
             };
             if let Some(callback) = self.callback.get() {
@@ -318,6 +357,7 @@ impl Shared {
             coro_roots: CoroRoots::of(h, frames.len()),
             in_gc: h.in_gc != 0,
             interp: InterpInfo::of(h, frames.len()),
+            trace: TraceRead::of(h),
         };
         if let Some(callback) = self.callback.get() {
             // SAFETY: set by `poll` from a live `&mut dyn FnMut` and cleared before it returns;

@@ -1,0 +1,84 @@
+"""A small service instrumented with the OpenTelemetry SDK (tests/traces.rs): requests of two kinds, each in a span
+of its own, `render` CPU-heavy and `lookup` light, one after another (`threads`: two threads) or as concurrent
+asyncio tasks (`asyncio`: each task runs in a context of its own). Prints one JSON line per span when it ends: its
+trace and span ids (lowercase hex, as W3C trace context writes them), its kind, and the CPU time its code ran
+(thread CPU time around each step it ran: an asyncio task's own steps only). Then `done`.
+
+Usage: traced.py threads|asyncio SECONDS
+"""
+import asyncio
+import json
+import sys
+import threading
+import time
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+trace.set_tracer_provider(TracerProvider())
+tracer = trace.get_tracer("traced")
+out_lock = threading.Lock()
+WORK = {"render": 6, "lookup": 2}  # steps of burn() per request
+
+
+def burn():
+    x = 0
+    for i in range(40000):
+        x += i * i
+    return x
+
+
+def report(span, kind, cpu_ns):
+    ctx = span.get_span_context()
+    line = {"trace_id": f"{ctx.trace_id:032x}", "span_id": f"{ctx.span_id:016x}", "kind": kind, "cpu_ns": cpu_ns}
+    with out_lock:
+        print(json.dumps(line), flush=True)
+
+
+def request(kind):
+    with tracer.start_as_current_span(kind) as span:
+        t0 = time.thread_time_ns()
+        for _ in range(WORK[kind]):
+            burn()
+        cpu = time.thread_time_ns() - t0
+    report(span, kind, cpu)
+
+
+def serve(kinds, until):
+    i = 0
+    while time.monotonic() < until:
+        request(kinds[i % len(kinds)])
+        i += 1
+
+
+async def arequest(kind):
+    with tracer.start_as_current_span(kind) as span:
+        cpu = 0
+        for _ in range(WORK[kind]):
+            t0 = time.thread_time_ns()
+            burn()
+            cpu += time.thread_time_ns() - t0
+            await asyncio.sleep(0)  # let the other requests run: interleaved tasks, each in its own context
+    report(span, kind, cpu)
+
+
+async def aserve(until):
+    while time.monotonic() < until:
+        await asyncio.gather(*(arequest(k) for k in ("render", "lookup", "lookup", "render")))
+
+
+def main():
+    mode, seconds = sys.argv[1], float(sys.argv[2])
+    until = time.monotonic() + seconds
+    if mode == "threads":
+        workers = [threading.Thread(target=serve, args=(k, until)) for k in (["render", "lookup"], ["lookup"])]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    else:
+        asyncio.run(aserve(until))
+    print("done", flush=True)
+
+
+main()
