@@ -208,8 +208,11 @@ mod tests {
 
     #[test]
     fn shared_struct_sizes() {
-        // 48 bytes of run roots (asyncio tasks) after the first 120; then 24 of interpreters (subinterpreters).
-        assert_eq!(std::mem::size_of::<types::pyperf_event_header>(), 192);
+        // 48 bytes of run roots (asyncio tasks) after the first 120; then 24 of interpreters (subinterpreters); then
+        // 32 of trace context.
+        assert_eq!(std::mem::size_of::<types::pyperf_event_header>(), 224);
+        assert_eq!(std::mem::offset_of!(types::pyperf_event_header, trace_hi), 192);
+        assert_eq!(std::mem::size_of::<types::pyperf_span_path>(), 24);
         assert_eq!(std::mem::offset_of!(types::pyperf_event_header, interp_id), 168);
         assert_eq!(std::mem::offset_of!(types::pyperf_event_header, coro_frame), 120);
         assert_eq!(TASK_ROOTS, 4);
