@@ -17,7 +17,7 @@
 //! is why the program reads each span's ids itself, at the sample (a span's address is reused by the next one).
 //! Where the SDK is not imported the variable is never found and the program reads nothing past the context.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::abi::types;
@@ -28,11 +28,13 @@ use crate::python::{PythonProcess, Row};
 use crate::sampler::TraceRead;
 
 /// Least time between two searches of one process's contexts.
-pub const LOOK_EVERY: Duration = Duration::from_millis(200);
+pub const LOOK_EVERY: Duration = Duration::from_millis(20);
 /// The OpenTelemetry SDK's context variable.
 const VAR_NAME: &str = "current_context";
 /// The prefix of the key of the current span in its contexts (`create_key("current-span")`).
 const SPAN_KEY_PREFIX: &str = "current-span-";
+/// Times the way of a span class to its span context is looked for at most.
+const MAX_TRIES: u32 = 8;
 /// Most variables of a context searched.
 const MAX_VARS: usize = 256;
 
@@ -50,8 +52,9 @@ struct Proc {
     row: &'static Row,
     conf: types::pyperf_trace_conf,
     last_look: Option<Instant>,
-    /// Span classes whose way to their span context was looked for.
-    tried: HashSet<u64>,
+    /// Span classes whose way to their span context was looked for, and how many times (a span read while it is
+    /// being made or changed can fail: tried again, a few times).
+    tried: HashMap<u64, u32>,
 }
 
 /// The trace contexts of the followed processes.
@@ -60,6 +63,8 @@ pub struct Traces {
     procs: HashMap<u32, Proc>,
     /// What records asked to look at since the last [`Traces::due`], one per process.
     pending: HashMap<u32, TraceRead>,
+    /// Per process: the span classes known and refused so far (for the totals below).
+    known: HashMap<u32, (u64, u64)>,
     /// Processes whose variable was found.
     pub found: u64,
     /// Span classes whose way to their span context is known.
@@ -97,7 +102,7 @@ impl Traces {
             long_tagged: u8::from(l.long_tag >= 0),
             ..Default::default()
         };
-        self.procs.insert(p.pid, Proc { mem, row: p.row, conf, last_look: None, tried: HashSet::new() });
+        self.procs.insert(p.pid, Proc { mem, row: p.row, conf, last_look: None, tried: HashMap::new() });
         Some(conf)
     }
 
@@ -105,6 +110,7 @@ impl Traces {
     pub fn remove_process(&mut self, pid: u32) {
         self.procs.remove(&pid);
         self.pending.remove(&pid);
+        self.known.remove(&pid);
     }
 
     /// A record of `pid` read `t`: what it asks to look at is kept for [`Traces::due`] (called from the ring's
@@ -136,13 +142,16 @@ impl Traces {
                 TraceRead::SpanType(span) => learn_span(p, span),
                 _ => false,
             };
+            let known = p.conf.paths.iter().filter(|x| x.r#type != 0).count() as u64;
+            let refused = p.tried.values().filter(|&&n| n >= MAX_TRIES).count() as u64;
+            // Totals over the recording: a process's part stays when it exits.
+            let before = self.known.insert(pid, (known, refused)).unwrap_or((0, 0));
+            self.classes += known.saturating_sub(before.0);
+            self.classes_refused += refused.saturating_sub(before.1);
             if updated {
                 changed.push((pid, p.conf));
             }
         }
-        self.classes = self.procs.values().map(|p| p.conf.paths.iter().filter(|x| x.r#type != 0).count() as u64).sum();
-        self.classes_refused =
-            self.procs.values().map(|p| p.tried.len() as u64).sum::<u64>().saturating_sub(self.classes);
         changed
     }
 
@@ -206,9 +215,11 @@ fn discover(p: &mut Proc, vars: u64) -> bool {
 fn learn_span(p: &mut Proc, span: u64) -> bool {
     let mut objs = Objects::new(&p.mem, p.row);
     let Some(t) = objs.type_of(span) else { return false };
-    if !p.tried.insert(t.addr) || p.conf.paths.iter().any(|x| x.r#type == t.addr) {
+    let tries = p.tried.entry(t.addr).or_insert(0);
+    if *tries >= MAX_TRIES || p.conf.paths.iter().any(|x| x.r#type == t.addr) {
         return false;
     }
+    *tries += 1;
     let Some(slot) = p.conf.paths.iter().position(|x| x.r#type == 0) else { return false };
     let Some(steps) = objs.attribute_path(span, "_context") else { return false };
     if steps.len() > p.conf.paths[slot].off.len() {

@@ -4,7 +4,8 @@ asyncio tasks (`asyncio`: each task runs in a context of its own). Prints one JS
 trace and span ids (lowercase hex, as W3C trace context writes them), its kind, and the CPU time its code ran
 (thread CPU time around each step it ran: an asyncio task's own steps only). Then `done`.
 
-Usage: traced.py threads|asyncio SECONDS
+Usage: traced.py threads|asyncio ROUNDS: a fixed amount of work (about 40 ms of CPU time a round), however busy the
+machine is.
 """
 import asyncio
 import json
@@ -44,11 +45,9 @@ def request(kind):
     report(span, kind, cpu)
 
 
-def serve(kinds, until):
-    i = 0
-    while time.monotonic() < until:
+def serve(kinds, n):
+    for i in range(n):
         request(kinds[i % len(kinds)])
-        i += 1
 
 
 async def arequest(kind):
@@ -62,22 +61,23 @@ async def arequest(kind):
     report(span, kind, cpu)
 
 
-async def aserve(until):
-    while time.monotonic() < until:
+async def aserve(rounds):
+    for _ in range(rounds):
         await asyncio.gather(*(arequest(k) for k in ("render", "lookup", "lookup", "render")))
 
 
 def main():
-    mode, seconds = sys.argv[1], float(sys.argv[2])
-    until = time.monotonic() + seconds
+    mode, rounds = sys.argv[1], int(sys.argv[2])
     if mode == "threads":
-        workers = [threading.Thread(target=serve, args=(k, until)) for k in (["render", "lookup"], ["lookup"])]
+        # A round: render + lookup in one thread, two lookups in the other.
+        work = [(["render", "lookup"], 2 * rounds), (["lookup"], 2 * rounds)]
+        workers = [threading.Thread(target=serve, args=w) for w in work]
         for w in workers:
             w.start()
         for w in workers:
             w.join()
     else:
-        asyncio.run(aserve(until))
+        asyncio.run(aserve(rounds))
     print("done", flush=True)
 
 
