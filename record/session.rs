@@ -719,6 +719,7 @@ fn write_sample(
         tasks: task_frames,
         in_gc: s.in_gc,
         interp: s.interp.id.try_into().unwrap_or(0),
+        span: crate::traces::span_of(s.trace),
     };
     let Some(off) = s.off_cpu else {
         sink.sample(&sample);
@@ -753,6 +754,7 @@ fn write_interval(sink: &mut dyn Sink, start_ns: u64, i: &Interval) {
             tasks: &i.task_frames,
             in_gc: i.in_gc,
             interp: i.interp,
+            span: i.span,
         },
         start_ns: i.start.saturating_sub(start_ns),
         duration_ns: i.duration_ns,

@@ -1,11 +1,14 @@
 //! Samples linked to traces: a small service instrumented with the OpenTelemetry SDK from PyPI
 //! (testdata/workloads/traced.py, the SDK in target/otel-site: scripts/setup) is recorded, as threads and as asyncio
-//! tasks each in its own context, on 3.11, 3.12, 3.13 and sid's 3.14 and 3.15: the recorder must find the SDK's
-//! context variable and the span class in the process, and the program must read an active span at most samples
-//! (the service spends nearly all its CPU time inside spans) and never fail to read one. A process without the SDK
-//! gets nothing found and nothing read. Real BPF, real Pythons; run as root.
+//! tasks each in its own context, on 3.11, 3.12, 3.13 and sid's 3.14 and 3.15. The service logs every span's ids and
+//! the CPU time its code ran; the recording must hold only those ids (never another: a wrong id would be a wrong
+//! stack), the samples in spans must be about all the samples of the service's work, and each trace's and each
+//! kind of request's share of them must be its share of the CPU time. A process without the SDK gets nothing found
+//! and nothing read. Real BPF, real Pythons; run as root.
 
 mod common;
+
+use std::collections::HashMap;
 
 use common::*;
 
@@ -29,12 +32,12 @@ fn check(name: &str) {
     for mode in ["threads", "asyncio"] {
         let (_dir, out) = scratch("traced.pyp");
         let o = run(pyperf()
-            .args(["record", "-F", "499", "-o"])
+            .args(["record", "-F", "999", "-o"])
             .arg(&out)
             .arg("--")
             .arg(&py)
             .arg(workload("traced.py"))
-            .args([mode, "60"])
+            .args([mode, "40"])
             .env("PYTHONPATH", otel_site()));
         let stdout = String::from_utf8_lossy(&o.stdout);
         assert!(o.status.success() && stdout.contains("done"), "{name} {mode}: {o:?}");
@@ -58,6 +61,51 @@ fn check(name: &str) {
             found * 10 >= in_spans * 7 && found <= samples,
             "{name} {mode}: {found} samples with a span, {in_spans} in spans, {samples} in all"
         );
+        shares_match(&format!("{name} {mode}"), &stdout, &out);
+    }
+}
+
+/// A span the service logged: its kind and the CPU time its code ran.
+struct Logged {
+    kind: String,
+    cpu_ns: u64,
+}
+
+/// The recording of the service holds the spans it logged and no other, and in the shares of their CPU time.
+fn shares_match(what: &str, stdout: &str, out: &std::path::Path) {
+    let mut logged: HashMap<(String, String), Logged> = HashMap::new();
+    let mut order = Vec::new();
+    for line in stdout.lines().filter(|l| l.starts_with('{')) {
+        let v: serde_json::Value = serde_json::from_str(line).expect("a span line");
+        let key = (v["trace_id"].as_str().unwrap().to_string(), v["span_id"].as_str().unwrap().to_string());
+        order.push(key.clone());
+        let l = Logged { kind: v["kind"].as_str().unwrap().to_string(), cpu_ns: v["cpu_ns"].as_u64().unwrap() };
+        logged.insert(key, l);
+    }
+    let (_, _, spans, _) = read_each(out, |t, s, _| t.link(s.link).map(|l| (l.trace_hex(), l.span_hex())));
+    let mut per_span: HashMap<(String, String), u64> = HashMap::new();
+    for key in spans.into_iter().flatten() {
+        assert!(logged.contains_key(&key), "{what}: span {key:?} is none the service logged");
+        *per_span.entry(key).or_insert(0) += 1;
+    }
+    // The spans from the first one with samples on (the ones before ended before the variable was found).
+    let first = order.iter().position(|k| per_span.contains_key(k)).expect("a span with samples");
+    let counted: Vec<&(String, String)> = order[first..].iter().collect();
+    let cpu_all: u64 = counted.iter().map(|k| logged[*k].cpu_ns).sum();
+    let samples_all: u64 = counted.iter().map(|k| per_span.get(*k).copied().unwrap_or(0)).sum();
+    assert!(samples_all >= 300, "{what}: {samples_all} samples in spans");
+    let share = |n: u64, of: u64| 100.0 * n as f64 / of as f64;
+    for k in &counted {
+        let (cpu, n) = (share(logged[*k].cpu_ns, cpu_all), share(per_span.get(*k).copied().unwrap_or(0), samples_all));
+        assert!((cpu - n).abs() <= 3.0, "{what}: trace {}: {cpu:.1}% of the CPU time, {n:.1}% of the samples", k.0);
+    }
+    // Each kind of request: a render's samples attributed to a lookup (another task's context) would move these.
+    for kind in ["render", "lookup"] {
+        let of_kind = |k: &&&(String, String)| logged[**k].kind == kind;
+        let cpu = share(counted.iter().filter(of_kind).map(|k| logged[*k].cpu_ns).sum(), cpu_all);
+        let n =
+            share(counted.iter().filter(of_kind).map(|k| per_span.get(*k).copied().unwrap_or(0)).sum(), samples_all);
+        assert!((cpu - n).abs() <= 8.0, "{what}: {kind}: {cpu:.1}% of the CPU time, {n:.1}% of the samples");
     }
 }
 

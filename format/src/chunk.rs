@@ -10,7 +10,7 @@ pub const MAGIC: [u8; 8] = *b"\x89PYP\r\n\x1a\n";
 /// Major version: a reader refuses files with a higher one.
 pub const MAJOR: u16 = 1;
 /// Minor version: a reader accepts higher ones, ignoring what it does not know.
-pub const MINOR: u16 = 9;
+pub const MINOR: u16 = 10;
 
 /// Bytes before the first chunk: magic, major, minor, four reserved bytes.
 pub const PREAMBLE_LEN: usize = 16;
@@ -73,6 +73,8 @@ pub enum Kind {
     TaskWaits = 12,
     /// [`crate::SourceChunk`]: source files of the recorded program (1.7+, `pyperf record --source`).
     Sources = 13,
+    /// [`crate::LinkChunk`]: spans new since the previous one (1.10+).
+    Links = 14,
 }
 
 impl Kind {
@@ -92,6 +94,7 @@ impl Kind {
             11 => Kind::Libraries,
             12 => Kind::TaskWaits,
             13 => Kind::Sources,
+            14 => Kind::Links,
             _ => return None,
         })
     }

@@ -69,7 +69,7 @@ fn raw_bytes(bytes: &[u8], n: usize, out: &mut Vec<u8>) -> Result<(), &'static s
 
 /// Encodes a chunk for writing. `buf` receives the columns back to back; the wire struct borrows from it.
 pub fn encode(c: &SampleChunk) -> Result<Vec<u8>, postcard::Error> {
-    let mut cols: [Vec<u8>; 8] = Default::default();
+    let mut cols: [Vec<u8>; 9] = Default::default();
     for &d in &c.time_delta_ns {
         put_varint(&mut cols[0], zigzag(d));
     }
@@ -87,6 +87,12 @@ pub fn encode(c: &SampleChunk) -> Result<Vec<u8>, postcard::Error> {
     if c.interp.iter().any(|&id| id != 0) {
         for i in 0..c.len() {
             put_varint(&mut cols[7], c.interp.get(i).copied().unwrap_or(0) as u64);
+        }
+    }
+    // And the spans (1.10): `len` values, 0 for none; none at all when no sample of the chunk was in one.
+    if c.link.iter().any(|&l| l != 0) {
+        for i in 0..c.len() {
+            put_varint(&mut cols[8], c.link.get(i).copied().unwrap_or(0) as u64);
         }
     }
     // The same for the flags (1.6): `len` bytes, 0 for none.
@@ -108,6 +114,7 @@ pub fn encode(c: &SampleChunk) -> Result<Vec<u8>, postcard::Error> {
         task_stack: &cols[6],
         flags: &flags,
         interp: &cols[7],
+        link: &cols[8],
     };
     postcard::to_stdvec(&wire)
 }
@@ -135,6 +142,8 @@ pub fn decode(w: &WireSampleChunk<'_>, want: Columns, out: &mut SampleChunk) -> 
     clear(want.task_stack && !w.task_stack.is_empty(), &mut out.task_stack, w.task_stack)?;
     // An empty column: a file before 1.8, whose samples are all the main interpreter's.
     clear(want.interp && !w.interp.is_empty(), &mut out.interp, w.interp)?;
+    // An empty column: a file before 1.10, or a chunk none of whose samples was in a span.
+    clear(want.link && !w.link.is_empty(), &mut out.link, w.link)?;
     out.time_delta_ns.clear();
     if want.time {
         let mut raw = Vec::new();

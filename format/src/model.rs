@@ -212,6 +212,9 @@ pub struct OffCpuInterval {
     /// 1.9+: the interpreter its leaf frames ran in (`PyInterpreterState.id`, as [`crate::Sample::interp`]); 0 the
     /// main interpreter, and every interval of a file before 1.9.
     pub interp: u32,
+    /// 1.10+: the span it was in ([`SpanLink`] number, as [`crate::Sample::link`]); 0 none, and every interval of a
+    /// file before 1.10.
+    pub link: u32,
 }
 
 /// The on-disk form of a chunk of off-CPU intervals (kind 10, format 1.3+): the recording's minimum and one column
@@ -252,6 +255,9 @@ pub struct OffCpuChunk {
     /// 1.9+: [`OffCpuInterval::interp`] of each interval; empty when every interval is the main interpreter's (and in
     /// files before 1.9).
     pub interp: Vec<u32>,
+    /// 1.10+: [`OffCpuInterval::link`] of each interval; empty when no interval was in a span (and in files before
+    /// 1.10).
+    pub link: Vec<u32>,
 }
 
 impl OffCpuChunk {
@@ -270,6 +276,11 @@ impl OffCpuChunk {
         if iv.interp != 0 || !self.interp.is_empty() {
             self.interp.resize(self.pid.len(), 0);
             self.interp.push(iv.interp);
+        }
+        // And the span column once some interval was in a span.
+        if iv.link != 0 || !self.link.is_empty() {
+            self.link.resize(self.pid.len(), 0);
+            self.link.push(iv.link);
         }
         self.pid.push(iv.pid);
         self.tid.push(iv.tid);
@@ -317,7 +328,11 @@ impl OffCpuChunk {
         // An empty task_stack column is a file before 1.5, an empty interp one all the main interpreter's
         // (FORMAT.md, "Versioning").
         let optional = |l: usize| l == 0 || l == n;
-        if lens.iter().any(|&l| l != n) || !optional(self.task_stack.len()) || !optional(self.interp.len()) {
+        if lens.iter().any(|&l| l != n)
+            || !optional(self.task_stack.len())
+            || !optional(self.interp.len())
+            || !optional(self.link.len())
+        {
             return None;
         }
         let mut comm = self.comm.into_iter();
@@ -339,6 +354,7 @@ impl OffCpuChunk {
                     comm: comm.next().unwrap_or_default(),
                     task_stack: self.task_stack.get(i).copied().unwrap_or(0),
                     interp: self.interp.get(i).copied().unwrap_or(0),
+                    link: self.link.get(i).copied().unwrap_or(0),
                 })
                 .collect(),
         )
@@ -763,6 +779,10 @@ pub struct SampleChunk {
     /// main one, also for a sample with no thread state). Empty when the file has no such column (before 1.8: every
     /// sample 0) or the reader skipped it ([`Columns::interp`]).
     pub interp: Vec<u32>,
+    /// 1.10+: each sample's span ([`SpanLink`] number, 1 the first of the recording; 0 none). Empty when the file has
+    /// no such column (before 1.10, or no sample of the chunk was in a span) or the reader skipped it
+    /// ([`Columns::link`]).
+    pub link: Vec<u32>,
 }
 
 impl SampleChunk {
@@ -799,6 +819,8 @@ pub struct Columns {
     pub flags: bool,
     /// `interp` (1.8+).
     pub interp: bool,
+    /// `link` (1.10+).
+    pub link: bool,
 }
 
 impl Columns {
@@ -813,6 +835,7 @@ impl Columns {
         task_stack: true,
         flags: true,
         interp: true,
+        link: true,
     };
     /// Only what every reader gets: time base, status, stack.
     pub const MINIMAL: Columns = Columns {
@@ -825,12 +848,67 @@ impl Columns {
         task_stack: false,
         flags: false,
         interp: false,
+        link: false,
     };
 }
 
 impl Default for Columns {
     fn default() -> Self {
         Columns::ALL
+    }
+}
+
+/// A span some samples ran in (1.10+): the OpenTelemetry span active on the thread, by its trace's id and its own,
+/// as the tracing SDK holds them (never 0). Spans are numbered in the order their chunks give them, from 1; a sample
+/// or interval names one by that number ([`crate::Sample::link`]), 0 for none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SpanLink {
+    /// 128-bit trace id.
+    pub trace_id: u128,
+    /// 64-bit span id.
+    pub span_id: u64,
+}
+
+impl SpanLink {
+    /// The trace id as W3C trace context writes it: 32 lowercase hex digits.
+    pub fn trace_hex(&self) -> String {
+        format!("{:032x}", self.trace_id)
+    }
+
+    /// The span id as W3C trace context writes it: 16 lowercase hex digits.
+    pub fn span_hex(&self) -> String {
+        format!("{:016x}", self.span_id)
+    }
+}
+
+/// The on-disk form of spans new since the previous such chunk (kind 14, format 1.10+): ids big-endian, as W3C trace
+/// context orders their bytes, one column each.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkChunk {
+    /// [`SpanLink::trace_id`] of each span.
+    pub trace_id: Vec<[u8; 16]>,
+    /// [`SpanLink::span_id`] of each span.
+    pub span_id: Vec<[u8; 8]>,
+}
+
+impl LinkChunk {
+    /// The chunk holding `links`, in order.
+    pub fn from_links(links: &[SpanLink]) -> LinkChunk {
+        LinkChunk {
+            trace_id: links.iter().map(|l| l.trace_id.to_be_bytes()).collect(),
+            span_id: links.iter().map(|l| l.span_id.to_be_bytes()).collect(),
+        }
+    }
+
+    /// Its spans, in order; `None` if the columns differ in length.
+    pub fn into_links(self) -> Option<Vec<SpanLink>> {
+        (self.trace_id.len() == self.span_id.len()).then(|| {
+            self.trace_id
+                .into_iter()
+                .zip(self.span_id)
+                .map(|(t, s)| SpanLink { trace_id: u128::from_be_bytes(t), span_id: u64::from_be_bytes(s) })
+                .collect()
+        })
     }
 }
 
@@ -870,6 +948,9 @@ pub(crate) struct WireSampleChunk<'a> {
     /// 1.8+, LEB128 interpreter ids; an empty byte string when decoding a file before 1.8 (as `task_stack`).
     #[serde(serialize_with = "as_bytes")]
     pub interp: &'a [u8],
+    /// 1.10+, LEB128 span numbers; an empty byte string when decoding a file before 1.10 (as `task_stack`).
+    #[serde(serialize_with = "as_bytes")]
+    pub link: &'a [u8],
 }
 
 /// A column as one byte string: what serde's `&[u8]` deserializes from (postcard: a length, then the bytes), written

@@ -47,6 +47,8 @@ pub enum Record {
     TaskWaits(Vec<TaskWait>),
     /// Source files of the recorded program (1.7+), in file order.
     Sources(Vec<SourceFile>),
+    /// Spans new since the previous such chunk (1.10+), numbered on from the last one.
+    Links(Vec<SpanLink>),
     /// A chunk kind from a newer minor version; skipped.
     Unknown {
         /// Its on-disk kind value.
@@ -183,6 +185,13 @@ impl<R: Read> Reader<R> {
                 })?;
                 Record::Sources(files)
             }
+            Some(Kind::Links) => {
+                let c: LinkChunk = decode(&raw.payload, at)?;
+                let links = c
+                    .into_links()
+                    .ok_or_else(|| Error::Corrupt { offset: at, what: "span chunk columns differ in length".into() })?;
+                Record::Links(links)
+            }
             None => Record::Unknown { kind: raw.kind },
         };
         Ok(Some(record))
@@ -208,10 +217,10 @@ fn decode_process(payload: &[u8], offset: u64) -> Result<Process, Error> {
     })
 }
 
-/// Columns appended to the sample chunk since 1.4: `task_stack` (1.5), `flags` (1.6), `interp` (1.8).
-const SAMPLE_COLUMNS_ADDED: usize = 3;
-/// Columns appended to the off-CPU chunk since 1.4: `task_stack` (1.5), `interp` (1.9).
-const OFF_CPU_COLUMNS_ADDED: usize = 2;
+/// Columns appended to the sample chunk since 1.4: `task_stack` (1.5), `flags` (1.6), `interp` (1.8), `link` (1.10).
+const SAMPLE_COLUMNS_ADDED: usize = 4;
+/// Columns appended to the off-CPU chunk since 1.4: `task_stack` (1.5), `interp` (1.9), `link` (1.10).
+const OFF_CPU_COLUMNS_ADDED: usize = 3;
 
 /// The payload of a sample or off-CPU chunk, ready for a decoder that knows the `added` columns appended since 1.4: a
 /// file before them ends before them, and each zero byte added here reads as one's empty value (postcard's empty
@@ -265,6 +274,8 @@ pub struct Sample<'a> {
     pub flags: u8,
     /// 1.8+: the id of the interpreter its leaf frames run in (0: the main one), 0 before 1.8 (or the column skipped).
     pub interp: u32,
+    /// 1.10+: the span it ran in, a number for [`Tables::link`]; 0 none (and before 1.10, or the column skipped).
+    pub link: u32,
 }
 
 /// Iterates the samples of a chunk. Columns the reader skipped read as 0 (time: the chunk's base time).
@@ -289,6 +300,7 @@ pub fn samples(c: &SampleChunk) -> impl Iterator<Item = Sample<'_>> + '_ {
             task_stack: u32_at(&c.task_stack, i),
             flags: u8_at(&c.flags, i),
             interp: u32_at(&c.interp, i),
+            link: u32_at(&c.link, i),
         }
     })
 }
@@ -324,6 +336,8 @@ pub struct Tables {
     pub(crate) task_sweep: bool,
     /// Source files (1.7+): path -> the first record of it.
     pub(crate) sources: BTreeMap<String, SourceFile>,
+    /// Spans (1.10+): number `i` at index `i - 1`.
+    pub links: Vec<SpanLink>,
 }
 
 /// Thread names by thread, for [`Tables::thread_name`].
@@ -407,6 +421,7 @@ impl Tables {
             }
             Record::Samples(c) => {
                 self.check_stacks(c.stack.iter().chain(&c.task_stack).copied(), "sample", offset)?;
+                self.check_links(c.link.iter().copied(), "sample", offset)?;
             }
             Record::Stats(s) => self.stats = Some(s.clone()),
             Record::Warning(w) => self.warnings.push(w.clone()),
@@ -417,6 +432,7 @@ impl Tables {
             Record::OffCpu { min_ns, intervals } => {
                 let stacks = intervals.iter().flat_map(|iv| [iv.stack, iv.task_stack]);
                 self.check_stacks(stacks, "off-CPU interval", offset)?;
+                self.check_links(intervals.iter().map(|iv| iv.link), "off-CPU interval", offset)?;
                 self.off_cpu_min_ns.get_or_insert(*min_ns);
             }
             Record::TaskWaits(waits) => {
@@ -433,9 +449,24 @@ impl Tables {
                     self.sources.entry(f.path.clone()).or_insert_with(|| f.clone());
                 }
             }
+            Record::Links(links) => self.links.extend_from_slice(links),
             Record::Unknown { .. } => {}
         }
         Ok(())
+    }
+
+    /// The span numbered `link` (1.10+: a sample's or interval's [`Sample::link`]), `None` for 0.
+    pub fn link(&self, link: u32) -> Option<&SpanLink> {
+        self.links.get((link as usize).checked_sub(1)?)
+    }
+
+    /// Every span number of `links` names a span already read (a recorder writes a span before its first use).
+    fn check_links(&self, mut links: impl Iterator<Item = u32>, what: &str, offset: u64) -> Result<(), Error> {
+        let n = self.links.len();
+        match links.find(|&l| l as usize > n) {
+            Some(l) => Err(Error::Corrupt { offset, what: format!("{what} names span {l}, of {n} defined") }),
+            None => Ok(()),
+        }
     }
 
     /// Every stack node a record of `what` names is defined (ordering rule: in an earlier chunk).

@@ -58,6 +58,8 @@ pub struct SampleRecord<'a> {
     /// 1.8+: the id of the interpreter its leaf frames run in (`PyInterpreterState.id`; 0 the main one, and for
     /// none).
     pub interp: u32,
+    /// 1.10+: the span it ran in, a number from [`Writer::intern_link`]; 0 none.
+    pub link: u32,
 }
 
 /// Hasher for the stack-node map, keyed by one `u64` (parent << 32 | symbol) that the writer makes itself: a
@@ -115,6 +117,10 @@ pub struct Writer<W: Write> {
     libraries: HashMap<String, String>,
     /// Libraries pushed but not yet on disk.
     pending_libraries: Vec<Library>,
+    /// Spans interned (1.10+): span -> its number (from 1).
+    links: HashMap<SpanLink, u32>,
+    /// Spans interned but not yet on disk.
+    pending_links: Vec<SpanLink>,
     /// Whether [`Writer::start_task_waits`] was called.
     task_sweep: bool,
     task_wait_batch: TaskWaitChunk,
@@ -146,6 +152,8 @@ impl<W: Write> Writer<W> {
             off_cpu: 0,
             libraries: HashMap::new(),
             pending_libraries: Vec::new(),
+            links: HashMap::new(),
+            pending_links: Vec::new(),
             task_sweep: false,
             task_wait_batch: TaskWaitChunk::default(),
             task_waits: 0,
@@ -250,6 +258,17 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
+    /// The number of span `link` (1.10+), from 1, interning it: written before the next samples (with the symbols).
+    pub fn intern_link(&mut self, link: SpanLink) -> u32 {
+        if let Some(&n) = self.links.get(&link) {
+            return n;
+        }
+        let n = self.links.len() as u32 + 1;
+        self.links.insert(link, n);
+        self.pending_links.push(link);
+        n
+    }
+
     /// Writes a process record now (not batched): it comes before every sample pushed after it.
     pub fn add_process(&mut self, process: &Process) -> Result<(), Error> {
         self.write_record(Kind::Process, process)
@@ -333,6 +352,7 @@ impl<W: Write> Writer<W> {
         b.task_stack.push(s.task_stack);
         b.flags.push(s.flags);
         b.interp.push(s.interp);
+        b.link.push(s.link);
         self.samples += 1;
         if self.batch.len() >= SAMPLES_PER_CHUNK {
             self.write_definitions()?;
@@ -438,6 +458,11 @@ impl<W: Write> Writer<W> {
     /// Writes the libraries, symbols and stack nodes not yet on disk (the libraries first: native symbols name them).
     fn write_definitions(&mut self) -> Result<(), Error> {
         self.write_libraries()?;
+        if !self.pending_links.is_empty() {
+            let chunk = LinkChunk::from_links(&self.pending_links);
+            self.pending_links.clear();
+            self.write_record(Kind::Links, &chunk)?;
+        }
         while self.symbols_flushed < self.symbols.len() {
             let end = self.symbols.len().min(self.symbols_flushed + SYMBOLS_PER_CHUNK);
             let chunk = SymbolChunk {

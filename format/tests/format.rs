@@ -95,6 +95,7 @@ fn write(n: usize, flush_every: usize) -> Written {
             task_stack: 0,
             flags: 0,
             interp: 0,
+            link: 0,
         })
         .unwrap();
         expected.push((t, pid, tid, comm.to_string(), gil, status, st.iter().map(|&k| syms[k].clone()).collect()));
@@ -675,6 +676,7 @@ fn interval(i: u64, stacks: &[u32]) -> OffCpuInterval {
         task_stack: 0,
         // Mostly the main interpreter; now and then a subinterpreter, ids past one LEB128 byte too (1.9).
         interp: if i % 9 == 4 { (i % 300) as u32 } else { 0 },
+        link: 0,
     }
 }
 
@@ -719,6 +721,7 @@ fn write_off_cpu(n: u64, flush_every: u64, min: Option<u64>) -> (Vec<u8>, Vec<(O
                 task_stack: 0,
                 flags: 0,
                 interp: 0,
+                link: 0,
             })
             .unwrap();
         }
@@ -1020,6 +1023,7 @@ fn write_native() -> (Vec<u8>, Vec<Vec<Symbol>>) {
             task_stack: 0,
             flags: 0,
             interp: 0,
+            link: 0,
         })
         .unwrap();
         expected.push(stacks[k].clone());
@@ -1328,6 +1332,7 @@ fn write_tasks(n: usize, waits: usize, flush_every: usize) -> (Vec<u8>, TaskRead
             task_stack,
             flags: 0,
             interp: 0,
+            link: 0,
         })
         .unwrap();
         expected.samples.push((symbols(thread), symbols(task)));
@@ -1451,13 +1456,14 @@ fn older_readers_skip_task_waits_and_read_the_prefix_of_the_columns() {
         ..Default::default()
     };
     let v18 = encode_sample_chunk(&chunk).unwrap();
-    let v16 = &v18[..v18.len() - 1]; // the interpreter column (1.8), empty: every sample the main interpreter's
-    assert_eq!(&v18[v16.len()..], &[0]);
+    let v16 = &v18[..v18.len() - 2]; // the interpreter (1.8) and span (1.10) columns, empty
+    assert_eq!(&v18[v16.len()..], &[0, 0]);
     let v15 = &v16[..v16.len() - 3]; // the flags column: its length (2) and two zero bytes
     assert_eq!(&v16[v15.len()..], &[2, 0, 0]);
     let none = encode_sample_chunk(&SampleChunk { task_stack: Vec::new(), ..chunk.clone() }).unwrap();
-    // The zeros column and the flags column (each its length, 2, and two zeros), the empty interpreter column.
-    let v14 = &none[..none.len() - 7];
+    // The zeros column and the flags column (each its length, 2, and two zeros), the empty interpreter and span
+    // columns.
+    let v14 = &none[..none.len() - 8];
     assert_eq!(&v15[..v14.len()], v14);
     assert_eq!(&v15[v14.len()..], &[3, 2, 0xac, 0x02]);
     // This reader, given the 1.4 form (stacks 1 and 2 defined): samples without task stacks.
@@ -1551,8 +1557,9 @@ fn task_references_to_undefined_stacks_are_errors() {
     );
     // A sample column one value short is no 1.4 chunk: an error, not samples without task stacks.
     let mut short = encode_sample_chunk(&SampleChunk { task_stack: vec![1], ..sample.clone() }).unwrap();
-    // As 1.5 wrote it: without the flags column (length 1, one zero byte) and the interpreter column (empty).
-    short.truncate(short.len() - 3);
+    // As 1.5 wrote it: without the flags column (length 1, one zero byte), the interpreter column and the span
+    // column (empty).
+    short.truncate(short.len() - 4);
     let n = short.len();
     short[n - 2] = 2; // the column claims 2 bytes, holds 1
     short.push(0x80);
@@ -1637,6 +1644,7 @@ fn write_gc(n: usize, flush_every: usize) -> (Vec<u8>, FlaggedSamples, Vec<u8>) 
             task_stack: 0,
             flags: f,
             interp: 0,
+            link: 0,
         })
         .unwrap();
         samples.push((f, shapes[shape].iter().map(|&k| syms[k].clone()).collect()));
@@ -1723,9 +1731,9 @@ fn files_before_1_6_read_flags_0() {
         ..Default::default()
     };
     let v18 = encode_sample_chunk(&chunk).unwrap();
-    let v16 = &v18[..v18.len() - 1]; // the interpreter column (1.8), empty: all the main interpreter's
+    let v16 = &v18[..v18.len() - 2]; // the interpreter (1.8) and span (1.10) columns, empty
     let v15 = encode_sample_chunk(&SampleChunk { flags: Vec::new(), ..chunk.clone() }).unwrap();
-    let v15 = &v15[..v15.len() - 4]; // its flags column (length 2, two zero bytes) and the empty interpreter column
+    let v15 = &v15[..v15.len() - 5]; // its flags column (length 2, two zero bytes), the empty interpreter and span columns
     assert_eq!(&v16[..v15.len()], v15);
     assert_eq!(&v16[v15.len()..], &[2, sample_flags::GC, 0]);
     // The 1.5 form (stacks 1 and 2 defined by the file it is put in): the same samples, flags 0.
@@ -1773,12 +1781,12 @@ fn a_flags_column_of_the_wrong_length_is_corrupt() {
         ..Default::default()
     };
     let good = encode_sample_chunk(&chunk).unwrap();
-    let flags_at = good.len() - 5; // length 3, then 3 bytes; then the empty interpreter column
-    assert_eq!(&good[flags_at..], &[3, 1, 0, 1, 0]);
+    let flags_at = good.len() - 6; // length 3, then 3 bytes; then the empty interpreter and span columns
+    assert_eq!(&good[flags_at..], &[3, 1, 0, 1, 0, 0]);
     for (what, column) in [("short", &[2u8, 1, 0][..]), ("long", &[4, 1, 0, 1, 1][..]), ("one of three", &[1, 1][..])] {
         let mut bad = good[..flags_at].to_vec();
         bad.extend_from_slice(column);
-        bad.push(0);
+        bad.extend_from_slice(&[0, 0]);
         let mut bytes = head.clone();
         let at = bytes.len();
         bytes.extend_from_slice(&raw_chunk(Kind::Samples as u16, &bad));
@@ -1863,6 +1871,7 @@ fn write_sources(files: &[SourceFile]) -> Vec<u8> {
         task_stack: 0,
         flags: 0,
         interp: 0,
+        link: 0,
     };
     w.push_sample(&sample(1)).unwrap();
     w.flush().unwrap();
@@ -2099,9 +2108,10 @@ fn interpreter_ids_round_trip_and_older_files_read_0() {
     };
     let v18 = encode_sample_chunk(&chunk).unwrap();
     let v16 = encode_sample_chunk(&SampleChunk { interp: Vec::new(), ..chunk.clone() }).unwrap();
-    let v16 = &v16[..v16.len() - 1]; // its interpreter column: empty
+    // Its interpreter column and the span column (1.10) after it: empty.
+    let v16 = &v16[..v16.len() - 2];
     assert_eq!(&v18[..v16.len()], v16);
-    assert_eq!(&v18[v16.len()..], &[3, 0, 0xac, 0x02]);
+    assert_eq!(&v18[v16.len()..], &[3, 0, 0xac, 0x02, 0]);
 
     // Written by the writer, over more than one chunk.
     let n = SAMPLES_PER_CHUNK as u32 + 10;
@@ -2123,6 +2133,7 @@ fn interpreter_ids_round_trip_and_older_files_read_0() {
             task_stack: 0,
             flags: 0,
             interp: i % 3 * 1000,
+            link: 0,
         })
         .unwrap();
     }
@@ -2160,9 +2171,10 @@ fn off_cpu_interpreter_ids_from_1_9_and_older_files_read_0() {
     assert_eq!(with.interp, vec![0, 300, 0]);
     let v19_subs = postcard::to_stdvec(&with).unwrap();
     // Both are the 1.8 chunk with the column appended: an empty one (a zero byte), or three LEB128 ids.
-    let v18 = &v19[..v19.len() - 1];
+    // (And the span column of 1.10 after it, empty.)
+    let v18 = &v19[..v19.len() - 2];
     assert_eq!(&v19_subs[..v18.len()], v18);
-    assert_eq!(&v19_subs[v18.len()..], &[3, 0, 0xac, 0x02, 0]);
+    assert_eq!(&v19_subs[v18.len()..], &[3, 0, 0xac, 0x02, 0, 0]);
     let w = write(3, 0);
     let ends = chunk_ends(&w.bytes);
     let head = &w.bytes[..ends[ends.len() - 3]];
@@ -2191,4 +2203,113 @@ fn off_cpu_interpreter_ids_from_1_9_and_older_files_read_0() {
         }
     };
     assert!(err.to_string().contains("off-CPU chunk columns differ in length"), "{err}");
+}
+
+/// Format 1.10: spans are written before the samples and intervals that name them, numbered from 1 in file order,
+/// and read back as the same ids; a sample naming a span not yet defined is an error; a 1.9 chunk (no span
+/// column) reads span 0.
+#[test]
+fn spans_are_numbered_in_file_order_and_checked() {
+    let mut w = Writer::new(Vec::new(), &header()).unwrap();
+    let f = w.intern_symbol(&Symbol { scope: String::new(), name: "f".into(), file: "a.py".into(), line: 1, flags: 0 });
+    let stack = w.intern_stack(&[f]);
+    let spans = [
+        SpanLink { trace_id: 0x4bf92f3577b34da6a3ce929d0e0e4736, span_id: 0x00f067aa0ba902b7 },
+        SpanLink { trace_id: u128::MAX, span_id: 1 },
+    ];
+    w.start_off_cpu(OFF_CPU_MIN_NS).unwrap();
+    let n = SAMPLES_PER_CHUNK as u64 + 5;
+    for i in 0..n {
+        // Every third sample in no span; the others in one of the two.
+        let link = if i % 3 == 0 { 0 } else { w.intern_link(spans[(i % 2) as usize]) };
+        assert_eq!(w.intern_link(spans[0]), 1, "the first span interned is 1");
+        w.push_sample(&SampleRecord {
+            time_ns: i,
+            cpu: 0,
+            pid: 1,
+            tid: 1,
+            comm: "t",
+            thread_state: ThreadStateMatch::from_u8(0),
+            gil: GilState::NoInfo,
+            pthread_id: PthreadIdMatch::from_u8(0),
+            status: StackStatus::Complete,
+            stack,
+            task_stack: 0,
+            flags: 0,
+            interp: 0,
+            link,
+        })
+        .unwrap();
+    }
+    let link = w.intern_link(spans[1]);
+    w.push_off_cpu(&OffCpuInterval { link, ..interval(1, &[stack]) }).unwrap();
+    let bytes = w.finish(&Stats::default()).unwrap();
+    let mut r = Reader::new(&bytes[..]).unwrap();
+    let mut t = Tables::default();
+    let mut got = Vec::new();
+    let mut ivs = Vec::new();
+    while let Some(rec) = r.next_record().unwrap() {
+        t.apply(&rec, 0).unwrap();
+        match &rec {
+            Record::Samples(c) => got.extend(samples(c).map(|s| t.link(s.link).copied())),
+            Record::OffCpu { intervals, .. } => ivs.extend(intervals.iter().map(|iv| t.link(iv.link).copied())),
+            _ => {}
+        }
+    }
+    assert_eq!(t.links, spans);
+    assert_eq!(got.len() as u64, n);
+    for (i, g) in got.iter().enumerate() {
+        let want = if i % 3 == 0 { None } else { Some(spans[i % 2]) };
+        assert_eq!(*g, want, "sample {i}");
+    }
+    assert_eq!(ivs, [Some(spans[1])]);
+    assert_eq!(spans[0].trace_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(spans[0].span_hex(), "00f067aa0ba902b7");
+
+    // A sample naming span 3 of 2: refused, naming it.
+    let chunk = SampleChunk {
+        time_delta_ns: vec![0],
+        cpu: vec![0],
+        pid: vec![1],
+        tid: vec![1],
+        comm: vec![0],
+        comms: vec!["x".into()],
+        thread_state: vec![0],
+        gil: vec![0],
+        pthread_id: vec![0],
+        status: vec![0],
+        stack: vec![1],
+        link: vec![3],
+        ..Default::default()
+    };
+    let ends = chunk_ends(&bytes);
+    let mut bad = bytes[..ends[ends.len() - 2]].to_vec();
+    bad.extend_from_slice(&raw_chunk(Kind::Samples as u16, &encode_sample_chunk(&chunk).unwrap()));
+    let mut r = Reader::new(&bad[..]).unwrap();
+    let mut t = Tables::default();
+    let err = loop {
+        match r.next_record() {
+            Ok(Some(rec)) => {
+                if let Err(e) = t.apply(&rec, 0) {
+                    break e.to_string();
+                }
+            }
+            Ok(None) => panic!("accepted"),
+            Err(e) => break e.to_string(),
+        }
+    };
+    assert!(err.contains("sample names span 3, of 2 defined"), "{err}");
+    // The same chunk without its span column (a 1.9 chunk): span 0.
+    let v19 = encode_sample_chunk(&SampleChunk { link: Vec::new(), ..chunk }).unwrap();
+    let v19 = &v19[..v19.len() - 1];
+    let mut c = SampleChunk::default();
+    let mut ok = bytes[..ends[ends.len() - 2]].to_vec();
+    ok.extend_from_slice(&raw_chunk(Kind::Samples as u16, v19));
+    let mut r = Reader::new(&ok[..]).unwrap();
+    while let Some(rec) = r.next_record().unwrap() {
+        if let Record::Samples(s) = rec {
+            c = s;
+        }
+    }
+    assert!(c.link.is_empty() && samples(&c).all(|s| s.link == 0));
 }

@@ -51,6 +51,7 @@ struct Pending {
     flags: u8,
     in_gc: bool,
     interp: u32,
+    span: Option<pyperf_format::SpanLink>,
 }
 
 /// An off-CPU interval whose stack came with its start (symbolized then: see [`Step::Hold`]), ended: what the sink
@@ -95,6 +96,8 @@ pub struct Interval {
     pub in_gc: bool,
     /// The interpreter its leaf frames ran in (0 the main one, and when unknown).
     pub interp: u32,
+    /// The OpenTelemetry span active on its thread when it left.
+    pub span: Option<pyperf_format::SpanLink>,
 }
 
 /// What the session does with an off-CPU record (see [`Pairing::record`]).
@@ -196,6 +199,7 @@ impl Pairing {
                 flags: off.flags,
                 in_gc: s.in_gc,
                 interp: s.interp.id.try_into().unwrap_or(0),
+                span: crate::traces::span_of(s.trace),
             },
         );
     }
@@ -300,6 +304,7 @@ impl Pending {
             flags: self.flags | flags,
             in_gc: self.in_gc,
             interp: self.interp,
+            span: self.span,
         }
     }
 }

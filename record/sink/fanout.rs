@@ -174,6 +174,7 @@ mod tests {
             tasks: &[],
             in_gc: false,
             interp: 0,
+            span: None,
         }
     }
 

@@ -127,6 +127,7 @@ impl Sink for FileSink {
             task_stack,
             flags: if s.in_gc { pyperf_format::sample_flags::GC } else { 0 },
             interp: s.interp,
+            link: s.span.map_or(0, |l| self.writer.intern_link(l)),
         };
         self.last_time_ns = s.time_ns;
         if let Err(e) = self.writer.push_sample(&rec) {
@@ -165,6 +166,7 @@ impl Sink for FileSink {
             comm: s.comm.to_string(),
             task_stack,
             interp: s.interp,
+            link: s.span.map_or(0, |l| self.writer.intern_link(l)),
         };
         match self.writer.push_off_cpu(&iv) {
             Ok(()) => self.off_cpu += 1,

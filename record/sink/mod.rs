@@ -47,6 +47,8 @@ pub struct Sample<'a> {
     /// The interpreter its leaf frames run in (`PyInterpreterState.id`, format 1.8): 0 the main one, and when
     /// unknown.
     pub interp: u32,
+    /// The OpenTelemetry span active on the thread ([`crate::traces`], format 1.10), if any was read.
+    pub span: Option<pyperf_format::SpanLink>,
 }
 
 impl Sample<'_> {

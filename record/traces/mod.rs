@@ -38,13 +38,12 @@ const MAX_TRIES: u32 = 8;
 /// Most variables of a context searched.
 const MAX_VARS: usize = 256;
 
-/// A span's ids, as the SDK holds them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SpanIds {
-    /// 128-bit trace id.
-    pub trace_id: u128,
-    /// 64-bit span id.
-    pub span_id: u64,
+/// The span a record read (its ids), if it read one.
+pub fn span_of(t: TraceRead) -> Option<pyperf_format::SpanLink> {
+    match t {
+        TraceRead::Found { trace_id, span_id } => Some(pyperf_format::SpanLink { trace_id, span_id }),
+        _ => None,
+    }
 }
 
 struct Proc {

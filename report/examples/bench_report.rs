@@ -157,6 +157,7 @@ fn generate(path: &Path, samples: u64) -> anyhow::Result<()> {
             task_stack: 0,
             flags: 0,
             interp: 0,
+            link: 0,
         })?;
     }
     let stats = Stats { samples, duration_ns: time, ..Default::default() };

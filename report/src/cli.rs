@@ -196,6 +196,13 @@ pub struct ReportArgs {
     /// hide: kept, without it; only: only them; drop: left out
     #[arg(long, value_name = "MODE", default_value = "mark")]
     pub gc: String,
+    /// Only samples and off-CPU intervals that ran in a span of these traces (a recording of a service using the
+    /// OpenTelemetry SDK; 32 hex digits, as W3C trace context writes them; repeat or comma-separate)
+    #[arg(long, value_name = "TRACE_ID", value_delimiter = ',')]
+    pub trace_id: Vec<String>,
+    /// Only samples and off-CPU intervals that ran in these spans (16 hex digits; repeat or comma-separate)
+    #[arg(long, value_name = "SPAN_ID", value_delimiter = ',')]
+    pub span_id: Vec<String>,
 
     /// Merge the lines of a function: `f (a.py)` instead of `f (a.py:12)` (folded, flame graph, speedscope)
     #[arg(long)]
@@ -261,6 +268,8 @@ impl Default for ReportArgs {
             pthread_id: Vec::new(),
             status: Vec::new(),
             gc: "mark".to_string(),
+            trace_id: Vec::new(),
+            span_id: Vec::new(),
             no_lines: false,
             no_native: false,
             no_kernel: false,
@@ -330,6 +339,8 @@ impl ReportArgs {
             pthread_id: Filter::parse_pthread_id(&self.pthread_id)?,
             status: Filter::parse_status(&self.status)?,
             gc: Filter::parse_gc(&self.gc)?,
+            traces: Filter::parse_trace_ids(&self.trace_id)?,
+            spans: Filter::parse_span_ids(&self.span_id)?,
         })
     }
 

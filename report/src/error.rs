@@ -45,6 +45,18 @@ pub enum ReportError {
         /// A file name to suggest: `flame.svg`.
         example: &'static str,
     },
+    /// `--trace-id` / `--span-id` is not an id.
+    #[error("{flag} {given:?}: give {digits} hex digits, as W3C trace context writes the id (e.g. {example})")]
+    BadId {
+        /// The flag.
+        flag: &'static str,
+        /// What was given.
+        given: String,
+        /// How many digits the id has.
+        digits: usize,
+        /// An example.
+        example: &'static str,
+    },
     /// A filter names a state that does not exist.
     #[error("unknown {what} '{key}'; valid: {valid}")]
     UnknownKey {

@@ -79,6 +79,35 @@ pub struct Filter {
     /// Samples and intervals taken in the garbage collector (`--gc`): marked (default), kept without their `[gc]`
     /// frame, kept alone or left out.
     pub gc: GcMode,
+    /// Traces (`--trace-id`, format 1.10): only samples and intervals that ran in a span of one of them.
+    pub traces: Vec<u128>,
+    /// Spans (`--span-id`): only samples and intervals that ran in one of them.
+    pub spans: Vec<u64>,
+}
+
+/// Parses ids of `digits` hex digits (`--trace-id` 32, `--span-id` 16), each item possibly a comma-separated list.
+fn parse_ids(
+    items: &[String],
+    flag: &'static str,
+    digits: usize,
+    example: &'static str,
+) -> Result<Vec<u128>, ReportError> {
+    let mut out = Vec::new();
+    for item in items {
+        for id in item.split(',').map(str::trim) {
+            let ok = id.len() == digits && id.bytes().all(|b| b.is_ascii_hexdigit());
+            let v = u128::from_str_radix(id, 16).ok().filter(|_| ok).ok_or_else(|| ReportError::BadId {
+                flag,
+                given: id.to_string(),
+                digits,
+                example,
+            })?;
+            if !out.contains(&v) {
+                out.push(v);
+            }
+        }
+    }
+    Ok(out)
 }
 
 macro_rules! key_parser {
@@ -121,6 +150,16 @@ macro_rules! key_parser {
 }
 
 impl Filter {
+    /// Parses `--trace-id` values: 32 hex digits each.
+    pub fn parse_trace_ids(items: &[String]) -> Result<Vec<u128>, ReportError> {
+        parse_ids(items, "--trace-id", 32, "4bf92f3577b34da6a3ce929d0e0e4736")
+    }
+
+    /// Parses `--span-id` values: 16 hex digits each.
+    pub fn parse_span_ids(items: &[String]) -> Result<Vec<u64>, ReportError> {
+        Ok(parse_ids(items, "--span-id", 16, "00f067aa0ba902b7")?.into_iter().map(|v| v as u64).collect())
+    }
+
     key_parser!(parse_gil, GilState, "GIL state", "--gil");
     key_parser!(parse_thread_state, ThreadStateMatch, "thread state", "--thread-state");
     key_parser!(parse_pthread_id, PthreadIdMatch, "pthread id match", "--pthread-id");
@@ -148,6 +187,8 @@ impl Filter {
             && self.thread_state.is_empty()
             && self.pthread_id.is_empty()
             && self.status.is_empty()
+            && self.traces.is_empty()
+            && self.spans.is_empty()
     }
 
     /// Whether a sample with these values passes (`in_gc`: taken in the garbage collector).
@@ -190,6 +231,12 @@ impl Filter {
         if !self.status.is_empty() {
             out.push(format!("stack status {}", list(&self.status, |s| s.key())));
         }
+        if !self.traces.is_empty() {
+            out.push(format!("trace {}", list(&self.traces, |t| format!("{t:032x}"))));
+        }
+        if !self.spans.is_empty() {
+            out.push(format!("span {}", list(&self.spans, |t| format!("{t:016x}"))));
+        }
         match self.gc {
             GcMode::Mark => {}
             GcMode::Hide => out.push("garbage collection not marked (--gc hide)".to_string()),
@@ -224,6 +271,10 @@ impl Filter {
             pthread_id: table(self.pthread_id.iter().map(|s| s.as_u8())),
             status: table(self.status.iter().map(|s| s.as_u8())),
             gc: self.gc,
+            traces: self.traces.clone(),
+            spans: self.spans.clone(),
+            links_learned: 0,
+            links: vec![false],
         }
     }
 }
@@ -244,6 +295,11 @@ pub(crate) struct Compiled {
     pthread_id: Option<Box<[bool; 256]>>,
     status: Option<Box<[bool; 256]>>,
     gc: GcMode,
+    traces: Vec<u128>,
+    spans: Vec<u64>,
+    /// Spans already looked at by `learn_links`, and whether each span number passes (index 0: no span).
+    links_learned: usize,
+    links: Vec<bool>,
 }
 
 impl Compiled {
@@ -259,6 +315,25 @@ impl Compiled {
             }
         }
         self.learned = processes.len();
+    }
+
+    /// Takes the spans read so far into account (`--trace-id`, `--span-id`).
+    pub fn learn_links(&mut self, links: &[pyperf_format::SpanLink]) {
+        if self.links_learned >= links.len() {
+            return;
+        }
+        for l in &links[self.links_learned..] {
+            let trace = self.traces.is_empty() || self.traces.contains(&l.trace_id);
+            let span = self.spans.is_empty() || self.spans.contains(&l.span_id);
+            self.links.push(trace && span);
+        }
+        self.links_learned = links.len();
+    }
+
+    /// Whether a sample or interval that ran in span number `link` (0: none) passes the span conditions.
+    #[inline]
+    pub fn matches_link(&self, link: u32) -> bool {
+        (self.traces.is_empty() && self.spans.is_empty()) || self.links.get(link as usize).copied().unwrap_or(false)
     }
 
     #[inline]

@@ -61,6 +61,17 @@ fn add_per_interpreter(into: &mut Vec<(u32, u64)>, from: &[(u32, u64)]) {
     into.sort_unstable();
 }
 
+/// Adds `part`'s counts per span to `into`, most first.
+fn add_per_span(into: &mut Vec<(pyperf_format::SpanLink, u64)>, part: &[(pyperf_format::SpanLink, u64)]) {
+    let mut sums: HashMap<pyperf_format::SpanLink, u64> = into.drain(..).collect();
+    for &(l, n) in part {
+        let m = sums.entry(l).or_insert(0);
+        *m = m.saturating_add(n);
+    }
+    into.extend(sums);
+    into.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+}
+
 fn add_off_cpu(into: &mut OffCpuTime, from: &OffCpuTime) {
     for (a, b) in [
         (&mut into.intervals, from.intervals),
@@ -174,6 +185,8 @@ impl Profile {
             task_waits_matched: TaskWaitTime::default(),
             interpreters: Vec::new(),
             interpreters_off_cpu: Vec::new(),
+            spans: Vec::new(),
+            spans_off_cpu: Vec::new(),
         };
         let first_part = Profile {
             tables: Tables::default(),
@@ -203,6 +216,8 @@ impl Profile {
             task_waits_matched: out.task_waits_matched,
             interpreters: out.interpreters,
             interpreters_off_cpu: out.interpreters_off_cpu,
+            spans: out.spans,
+            spans_off_cpu: out.spans_off_cpu,
         };
         let mut reason_ids: HashMap<String, u32> = HashMap::from([(String::new(), 0)]);
         // (pid, start, part, index in its part) of every process instance, to sort them as the report expects.
@@ -263,6 +278,9 @@ impl Profile {
             merged.task_waits_all.add_all(&p.task_waits_all);
             add_per_interpreter(&mut merged.interpreters, &p.interpreters);
             add_per_interpreter(&mut merged.interpreters_off_cpu, &p.interpreters_off_cpu);
+            // Spans are the recordings' own (random ids): the same span in two recordings adds up.
+            add_per_span(&mut merged.spans, &p.spans);
+            add_per_span(&mut merged.spans_off_cpu, &p.spans_off_cpu);
             merged.task_waits_matched.add_all(&p.task_waits_matched);
             merged.thread_off_cpu.extend(p.thread_off_cpu);
             let stack_base = merged.timeline_stacks.len() as u32;

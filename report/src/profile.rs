@@ -465,6 +465,11 @@ pub struct Profile {
     /// Off-CPU time (interval weights, ns) that passed the filter per interpreter id, in the time modes (format 1.9;
     /// 0 for every interval of a file before 1.9), by id.
     pub interpreters_off_cpu: Vec<(u32, u64)>,
+    /// CPU samples that passed the filter per span (format 1.10: the OpenTelemetry span the thread was in), most
+    /// first (ties by span); empty when the recording has none.
+    pub spans: Vec<(pyperf_format::SpanLink, u64)>,
+    /// Off-CPU time (ns) that passed the filter per span, in the time modes, most first.
+    pub spans_off_cpu: Vec<(pyperf_format::SpanLink, u64)>,
 }
 
 /// Which kinds of frames besides Python ones a recording's stacks hold (format 1.4).
@@ -829,6 +834,9 @@ struct Aggregator {
     interp_far: FxMap<u32, u64>,
     /// Weight (ns) of the matching off-CPU intervals per interpreter (time modes).
     interp_off: FxMap<u32, u64>,
+    /// Matching CPU samples and off-CPU weight per span number (format 1.10).
+    link_counts: FxMap<u32, u64>,
+    link_off: FxMap<u32, u64>,
 }
 
 /// Per-chunk state counts: fixed arrays indexed by a u8 need no bounds checks.
@@ -880,6 +888,8 @@ impl Aggregator {
             timeline: options.timeline,
             interp_root: options.interp_root,
             interp_counts: [0; 16],
+            link_counts: FxMap::default(),
+            link_off: FxMap::default(),
             interp_far: FxMap::default(),
             interp_off: FxMap::default(),
             per_thread: options.per_thread,
@@ -944,6 +954,8 @@ impl Aggregator {
             flags: true,
             // Always: the per-interpreter counts (the text report's shares).
             interp: true,
+            // Always: the spans' shares (an empty column costs nothing).
+            link: true,
         }
     }
 
@@ -1073,6 +1085,7 @@ impl Aggregator {
     fn add(&mut self, tables: &Tables, c: &SampleChunk) {
         if self.filter.active {
             self.filter.learn(&tables.processes);
+            self.filter.learn_links(&tables.links);
         }
         if self.track_threads {
             self.learn_processes(&tables.processes);
@@ -1116,6 +1129,8 @@ impl Aggregator {
         let flags = if c.flags.len() == n { &c.flags[..n] } else { &c.flags[..0] };
         // The interpreter ids: empty for a file before 1.8 (no column: all the main interpreter's).
         let interps = if c.interp.len() == n { &c.interp[..n] } else { &c.interp[..0] };
+        // The spans: empty for a file before 1.10, or a chunk none of whose samples ran in one.
+        let links = if c.link.len() == n { &c.link[..n] } else { &c.link[..0] };
         let chunk_no = self.chunk_no;
         self.chunk_no += 1;
         let mut all = Local::new();
@@ -1149,7 +1164,9 @@ impl Aggregator {
             let in_gc = flags.get(i).is_some_and(|&f| f & sample_flags::GC != 0);
             if FILTERING {
                 all.add(gil, ts, pt, st);
-                if !self.filter.matches(pids[i], tids[i], gil, ts, pt, st, in_gc) {
+                if !self.filter.matches(pids[i], tids[i], gil, ts, pt, st, in_gc)
+                    || !self.filter.matches_link(links.get(i).copied().unwrap_or(0))
+                {
                     continue;
                 }
                 mlo = mlo.min(time);
@@ -1163,6 +1180,9 @@ impl Aggregator {
             match self.interp_counts.get_mut(interp as usize) {
                 Some(c) => *c += 1,
                 None => *self.interp_far.entry(interp).or_insert(0) += 1,
+            }
+            if let Some(&l) = links.get(i).filter(|&&l| l != 0) {
+                *self.link_counts.entry(l).or_insert(0) += 1;
             }
             if STATES {
                 matched.add(gil, ts, pt, st);
@@ -1244,6 +1264,7 @@ impl Aggregator {
         }
         if self.filter.active {
             self.filter.learn(&tables.processes);
+            self.filter.learn_links(&tables.links);
         }
         if self.track_threads {
             self.learn_processes(&tables.processes);
@@ -1258,9 +1279,14 @@ impl Aggregator {
             }
             let in_gc = iv.flags & off_cpu_flags::GC != 0;
             if self.filter.active
-                && !self.filter.matches_interval(iv.pid, iv.tid, iv.gil.as_u8(), iv.status.as_u8(), in_gc)
+                && (!self.filter.matches_interval(iv.pid, iv.tid, iv.gil.as_u8(), iv.status.as_u8(), in_gc)
+                    || !self.filter.matches_link(iv.link))
             {
                 continue;
+            }
+            if iv.link != 0 {
+                let w = self.link_off.entry(iv.link).or_insert(0);
+                *w = w.saturating_add(iv.weight_ns);
             }
             self.off_matched.add(iv);
             if self.track_threads {
@@ -1498,6 +1524,14 @@ impl Profile {
         interpreters.sort_unstable();
         let mut interpreters_off_cpu: Vec<(u32, u64)> = agg.interp_off.into_iter().filter(|&(_, ns)| ns > 0).collect();
         interpreters_off_cpu.sort_unstable();
+        let by_span = |m: FxMap<u32, u64>| {
+            let mut v: Vec<(pyperf_format::SpanLink, u64)> =
+                m.into_iter().filter_map(|(l, n)| Some((*tables.link(l)?, n))).collect();
+            v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            v
+        };
+        let spans = by_span(agg.link_counts);
+        let spans_off_cpu = by_span(agg.link_off);
         Ok(Profile {
             header,
             version,
@@ -1526,6 +1560,8 @@ impl Profile {
             task_waits_matched: agg.task_waits_matched,
             interpreters,
             interpreters_off_cpu,
+            spans,
+            spans_off_cpu,
         })
     }
 
@@ -1779,6 +1815,7 @@ mod tests {
             comm: String::new(),
             task_stack: 0,
             interp: 0,
+            link: 0,
         }
     }
 

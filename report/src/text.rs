@@ -609,6 +609,7 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
     }
     render_gc(profile, top, o);
     render_interpreters(profile, o);
+    render_traces(profile, o);
 
     // --- Functions.
     let functions = function_shares(profile);
@@ -1038,6 +1039,45 @@ fn render_interpreters<O: fmt::Write>(profile: &Profile, o: &mut O) {
             let _ = write!(o, ", off-CPU {} ({})", format_duration(ns), pct(ns, all_off).trim());
         }
         let _ = writeln!(o);
+    }
+}
+
+/// Traces shown at most in the traces section.
+const TOP_TRACES: usize = 10;
+
+/// The traces section (format 1.10), when CPU samples ran in OpenTelemetry spans: the traces with the most samples,
+/// each with its share of the matching samples and its spans (`--trace-id` keeps one).
+fn render_traces<O: fmt::Write>(profile: &Profile, o: &mut O) {
+    if profile.spans.is_empty() {
+        return;
+    }
+    let all = profile.matched.samples;
+    let mut traces: std::collections::HashMap<u128, (u64, usize)> = std::collections::HashMap::new();
+    for (l, n) in &profile.spans {
+        let t = traces.entry(l.trace_id).or_insert((0, 0));
+        t.0 += n;
+        t.1 += 1;
+    }
+    let in_spans: u64 = profile.spans.iter().map(|s| s.1).sum();
+    let mut traces: Vec<(u128, (u64, usize))> = traces.into_iter().collect();
+    traces.sort_unstable_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
+    let _ = writeln!(
+        o,
+        "\nTraces: {} of {} ran in OpenTelemetry spans ({}), of {} ({} shown, most samples first; --trace-id keeps one)",
+        plural(in_spans, "sample"),
+        all,
+        pct(in_spans, all).trim(),
+        plural(traces.len() as u64, "trace"),
+        traces.len().min(TOP_TRACES)
+    );
+    for (trace, (n, spans)) in traces.iter().take(TOP_TRACES) {
+        let _ = writeln!(
+            o,
+            "  {trace:032x}  {} ({}), {}",
+            plural(*n, "sample"),
+            pct(*n, all).trim(),
+            plural(*spans as u64, "span")
+        );
     }
 }
 

@@ -293,6 +293,7 @@ fn recording_with(file: &str, stored: Option<&[u8]>, lines: &[(u64, u32)]) -> Ve
                 task_stack: 0,
                 flags: 0,
                 interp: 0,
+                link: 0,
             })
             .expect("sample");
         }

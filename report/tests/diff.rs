@@ -61,6 +61,7 @@ fn recording(calls: &[(&str, u32, u32)]) -> Vec<u8> {
                 task_stack: 0,
                 flags: 0,
                 interp: 0,
+                link: 0,
             })
             .expect("sample");
         }

@@ -748,6 +748,7 @@ fn task_waits_alone_give_wall_clock_time() {
         task_stack,
         flags: 0,
         interp: 0,
+        link: 0,
     })
     .unwrap();
     w.task_waits(&[TaskWait { pid: 1, tid: 1, time_ns: 5, weight_ns: 30_000_000, stack: task_stack }]).unwrap();
@@ -809,6 +810,7 @@ fn gc_frames_follow_the_python_frames_in_every_view() {
             task_stack,
             flags,
             interp: 0,
+            link: 0,
         })
         .unwrap();
     };
@@ -833,6 +835,7 @@ fn gc_frames_follow_the_python_frames_in_every_view() {
         comm: "python3".into(),
         task_stack,
         interp: 0,
+        link: 0,
     })
     .unwrap();
     let bytes = w.finish(&Stats::default()).unwrap();

@@ -132,6 +132,7 @@ fn unknown_kinds_frameless_intervals_and_tiny_lines() {
         comm: "t".into(),
         task_stack: 0,
         interp: 0,
+        link: 0,
     };
     w.push_off_cpu(&iv(1, 0, 5 * MS, OffCpuKind::Unknown(9), 63)).expect("interval");
     w.push_off_cpu(&iv(1, 5 * MS, 2 * MS, OffCpuKind::Unknown0, -1)).expect("interval");
@@ -206,6 +207,7 @@ fn extreme_intervals_do_not_overflow() {
                 comm: String::new(),
                 task_stack: 0,
                 interp: 0,
+                link: 0,
             })
             .expect("interval");
         }
@@ -223,6 +225,7 @@ fn extreme_intervals_do_not_overflow() {
             task_stack: 0,
             flags: 0,
             interp: 0,
+            link: 0,
         })
         .expect("sample");
     }

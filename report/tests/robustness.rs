@@ -194,6 +194,7 @@ fn stack_leaves_out_of_order_and_huge_values_do_not_panic() {
             task_stack: 0,
             flags: 0,
             interp: 0,
+            link: 0,
         })
         .expect("sample");
     }

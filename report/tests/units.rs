@@ -74,6 +74,7 @@ impl Rec {
                     task_stack: 0,
                     flags: 0,
                     interp: 0,
+                    link: 0,
                 })
                 .expect("sample");
         }
@@ -302,6 +303,7 @@ fn a_process_in_its_own_pid_namespace_is_found_by_either_pid() {
             task_stack: 0,
             flags: 0,
             interp: 0,
+            link: 0,
         })
         .unwrap();
     }

@@ -56,6 +56,7 @@ fn sample(w: &mut Writer<Vec<u8>>, i: u64, tid: u32, stack: u32) {
         task_stack: 0,
         flags: 0,
         interp: 0,
+        link: 0,
     })
     .expect("sample");
 }

@@ -64,6 +64,7 @@ impl Rec {
                     task_stack: 0,
                     flags: 0,
                     interp: 0,
+                    link: 0,
                 })
                 .expect("sample");
         }

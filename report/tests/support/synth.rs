@@ -338,6 +338,7 @@ fn mixed() -> Vec<u8> {
                 task_stack: 0,
                 flags: 0,
                 interp: 0,
+                link: 0,
             })
             .expect("sample");
             count += 1;
@@ -403,6 +404,7 @@ fn killed() -> Vec<u8> {
             task_stack: 0,
             flags: 0,
             interp: 0,
+            link: 0,
         })
         .expect("sample");
         if i % 80 == 79 {
@@ -488,6 +490,7 @@ fn newer_minor() -> Vec<u8> {
             task_stack: 0,
             flags: 0,
             interp: 0,
+            link: 0,
         })
         .expect("sample");
     }
@@ -529,6 +532,7 @@ fn push(w: &mut Writer<Vec<u8>>, time_ms: u64, pid: u32, tid: u32, comm: &str, s
         task_stack: 0,
         flags: 0,
         interp: 0,
+        link: 0,
     })
     .expect("sample");
 }
@@ -575,6 +579,7 @@ pub fn exec() -> Vec<u8> {
         task_stack: 0,
         flags: 0,
         interp: 0,
+        link: 0,
     })
     .expect("sample");
     w.flush().expect("flush");
@@ -659,6 +664,7 @@ fn interval(
         comm: comm.into(),
         task_stack: 0,
         interp: 0,
+        link: 0,
     }
 }
 
@@ -802,6 +808,7 @@ fn offcpu() -> Vec<u8> {
                 task_stack: 0,
                 flags: 0,
                 interp: 0,
+                link: 0,
             })
             .expect("sample");
             si += 1;
@@ -1078,6 +1085,7 @@ fn native() -> Vec<u8> {
             task_stack: 0,
             flags: 0,
             interp: 0,
+            link: 0,
         })
         .expect("sample");
     }
@@ -1220,6 +1228,7 @@ fn tasks() -> Vec<u8> {
             task_stack,
             flags: 0,
             interp: 0,
+            link: 0,
         })
         .expect("sample");
     };
@@ -1259,6 +1268,7 @@ fn tasks() -> Vec<u8> {
         comm: comm.into(),
         task_stack,
         interp: 0,
+        link: 0,
     };
     w.push_off_cpu(&off(701, "worker", 100, 202, cruncher, 0)).expect("interval");
     w.push_off_cpu(&off(700, "python3.12", 350, 232, thread_select, task_select)).expect("interval");
@@ -1425,6 +1435,7 @@ fn gc() -> Vec<u8> {
             task_stack: 0,
             flags: if in_gc { sample_flags::GC } else { 0 },
             interp: 0,
+            link: 0,
         })
         .expect("sample");
     }
@@ -1446,6 +1457,7 @@ fn gc() -> Vec<u8> {
             comm: if tid == 800 { "python3.13" } else { "worker" }.into(),
             task_stack: 0,
             interp: 0,
+            link: 0,
         }
     };
     let open = off_cpu_flags::OPEN_AT_END;
@@ -1570,6 +1582,7 @@ fn source() -> Vec<u8> {
             task_stack: 0,
             flags: 0,
             interp: 0,
+            link: 0,
         })
         .expect("sample");
     }
@@ -1675,6 +1688,7 @@ fn interp() -> Vec<u8> {
             comm: comm.into(),
             task_stack: 0,
             interp,
+            link: 0,
         })
         .expect("interval");
     }
@@ -1693,6 +1707,7 @@ fn interp() -> Vec<u8> {
             task_stack: 0,
             flags: 0,
             interp,
+            link: 0,
         })
         .expect("sample");
     }
