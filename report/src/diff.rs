@@ -37,7 +37,7 @@ pub fn attach_base(new: &mut Profile, base: Profile) {
     for s in &mut new.stacks {
         s.leaf = node(&rn, s.leaf);
     }
-    for (s, _) in &mut new.gil_stacks {
+    for (s, _, _) in &mut new.gil_stacks {
         s.leaf = node(&rn, s.leaf);
     }
     for (_, leaf) in &mut new.timeline_stacks {

@@ -270,7 +270,7 @@ impl Profile {
                 ..s
             };
             merged.stacks.extend(p.stacks.into_iter().map(moved));
-            merged.gil_stacks.extend(p.gil_stacks.into_iter().map(|(s, g)| (moved(s), g)));
+            merged.gil_stacks.extend(p.gil_stacks.into_iter().map(|(s, g, l)| (moved(s), g, l)));
             add_states(&mut merged.all, &p.all, shift);
             add_states(&mut merged.matched, &p.matched, shift);
             add_off_cpu(&mut merged.off_cpu_all, &p.off_cpu_all);

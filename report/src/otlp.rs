@@ -17,7 +17,8 @@
 //! with the same period type and period; `time_unix_nano` the recording's start, `duration_nano` its length. A
 //! sample is a stack count: its stack (locations leaf first, the same frames and pseudo-frames as the other exports),
 //! one value, and the attributes `thread.id`, `thread.name` and `pyperf.gil` (the GIL state as `--gil` spells it,
-//! when loaded with GIL states). Functions, locations and mappings are named as in the pprof export: a Python frame's
+//! when loaded with GIL states) and, for a sample that ran in an OpenTelemetry span (format 1.10), a link (the
+//! dictionary's `link_table`: its trace and span ids). Functions, locations and mappings are named as in the pprof export: a Python frame's
 //! function with its source file and line, a native one with its library (the mapping, with its GNU build id as
 //! `process.executable.build_id.gnu`), kernel frames with `[kernel.kallsyms]`; each location says which with the
 //! semantic conventions' `profile.frame.type` (`cpython`, `native`, `kernel`; none on pyperf's pseudo-frames such as
@@ -56,6 +57,7 @@ struct Dictionary {
     mappings: HashMap<String, i32>,
     stacks: HashMap<Vec<i32>, i32>,
     attributes: HashMap<(i32, String), i32>,
+    links: HashMap<pyperf_format::SpanLink, i32>,
     /// The mapping of Python frames and pseudo-frames: the first process's interpreter.
     main: i32,
     lines: bool,
@@ -79,6 +81,7 @@ impl Dictionary {
             mappings: HashMap::new(),
             stacks: HashMap::new(),
             attributes: HashMap::new(),
+            links: HashMap::new(),
             main: 0,
             lines,
         };
@@ -163,6 +166,20 @@ impl Dictionary {
             attribute_indices,
         });
         self.locations.insert((function, line, mapping), i);
+        i
+    }
+
+    /// The link of a span: its trace and span ids, big-endian (as W3C trace context orders their bytes).
+    fn link(&mut self, span: pyperf_format::SpanLink) -> i32 {
+        if let Some(&i) = self.links.get(&span) {
+            return i;
+        }
+        let i = self.d.link_table.len() as i32;
+        self.d.link_table.push(otlp::Link {
+            trace_id: span.trace_id.to_be_bytes().to_vec(),
+            span_id: span.span_id.to_be_bytes().to_vec(),
+        });
+        self.links.insert(span, i);
         i
     }
 
@@ -310,6 +327,8 @@ pub struct SampleAttributes<'a> {
     pub thread: Option<(u32, &'a str)>,
     /// `pyperf.gil`, as `--gil` spells the state.
     pub gil: Option<&'a str>,
+    /// The OpenTelemetry span it ran in: the sample's link (the dictionary's `link_table`).
+    pub span: Option<pyperf_format::SpanLink>,
 }
 
 /// An `ExportProfilesServiceRequest` being built: one dictionary for all of it, one resource per process, one
@@ -442,10 +461,11 @@ impl Builder {
         if let Some(g) = attributes.gil {
             attribute_indices.push(self.d.attribute("pyperf.gil", Value::Str(g)));
         }
+        let link_index = attributes.span.map_or(0, |l| self.d.link(l));
         let sample = otlp::Sample {
             stack_index,
             attribute_indices,
-            link_index: 0,
+            link_index,
             values: vec![value],
             timestamps_unix_nano: vec![],
         };
@@ -553,7 +573,7 @@ pub fn request(profile: &Profile, options: &Options) -> ExportProfilesServiceReq
     let _ = each_sample(profile, &mut b.d, |_, c| {
         let process = c.thread.map_or(usize::MAX, |(_, t)| t.process as usize);
         let name = c.thread.map(|(_, t)| (t.tid, t.python_name.as_deref().unwrap_or(&t.comm).to_string()));
-        samples.push((process, c.locations.to_vec(), value_of(c.count), name, c.gil.map(|g| g.key())));
+        samples.push((process, c.locations.to_vec(), value_of(c.count), name, c.gil.map(|g| g.key()), c.span));
         Ok(())
     });
     // Resources in process order, so that the output does not depend on the order of the stacks.
@@ -572,9 +592,12 @@ pub fn request(profile: &Profile, options: &Options) -> ExportProfilesServiceReq
         });
         resources.insert(process, b.add_resource(info.as_ref(), None, &[]));
     }
-    for (process, locations, value, thread, gil) in samples {
-        let attributes =
-            SampleAttributes { thread: thread.as_ref().map(|(tid, name)| (*tid, name.as_str())), gil: gil.as_deref() };
+    for (process, locations, value, thread, gil, span) in samples {
+        let attributes = SampleAttributes {
+            thread: thread.as_ref().map(|(tid, name)| (*tid, name.as_str())),
+            gil: gil.as_deref(),
+            span,
+        };
         b.add_sample(resources[&process], 0, &locations, value, &attributes);
     }
     b.finish()

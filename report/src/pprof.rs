@@ -18,7 +18,8 @@
 //!
 //! **Labels.** Every sample carries `pid` and `tid` (numbers), `thread` (the thread's Python name, else its OS
 //! name), `process` (`python3.11 [pid 123]`) and `gil` (the GIL state as `--gil` spells it: `held-by-current`,
-//! `released`, ...). `go tool pprof -tagfocus gil=released`, Pyroscope's label filters and the like select on them.
+//! `released`, ...); a sample that ran in an OpenTelemetry span (format 1.10) `trace_id` and `span_id` (lowercase
+//! hex, as W3C trace context writes them). `go tool pprof -tagfocus gil=released`, Pyroscope's label filters and the like select on them.
 //!
 //! Names hold no control or bidirectional-text characters (shown as escapes, as in the text report). The output
 //! is deterministic: the same recording gives the same bytes (the gzip header has no time).
@@ -398,7 +399,7 @@ pub fn frames_needed(profile: &Profile) -> u64 {
     let stacks: Box<dyn Iterator<Item = &StackCount>> = if profile.gil_stacks.is_empty() {
         Box::new(profile.stacks.iter())
     } else {
-        Box::new(profile.gil_stacks.iter().map(|(s, _)| s))
+        Box::new(profile.gil_stacks.iter().map(|(s, _, _)| s))
     };
     stacks.fold(0u64, |a, s| a.saturating_add(of(s)))
 }
@@ -470,6 +471,11 @@ pub fn write<W: Write>(profile: &Profile, options: &Options, out: W) -> io::Resu
             labels.push(Label::Str("thread", name));
             labels.push(Label::Str("process", process));
         }
+        let span = c.span.map(|l| (l.trace_hex(), l.span_hex()));
+        if let Some((trace, span)) = &span {
+            labels.push(Label::Str("trace_id", trace));
+            labels.push(Label::Str("span_id", span));
+        }
         if let Some(k) = &gil_key {
             labels.push(Label::Str("gil", k));
         }
@@ -515,6 +521,8 @@ pub(crate) struct Counted<'a> {
     pub thread: Option<(usize, &'a crate::profile::Thread)>,
     /// Its GIL state when loaded with [`crate::LoadOptions::gil`].
     pub gil: Option<GilState>,
+    /// The OpenTelemetry span it ran in (format 1.10), when loaded with [`crate::LoadOptions::gil`].
+    pub span: Option<pyperf_format::SpanLink>,
 }
 
 /// Calls `f` with each aggregated sample of `profile` (its stack counts, per GIL state when loaded with them), the
@@ -524,16 +532,17 @@ pub(crate) fn each_sample<L: Locate>(
     locate: &mut L,
     mut f: impl FnMut(&mut L, &Counted<'_>) -> io::Result<()>,
 ) -> io::Result<()> {
-    let keyed: Vec<(&StackCount, Option<GilState>)> = if profile.gil_stacks.is_empty() {
-        profile.stacks.iter().map(|s| (s, None)).collect()
+    type Keyed<'p> = (&'p StackCount, Option<GilState>, Option<pyperf_format::SpanLink>);
+    let keyed: Vec<Keyed<'_>> = if profile.gil_stacks.is_empty() {
+        profile.stacks.iter().map(|s| (s, None, None)).collect()
     } else {
-        profile.gil_stacks.iter().map(|(s, g)| (s, Some(*g))).collect()
+        profile.gil_stacks.iter().map(|(s, g, l)| (s, Some(*g), *l)).collect()
     };
     // Each symbol's location, once (None: not yet made).
     let mut located: Vec<Option<u64>> = vec![None; profile.tables.symbols.len()];
     let mut ids = Vec::new();
     let mut locations = Vec::new();
-    for (s, gil) in keyed {
+    for (s, gil, span) in keyed {
         locations.clear();
         if s.reason != 0 {
             let reason = profile.reasons.get(s.reason as usize).map(String::as_str).unwrap_or("[off-CPU]");
@@ -559,7 +568,7 @@ pub(crate) fn each_sample<L: Locate>(
         }
         let thread =
             profile.threads.get(s.thread as usize).filter(|_| s.thread != ALL_THREADS).map(|t| (s.thread as usize, t));
-        f(locate, &Counted { locations: &locations, count: s.count, thread, gil })?;
+        f(locate, &Counted { locations: &locations, count: s.count, thread, gil, span })?;
     }
     Ok(())
 }

@@ -447,9 +447,9 @@ pub struct Profile {
     pub frames: ShowFrames,
     /// The kinds of frames the recording's stacks hold, as read (whatever [`Profile::frames`] keeps).
     pub recorded_frames: FrameKinds,
-    /// [`Profile::stacks`] split by GIL state (a sample's, or an off-CPU interval's at its switch-in), sorted;
-    /// filled only when loaded with [`LoadOptions::gil`].
-    pub gil_stacks: Vec<(StackCount, GilState)>,
+    /// [`Profile::stacks`] split by GIL state (a sample's, or an off-CPU interval's at its switch-in) and span (format
+    /// 1.10: the OpenTelemetry span the thread was in), sorted; filled only when loaded with [`LoadOptions::gil`].
+    pub gil_stacks: Vec<GilStack>,
     /// `--diff BASE`: the stacks of the base recording, over all threads, their leaves in these tables (see
     /// [`crate::diff`]); `None` otherwise.
     pub diff_base: Option<Vec<StackCount>>,
@@ -805,7 +805,7 @@ struct Aggregator {
     off_counts: FxMap<(u32, u8, u32, u32), u64>,
     /// With [`LoadOptions::gil`]: (thread or ALL_THREADS, status, leaf, reason, GIL state) -> samples / ns.
     by_gil: bool,
-    gil_counts: FxMap<(u32, u8, u32, u32, u8), u64>,
+    gil_counts: FxMap<(u32, u8, u32, u32, u8, u32), u64>,
     off_all: OffCpuTime,
     off_matched: OffCpuTime,
     thread_off: Vec<OffCpuTime>,
@@ -1192,7 +1192,8 @@ impl Aggregator {
             self.count(slot, st, leaf, nodes);
             if STATES && self.by_gil {
                 let thread = if self.per_thread { slot } else { ALL_THREADS };
-                *self.gil_counts.entry((thread, st, leaf, 0, gil)).or_insert(0) += 1;
+                let link = links.get(i).copied().unwrap_or(0);
+                *self.gil_counts.entry((thread, st, leaf, 0, gil, link)).or_insert(0) += 1;
             }
             if THREADS && self.sample_timeline {
                 let id = self.timeline_stack(st, leaf, 0);
@@ -1302,7 +1303,7 @@ impl Aggregator {
             let count = self.off_counts.entry(key).or_insert(0);
             *count = count.saturating_add(iv.weight_ns);
             if self.by_gil {
-                let count = self.gil_counts.entry((key.0, status, leaf, reason, iv.gil.as_u8())).or_insert(0);
+                let count = self.gil_counts.entry((key.0, status, leaf, reason, iv.gil.as_u8(), iv.link)).or_insert(0);
                 *count = count.saturating_add(iv.weight_ns);
             }
             if self.track_threads && self.timeline {
@@ -1358,10 +1359,13 @@ impl Aggregator {
     }
 }
 
+/// A stack count of one GIL state and span ([`Profile::gil_stacks`]).
+pub type GilStack = (StackCount, GilState, Option<pyperf_format::SpanLink>);
+
 /// Sorts GIL-keyed stack counts and adds up equal ones (stacks that became equal when frames were left out, or in
 /// several recordings).
-pub(crate) fn sort_gil_stacks(v: &mut Vec<(StackCount, GilState)>) {
-    let key = |(s, g): &(StackCount, GilState)| (s.thread, s.status.as_u8(), s.leaf, s.reason, g.as_u8());
+pub(crate) fn sort_gil_stacks(v: &mut Vec<GilStack>) {
+    let key = |(s, g, l): &GilStack| (s.thread, s.status.as_u8(), s.leaf, s.reason, g.as_u8(), *l);
     v.sort_unstable_by_key(key);
     v.dedup_by(|a, kept| {
         let same = key(a) == key(kept);
@@ -1466,18 +1470,19 @@ impl Profile {
             count,
         });
         let mut stacks: Vec<StackCount> = samples.chain(intervals).collect();
-        let mut gil_stacks: Vec<(StackCount, GilState)> = agg
+        let mut gil_stacks: Vec<GilStack> = agg
             .gil_counts
             .into_iter()
-            .filter_map(|((thread, status, leaf, reason, gil), count)| {
+            .filter_map(|((thread, status, leaf, reason, gil, link), count)| {
                 // CPU samples weigh as in `stacks`; intervals their ns.
                 let count = if reason == 0 { count.saturating_mul(sample_weight?) } else { count };
                 let status = StackStatus::from_u8(status);
-                Some((StackCount { thread, status, leaf, reason, count }, GilState::from_u8(gil)))
+                let span = tables.link(link).copied();
+                Some((StackCount { thread, status, leaf, reason, count }, GilState::from_u8(gil), span))
             })
             .chain(agg.task_gil_counts.into_iter().map(|((thread, status, leaf), count)| {
                 let status = StackStatus::from_u8(status);
-                (StackCount { thread, status, leaf, reason: 0, count }, GilState::NoInfo)
+                (StackCount { thread, status, leaf, reason: 0, count }, GilState::NoInfo, None)
             }))
             .collect();
         let recorded_frames = FrameKinds::of(&tables);
@@ -1498,7 +1503,7 @@ impl Profile {
             for s in &mut stacks {
                 s.leaf = leaf_of(s.leaf);
             }
-            for (s, _) in &mut gil_stacks {
+            for (s, _, _) in &mut gil_stacks {
                 s.leaf = leaf_of(s.leaf);
             }
             remap_timelines(leaf_of, &mut timeline, &mut timeline_stacks, &mut timeline_reasons);

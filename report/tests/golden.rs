@@ -36,7 +36,7 @@ fn blessing() -> bool {
 
 /// Real recordings made by `pyperf record` (testdata/recordings/NAME.pyp). Unlike the synthetic ones they are never
 /// regenerated: they are the files old and new readers must keep reading; blessing rewrites only their outputs.
-const REAL: &[&str] = &["split-3.11"];
+const REAL: &[&str] = &["split-3.11", "traced-3.12"];
 
 /// Where a recording lives: testdata/recordings for real ones, testdata/synthetic for generated ones.
 fn recording_path(name: &str) -> PathBuf {
@@ -54,6 +54,9 @@ const VARIANTS: &[(&str, &[&str])] = &[
 /// Filtered and other extra cases: (recording, suffix, arguments).
 const EXTRA: &[(&str, &str, &[&str])] = &[
     ("mixed", "pid1000-gil-held.text", &["--pid", "1000", "--gil", "held,held-by-current"]),
+    // One trace of an OpenTelemetry-instrumented service (format 1.10).
+    ("traced-3.12", "trace.folded", &["--folded", "--trace-id", "1234d9324937bf65fda137f82d14e805"]),
+    ("traced-3.12", "trace.text", &["--trace-id", "1234d9324937bf65fda137f82d14e805"]),
     ("mixed", "pid1000-gil-held.folded", &["--folded", "--pid", "1000", "--gil", "held", "--gil", "held-by-current"]),
     ("mixed", "tid1001-1002.speedscope.json", &["--speedscope", "--tid", "1001,1002"]),
     ("mixed", "idle-released.folded-pid-root", &["--folded", "--pid-root", "--status", "idle", "--gil", "released"]),

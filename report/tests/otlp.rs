@@ -128,3 +128,36 @@ fn wall_time_as_folded() {
         check(name, "wall");
     }
 }
+
+/// A real recording of an OpenTelemetry-instrumented service (format 1.10, testdata/recordings/traced-3.12.pyp):
+/// each sample that ran in a span carries it as a link whose ids are the ones `--trace-id` selects, and the samples
+/// in spans are as many as the text report's Traces section says.
+#[test]
+fn spans_as_links() {
+    let recording = repo().join("testdata/recordings/traced-3.12.pyp");
+    let got = decode(&report(&recording, &["--otlp"]));
+    let mut per_trace: BTreeMap<String, u64> = BTreeMap::new();
+    let mut period = 0;
+    for r in got["resources"].as_array().expect("resources") {
+        for p in r["profiles"].as_array().expect("profiles") {
+            period = p["period"].as_u64().expect("a period");
+            for s in p["samples"].as_array().expect("samples") {
+                if let Some(link) = s.get("link") {
+                    let trace = link[0].as_str().unwrap().to_string();
+                    assert_eq!((trace.len(), link[1].as_str().unwrap().len()), (32, 16), "{link}");
+                    *per_trace.entry(trace).or_insert(0) += s["value"].as_u64().unwrap() / period;
+                }
+            }
+        }
+    }
+    let text = String::from_utf8(report(&recording, &[])).expect("UTF-8");
+    let in_spans: u64 = per_trace.values().sum();
+    assert!(text.contains(&format!("Traces: {in_spans} samples of ")), "{in_spans} samples with links:\n{text}");
+    assert!(per_trace.len() >= 10, "{} traces", per_trace.len());
+    // Each trace's samples, by --trace-id: the same count.
+    for (trace, n) in per_trace.iter().take(5) {
+        let folded = String::from_utf8(report(&recording, &["--folded", "--trace-id", trace])).expect("UTF-8");
+        let samples: u64 = folded.lines().filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok()).sum();
+        assert_eq!(samples, *n, "trace {trace}");
+    }
+}

@@ -97,7 +97,8 @@ pub const MAX_LABEL_VALUE: usize = 2048;
 pub const MAX_LABELS: usize = 15;
 /// Label names the push sets itself (the samples' labels) or that Pyroscope derives from the request: a
 /// `--label` of that name would clash with them. Names starting with `__` are Pyroscope's (and Prometheus's) too.
-const RESERVED_LABELS: &[&str] = &["service_name", "pyroscope_spy", "pid", "tid", "thread", "gil", "process"];
+const RESERVED_LABELS: &[&str] =
+    &["service_name", "pyroscope_spy", "pid", "tid", "thread", "gil", "process", "trace_id", "span_id"];
 
 /// Checks a `--label k=v`: Pyroscope's label names are `[a-zA-Z_][a-zA-Z0-9_.]*`, not reserved; values may not hold
 /// the characters that delimit the name's tags.
@@ -165,6 +166,8 @@ struct Key {
     reason: String,
     /// Taken in the garbage collector: a `[gc]` frame where reports put it.
     gc: bool,
+    /// The OpenTelemetry span it ran in.
+    span: Option<pyperf_format::SpanLink>,
 }
 
 /// The frames of a stack (root first) leaf first, as pprof lists locations, with `None` for a `[gc]` frame put
@@ -315,13 +318,14 @@ impl PushSink {
     fn sorted(counts: &HashMap<Key, (u64, u64)>) -> Vec<(&Key, &(u64, u64))> {
         let mut keys: Vec<(&Key, &(u64, u64))> = counts.iter().collect();
         keys.sort_unstable_by(|a, b| {
-            (a.0.pid, a.0.tid, a.0.gil, &a.0.frames, &a.0.reason, a.0.gc).cmp(&(
+            (a.0.pid, a.0.tid, a.0.gil, &a.0.frames, &a.0.reason, a.0.gc, a.0.span).cmp(&(
                 b.0.pid,
                 b.0.tid,
                 b.0.gil,
                 &b.0.frames,
                 &b.0.reason,
                 b.0.gc,
+                b.0.span,
             ))
         });
         keys
@@ -386,7 +390,7 @@ impl PushSink {
             self.stack(k, &mut b, &mut locations);
             let thread = self.comms.get(&(k.pid, k.tid)).map(String::as_str).unwrap_or("");
             let gil = pyperf_format::GilState::from_u8(k.gil).key();
-            let attributes = SampleAttributes { thread: Some((k.tid, thread)), gil: Some(&gil) };
+            let attributes = SampleAttributes { thread: Some((k.tid, thread)), gil: Some(&gil), span: k.span };
             if samples > 0 {
                 let value = (samples as i64).saturating_mul(self.options.period_ns.unwrap_or(1) as i64);
                 b.add_sample(resource, 0, &locations, value, &attributes);
@@ -419,12 +423,17 @@ impl PushSink {
             self.stack(k, &mut b, &mut locations);
             let thread = self.comms.get(&(k.pid, k.tid)).map(String::as_str).unwrap_or("");
             let gil = pyperf_format::GilState::from_u8(k.gil).key();
-            let labels = [
+            let ids = k.span.map(|l| (l.trace_hex(), l.span_hex()));
+            let mut labels = vec![
                 Label::Num("pid", i64::from(k.pid), ""),
                 Label::Num("tid", i64::from(k.tid), ""),
                 Label::Str("thread", thread),
                 Label::Str("gil", &gil),
             ];
+            if let Some((trace, span)) = &ids {
+                labels.push(Label::Str("trace_id", trace));
+                labels.push(Label::Str("span_id", span));
+            }
             values.clear();
             for (t, _) in &types {
                 values.push(match *t {
@@ -540,6 +549,7 @@ impl Sink for PushSink {
             frames: s.view().into(),
             reason: String::new(),
             gc: s.in_gc,
+            span: s.span,
         };
         self.window.entry(key).or_default().0 += 1;
     }
@@ -554,7 +564,15 @@ impl Sink for PushSink {
         let s = &o.sample;
         let reason = pyperf_report::names::off_cpu_frame(o.kind, o.syscall, &self.options.arch);
         let reason = if reason.is_empty() && o.kind == OffCpuKind::Runnable { "[off-CPU]".to_string() } else { reason };
-        let key = Key { pid: s.pid, tid: s.tid, gil: s.gil.as_u8(), frames: s.view().into(), reason, gc: s.in_gc };
+        let key = Key {
+            pid: s.pid,
+            tid: s.tid,
+            gil: s.gil.as_u8(),
+            frames: s.view().into(),
+            reason,
+            gc: s.in_gc,
+            span: s.span,
+        };
         let e = self.window.entry(key).or_default();
         e.1 = e.1.saturating_add(o.weight_ns);
     }

@@ -71,11 +71,17 @@ def summarize(data):
                     assert 0 < smp.stack_index < len(d.stack_table), f"stack index {smp.stack_index}"
                     leaf_first = [frame(i) for i in d.stack_table[smp.stack_index].location_indices]
                     assert len(smp.values) == 1, "one value per sample"
-                    prof["samples"].append({
+                    entry = {
                         "stack": list(reversed(leaf_first)),
                         "value": smp.values[0],
                         "attributes": dict(attr(i) for i in smp.attribute_indices),
-                    })
+                    }
+                    if smp.link_index:
+                        assert 0 < smp.link_index < len(d.link_table), f"link index {smp.link_index}"
+                        link = d.link_table[smp.link_index]
+                        assert len(link.trace_id) == 16 and len(link.span_id) == 8, "link id lengths"
+                        entry["link"] = [link.trace_id.hex(), link.span_id.hex()]
+                    prof["samples"].append(entry)
                 res["profiles"].append(prof)
         out["resources"].append(res)
     return out
