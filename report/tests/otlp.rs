@@ -137,10 +137,9 @@ fn spans_as_links() {
     let recording = repo().join("testdata/recordings/traced-3.12.pyp");
     let got = decode(&report(&recording, &["--otlp"]));
     let mut per_trace: BTreeMap<String, u64> = BTreeMap::new();
-    let mut period = 0;
     for r in got["resources"].as_array().expect("resources") {
         for p in r["profiles"].as_array().expect("profiles") {
-            period = p["period"].as_u64().expect("a period");
+            let period = p["period"].as_u64().expect("a period");
             for s in p["samples"].as_array().expect("samples") {
                 if let Some(link) = s.get("link") {
                     let trace = link[0].as_str().unwrap().to_string();
