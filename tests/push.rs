@@ -961,3 +961,50 @@ fn parca_writeraw_goes_as_grpc_web() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("Parca's label names"), "{o:?}");
 }
+
+/// OTLP push of an OpenTelemetry-instrumented service (testdata/workloads/traced.py, the SDK from
+/// target/otel-site): the pushed samples that ran in a span carry it as a link, and every linked span is one the
+/// service logged.
+#[test]
+fn otlp_windows_link_samples_to_the_services_spans() {
+    let _g = serial();
+    let site = std::env::var_os("PYPERF_OTEL_SITE")
+        .map_or_else(|| repo().join("target/otel-site"), std::path::PathBuf::from);
+    assert!(site.join("opentelemetry/sdk").is_dir(), "{} has no OpenTelemetry SDK: run scripts/setup", site.display());
+    let r = Receiver::start("answer");
+    let (_dir, out) = scratch("traced.pyp");
+    let url = format!("otlp+http://127.0.0.1:{}", r.port);
+    let o = run(pyperf()
+        .args(["record", "-F", "499", "--push", &url, "--push-every", "1", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(interpreter("3.12.1"))
+        .arg(workload("traced.py"))
+        .args(["asyncio", "40"])
+        .env("PYTHONPATH", &site));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let logged: std::collections::HashSet<(String, String)> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a span line");
+            (v["trace_id"].as_str().unwrap().to_string(), v["span_id"].as_str().unwrap().to_string())
+        })
+        .collect();
+    let (mut linked, mut all) = (0, 0);
+    for g in r.taken() {
+        for res in g["request"]["resources"].as_array().unwrap() {
+            for p in res["profiles"].as_array().unwrap() {
+                for s in p["samples"].as_array().unwrap() {
+                    all += 1;
+                    if let Some(link) = s.get("link") {
+                        let key = (link[0].as_str().unwrap().to_string(), link[1].as_str().unwrap().to_string());
+                        assert!(logged.contains(&key), "a pushed link {key:?} is none of the service's spans");
+                        linked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(linked >= 20 && linked < all, "{linked} of {all} pushed samples linked");
+}
