@@ -1,6 +1,7 @@
 //! Samples linked to traces: a small service instrumented with the OpenTelemetry SDK from PyPI
 //! (testdata/workloads/traced.py, the SDK in target/otel-site: scripts/setup) is recorded, as threads and as asyncio
-//! tasks each in its own context, on 3.11, 3.12, 3.13 and sid's 3.14 and 3.15. The service logs every span's ids and
+//! tasks each in its own context, on every interpreter the SDK installs on (3.9 to 3.13, Debian's static 3.11, sid's
+//! 3.13 to 3.15). The service logs every span's ids and
 //! the CPU time its code ran; the recording must hold only those ids (never another: a wrong id would be a wrong
 //! stack), the samples in spans must be about all the samples of the service's work, and each trace's and each
 //! kind of request's share of them must be its share of the CPU time. A process without the SDK gets nothing found
@@ -109,10 +110,16 @@ fn shares_match(what: &str, stdout: &str, out: &std::path::Path) {
     }
 }
 
+// Every interpreter the SDK installs on (3.9+). 3.7 and 3.8 are read the way 3.9 and 3.10 are; untested: the SDK
+// no longer supports them.
 per_interpreter! { check:
+    python_3_9_18("3.9.18"),
+    python_3_10_13("3.10.13"),
     python_3_11_7("3.11.7"),
     python_3_12_1("3.12.1"),
     python_3_13_0("3.13.0"),
+    python_debian_3_11("debian-3.11"),
+    python_sid_3_13("sid-3.13"),
     python_sid_3_14("sid-3.14"),
     python_sid_3_15("sid-3.15"),
 }
