@@ -141,3 +141,51 @@ fn nothing_without_the_sdk() {
     assert_eq!(counter(&rec, "trace_processes_found"), 0);
     assert_eq!((counter(&rec, "bpf_trace_found"), counter(&rec, "bpf_trace_unreadable")), (0, 0));
 }
+
+/// Off-CPU intervals carry the span their thread was in: a service whose lookups wait 2 ms (a sleep) inside their
+/// span, recorded with `--off-cpu`: its long intervals are in lookup spans the service logged, and only those.
+#[test]
+fn off_cpu_intervals_carry_their_span() {
+    let _g = serial();
+    let (_dir, out) = scratch("traced-io.pyp");
+    let o = run(pyperf()
+        .args(["record", "-F", "499", "--off-cpu", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(interpreter("3.12.1"))
+        .arg(workload("traced.py"))
+        .args(["io", "20"])
+        .env("PYTHONPATH", otel_site()));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && stdout.contains("done"), "{o:?}");
+    let mut kinds: HashMap<(String, String), String> = HashMap::new();
+    for line in stdout.lines().filter(|l| l.starts_with('{')) {
+        let v: serde_json::Value = serde_json::from_str(line).expect("a span line");
+        let key = (v["trace_id"].as_str().unwrap().to_string(), v["span_id"].as_str().unwrap().to_string());
+        kinds.insert(key, v["kind"].as_str().unwrap().to_string());
+    }
+    let file = std::fs::File::open(&out).expect("the recording");
+    let mut r = pyperf_format::Reader::new(std::io::BufReader::new(file)).expect("a recording");
+    let mut t = pyperf_format::Tables::default();
+    let (mut linked, mut long) = (0, 0);
+    while let Some(rec) = r.next_record().expect("a record") {
+        t.apply(&rec, 0).expect("a valid record");
+        if let pyperf_format::Record::OffCpu { intervals, .. } = &rec {
+            for iv in intervals {
+                let Some(l) = t.link(iv.link) else { continue };
+                let key = (l.trace_hex(), l.span_hex());
+                let kind =
+                    kinds.get(&key).unwrap_or_else(|| panic!("interval in span {key:?}, none the service logged"));
+                linked += 1;
+                // The sleeps are the only long blocked waits inside spans (a thread waiting for the GIL the other one
+                // holds waits in a render span too: a GIL wait; a preemption is runnable).
+                if iv.kind == pyperf_format::OffCpuKind::Blocked && iv.duration_ns - iv.runnable_ns >= 1_500_000 {
+                    long += 1;
+                    assert_eq!(kind, "lookup", "a {} ms wait in a {kind} span", iv.duration_ns / 1_000_000);
+                }
+            }
+        }
+    }
+    let lookups = kinds.values().filter(|k| *k == "lookup").count();
+    assert!(long * 2 >= lookups && linked >= long, "{long} long waits in spans of {lookups} lookups, {linked} linked");
+}

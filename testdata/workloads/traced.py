@@ -4,8 +4,8 @@ asyncio tasks (`asyncio`: each task runs in a context of its own). Prints one JS
 trace and span ids (lowercase hex, as W3C trace context writes them), its kind, and the CPU time its code ran
 (thread CPU time around each step it ran: an asyncio task's own steps only). Then `done`.
 
-Usage: traced.py threads|asyncio ROUNDS: a fixed amount of work (about 40 ms of CPU time a round), however busy the
-machine is.
+Usage: traced.py threads|io|asyncio ROUNDS: a fixed amount of work (about 40 ms of CPU time a round), however busy
+the machine is. `io` is `threads` whose lookups also wait 2 ms (a sleep: off CPU) inside their span.
 """
 import asyncio
 import json
@@ -36,11 +36,16 @@ def report(span, kind, cpu_ns):
         print(json.dumps(line), flush=True)
 
 
+IO_WAIT = {"render": 0.0, "lookup": 0.0}
+
+
 def request(kind):
     with tracer.start_as_current_span(kind) as span:
         t0 = time.thread_time_ns()
         for _ in range(WORK[kind]):
             burn()
+        if IO_WAIT[kind]:
+            time.sleep(IO_WAIT[kind])
         cpu = time.thread_time_ns() - t0
     report(span, kind, cpu)
 
@@ -68,7 +73,9 @@ async def aserve(rounds):
 
 def main():
     mode, rounds = sys.argv[1], int(sys.argv[2])
-    if mode == "threads":
+    if mode == "io":
+        IO_WAIT["lookup"] = 0.002
+    if mode in ("threads", "io"):
         # A round: render + lookup in one thread, two lookups in the other.
         work = [(["render", "lookup"], 2 * rounds), (["lookup"], 2 * rounds)]
         workers = [threading.Thread(target=serve, args=w) for w in work]
