@@ -47,10 +47,10 @@ use pyperf_report::otlp::{self, ProcessInfo, ProfileType, SampleAttributes};
 use pyperf_report::pprof::{Builder, Label};
 
 pub use endpoint::{redacted, redacted_command_line, Auth, Endpoint, PASSWORD_ENV, TOKEN_ENV};
+use upload::Uploader;
 pub use upload::{DrainEnd, PushCounts, FINAL_ATTEMPT, QUEUE_WINDOWS, REQUEST_TIMEOUT};
-use upload::{Uploader, Window};
 pub use wire::Protocol;
-use wire::{sample_type_config, sample_types, Target};
+use wire::{sample_type_config, sample_types, Target, Window};
 
 use super::{OffCpuSample, Sample, Sink, TrailerCounters};
 

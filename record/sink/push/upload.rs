@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use super::wire::{self, Sent, Target};
+use super::wire::{self, Sent, Target, Window};
 
 /// Windows waiting for the upload thread at most; past that the oldest is dropped.
 pub const QUEUE_WINDOWS: usize = 16;
@@ -59,15 +59,6 @@ pub struct PushCounts {
     pub rejected: u64,
     /// The last failure, for the summary.
     pub last_error: Option<String>,
-}
-
-/// One closed window, encoded.
-pub struct Window {
-    /// Wall-clock bounds, s since the Unix epoch.
-    pub from_s: u64,
-    pub until_s: u64,
-    /// What goes out ([`wire::window_body`]).
-    pub body: Vec<u8>,
 }
 
 struct Shared {

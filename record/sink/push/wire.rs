@@ -22,7 +22,14 @@
 
 use std::fmt;
 
-use super::upload::Window;
+/// One closed window, encoded.
+pub struct Window {
+    /// Wall-clock bounds, s since the Unix epoch.
+    pub from_s: u64,
+    pub until_s: u64,
+    /// What goes out ([`wire::window_body`]).
+    pub body: Vec<u8>,
+}
 
 /// How windows are sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
