@@ -968,9 +968,7 @@ fn parca_writeraw_goes_as_grpc_web() {
 #[test]
 fn otlp_windows_link_samples_to_the_services_spans() {
     let _g = serial();
-    let site =
-        std::env::var_os("PYPERF_OTEL_SITE").map_or_else(|| repo().join("target/otel-site"), std::path::PathBuf::from);
-    assert!(site.join("opentelemetry/sdk").is_dir(), "{} has no OpenTelemetry SDK: run scripts/setup", site.display());
+    let site = otel_site();
     let r = Receiver::start("answer");
     let (_dir, out) = scratch("traced.pyp");
     let url = format!("otlp+http://127.0.0.1:{}", r.port);

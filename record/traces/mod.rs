@@ -62,8 +62,6 @@ pub struct Traces {
     procs: HashMap<u32, Proc>,
     /// What records asked to look at since the last [`Traces::due`], one per process.
     pending: HashMap<u32, TraceRead>,
-    /// Per process: the span classes known and refused so far (for the totals below).
-    known: HashMap<u32, (u64, u64)>,
     /// Processes whose variable was found.
     pub found: u64,
     /// Span classes whose way to their span context is known.
@@ -109,7 +107,6 @@ impl Traces {
     pub fn remove_process(&mut self, pid: u32) {
         self.procs.remove(&pid);
         self.pending.remove(&pid);
-        self.known.remove(&pid);
     }
 
     /// A record of `pid` read `t`: what it asks to look at is kept for [`Traces::due`] (called from the ring's
@@ -125,6 +122,7 @@ impl Traces {
         let mut changed = Vec::new();
         for (pid, t) in std::mem::take(&mut self.pending) {
             let Some(p) = self.procs.get_mut(&pid) else { continue };
+            let (known, refused) = classes(p);
             let updated = match t {
                 TraceRead::Discover(vars) => {
                     if p.last_look.is_some_and(|l| now.duration_since(l) < LOOK_EVERY) {
@@ -141,12 +139,10 @@ impl Traces {
                 TraceRead::SpanType(span) => learn_span(p, span),
                 _ => false,
             };
-            let known = p.conf.paths.iter().filter(|x| x.r#type != 0).count() as u64;
-            let refused = p.tried.values().filter(|&&n| n >= MAX_TRIES).count() as u64;
-            // Totals over the recording: a process's part stays when it exits.
-            let before = self.known.insert(pid, (known, refused)).unwrap_or((0, 0));
-            self.classes += known.saturating_sub(before.0);
-            self.classes_refused += refused.saturating_sub(before.1);
+            // Totals over the recording, counted as they change: a process's part stays when it exits.
+            let (now_known, now_refused) = classes(p);
+            self.classes += now_known - known;
+            self.classes_refused += now_refused - refused;
             if updated {
                 changed.push((pid, p.conf));
             }
@@ -162,6 +158,12 @@ impl Traces {
             ("trace_span_classes_refused".to_string(), self.classes_refused),
         ]
     }
+}
+
+/// The span classes of `p` whose way to their span context is known, and those given up on.
+fn classes(p: &Proc) -> (u64, u64) {
+    let known = p.conf.paths.iter().filter(|x| x.r#type != 0).count() as u64;
+    (known, p.tried.values().filter(|&&n| n >= MAX_TRIES).count() as u64)
 }
 
 /// Searches the variables `vars` (a context's HAMT) of `p` for the SDK's variable; fills in what it finds. Whether

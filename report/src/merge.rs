@@ -186,7 +186,6 @@ impl Profile {
             interpreters: Vec::new(),
             interpreters_off_cpu: Vec::new(),
             spans: Vec::new(),
-            spans_off_cpu: Vec::new(),
         };
         let first_part = Profile {
             tables: Tables::default(),
@@ -217,7 +216,6 @@ impl Profile {
             interpreters: out.interpreters,
             interpreters_off_cpu: out.interpreters_off_cpu,
             spans: out.spans,
-            spans_off_cpu: out.spans_off_cpu,
         };
         let mut reason_ids: HashMap<String, u32> = HashMap::from([(String::new(), 0)]);
         // (pid, start, part, index in its part) of every process instance, to sort them as the report expects.
@@ -280,7 +278,6 @@ impl Profile {
             add_per_interpreter(&mut merged.interpreters_off_cpu, &p.interpreters_off_cpu);
             // Spans are the recordings' own (random ids): the same span in two recordings adds up.
             add_per_span(&mut merged.spans, &p.spans);
-            add_per_span(&mut merged.spans_off_cpu, &p.spans_off_cpu);
             merged.task_waits_matched.add_all(&p.task_waits_matched);
             merged.thread_off_cpu.extend(p.thread_off_cpu);
             let stack_base = merged.timeline_stacks.len() as u32;

@@ -468,8 +468,6 @@ pub struct Profile {
     /// CPU samples that passed the filter per span (format 1.10: the OpenTelemetry span the thread was in), most
     /// first (ties by span); empty when the recording has none.
     pub spans: Vec<(pyperf_format::SpanLink, u64)>,
-    /// Off-CPU time (ns) that passed the filter per span, in the time modes, most first.
-    pub spans_off_cpu: Vec<(pyperf_format::SpanLink, u64)>,
 }
 
 /// Which kinds of frames besides Python ones a recording's stacks hold (format 1.4).
@@ -834,9 +832,8 @@ struct Aggregator {
     interp_far: FxMap<u32, u64>,
     /// Weight (ns) of the matching off-CPU intervals per interpreter (time modes).
     interp_off: FxMap<u32, u64>,
-    /// Matching CPU samples and off-CPU weight per span number (format 1.10).
+    /// Matching CPU samples per span number (format 1.10).
     link_counts: FxMap<u32, u64>,
-    link_off: FxMap<u32, u64>,
 }
 
 /// Per-chunk state counts: fixed arrays indexed by a u8 need no bounds checks.
@@ -889,7 +886,6 @@ impl Aggregator {
             interp_root: options.interp_root,
             interp_counts: [0; 16],
             link_counts: FxMap::default(),
-            link_off: FxMap::default(),
             interp_far: FxMap::default(),
             interp_off: FxMap::default(),
             per_thread: options.per_thread,
@@ -1285,10 +1281,6 @@ impl Aggregator {
             {
                 continue;
             }
-            if iv.link != 0 {
-                let w = self.link_off.entry(iv.link).or_insert(0);
-                *w = w.saturating_add(iv.weight_ns);
-            }
             self.off_matched.add(iv);
             if self.track_threads {
                 self.thread_off[s].add(iv);
@@ -1529,14 +1521,9 @@ impl Profile {
         interpreters.sort_unstable();
         let mut interpreters_off_cpu: Vec<(u32, u64)> = agg.interp_off.into_iter().filter(|&(_, ns)| ns > 0).collect();
         interpreters_off_cpu.sort_unstable();
-        let by_span = |m: FxMap<u32, u64>| {
-            let mut v: Vec<(pyperf_format::SpanLink, u64)> =
-                m.into_iter().filter_map(|(l, n)| Some((*tables.link(l)?, n))).collect();
-            v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-            v
-        };
-        let spans = by_span(agg.link_counts);
-        let spans_off_cpu = by_span(agg.link_off);
+        let mut spans: Vec<(pyperf_format::SpanLink, u64)> =
+            agg.link_counts.into_iter().filter_map(|(l, n)| Some((*tables.link(l)?, n))).collect();
+        spans.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         Ok(Profile {
             header,
             version,
@@ -1566,7 +1553,6 @@ impl Profile {
             interpreters,
             interpreters_off_cpu,
             spans,
-            spans_off_cpu,
         })
     }
 

@@ -541,3 +541,11 @@ pub fn inspect_when_ready(pid: u32) -> pyperf::python::PythonProcess {
         }
     }
 }
+
+/// The directory with the OpenTelemetry SDK (scripts/setup installs it).
+pub fn otel_site() -> std::path::PathBuf {
+    let site =
+        std::env::var_os("PYPERF_OTEL_SITE").map_or_else(|| repo().join("target/otel-site"), std::path::PathBuf::from);
+    assert!(site.join("opentelemetry/sdk").is_dir(), "{} has no OpenTelemetry SDK: run scripts/setup", site.display());
+    site
+}

@@ -338,11 +338,10 @@ fn head_end(answer: &[u8]) -> Option<usize> {
 fn complete(answer: &[u8]) -> bool {
     let Some(end) = head_end(answer) else { return false };
     let a = parse_answer(&answer[..end]);
-    let header = |n: &str| a.headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
-    if let Some(len) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
+    if let Some(len) = a.header("content-length").and_then(|v| v.parse::<usize>().ok()) {
         return answer.len() >= end.saturating_add(len);
     }
-    if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+    if a.header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
         return answer[end..].windows(5).any(|w| w == b"0\r\n\r\n");
     }
     // No body (1xx, 204, 304) or one that ends at the close.

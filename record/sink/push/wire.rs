@@ -347,7 +347,8 @@ pub struct Answer {
 }
 
 impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
+    /// The value of header `name` (lower-case), the first if several.
+    pub(super) fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
     }
 }
