@@ -484,6 +484,20 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn the_push_protocol_comes_one_way() {
+        assert_eq!(push_protocol("http://h", None).unwrap(), (Protocol::Ingest, "http://h"));
+        assert_eq!(push_protocol("otlp+http://h:4318", None).unwrap(), (Protocol::Otlp, "http://h:4318"));
+        assert_eq!(push_protocol("http://h", Some("parca")).unwrap(), (Protocol::Parca, "http://h"));
+        assert_eq!(push_protocol("connect+http://h", Some("connect")).unwrap().0, Protocol::Connect);
+        let e = push_protocol("otlp+http://h", Some("parca")).unwrap_err().to_string();
+        assert_eq!(e, "--push says otlp and --push-protocol says parca: give the protocol one way");
+        let e = push_protocol("foo+http://u:pw@h", None).unwrap_err().to_string();
+        assert!(e.contains("names no protocol; give one of ingest, connect, otlp, parca") && !e.contains("pw"), "{e}");
+        let e = push_protocol("http://h", Some("zz")).unwrap_err().to_string();
+        assert_eq!(e, "--push-protocol \"zz\": give one of ingest, connect, otlp, parca");
+    }
+
     /// The shared arguments as a front end flattens them.
     #[derive(Parser)]
     struct FrontEnd {

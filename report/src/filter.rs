@@ -401,6 +401,21 @@ mod tests {
     }
 
     #[test]
+    fn trace_and_span_ids_are_hex_of_their_length() {
+        let t = Filter::parse_trace_ids(&["4bf92f3577b34da6a3ce929d0e0e4736,4BF92F3577B34DA6A3CE929D0E0E4736".into()]);
+        assert_eq!(t.unwrap(), vec![0x4bf92f3577b34da6a3ce929d0e0e4736]);
+        assert_eq!(Filter::parse_span_ids(&["00f067aa0ba902b7".into()]).unwrap(), vec![0x00f067aa0ba902b7]);
+        let e = Filter::parse_trace_ids(&["xyz".into()]).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "--trace-id \"xyz\": give 32 hex digits, as W3C trace context writes the id (e.g. \
+             4bf92f3577b34da6a3ce929d0e0e4736)"
+        );
+        assert!(Filter::parse_span_ids(&["4bf92f3577b34da6a3ce929d0e0e4736".into()]).is_err());
+        assert!(Filter::parse_trace_ids(&["+bf92f3577b34da6a3ce929d0e0e4736".into()]).is_err());
+    }
+
+    #[test]
     fn an_empty_key_is_refused_not_taken_for_no_filter() {
         let err = Filter::parse_gil(&[""]).unwrap_err().to_string();
         assert_eq!(
