@@ -11,6 +11,9 @@ mod common;
 use common::{interpreter, pyperf, run, scratch, serial, workload};
 use pyperf_format::{symbol_flags, StackStatus};
 
+/// The marker of a sample whose native stack was not paired with its Python one (record/native/stacks.rs).
+const UNMERGED: &str = "[native: unmerged]";
+
 /// What the workload printed: (main tid, runner tid, subinterpreter id, main CPU, runner CPU, of which in exec).
 struct Truth {
     main: u32,
@@ -231,11 +234,16 @@ fn subinterpreter_waits(name: &str) {
         "{name}: {waited:.3} s off CPU in func_b, {exec_wall:.3} s in exec"
     );
     // The main thread waits in interpreter 0, but while it creates or destroys the subinterpreter (`create`,
-    // `Interpreter.__del__`): then it runs there, with no frame of its own (the boundary at the leaf), as its samples.
+    // `Interpreter.__del__`): then it runs there, with no frame of its own (the boundary at the leaf), as its samples,
+    // or, inside `create`, the new interpreter's start-up code (its frozen importlib; seen once in CI under load).
+    let in_sub = |names: &[String]| match names.iter().position(|n| *n == marker) {
+        Some(at) => at + 1 == names.len() || (at > 0 && names[at - 1] == "create"),
+        None => names.is_empty(),
+    };
     let main_elsewhere: Vec<_> = intervals
         .iter()
         .filter(|iv| iv.0 == t.main && iv.1 != 0)
-        .filter(|iv| !(iv.1 == t.sub && (iv.3.is_empty() || iv.3.last() == Some(&marker))))
+        .filter(|iv| !(iv.1 == t.sub && in_sub(&iv.3)))
         .take(3)
         .collect();
     assert!(main_elsewhere.is_empty(), "{name}: main thread intervals outside interpreter 0: {main_elsewhere:?}");
@@ -264,8 +272,8 @@ per_interpreter! { subinterpreter_waits:
 
 /// With `--native` the boundary stays where it belongs: between the native frames of `exec` (the `_interpreters`
 /// module's C code that entered the subinterpreter) and the subinterpreter's first Python frame, each of the
-/// runner's func_b samples merged with its native frames (no `[native: ...]` marker for a Python stack that could
-/// not be paired), its Python frames in order around the boundary.
+/// runner's func_b samples merged with its native frames (but a few marked as not paired), its Python frames in
+/// order around the boundary.
 fn subinterpreter_native(name: &str, exec_frame: &str) {
     let _serial = serial();
     let python = interpreter(name);
@@ -303,8 +311,14 @@ fn subinterpreter_native(name: &str, exec_frame: &str) {
         "<module>",
         "func_b",
     ];
+    // A sample whose native stack could not be paired with its Python one keeps its Python frames and is marked
+    // `[native: unmerged]`, counted: allowed, if rare (a cold page cache once gave 19 of 1006 samples).
+    let unmerged = |s: &&&(u32, Vec<String>, Vec<String>)| s.2 == expected && s.1.last().is_some_and(|n| n == UNMERGED);
+    let marked = in_b.iter().filter(unmerged).count();
+    assert!(marked * 20 <= in_b.len(), "{name}: {marked} of {} func_b samples not merged", in_b.len());
     let bad: Vec<&Vec<String>> = in_b
         .iter()
+        .filter(|s| !unmerged(s))
         .filter(|s| {
             let at = s.1.iter().position(|n| *n == marker);
             s.2 != expected
