@@ -9,10 +9,8 @@
 mod common;
 
 use common::{interpreter, pyperf, run, scratch, serial, workload};
+use pyperf::native::stacks::UNMERGED;
 use pyperf_format::{symbol_flags, StackStatus};
-
-/// The marker of a sample whose native stack was not paired with its Python one (record/native/stacks.rs).
-const UNMERGED: &str = "[native: unmerged]";
 
 /// What the workload printed: (main tid, runner tid, subinterpreter id, main CPU, runner CPU, of which in exec).
 struct Truth {

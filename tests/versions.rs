@@ -465,7 +465,10 @@ fn a_thread_waiting_for_the_gil_is_its_own_state_on_3_15() {
             spin_total += spin;
         }
         eprintln!("{name}: {spinners} of {spin_total} spin samples waiting for the GIL in {runs} runs");
-        assert!(starting < spinners.max(1), "{name}: {starting} waiting samples without a stack, {spinners} with one");
+        assert!(
+            !waits || starting < spinners,
+            "{name}: {starting} waiting samples without a stack, {spinners} with one"
+        );
     }
 }
 
