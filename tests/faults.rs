@@ -13,6 +13,7 @@
 //! | unreadable target memory | `unreadable_target_memory_is_counted_and_never_names_a_wrong_function` |
 //! | load | `load_many_busy_threads_at_1khz` (bench/load.sh: the 16 x 4 x 60 s run) |
 //! | output file | unit tests in record/sink/output.rs |
+//! | a disk too full to build and test on | `scripts_test_says_first_that_the_disk_is_too_full` |
 //! | 1 KiB file, 64 MiB | `a_1k_file_cannot_make_the_reader_or_the_report_hold_64_mib` (+ the fuzzer's own check, fuzz/) |
 
 mod common;
@@ -974,4 +975,19 @@ fn full_disk_stops_the_recording_in_one_line_and_keeps_what_was_written() {
     let o = run(pyperf().args(["report", "-i"]).arg(&out));
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("Runner.run"));
+}
+
+/// `scripts/test` on a disk without room for the build says so in one line before building anything, instead of
+/// failing minutes later with a linker bus error (how a CI run failed on a disk full of old clones).
+#[test]
+fn scripts_test_says_first_that_the_disk_is_too_full() {
+    let fs = Tmpfs::mount("size=64m");
+    let o = Command::new(common::repo().join("scripts/test")).env("CARGO_TARGET_DIR", &fs.at).output().unwrap();
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(out.is_empty(), "it started before checking: {out}");
+    let line = err.trim_end();
+    assert!(!line.contains('\n'), "one line: {err}");
+    let prefix = format!("scripts/test: 64 MB free for {}, the build and tests need about 9000 MB", fs.at.display());
+    assert!(line.starts_with(&prefix) && line.ends_with("CARGO_TARGET_DIR to a bigger disk"), "{err}");
 }
