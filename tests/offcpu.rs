@@ -85,6 +85,8 @@ struct Clock {
     core: f64,
     core_oncpu: f64,
     core_runq: f64,
+    /// At most how long a hypervisor took the CPU from the main thread during the core (/proc/stat's steal).
+    core_steal: f64,
 }
 
 impl Clock {
@@ -101,6 +103,7 @@ impl Clock {
                 "core" => c.core = f(),
                 "core_oncpu" => c.core_oncpu = f(),
                 "core_runq" => c.core_runq = f(),
+                "core_steal" => c.core_steal = f(),
                 _ => panic!("unknown field {k} in {line:?}"),
             }
         }
@@ -112,7 +115,9 @@ impl Clock {
         self.wall - self.oncpu - self.runq
     }
 
-    /// The same of the phase's core.
+    /// The same of the phase's core. On a VM this counts the time the hypervisor took from the thread while it
+    /// ran (schedstat's time on a CPU leaves steal out), which the recorder's CPU samples count as running: that
+    /// is up to `core_steal` more than the thread slept.
     fn core_asleep(&self) -> f64 {
         self.core - self.core_oncpu - self.core_runq
     }
@@ -483,7 +488,7 @@ fn check(name: &str) {
     let other = off.off_cpu(at) - wait - runnable;
     let why = format!(
         "phase_gil's loop: {:.3} s in {GIL_WAIT}, {:.3} s runnable, {:.3} s other; measured: wall {:.3} s, on CPU \
-         {:.3}, runnable {:.3}, asleep {:.3}:{}",
+         {:.3}, runnable {:.3}, asleep {:.3}, stolen by the hypervisor at most {:.3}:{}",
         s(wait),
         s(runnable),
         s(other),
@@ -491,13 +496,21 @@ fn check(name: &str) {
         g.core_oncpu,
         g.core_runq,
         g.core_asleep(),
+        g.core_steal,
         off.show(&["phase_gil"])
     );
     f.check(
         wait * 10 >= (wait + other) * 8,
         format!("{name}: GIL wait >= 80% of the off-CPU time but runnable, in {why}"),
     );
-    f.check(s(wait) >= g.core_asleep() - 0.02, format!("{name}: GIL wait >= the time asleep - 20 ms, in {why}"));
+    // "Asleep" counts what a hypervisor stole from the thread while it ran, which is not a GIL wait (sampled as
+    // running, or in neither view: see docs/sampling.md). A CI run on a VM whose host was busy failed all eight
+    // interpreters here without the steal; reproduced: 0.43 s stolen from the 2 CPUs in the loop's 0.65 s, 0.083 s
+    // less GIL wait than "asleep".
+    f.check(
+        s(wait) >= g.core_asleep() - g.core_steal - 0.02,
+        format!("{name}: GIL wait >= the time asleep - the time stolen - 20 ms, in {why}"),
+    );
     f.check(
         s(runnable) <= g.core_runq + 0.02,
         format!("{name}: runnable <= the kernel's runnable time + 20 ms, in {why}"),

@@ -24,14 +24,17 @@
 #
 # What it prints (one line each, `key=value` fields, seconds as decimals), the truth the tests check against:
 #   tid main TID                                   the main thread's tid (get_native_id, or syscall(186) before 3.8)
-#   phase NAME wall=S oncpu=S runq=S migrations=N core=S core_oncpu=S core_runq=S
+#   phase NAME wall=S oncpu=S runq=S migrations=N core=S core_oncpu=S core_runq=S core_steal=S
 #                                                  per phase, in order: wall time (monotonic clock; time.time on
 #                                                  2.7), and the main thread's time on a CPU and runnable (waiting for
 #                                                  a CPU) over the phase, from /proc/self/task/TID/schedstat, and how
 #                                                  often it changed CPUs (/proc/self/task/TID/sched, -1 if unknown);
 #                                                  then the same of the phase's core: its blocking call (sleep, read,
 #                                                  acquire), or its loop (cpu and gil: `spin`, migrate: the sleeps),
-#                                                  without the helpers' start and join
+#                                                  without the helpers' start and join; and at most how long a
+#                                                  hypervisor took the CPU from the main thread during the core
+#                                                  (/proc/stat's steal of every CPU: schedstat's time on a CPU leaves
+#                                                  it out, a profiler's clock-driven samples count it)
 #   helper ROLE TID                                every helper thread (pipe, lock, burn, flip)
 #   total wall=S oncpu=S runq=S                    the main thread from the module's first line to the end of the
 #                                                  phases (so with --settle's sleep)
@@ -71,6 +74,33 @@ def schedstat(tid):
     finally:
         f.close()
     return int(fields[0]) / 1e9, int(fields[1]) / 1e9
+
+
+def steal():
+    """Time the hypervisor took from each CPU so far (/proc/stat's steal, in ticks), {} if the kernel does not say."""
+    ticks = {}
+    try:
+        f = open("/proc/stat")
+    except (IOError, OSError):
+        return ticks
+    try:
+        for line in f:
+            fields = line.split()
+            if fields[0].startswith("cpu") and fields[0] != "cpu" and len(fields) > 8:
+                ticks[fields[0]] = int(fields[8])
+    finally:
+        f.close()
+    return ticks
+
+
+def steal_bound(before, after):
+    """At most how long the hypervisor took the CPU from a thread running between two steal() readings: the time
+    stolen from every CPU meanwhile, a tick more each for the counters' rounding."""
+    ticks = 0
+    for cpu, t in after.items():
+        if t > before.get(cpu, t):
+            ticks += t - before[cpu] + 1
+    return ticks / float(os.sysconf("SC_CLK_TCK"))
 
 
 def migrations(tid):
@@ -125,6 +155,7 @@ class core(object):
         self.tid = tid
 
     def __enter__(self):
+        self.s0 = steal()
         self.c0, self.q0 = schedstat(self.tid)
         self.t0 = clock()
 
@@ -132,6 +163,7 @@ class core(object):
         t1 = clock()
         c1, q1 = schedstat(self.tid)
         CORE["wall"], CORE["oncpu"], CORE["runq"] = t1 - self.t0, c1 - self.c0, q1 - self.q0
+        CORE["steal"] = steal_bound(self.s0, steal())
         return False
 
 
@@ -241,9 +273,9 @@ def run_phases(tid, seconds, burners, names):
         c1, q1 = schedstat(tid)
         m1 = migrations(tid)
         lines.append(
-            "phase %s wall=%.6f oncpu=%.6f runq=%.6f migrations=%d core=%.6f core_oncpu=%.6f core_runq=%.6f"
+            "phase %s wall=%.6f oncpu=%.6f runq=%.6f migrations=%d core=%.6f core_oncpu=%.6f core_runq=%.6f core_steal=%.6f"
             % (name, t1 - t0, c1 - c0, q1 - q0, m1 - m0 if m0 >= 0 and m1 >= 0 else -1,
-               CORE["wall"], CORE["oncpu"], CORE["runq"])
+               CORE["wall"], CORE["oncpu"], CORE["runq"], CORE["steal"])
         )
     return lines
 
