@@ -27,9 +27,10 @@
 //!   under 5% in `[off-CPU: GIL wait]` (a lock is not the GIL);
 //! - phase_gil's loop (`spin`): `[off-CPU: GIL wait]` is at least 80% of its off-CPU time other than
 //!   `[off-CPU: runnable]`, and at least the time the kernel says the thread slept there (-20 ms: nothing else
-//!   puts it to sleep; less what a hypervisor stole meanwhile, which that time counts); its `[off-CPU: runnable]` is no longer than the kernel's runnable time (+20 ms). Preemption
-//!   is left out of "GIL wait dominates": it is the machine's load (other processes took the CPU from the thread
-//!   while it held the GIL), up to half of the loop on this busy shared 2-CPU machine;
+//!   puts it to sleep; less what a hypervisor stole meanwhile, which that time counts); its `[off-CPU: runnable]`
+//!   is no longer than the kernel's runnable time (+20 ms). Preemption is left out of "GIL wait dominates": it is
+//!   the machine's load (other processes took the CPU from the thread while it held the GIL), up to half of the
+//!   loop on this busy shared 2-CPU machine;
 //! - cpu mode: phase_sleep has under 1% of the main thread's samples (but for the workload's own measuring, `core`),
 //!   and no stack has an off-CPU pseudo-frame;
 //! - off-cpu mode: every stack ends in an `[off-CPU: ...]` pseudo-frame; phase_cpu has no off-CPU time beyond the

@@ -86,7 +86,7 @@ def steal():
     try:
         for line in f:
             fields = line.split()
-            if fields[0].startswith("cpu") and fields[0] != "cpu" and len(fields) > 8:
+            if len(fields) > 8 and fields[0].startswith("cpu") and fields[0] != "cpu":
                 ticks[fields[0]] = int(fields[8])
     finally:
         f.close()
@@ -273,7 +273,8 @@ def run_phases(tid, seconds, burners, names):
         c1, q1 = schedstat(tid)
         m1 = migrations(tid)
         lines.append(
-            "phase %s wall=%.6f oncpu=%.6f runq=%.6f migrations=%d core=%.6f core_oncpu=%.6f core_runq=%.6f core_steal=%.6f"
+            "phase %s wall=%.6f oncpu=%.6f runq=%.6f migrations=%d core=%.6f core_oncpu=%.6f core_runq=%.6f"
+            " core_steal=%.6f"
             % (name, t1 - t0, c1 - c0, q1 - q0, m1 - m0 if m0 >= 0 and m1 >= 0 else -1,
                CORE["wall"], CORE["oncpu"], CORE["runq"], CORE["steal"])
         )
