@@ -68,6 +68,34 @@ static __always_inline struct pyperf_scratch *off_cpu_slot(__u32 *cpu)
 	return bpf_map_lookup_elem(&scratch, &slot);
 }
 
+/* The thread's run_delay as off_cpu_entry.run_delay keeps it (+ 1; 0 = not known). */
+static __always_inline __u64 off_cpu_run_delay(struct task_struct *task)
+{
+	return kl.task_run_delay ? KFIELD(__u64, task, kl.task_run_delay) + 1 : 0;
+}
+
+/*
+ * When `task`, off CPU by `cur` since its last switch-out, came back on CPU though no switch-in was shown (the
+ * tracepoint skips some switches: seen on a VM, never after its guest agent's threads); `now`: a moment when it
+ * is on CPU, `ran`: its CPU time since it was last picked to run. It waited in a run queue from its preemption
+ * (or its wakeup) for as long as its run_delay grew: the kernel's clock of the wait, which counts a hypervisor's
+ * steal as the guest's clock does. Without run_delay: `ran` before `now`, late by whatever the host stole from it
+ * since (CPU time leaves steal out: a runnable interval then looks longer than the kernel's by that much).
+ */
+static __always_inline __u64 off_cpu_unseen_in(struct task_struct *task, const struct off_cpu_entry *cur, __u64 now,
+					       __u64 ran)
+{
+	__u64 queued = cur->out_runnable ? cur->out : cur->wake >= cur->out ? cur->wake : 0, delay, waited;
+
+	delay = off_cpu_run_delay(task);
+	if (queued && cur->run_delay && delay >= cur->run_delay) {
+		waited = delay - cur->run_delay;
+		if (queued + waited <= now)
+			return queued + waited;
+	}
+	return now > ran ? now - ran : 0;
+}
+
 /* Adds up the time off CPU of `cur` from its switch-out to its switch-in at `in` (runnable from its wakeup, or
  * all of it after a preemption), and marks it back on CPU. */
 static __always_inline void off_cpu_back(struct off_cpu_entry *cur, __u64 in)
@@ -166,7 +194,7 @@ int pyperf_switch(__u64 *ctx)
 	 * the mark was of a thread that had woken meanwhile: dropped. */
 	if (cur && cur->out) {
 		__u64 ran = KFIELD(__u64, prev, kl.task_runtime) - KFIELD(__u64, prev, kl.task_runtime_at_pick);
-		__u64 in = now > ran ? now - ran : 0;
+		__u64 in = off_cpu_unseen_in(prev, cur, now, ran);
 		__u32 c;
 
 		s = off_cpu_slot(&c);
@@ -202,12 +230,14 @@ int pyperf_switch(__u64 *ctx)
 		cur->out = now;
 		cur->wake = 0;
 		cur->out_runnable = !blocked;
+		cur->run_delay = off_cpu_run_delay(prev);
 		return 0;
 	}
 	__builtin_memset(&e, 0, sizeof(e));
 	e.start = now;
 	e.out = now;
 	e.out_runnable = !blocked;
+	e.run_delay = off_cpu_run_delay(prev);
 	e.syscall = -1;
 	e.kind = !blocked ? OFF_KIND_RUNNABLE :
 		 prev_state & PYPERF_TASK_UNINTERRUPTIBLE ? OFF_KIND_DISK : OFF_KIND_BLOCKED;
@@ -304,7 +334,8 @@ int pyperf_sys_exit(__u64 *ctx)
 			return 0;
 		}
 		s->counters.off_cpu_in_unseen++;
-		off_cpu_back(&off, now);
+		/* (Its CPU time since it was picked is not known here: 0, so `now` without run_delay.) */
+		off_cpu_back(&off, off_cpu_unseen_in(bpf_get_current_task_btf(), &off, now, 0));
 	}
 	weight = off_cpu_weight(s, off.off_ns);
 	if (!weight)

@@ -95,6 +95,42 @@ int pyperf_code_freed(void *ctx)
 	return 0;
 }
 
+/* Set by user space before load: 1 when the sampling event is cpu-clock, whose timer tells how late it fired. */
+const volatile __u8 clock_catch_up = 0;
+
+/*
+ * The sampling periods a cpu-clock sample stands for. The event's timer fires once however late it is, and a
+ * timer due while the CPU did not run this machine (a hypervisor's steal: the vCPU preempted by the host; a
+ * paused VM) fires only when it runs again: the periods in between would be lost, and with them the running
+ * thread's time (its wall time in --mode wall fell short by up to 40% on a busy host). The thread was on the CPU
+ * for all of them, as the guest's clock and scheduler see it, so the sample counts for them too: 1 + the whole
+ * periods by which the timer is late. Its expiry is read before the timer is moved on (perf_swevent_hrtimer
+ * forwards it after the overflow handler, this program, returns). Normal interrupt latency is far below a period.
+ */
+static __always_inline __u32 clock_periods(struct bpf_perf_event_data *ctx, struct pyperf_scratch *s, __u64 now)
+{
+	__u64 period = ctx->sample_period, event = 0, late, n;
+	__s64 due = 0;
+
+	if (!clock_catch_up || !kl.perf_ctx_event || !kl.perf_timer_expires || !period)
+		return 1;
+	/* The context is the kernel's struct bpf_perf_event_data_kern; its event, read at the offset BTF gave. */
+	if (bpf_probe_read_kernel(&event, sizeof(event), (void *)ctx + kl.perf_ctx_event) || !event)
+		return 1;
+	if (bpf_probe_read_kernel(&due, sizeof(due), (void *)event + kl.perf_timer_expires) || due <= 0 ||
+	    now < (__u64)due + period)
+		return 1;
+	late = now - (__u64)due;
+	n = late / period;
+	s->counters.clock_late++;
+	if (n >= PYPERF_CLOCK_PERIODS_MAX) {
+		s->counters.clock_capped++;
+		n = PYPERF_CLOCK_PERIODS_MAX - 1;
+	}
+	s->counters.clock_added += n;
+	return 1 + n;
+}
+
 SEC("perf_event")
 int pyperf_sample(struct bpf_perf_event_data *ctx)
 {
@@ -136,7 +172,7 @@ int pyperf_sample(struct bpf_perf_event_data *ctx)
 			ur.bp = regs ? regs->bp : 0;
 		}
 	}
-	record_stack(ctx, proc, s, pid_tgid, cpu, now, NULL, 0, native ? &ur : NULL,
+	record_stack(ctx, proc, s, pid_tgid, cpu, now, NULL, clock_periods(ctx, s, now), native ? &ur : NULL,
 		     user_mode ? KSTACK_NONE : KSTACK_HERE);
 	if (measure_cost)
 		s->counters.target_ns += bpf_ktime_get_ns() - now;

@@ -115,6 +115,9 @@ enum pyperf_limits {
 	/* PyCodeObject.co_flags of a coroutine's code (CO_COROUTINE | CO_ITERABLE_COROUTINE, 3.5+): only such a run
 	 * root can be a task's (a generator's cannot). */
 	PYPERF_CO_TASK_FLAGS = 0x180,
+	/* Most sampling periods one cpu-clock sample stands for (pyperf_event_header.periods): a timer later than
+	 * this (a VM paused for seconds) counts as this many, counted in pyperf_counters.clock_capped. */
+	PYPERF_CLOCK_PERIODS_MAX = 1000,
 };
 
 /* pyperf_event_header.user_flags */
@@ -455,7 +458,10 @@ struct pyperf_event_header {
 	__u64 off_runnable; /* of which runnable: woken or preempted, waiting for a CPU */
 	__u64 off_weight;   /* ns it counts for: its duration, or off_cpu_min_ns for a sampled short one */
 	__s32 off_syscall;  /* system call it blocked in, -1 none */
-	__u32 _pad2;
+	/* CPU samples: the sampling periods it stands for, >= 1 (0 in other records). More than 1 when the cpu-clock
+	 * event's timer fired late by whole periods: the CPU did not run this machine meanwhile (a hypervisor's steal,
+	 * a paused VM) while the thread was on it (clock_periods in pyperf.bpf.c). */
+	__u32 periods;
 	/* record --kernel / --native. The record is this header, nframes pyperf_frame, nframes pyperf_frame_local
 	 * if has_locals, nkernel __u64 kernel addresses, ustack_len bytes of user stack, in that order, with no
 	 * gaps. */
@@ -594,6 +600,10 @@ struct pyperf_counters {
 	/* trace context (struct pyperf_trace_conf) */
 	__u64 trace_found;       /* records with an active span's ids */
 	__u64 trace_unreadable;  /* records whose trace context could not be read (TRACE_UNREADABLE) */
+	/* cpu-clock samples whose timer fired late by whole periods (pyperf_event_header.periods > 1) */
+	__u64 clock_late;        /* such samples */
+	__u64 clock_added;       /* the periods they stand for beyond their own */
+	__u64 clock_capped;      /* of them, late by more than PYPERF_CLOCK_PERIODS_MAX periods: counted as that many */
 };
 
 /* Value of the off_cpu map (key: pid_tgid): a followed thread that went off CPU and has not ended the interval
@@ -607,6 +617,11 @@ struct off_cpu_entry {
 	__u64 uaddr;    /* first system call argument (futex: the address waited on) */
 	__u64 off_ns;   /* time off CPU before the last switch-in (a wait in a system call may be several) */
 	__u64 runnable_ns; /* of which runnable */
+	/* The thread's sched_info.run_delay + 1 at the last switch-out (the kernel's total wait in run queues, which
+	 * counts a hypervisor's steal as waiting, as the guest's clock does); 0 = not known (pyperf_kernel_layout
+	 * .task_run_delay 0, or a mark made by user space). Where the switch-in goes unseen, its growth says how long
+	 * the thread waited to come back (off_cpu_unseen_in). */
+	__u64 run_delay;
 	__s32 syscall;  /* system call number, -1 = not in one */
 	__u8 kind;      /* enum pyperf_off_kind as known at the switch-out (runnable, blocked, disk) */
 	__u8 flags;     /* on-disk OffCpuInterval flags: 1 = put there by user space for a thread already off CPU
@@ -642,7 +657,11 @@ struct pyperf_kernel_layout {
 	__u32 mm_start_stack;  /* mm_struct.start_stack (unsigned long) */
 	__u32 task_runtime;    /* task_struct.se.sum_exec_runtime (u64): its CPU time, ns */
 	__u32 task_runtime_at_pick; /* task_struct.se.prev_sum_exec_runtime (u64): the same when last picked to run */
-	__u32 _pad;
+	/* cpu-clock samples (clock_periods): 0 = not found in this kernel's BTF, then every sample stands for one period */
+	__u32 perf_ctx_event;       /* bpf_perf_event_data_kern.event (struct perf_event *): the context's event */
+	__u32 perf_timer_expires;   /* perf_event.hw.hrtimer.node.expires (ktime_t): when its timer was due */
+	__u32 task_run_delay;       /* task_struct.sched_info.run_delay (u64, CONFIG_SCHED_INFO): its total wait in run
+	                             * queues, ns; 0 = not found (off_cpu_unseen_in then falls back to CPU time) */
 };
 
 /* record --off-cpu --kernel: the kernel stack of a thread that blocked in a system call, taken when it blocked

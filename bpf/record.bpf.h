@@ -71,7 +71,8 @@ static __always_inline int walk_outer(struct walk_ctx *c, __u64 outer, __u32 tid
 /*
  * Walks the current thread's Python stack and writes one record to the ring buffer: a CPU sample (off == NULL)
  * or the off-CPU interval `off` that the thread ends by coming back on CPU now (its stack cannot have changed
- * while it was off CPU). `s` is the CPU's scratch slot of that kind. `ctx`: the program's (for bpf_get_stack);
+ * while it was off CPU). `weight`: what the record counts for, an interval's ns or a sample's sampling periods
+ * (pyperf_event_header.periods). `s` is the CPU's scratch slot of that kind. `ctx`: the program's (for bpf_get_stack);
  * `ur`: the thread's user registers with record --native (NULL: none); `ksrc`: enum kstack_source, with
  * record --kernel.
  */
@@ -105,6 +106,7 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 	h->off_runnable = 0;
 	h->off_weight = 0;
 	h->off_syscall = -1;
+	h->periods = off ? 0 : (__u32)weight;
 	h->nkernel = 0;
 	h->user_flags = 0;
 	h->ustack_len = 0;

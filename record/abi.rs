@@ -77,6 +77,8 @@ pub const USTACK_MAX: usize = limit(types::pyperf_limits::PYPERF_USTACK_MAX);
 pub const INSTR_ENTRY: u32 = 1 << types::pyperf_limits::PYPERF_INSTR_ENTRY_BIT.0;
 /// Run roots a record keeps (`PYPERF_TASK_ROOTS`, `pyperf_event_header.coro_frame`).
 pub const TASK_ROOTS: usize = limit(types::pyperf_limits::PYPERF_TASK_ROOTS);
+/// Most sampling periods one sample stands for ([`crate::sampler::RawSample::periods`]).
+pub const CLOCK_PERIODS_MAX: u32 = types::pyperf_limits::PYPERF_CLOCK_PERIODS_MAX.0;
 /// `pyperf_event_header.user_flags`: the record carries user registers and a user stack copy.
 pub const USER_REGS: u16 = types::pyperf_user_flags::PYPERF_USER_REGS.0 as u16;
 

@@ -128,6 +128,9 @@ pub fn raw_sample<'a>(
         interp: crate::sampler::InterpInfo::default(),
         // (Nor its trace context: only the program reads that.)
         trace: crate::sampler::TraceRead::None,
+        // A look at a thread, not a sample of a clock.
+        periods: u32::from(off_cpu.is_none()),
+        period_ns: 0,
     }
 }
 

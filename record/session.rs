@@ -722,6 +722,11 @@ fn write_sample(
         span: crate::traces::span_of(s.trace),
     };
     let Some(off) = s.off_cpu else {
+        // A sample whose timer fired late (the CPU did not run this machine: steal) stands for the periods it
+        // missed, while its thread was on the CPU: one sample each, where the timer would have taken them.
+        for k in (1..u64::from(s.periods)).rev() {
+            sink.sample(&Sample { time_ns: sample.time_ns.saturating_sub(k.saturating_mul(s.period_ns)), ..sample });
+        }
         sink.sample(&sample);
         return;
     };
@@ -764,4 +769,73 @@ fn write_interval(sink: &mut dyn Sink, start_ns: u64, i: &Interval) {
         syscall: -1,
         flags: i.flags,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sink that keeps each sample's time and thread.
+    #[derive(Default)]
+    struct Times(Vec<(u64, u32)>);
+
+    impl Sink for Times {
+        fn process(&mut self, _: &Process) -> Result<()> {
+            Ok(())
+        }
+        fn warning(&mut self, _: &RecorderWarning) -> Result<()> {
+            Ok(())
+        }
+        fn symbol(&mut self, _: u32, _: &pyperf_format::Symbol) {}
+        fn sample(&mut self, s: &Sample<'_>) {
+            self.0.push((s.time_ns, s.tid));
+        }
+        fn samples(&self) -> u64 {
+            self.0.len() as u64
+        }
+        fn flush(&mut self) -> Result<()> {
+            Ok(())
+        }
+        fn finish(self: Box<Self>, _: &Stats) -> Result<Option<String>> {
+            Ok(None)
+        }
+    }
+
+    fn raw(time_ns: u64, periods: u32) -> RawSample<'static> {
+        RawSample {
+            pid: 7,
+            tid: 8,
+            cpu: 0,
+            time_ns,
+            comm: [0; 16],
+            thread_state: 0,
+            gil: 0,
+            pthread_id: 0,
+            status: 0,
+            frames: &[],
+            locals: &[],
+            kernel: &[],
+            user: None,
+            off_cpu: None,
+            code: None,
+            coro_roots: Default::default(),
+            in_gc: false,
+            interp: crate::sampler::InterpInfo::default(),
+            trace: crate::sampler::TraceRead::None,
+            periods,
+            period_ns: 1_000_000,
+        }
+    }
+
+    /// A sample whose timer fired 2 periods late (steal) is written as 3 samples of its thread, 1 ms apart and
+    /// ending at its own time; an on-time one as itself.
+    #[test]
+    fn a_late_sample_stands_for_the_periods_it_missed() {
+        let (mut symbolizer, mut names, mut sink) = (Symbolizer::new(), ThreadNames::default(), Times::default());
+        let start = 1_000_000_000;
+        for s in [raw(start + 5_000_000, 1), raw(start + 9_000_000, 3)] {
+            write_sample(&mut symbolizer, &mut names, &mut sink, start, None, None, &s);
+        }
+        assert_eq!(sink.0, vec![(5_000_000, 8), (7_000_000, 8), (8_000_000, 8), (9_000_000, 8)]);
+    }
 }

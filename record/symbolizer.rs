@@ -433,6 +433,8 @@ mod tests {
             in_gc: false,
             interp: crate::sampler::InterpInfo::default(),
             trace: crate::sampler::TraceRead::None,
+            periods: 1,
+            period_ns: 0,
         };
         let mut sym = Symbolizer::new();
         let mut announced = 0;

@@ -282,6 +282,16 @@ fn check_counters(f: &mut Failures, name: &str, rec: &Path, text: &str) -> (Opti
         format!("{name}: trailer off_cpu_intervals {written:?}; the text report's off-CPU line: {line:?}"),
     );
     f.check(shown.1 == Some(0), format!("{name}: no off-CPU interval lost: {line:?}"));
+    // Samples taken late on a VM (steal) stood for the periods they missed (what keeps the wall view whole): the text
+    // report says how many.
+    let late = trailer_counter(rec, "clock_late_samples").unwrap_or(0);
+    if late > 0 {
+        let said = text.lines().map(str::trim_start).find(|l| l.starts_with("late clock ")).unwrap_or("(none)");
+        f.check(
+            said.contains(&format!(" {late} sample")),
+            format!("{name}: trailer clock_late_samples {late}; the text report's late clock line: {said:?}"),
+        );
+    }
     shown
 }
 

@@ -33,6 +33,8 @@ pub fn off_cpu_now(pid: u32, now: u64) -> Vec<(u32, types::off_cpu_entry)> {
                 uaddr: call.args[0],
                 off_ns: 0,
                 runnable_ns: 0,
+                // Not known: a wait this mark ends unseen falls back to the thread's CPU time.
+                run_delay: 0,
                 syscall,
                 kind: kind.0 as u8,
                 flags: off_cpu_flags::BEFORE_START,

@@ -109,9 +109,12 @@ struct Btf<'a> {
     strings: &'a [u8],
     /// Byte offset in `types` of each type id (id 0, void, has none: offsets[id - 1]).
     offsets: Vec<u32>,
-    /// The first `struct task_struct` with members (a forward declaration has none): the one struct looked up by
-    /// name, the others are reached through its members.
+    /// The first `struct task_struct` with members (a forward declaration has none): looked up by name, as are
+    /// the two below, the others are reached through their members.
     task_struct: Option<u32>,
+    /// `struct perf_event` and `struct bpf_perf_event_data_kern` (a perf_event program's real context), likewise.
+    perf_event: Option<u32>,
+    perf_ctx: Option<u32>,
 }
 
 /// One type record's header.
@@ -143,18 +146,22 @@ impl<'a> Btf<'a> {
         let types = section(type_off, type_len).ok_or(LayoutError::Malformed("type section out of bounds"))?;
         let strings = section(str_off, str_len).ok_or(LayoutError::Malformed("string section out of bounds"))?;
         let mut offsets = Vec::with_capacity(type_len / 24);
-        let mut task_struct = None;
+        let (mut task_struct, mut perf_event, mut perf_ctx) = (None, None, None);
         let mut at = 0usize;
         while at < types.len() {
             let info = u32_at(types, at + 4).ok_or(LayoutError::Malformed("truncated type"))?;
             let vlen = (info & 0xffff) as usize;
             let kind = (info >> 24) & 0x1f;
-            if task_struct.is_none()
-                && kind == KIND_STRUCT
-                && vlen > 0
-                && name_at(strings, u32_at(types, at).unwrap_or(0)) == b"task_struct"
-            {
-                task_struct = Some(offsets.len() as u32 + 1);
+            if kind == KIND_STRUCT && vlen > 0 {
+                let slot = match name_at(strings, u32_at(types, at).unwrap_or(0)) {
+                    b"task_struct" => Some(&mut task_struct),
+                    b"perf_event" => Some(&mut perf_event),
+                    b"bpf_perf_event_data_kern" => Some(&mut perf_ctx),
+                    _ => None,
+                };
+                if let Some(slot @ None) = slot {
+                    *slot = Some(offsets.len() as u32 + 1);
+                }
             }
             let extra = match kind {
                 // INT, ARRAY, VAR, DECL_TAG: one fixed record.
@@ -174,7 +181,7 @@ impl<'a> Btf<'a> {
         if at != types.len() {
             return Err(LayoutError::Malformed("truncated type"));
         }
-        Ok(Btf { types, strings, offsets, task_struct })
+        Ok(Btf { types, strings, offsets, task_struct, perf_event, perf_ctx })
     }
 
     fn get(&self, id: u32) -> Option<Type> {
@@ -282,8 +289,31 @@ fn parse(b: &[u8]) -> Result<pyperf_kernel_layout, LayoutError> {
         mm_start_stack: btf.int(mm, "start_stack", 8)?,
         task_runtime: se + btf.int(se_ty, "sum_exec_runtime", 8)?,
         task_runtime_at_pick: se + btf.int(se_ty, "prev_sum_exec_runtime", 8)?,
-        _pad: 0,
+        perf_ctx_event: perf_ctx_event(&btf).unwrap_or(0),
+        perf_timer_expires: perf_timer_expires(&btf).unwrap_or(0),
+        task_run_delay: run_delay(&btf, task).unwrap_or(0),
     })
+}
+
+/// `bpf_perf_event_data_kern.event`: where a perf_event program's context holds its event. None where this kernel
+/// lays it out otherwise (its samples then stand for one period each: the catch-up is optional, recording is not).
+fn perf_ctx_event(btf: &Btf) -> Option<u32> {
+    let (off, ty) = btf.member(btf.perf_ctx?, "event")?;
+    (btf.resolve(ty)?.1.kind == KIND_PTR).then_some(off)
+}
+
+/// `task_struct.sched_info.run_delay` (CONFIG_SCHED_INFO): the thread's total wait in run queues, ns.
+fn run_delay(btf: &Btf, task: u32) -> Option<u32> {
+    let (info, ty) = btf.member(task, "sched_info")?;
+    Some(info + btf.int(ty, "run_delay", 8).ok()?)
+}
+
+/// `perf_event.hw.hrtimer.node.expires`: when a cpu-clock event's timer is due (a ktime_t, 8 bytes).
+fn perf_timer_expires(btf: &Btf) -> Option<u32> {
+    let (hw, hw_ty) = btf.member(btf.perf_event?, "hw")?;
+    let (timer, timer_ty) = btf.member(hw_ty, "hrtimer")?;
+    let (node, node_ty) = btf.member(timer_ty, "node")?;
+    Some(hw + timer + node + btf.int(node_ty, "expires", 8).ok()?)
 }
 
 /// task_struct.thread.fsbase: the thread pointer, which glibc's pthread_self() returns (x86-64 only).
@@ -513,5 +543,14 @@ mod tests {
         let (se, ty) = off(task, "se");
         assert_eq!(l.task_runtime, se + off(ty, "sum_exec_runtime").0);
         assert_eq!(l.task_runtime_at_pick, se + off(ty, "prev_sum_exec_runtime").0);
+        // The cpu-clock catch-up's two offsets: found in this kernel, where libbpf finds them.
+        assert_eq!(l.perf_ctx_event, off(strct("bpf_perf_event_data_kern"), "event").0);
+        let (hw, ty) = off(strct("perf_event"), "hw");
+        let (timer, ty) = off(ty, "hrtimer");
+        let (node, ty) = off(ty, "node");
+        assert_eq!(l.perf_timer_expires, hw + timer + node + off(ty, "expires").0);
+        assert!(l.perf_ctx_event > 0 && l.perf_timer_expires > 0);
+        let (info, ty) = off(task, "sched_info");
+        assert_eq!(l.task_run_delay, info + off(ty, "run_delay").0);
     }
 }

@@ -165,6 +165,13 @@ pub struct Counters {
     pub trace_found: u64,
     /// Records whose trace context could not be read.
     pub trace_unreadable: u64,
+    /// cpu-clock samples whose timer fired late by whole periods (the CPU did not run this machine meanwhile):
+    /// each stands for those periods too ([`RawSample::periods`]).
+    pub clock_late: u64,
+    /// The periods they stand for beyond their own.
+    pub clock_added: u64,
+    /// Of them, late by more than the most one sample stands for (`PYPERF_CLOCK_PERIODS_MAX`).
+    pub clock_capped: u64,
 }
 
 impl Counters {
@@ -209,6 +216,9 @@ impl Counters {
             ("bpf_interp_ambiguous", self.interp_ambiguous),
             ("bpf_trace_found", self.trace_found),
             ("bpf_trace_unreadable", self.trace_unreadable),
+            ("clock_late_samples", self.clock_late),
+            ("clock_periods_added", self.clock_added),
+            ("clock_periods_capped", self.clock_capped),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -470,6 +480,7 @@ impl Sampler {
             ro.kernel = u8::from(opts.kernel);
             ro.ustack_bytes = ustack_size(opts.ustack_bytes);
             ro.kl = layout;
+            ro.clock_catch_up = u8::from(opts.event == SampleEvent::CpuClock);
         }
         // The off-CPU programs are verified only when used (start-up time).
         for prog in [&mut open.progs.pyperf_switch, &mut open.progs.pyperf_wakeup, &mut open.progs.pyperf_sys_exit] {
@@ -488,6 +499,7 @@ impl Sampler {
             malformed: Cell::new(0),
             records: Cell::new(0),
             bytes: Cell::new(0),
+            period_ns: clock_period_ns(opts.event, opts.rate),
         });
         let cb_shared = Rc::clone(&shared);
         let mut rb = RingBufferBuilder::new();
@@ -941,6 +953,9 @@ impl Sampler {
             c.interp_ambiguous += pc.interp_ambiguous;
             c.trace_found += pc.trace_found;
             c.trace_unreadable += pc.trace_unreadable;
+            c.clock_late += pc.clock_late;
+            c.clock_added += pc.clock_added;
+            c.clock_capped += pc.clock_capped;
         }
         c
     }
@@ -1045,6 +1060,16 @@ fn ring_size(bytes: usize) -> usize {
 }
 
 /// [`SamplerOptions::ustack_bytes`] as the program takes it: a multiple of 8, at most [`abi::USTACK_MAX`].
+/// The nanoseconds between two samples of the cpu-clock event at `rate`, as the kernel arms its timer
+/// (perf_swevent_init_hrtimer: NSEC_PER_SEC / frequency); 0 for another event (its samples stand for one each).
+fn clock_period_ns(event: SampleEvent, rate: Rate) -> u64 {
+    match (event, rate) {
+        (SampleEvent::CpuClock, Rate::Frequency(f)) => 1_000_000_000 / f.max(1),
+        (SampleEvent::CpuClock, Rate::Period(p)) => p,
+        _ => 0,
+    }
+}
+
 fn ustack_size(bytes: u32) -> u32 {
     (bytes.min(abi::USTACK_MAX as u32) + 7) & !7
 }

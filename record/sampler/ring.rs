@@ -50,6 +50,13 @@ pub struct RawSample<'a> {
     pub interp: InterpInfo,
     /// The trace context the program read (`pyperf_event_header.trace_state`).
     pub trace: TraceRead,
+    /// A CPU sample: the sampling periods it stands for, >= 1: more when the cpu-clock event's timer fired that
+    /// late (`pyperf_event_header.periods`: the CPU did not run this machine meanwhile, while the thread was on
+    /// it). 0 for other records.
+    pub periods: u32,
+    /// The sampling period in nanoseconds with the cpu-clock event (0 with another), by which the sample's
+    /// missed periods lie before it.
+    pub period_ns: u64,
 }
 
 /// What a record says of its thread's active OpenTelemetry span (bpf/pyperf.h `enum pyperf_trace_state`).
@@ -277,6 +284,8 @@ pub(super) struct Shared {
     pub(super) records: Cell<u64>,
     /// Their bytes (the pace of [`super::Sampler::poll`]).
     pub(super) bytes: Cell<u64>,
+    /// cpu-clock's sampling period, for [`RawSample::period_ns`].
+    pub(super) period_ns: u64,
 }
 
 impl Shared {
@@ -314,6 +323,8 @@ impl Shared {
                 in_gc: false,
                 trace: TraceRead::None,
                 interp: InterpInfo::default(),
+                periods: 0,
+                period_ns: 0,
             };
             if let Some(callback) = self.callback.get() {
                 // SAFETY: as below.
@@ -358,6 +369,8 @@ impl Shared {
             in_gc: h.in_gc != 0,
             interp: InterpInfo::of(h, frames.len()),
             trace: TraceRead::of(h),
+            periods: if off_cpu_part(h.kind).is_none() { h.periods.clamp(1, abi::CLOCK_PERIODS_MAX) } else { 0 },
+            period_ns: self.period_ns,
         };
         if let Some(callback) = self.callback.get() {
             // SAFETY: set by `poll` from a live `&mut dyn FnMut` and cleared before it returns;

@@ -505,6 +505,23 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
                     ),
                 );
             }
+            // Samples taken late because the CPU did not run this machine (the recorder's cpu-clock catch-up): say
+            // what the added samples are, so that a total above the threads' CPU time is explained.
+            let counter = |name: &str| s.counters.iter().find(|(k, _)| k == name).map_or(0, |c| c.1);
+            let late = counter("clock_late_samples");
+            if late > 0 {
+                let added = counter("clock_periods_added");
+                field(
+                    "late clock",
+                    format!(
+                        "{} taken when the CPU ran this machine again (a hypervisor's steal) stand for the {} \
+                         they missed ({} of samples): their threads were on the CPU meanwhile",
+                        plural(late, "sample"),
+                        plural(added, "period"),
+                        pct(added, read).trim()
+                    ),
+                );
+            }
             // The off-CPU counters have their own line.
             let shown = |k: &str| profile.off_cpu_min_ns().is_none() || !OFF_CPU_COUNTERS.contains(&k);
             let list: Vec<String> =
