@@ -27,6 +27,13 @@ struct pyperf_pt_regs {
 	unsigned long ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
 };
 
+/* A perf_event program's context as the UAPI lays it out (struct bpf_perf_event_data: the registers, then the
+ * sample's period), read without CO-RE (vmlinux.h's copy would relocate, and libbpf would parse the kernel's BTF). */
+struct pyperf_perf_ctx {
+	struct pyperf_pt_regs regs;
+	__u64 sample_period;
+};
+
 /* Set by user space before load (frozen .rodata: the verifier sees constants). Each part's own settings are in
  * its file (kernel.bpf.h, native.bpf.h, offcpu.bpf.h). */
 const volatile __u64 wakeup_bytes = 0; /* force a wakeup when this much data is pending; 0 = always adaptive */

@@ -109,7 +109,7 @@ const volatile __u8 clock_catch_up = 0;
  */
 static __always_inline __u32 clock_periods(struct bpf_perf_event_data *ctx, struct pyperf_scratch *s, __u64 now)
 {
-	__u64 period = ctx->sample_period, event = 0, late, n;
+	__u64 period = ((const struct pyperf_perf_ctx *)ctx)->sample_period, event = 0, late, n;
 	__s64 due = 0;
 
 	if (!clock_catch_up || !kl.perf_ctx_event || !kl.perf_timer_expires || !period)
