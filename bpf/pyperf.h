@@ -558,7 +558,8 @@ struct pyperf_task_key {
 struct pyperf_counters {
 	__u64 samples;           /* perf samples that hit a target process */
 	__u64 events;            /* events written to the ring buffer */
-	__u64 rb_full;           /* events dropped: ring buffer full */
+	__u64 rb_full;           /* samples dropped (the periods they stood for, pyperf_event_header.periods): ring
+	                          * buffer full */
 	__u64 truncated;         /* stacks deeper than PYPERF_MAX_FRAMES */
 	__u64 read_errors;       /* failed reads of the target's memory */
 	__u64 thread_walk_bound; /* thread-list walks that hit PYPERF_MAX_THREADS */

@@ -296,7 +296,9 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 		if (off)
 			s->counters.off_cpu_rb_full++;
 		else
-			s->counters.rb_full++;
+			/* As the samples it stood for (a late one stands for several): the file's samples plus
+			 * these are the periods sampled. */
+			s->counters.rb_full += h->periods;
 	} else {
 		if (off)
 			s->counters.off_cpu_events++;

@@ -446,7 +446,8 @@ fn full_ring_buffer_is_counted_in_the_trailer_and_shown_by_report() {
     assert_eq!(stats.lost_samples, r.counter("bpf_ringbuf_full"));
     // Every sample the kernel took is in the file or counted lost.
     assert_eq!(stats.samples, r.samples.len() as u64);
-    assert_eq!(stats.samples + stats.lost_samples, r.counter("bpf_samples"));
+    // (A late sample, on a VM whose host steals, counts once for each period its timer missed.)
+    assert_eq!(stats.samples + stats.lost_samples, r.counter("bpf_samples") + r.counter("clock_periods_added"));
     // What did reach the file is right.
     let hot = r.samples.iter().filter(|s| r.names(s).iter().any(|n| n == "Runner.run")).count();
     assert!(hot * 10 >= r.samples.len() * 9, "{hot} of {}", r.samples.len());
