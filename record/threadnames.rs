@@ -373,6 +373,13 @@ mod tests {
         t.tids.get_mut(&tid).expect("seen").named = named("worker", 0x2000, 7);
         stop.send(()).expect("stop");
         worker.join().expect("join");
+        // join returns when the thread has left, but the kernel lists it in /proc until it is reaped: a moment
+        // later, longer on a busy machine (CI beside a busy loop once saw it still there).
+        let listed = std::path::PathBuf::from(format!("/proc/{pid}/task/{tid}"));
+        let waited = std::time::Instant::now();
+        while listed.exists() && waited.elapsed() < std::time::Duration::from_secs(30) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         ended.clear();
         let now = crate::clock::monotonic_ns();
         t.check_tids(pid, now, &mut |p, tid, name, at| ended.push((p, tid, name.to_string(), at)));
