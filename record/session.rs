@@ -631,9 +631,9 @@ fn on_sample(
     }
     match (s.off_cpu, off_cpu) {
         (None, _) => {
-            // Counted as written: a late sample is written once per period it stands for (write_sample).
+            // Counted as written (write_sample): a late sample once per period it stands for.
             if StackStatus::from_u8(s.status) == StackStatus::Truncated {
-                *truncated += u64::from(s.periods.max(1));
+                *truncated += s.samples();
             }
         }
         // Records of off-CPU intervals come only when the session asked for them.
@@ -725,7 +725,7 @@ fn write_sample(
     let Some(off) = s.off_cpu else {
         // A sample whose timer fired late (the CPU did not run this machine: steal) stands for the periods it
         // missed, while its thread was on the CPU: one sample each, where the timer would have taken them.
-        for k in (1..u64::from(s.periods)).rev() {
+        for k in (1..s.samples()).rev() {
             sink.sample(&Sample { time_ns: sample.time_ns.saturating_sub(k.saturating_mul(s.period_ns)), ..sample });
         }
         sink.sample(&sample);

@@ -59,6 +59,14 @@ pub struct RawSample<'a> {
     pub period_ns: u64,
 }
 
+impl RawSample<'_> {
+    /// How many samples a CPU sample is written as: one per sampling period it stands for ([`Self::periods`]).
+    /// Counts of samples taken from records (truncated stacks) use this too, so that they match the file.
+    pub fn samples(&self) -> u64 {
+        u64::from(self.periods.max(1))
+    }
+}
+
 /// What a record says of its thread's active OpenTelemetry span (bpf/pyperf.h `enum pyperf_trace_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TraceRead {
