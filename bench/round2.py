@@ -311,13 +311,18 @@ def exp_startup(e, a):
                                                   "--collapsed", "-o", e.f("st-tachyon.txt"), script], None))
         tools.append(("pyperf " + a.label, "3.15", lambda: [a.pyperf, "record", "-F", "999", "-o", e.f("st.pyp"),
                                                              "--", e.py315, script], None))
+    # First sample on the target interpreter (a libpython) and on 3.15 (the interpreter in a static executable,
+    # whose version and runtime are read from its multi-megabyte segments).
+    firsts = [(e.v, e.py)] + ([("3.15", e.py315)] if e.py315 else [])
     for label, binary in e.builds:
-        tools.append(("first " + label, e.v, (lambda b: lambda: [b, "record", "-F", "999", "-o", e.f("first.pyp"),
-                                                                      "--", e.py, "-c", IMPORTS])(binary), binary))
+        for ver, py in firsts:
+            tools.append(("first " + label, ver, (lambda b, p: lambda: [b, "record", "-F", "999", "-o",
+                                                                          e.f("first.pyp"), "--", p, "-c",
+                                                                          IMPORTS])(binary, py), binary))
     walls = {(n, v): [] for n, v, _, _ in tools}
     fails = {(n, v): 0 for n, v, _, _ in tools}
-    first = {label: [] for label, _ in e.builds}
-    zero = {label: 0 for label, _ in e.builds}
+    first = {(label, ver): [] for label, _ in e.builds for ver, _ in firsts}
+    zero = {(label, ver): 0 for label, _ in e.builds for ver, _ in firsts}
     for rep in range(a.startup_reps):
         for name, ver, cmd, first_bin in rotate(tools, rep):
             r = call(cmd(), 60)
@@ -327,12 +332,12 @@ def exp_startup(e, a):
                 continue
             walls[(name, ver)].append(r.wall_s)
             if first_bin:
-                label = name[len("first "):]
+                key = (name[len("first "):], ver)
                 ms = first_sample_ms(first_bin, os.path.join(e.tmp, "first.pyp"))
                 if ms is None:
-                    zero[label] += 1
+                    zero[key] += 1
                 else:
-                    first[label].append(ms)
+                    first[key].append(ms)
         log("startup rep %d: %s" % (rep, ", ".join("%s %s %.0f ms" % (n, v, 1e3 * walls[(n, v)][-1])
                                                    for n, v, _, _ in tools if walls[(n, v)])))
     rows = {}
@@ -342,7 +347,7 @@ def exp_startup(e, a):
                         "n": len(w), "fails": fails[(n, v)]}
     return {"rows": rows, "order": [(n, v) for n, v, _, _ in tools], "reps": a.startup_reps,
             "first": {k: {"median": median(v), "max": max(v) if v else None, "n": len(v), "zero": zero[k]}
-                      for k, v in first.items()}}
+                      for k, v in first.items()}, "first_versions": [v for v, _ in firsts]}
 
 
 # ---- 2. BPF run time per sample --------------------------------------------------------------------------------------
@@ -903,13 +908,14 @@ def render(e, a, meta, res):
             summary.append(("Start-up: wall time of `record -- PY -c pass`, pyperf against py-spy (medians)",
                             "pyperf <= py-spy", "%.0f ms vs %.0f ms" % (1e3 * p["median"], 1e3 * s["median"]),
                             p["median"] <= s["median"]))
-        f = st["first"].get(after)
-        if f:
+        fs = [(v, st["first"][(after, v)]) for v in st["first_versions"] if (after, v) in st["first"]]
+        if fs:
             summary.append(("First sample after the command's start (`record -- PY -c '%s'`, median; max)" % IMPORTS,
-                            "<= 50 ms", "%s ms (max %s ms)%s" % (fmt(f["median"], "%.1f"), fmt(f["max"], "%.1f"),
-                                                                 ", %d recordings without a sample" % f["zero"]
-                                                                 if f["zero"] else ""),
-                            None if f["median"] is None else f["median"] <= 50 and not f["zero"]))
+                            "<= 50 ms", "; ".join("%s: %s ms (max %s ms)%s" % (
+                                v, fmt(f["median"], "%.1f"), fmt(f["max"], "%.1f"),
+                                ", %d recordings without a sample" % f["zero"] if f["zero"] else "") for v, f in fs),
+                            None if any(f["median"] is None for _, f in fs)
+                            else all(f["median"] <= 50 and not f["zero"] for _, f in fs)))
     if bpf:
         for depth, bound in ((20, 2500), (200, 10000)):
             v = bpf[depth][after]["bpf"]
@@ -991,12 +997,13 @@ def render(e, a, meta, res):
                  "sample's time of each thread (ms from the recording's start, which is the command's spawn), the "
                  "earliest thread's." % IMPORTS)
         L.append("")
-        L.append("| build | first sample, median | max | recordings | without a sample |")
-        L.append("|---|---|---|---|---|")
-        for label, _ in e.builds:
-            f = st["first"][label]
-            L.append("| %s | %s | %s | %d | %d |" % (label, fmt(f["median"], "%.1f ms"), fmt(f["max"], "%.1f ms"),
-                                                    f["n"] + f["zero"], f["zero"]))
+        L.append("| build | Python | first sample, median | max | recordings | without a sample |")
+        L.append("|---|---|---|---|---|---|")
+        for v in st["first_versions"]:
+            for label, _ in e.builds:
+                f = st["first"][(label, v)]
+                L.append("| %s | %s | %s | %s | %d | %d |" % (label, v, fmt(f["median"], "%.1f ms"),
+                                                             fmt(f["max"], "%.1f ms"), f["n"] + f["zero"], f["zero"]))
         L.append("")
     if bpf:
         L.append("### 2. BPF run time per sample (medians of %d)" % a.reps)

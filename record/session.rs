@@ -45,15 +45,15 @@ const FLUSH_EVERY: Duration = Duration::from_millis(500);
 const POLL_EVERY: Duration = Duration::from_millis(100);
 /// How often `-a` looks for new Python processes and `-p` / `--` for exited ones.
 const RESCAN_EVERY: Duration = Duration::from_millis(200);
+/// How often at least the ring is taken while a followed process has asyncio tasks (see [`crate::tasks`]): a task
+/// that ends sooner after a sample than this is not named (its sample keeps the thread view, counted). A request's
+/// task lives tens of milliseconds; each take is a wakeup of the recorder (bench/RESULTS.md, #31).
+const TASKS_POLL: Duration = Duration::from_millis(10);
 /// While a command pyperf started runs no Python: a scan every FAST_SCAN for FAST_FOR after its spawn (an
 /// interpreter it execs is mapped within a millisecond or two, and is caught before the script runs), then twice as
 /// long after each scan, up to SLOW_SCAN: an interpreter it starts later is caught within SLOW_SCAN, still before
 /// its own code runs (starting an interpreter takes longer), and waiting costs SLOW_SCAN's wakeups with a few small
 /// /proc reads each (the command's process tree, not every process), instead of a busy loop.
-/// How often at least the ring is taken while a followed process has asyncio tasks (see [`crate::tasks`]): a task
-/// that ends sooner after a sample than this is not named (its sample keeps the thread view, counted). A request's
-/// task lives tens of milliseconds; each take is a wakeup of the recorder (bench/RESULTS.md, #31).
-const TASKS_POLL: Duration = Duration::from_millis(10);
 const FAST_SCAN: Duration = Duration::from_micros(500);
 const FAST_FOR: Duration = Duration::from_millis(20);
 const SLOW_SCAN: Duration = Duration::from_millis(20);

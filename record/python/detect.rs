@@ -411,7 +411,7 @@ pub struct BinaryInfo {
 impl BinaryInfo {
     /// Analyses an ELF file; `None` if it is not a 64-bit ELF file. Reads only the parts of the file it looks at
     /// (headers, symbol tables, a few bytes of data), not the whole file: libpython is tens of megabytes.
-    pub fn read(file: fs::File) -> Option<BinaryInfo> {
+    pub fn read<F: object::read::ReadCacheOps>(file: F) -> Option<BinaryInfo> {
         let data = object::read::ReadCache::new(file);
         let elf = ElfFile64::<object::Endianness, _>::parse(&data).ok()?;
         let syms = find_symbols(&elf);
@@ -506,9 +506,30 @@ fn load_bias(segments: &[Segment], maps: &[&MapsEntry]) -> Option<u64> {
     None
 }
 
-/// Bytes of the file backing link-time address `addr` (from the segment containing it).
+/// The `size` bytes of the file backing link-time address `addr` (in the file part of the loaded segment holding
+/// it), read alone: `ObjectSegment::data_range` reads the whole segment first, megabytes of a static interpreter
+/// for a 4-byte version, which made finding a new process take 60 ms (a debug build) and lose the start of a
+/// command pyperf runs.
 fn data_at<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, addr: u64, size: u64) -> Option<&'d [u8]> {
-    elf.segments().find_map(|s| s.data_range(addr, size).ok().flatten())
+    let (offset, left) = file_range(elf, addr)?;
+    if size > left {
+        return None;
+    }
+    elf.data().read_bytes_at(offset, size).ok()
+}
+
+/// Where link-time address `addr` is in the file, and how many bytes of its segment's file part follow it.
+fn file_range<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, addr: u64) -> Option<(u64, u64)> {
+    use object::read::elf::ProgramHeader;
+    let endian = elf.endian();
+    elf.elf_program_headers().iter().find_map(|ph| {
+        if ph.p_type(endian) != object::elf::PT_LOAD {
+            return None;
+        }
+        let (vaddr, filesz) = (ph.p_vaddr(endian), ph.p_filesz(endian));
+        let into = addr.checked_sub(vaddr).filter(|&d| d < filesz)?;
+        Some((ph.p_offset(endian).checked_add(into)?, filesz - into))
+    })
 }
 
 fn read_version<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, syms: &HashMap<&'static str, u64>) -> Option<(u8, u8, u8)> {
@@ -534,14 +555,8 @@ fn read_version<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, syms: &HashMap<&'static st
 
 fn version_from_code<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, func: u64) -> Option<(u8, u8, u8)> {
     // Up to 192 bytes of the function body.
-    let text = elf.segments().find_map(|s| {
-        let (a, len) = (s.address(), s.size());
-        if func >= a && func < a + len {
-            s.data_range(func, (a + len - func).min(192)).ok().flatten()
-        } else {
-            None
-        }
-    })?;
+    let (_, left) = file_range(elf, func)?;
+    let text = data_at(elf, func, left.min(192))?;
     for i in 0..text.len().saturating_sub(7) {
         // lea r64, [rip + disp32]: REX.W (0x48 or 0x4c), 0x8d, modrm with mod=00 rm=101 (position-independent code).
         let target = if (text[i] == 0x48 || text[i] == 0x4c) && text[i + 1] == 0x8d && text[i + 2] & 0xc7 == 0x05 {
@@ -564,16 +579,10 @@ fn version_from_code<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, func: u64) -> Option<
 }
 
 fn c_string_at<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, addr: u64) -> Option<&'d [u8]> {
-    for sec in elf.sections() {
-        let (a, len) = (sec.address(), sec.size());
-        if addr >= a && addr < a + len {
-            let data = sec.data().ok()?;
-            let rest = data.get((addr - a) as usize..)?;
-            let end = rest.iter().take(64).position(|&b| b == 0)?;
-            return Some(&rest[..end]);
-        }
-    }
-    None
+    let (_, left) = file_range(elf, addr)?;
+    let rest = data_at(elf, addr, left.min(64))?;
+    let end = rest.iter().position(|&b| b == 0)?;
+    Some(&rest[..end])
 }
 
 /// Last resort: a lone `X.Y.Z` string in .rodata next to the `Py_GetVersion` format string.
@@ -653,6 +662,113 @@ mod tests {
         assert_eq!(m[0].start, 0x55d0c000);
         assert_eq!(m[1].path, "/lib/libpython3.11.so.1.0");
         assert_eq!(m[1].offset, 0x1000);
+    }
+
+    /// A 64-bit ELF executable: one loaded segment of `segment` bytes at 0x400000 (file offset 0) with `patches`
+    /// (address, bytes) written into it, and a `.symtab` of `symbols` (name, address).
+    fn tiny_elf(segment: usize, symbols: &[(&str, u64)], patches: &[(u64, &[u8])]) -> Vec<u8> {
+        const BASE: u64 = 0x40_0000;
+        let mut f = vec![0u8; segment];
+        let put = |f: &mut Vec<u8>, at: usize, b: &[u8]| f[at..at + b.len()].copy_from_slice(b);
+        // ELF header: 64-bit, little-endian, EXEC, x86-64; one program header at 64, section headers later.
+        put(&mut f, 0, b"\x7fELF\x02\x01\x01");
+        put(&mut f, 16, &[2, 0, 62, 0, 1, 0, 0, 0]);
+        put(&mut f, 32, &64u64.to_le_bytes());
+        put(&mut f, 52, &[64, 0, 56, 0, 1, 0, 64, 0, 4, 0, 3, 0]);
+        // PT_LOAD, readable: the whole segment.
+        put(&mut f, 64, &[1, 0, 0, 0, 4, 0, 0, 0]);
+        for (i, v) in [0, BASE, BASE, segment as u64, segment as u64, 0x1000].into_iter().enumerate() {
+            put(&mut f, 72 + 8 * i, &v.to_le_bytes());
+        }
+        for (addr, bytes) in patches {
+            put(&mut f, (addr - BASE) as usize, bytes);
+        }
+        let mut strtab = vec![0u8];
+        let mut symtab = vec![0u8; 24];
+        for (name, addr) in symbols {
+            symtab.extend_from_slice(&(strtab.len() as u32).to_le_bytes());
+            // GLOBAL OBJECT, defined in section 1.
+            symtab.extend_from_slice(&[0x11, 0, 1, 0]);
+            symtab.extend_from_slice(&addr.to_le_bytes());
+            symtab.extend_from_slice(&8u64.to_le_bytes());
+            strtab.extend_from_slice(name.as_bytes());
+            strtab.push(0);
+        }
+        let shstrtab = b"\0.symtab\0.strtab\0.shstrtab\0";
+        let mut sections = vec![0u8; 64];
+        // (name, type, offset, size, link, entsize)
+        let mut add = |f: &mut Vec<u8>, name: u32, kind: u32, data: &[u8], link: u32, entsize: u64| {
+            let offset = f.len() as u64;
+            f.extend_from_slice(data);
+            let mut sh = Vec::new();
+            sh.extend_from_slice(&name.to_le_bytes());
+            sh.extend_from_slice(&kind.to_le_bytes());
+            sh.extend_from_slice(&[0; 16]); // flags, address
+            sh.extend_from_slice(&offset.to_le_bytes());
+            sh.extend_from_slice(&(data.len() as u64).to_le_bytes());
+            sh.extend_from_slice(&link.to_le_bytes());
+            sh.extend_from_slice(&1u32.to_le_bytes());
+            sh.extend_from_slice(&8u64.to_le_bytes());
+            sh.extend_from_slice(&entsize.to_le_bytes());
+            sections.extend_from_slice(&sh);
+        };
+        add(&mut f, 1, 2, &symtab, 2, 24);
+        add(&mut f, 9, 3, &strtab, 0, 0);
+        add(&mut f, 17, 3, shstrtab, 0, 0);
+        let shoff = f.len() as u64;
+        f.extend_from_slice(&sections);
+        put(&mut f, 40, &shoff.to_le_bytes());
+        f
+    }
+
+    /// A file that counts the bytes read from it.
+    struct Counted(std::io::Cursor<Vec<u8>>, std::rc::Rc<std::cell::Cell<u64>>);
+    impl io::Read for Counted {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.0.read(buf)?;
+            self.1.set(self.1.get() + n as u64);
+            Ok(n)
+        }
+    }
+    impl io::Seek for Counted {
+        fn seek(&mut self, to: io::SeekFrom) -> io::Result<u64> {
+            self.0.seek(to)
+        }
+    }
+
+    fn read_counted(file: Vec<u8>) -> (Option<BinaryInfo>, u64) {
+        let n = std::rc::Rc::new(std::cell::Cell::new(0));
+        (BinaryInfo::read(Counted(std::io::Cursor::new(file), n.clone())), n.get())
+    }
+
+    /// Finding a new process reads the few bytes it needs of the interpreter, not the segments holding them: the
+    /// version of a static interpreter (Debian sid's python3.15: a 3 MB read-only segment) read through
+    /// `ObjectSegment::data_range` read the whole segment, 60 ms in a debug build, in which `record -- python`
+    /// lost the start of the script (tests/symbols.rs saw 20-110 ms of it missing).
+    #[test]
+    fn the_version_is_read_alone() {
+        const MB4: usize = 4 << 20;
+        // 3.11+: Py_Version, PY_VERSION_HEX 0x030f02f0.
+        let file = tiny_elf(MB4, &[("Py_Version", 0x60_0000)], &[(0x60_0000, &0x030f_02f0u32.to_le_bytes())]);
+        let (info, bytes) = read_counted(file);
+        assert_eq!(info.expect("an ELF file").version, Some((3, 15, 2)));
+        assert!(bytes < 64 << 10, "{bytes} bytes read of a {MB4}-byte segment for the version");
+
+        // Older: the string Py_GetVersion loads (lea rax, [rip + disp32]), 1 MB further.
+        let func = 0x50_0000u64;
+        let lea = [&[0x48, 0x8d, 0x05][..], &((1u32 << 20) - 7).to_le_bytes()].concat();
+        let file =
+            tiny_elf(MB4, &[("Py_GetVersion", func)], &[(func, &lea), (func + (1 << 20), b"3.9.18\0".as_slice())]);
+        let (info, bytes) = read_counted(file);
+        assert_eq!(info.expect("an ELF file").version, Some((3, 9, 18)));
+        assert!(bytes < 64 << 10, "{bytes} bytes read of a {MB4}-byte segment for the version");
+
+        // A version string at the very end of the file part of the segment, unterminated: none, no overread.
+        let end = 0x40_0000 + MB4 as u64 - 6;
+        let lea = [&[0x48, 0x8d, 0x05][..], &((end - func - 7) as u32).to_le_bytes()].concat();
+        let file = tiny_elf(MB4, &[("Py_GetVersion", func)], &[(func, &lea), (end, b"3.9.18".as_slice())]);
+        let (info, _) = read_counted(file);
+        assert_eq!(info.expect("an ELF file").version, None);
     }
 
     #[test]
