@@ -68,7 +68,11 @@ type Eval = Result<i64, String>;
 fn run_gdb(install: &Install, exprs: &[&str]) -> Result<Vec<Eval>, String> {
     let list: Vec<String> = exprs.iter().map(|e| format!("    {e:?},")).collect();
     let script = format!("PROBES = [\n{}\n]\n{}", list.join("\n"), probes::GDB_SCRIPT);
-    let path = std::env::temp_dir().join(format!("pyperf-layouts-{}-{}.py", std::process::id(), install.name));
+    // One file per call: the tests of this binary run at once, and two of them probe the same interpreter (a shared
+    // name let one test remove the other's script before its gdb read it: "No such file", in a CI run).
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("pyperf-layouts-{}-{}-{n}.py", std::process::id(), install.name));
     std::fs::write(&path, script).map_err(|e| format!("write {}: {e}", path.display()))?;
     let out = Command::new("gdb")
         .args(["-nx", "-batch", "-iex", "set debuginfod enabled off", "-x"])
