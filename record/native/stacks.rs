@@ -227,8 +227,13 @@ impl NativeStacks {
         }
         let eval = proc.eval;
         self.addrs.clear();
-        let end =
-            unwinder.unwind(s.pid, UserRegs { ip: user.ip, sp: user.sp, bp: user.bp }, user.stack, &mut self.addrs);
+        let end = unwinder.unwind(
+            s.pid,
+            UserRegs { ip: user.ip, sp: user.sp, bp: user.bp },
+            user.stack,
+            s.time_ns,
+            &mut self.addrs,
+        );
         // A separate debug file came late, or new mappings: frames named before get their names from here on.
         let generation = unwinder.generation();
         if generation != self.generation {

@@ -5,8 +5,8 @@
 //! Processes are known by their `/proc/PID/maps`: the executable file mappings, each file opened through
 //! `/proc/PID/root/<path>` (so a process in a chroot or a container has its own files) or, failing that,
 //! `/proc/PID/map_files/<start>-<end>`. A file is parsed once for all processes that map it, keyed by (device,
-//! inode). An address in no known mapping (an extension `dlopen`ed since) re-reads the maps, at most every
-//! [`REREAD_INTERVAL`] per process.
+//! inode). An address in no known mapping (an extension `dlopen`ed since, code a JIT generated) re-reads the maps
+//! when that can help (see [`REREAD_INTERVAL`]).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -20,12 +20,19 @@ use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _};
 
 use super::elf::{self, ElfInfo};
 use super::jit::{self, GeneratedCode, TrampolineShape};
+use crate::clock::monotonic_ns;
 use crate::mem::{ProcMem, ReadMem as _};
 use crate::proc::{maps as read_maps, parse_maps, MapsEntry};
 
 /// Frames beyond this many end the unwind ([`UnwindEnd::TooDeep`]).
 pub const MAX_FRAMES: usize = 1024;
-/// A process's maps are re-read at most this often (an address in no known mapping asks for it).
+/// A process's maps (and its JIT list) are re-read when a sample taken after they were last read has an address in
+/// no known mapping (no known code), at most every REREAD_FLOOR: the code may be new. Not for a sample taken before
+/// the last read: its code, if still there, was in what was read. Counted from when the maps were *read*, not from
+/// when they were parsed (which may take hundreds of milliseconds, debug files waited for): a process that mapped
+/// JIT code meanwhile had its samples in it refused a re-read (tests/jit.rs under load, 12% of them).
+pub const REREAD_FLOOR: Duration = Duration::from_millis(10);
+/// How often at most an address to name (no sample time) re-reads the maps.
 pub const REREAD_INTERVAL: Duration = Duration::from_millis(100);
 /// The name of an address in no mapping of a file.
 pub const UNKNOWN: &str = "[unknown]";
@@ -151,15 +158,16 @@ struct Process {
     mappings: Vec<Mapping>,
     unwinder: UnwinderX86_64<Bytes>,
     cache: Box<CacheX86_64>,
-    last_read: Instant,
+    /// When its maps were last read (CLOCK_MONOTONIC ns, taken before reading them).
+    maps_read_ns: u64,
     /// Its anonymous executable mappings: code generated at run time (see [`jit`]), sorted.
     generated: Vec<std::ops::Range<u64>>,
     /// The generated code it registered through GDB's JIT interface, sorted.
     jit: Vec<JitEntry>,
     /// The run-time address of its `__jit_debug_descriptor`, when a file it maps defines one.
     jit_descriptor: Option<u64>,
-    /// When its JIT list was last read.
-    jit_read: Option<Instant>,
+    /// When its JIT list was last read (CLOCK_MONOTONIC ns, taken before reading it).
+    jit_read_ns: Option<u64>,
     /// Its memory, opened on first need (the code around return addresses in generated code).
     mem: Option<ProcMem>,
     /// Return addresses in generated code checked for a perf trampoline's return site: the shape's index.
@@ -419,6 +427,7 @@ impl NativeUnwinder {
 
     /// Follows process `pid`: reads its `/proc/PID/maps` and parses the files it maps (those not seen yet).
     pub fn add_process(&mut self, pid: u32) -> std::io::Result<()> {
+        let read_ns = monotonic_ns();
         let maps = read_maps(pid)?;
         self.counts.maps_reads += 1;
         let root = PathBuf::from(format!("/proc/{pid}/root"));
@@ -428,11 +437,11 @@ impl NativeUnwinder {
             mappings: Vec::new(),
             unwinder: UnwinderX86_64::new(),
             cache: Box::new(CacheX86_64::new()),
-            last_read: Instant::now(),
+            maps_read_ns: read_ns,
             generated: generated_code(&maps),
             jit: Vec::new(),
             jit_descriptor: self.jit_descriptor(&mappings),
-            jit_read: None,
+            jit_read_ns: None,
             mem: None,
             trampolines: HashMap::new(),
         };
@@ -555,17 +564,20 @@ impl NativeUnwinder {
         Some((info, again))
     }
 
-    /// Re-reads the maps of `pid` unless read less than [`REREAD_INTERVAL`] ago. Whether it did.
-    fn reread(&mut self, pid: u32) -> bool {
+    /// Re-reads the maps of `pid` if that may show code they did not have: for an address of a sample taken at
+    /// `taken_ns`, if it was taken after they were read, at most every [`REREAD_FLOOR`]; for an address to name
+    /// (`None`), at most every [`REREAD_INTERVAL`]. Whether it did.
+    fn reread(&mut self, pid: u32, taken_ns: Option<u64>) -> bool {
         let Some(p) = self.processes.get(&pid) else { return false };
-        if p.last_read.elapsed() < REREAD_INTERVAL {
+        if !reread_due(p.maps_read_ns, taken_ns) {
             return false;
         }
         let root = p.root.clone();
+        let read_ns = monotonic_ns();
         let Ok(maps) = read_maps(pid) else {
-            // Gone (or going): do not try again before the interval.
+            // Gone (or going): not tried again for samples taken before now.
             if let Some(p) = self.processes.get_mut(&pid) {
-                p.last_read = Instant::now();
+                p.maps_read_ns = read_ns;
             }
             return false;
         };
@@ -583,7 +595,7 @@ impl NativeUnwinder {
             let before = p.jit.len();
             p.jit.retain(|j| in_ranges(&generated, &j.range));
             if p.jit.len() != before {
-                p.jit_read = None;
+                p.jit_read_ns = None;
             }
         }
         p.generated = generated;
@@ -599,7 +611,7 @@ impl NativeUnwinder {
         } else {
             set_mappings(p, mappings);
         }
-        p.last_read = Instant::now();
+        p.maps_read_ns = read_ns;
         if (new_code || !unchanged) && self.unknown_named {
             // An address named `[unknown]` before (in no mapping then) may be in one now: names given before are
             // stale.
@@ -619,7 +631,7 @@ impl NativeUnwinder {
         let i = match found {
             Some(i) => i,
             None => {
-                if !self.reread(pid) {
+                if !self.reread(pid, None) {
                     return None;
                 }
                 self.processes.get(&pid)?.find(addr)?
@@ -629,11 +641,11 @@ impl NativeUnwinder {
     }
 
     /// Unwinds the stack of a thread of `pid` from `regs` and the copy `stack` of its bytes at `[regs.sp,
-    /// regs.sp + stack.len())`. `out` gets the frames' addresses, leaf first: `regs.ip`, then the return
-    /// addresses found (its previous contents are dropped). Tells why it stopped.
-    pub fn unwind(&mut self, pid: u32, regs: UserRegs, stack: &[u8], out: &mut Vec<u64>) -> UnwindEnd {
+    /// regs.sp + stack.len())`, taken at `taken_ns` (CLOCK_MONOTONIC). `out` gets the frames' addresses, leaf
+    /// first: `regs.ip`, then the return addresses found (its previous contents are dropped). Tells why it stopped.
+    pub fn unwind(&mut self, pid: u32, regs: UserRegs, stack: &[u8], taken_ns: u64, out: &mut Vec<u64>) -> UnwindEnd {
         out.clear();
-        let end = self.unwind_frames(pid, regs, stack, out);
+        let end = self.unwind_frames(pid, regs, stack, taken_ns, out);
         self.counts.unwinds += 1;
         self.counts.frames += out.len() as u64;
         if let Some(i) = UnwindEnd::ALL.iter().position(|&e| e == end) {
@@ -642,7 +654,14 @@ impl NativeUnwinder {
         end
     }
 
-    fn unwind_frames(&mut self, pid: u32, regs: UserRegs, stack: &[u8], out: &mut Vec<u64>) -> UnwindEnd {
+    fn unwind_frames(
+        &mut self,
+        pid: u32,
+        regs: UserRegs,
+        stack: &[u8],
+        taken_ns: u64,
+        out: &mut Vec<u64>,
+    ) -> UnwindEnd {
         let sp = regs.sp;
         let stack_end = sp.saturating_add(stack.len() as u64);
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
@@ -662,7 +681,7 @@ impl NativeUnwinder {
             match p.find(lookup) {
                 Some(i) if p.mappings[i].module.is_none() => return UnwindEnd::NoUnwindInfo,
                 Some(_) => {}
-                None => match self.generated(pid, address) {
+                None => match self.generated(pid, address, taken_ns) {
                     Generated::Registered => self.counts.jit_frames += 1,
                     Generated::Unregistered => {
                         self.counts.jit_stops += 1;
@@ -691,7 +710,7 @@ impl NativeUnwinder {
                         }
                     }
                     // Maybe a library loaded since: look again with new maps (once; re-reading is rate limited).
-                    Generated::No if self.reread(pid) => continue,
+                    Generated::No if self.reread(pid, Some(taken_ns)) => continue,
                     Generated::No => return UnwindEnd::BadAddress,
                 },
             }
@@ -813,8 +832,8 @@ impl NativeUnwinder {
 
     /// What the frame at `address` of `pid`, in no file mapping, is: registered generated code, a perf trampoline's
     /// return site, generated code without unwind rules, or none of these. Code not in the JIT list yet has the
-    /// list read again (at most every [`REREAD_INTERVAL`]).
-    fn generated(&mut self, pid: u32, address: FrameAddress) -> Generated {
+    /// list read again, if the sample (taken at `taken_ns`) came after the last read (see [`REREAD_FLOOR`]).
+    fn generated(&mut self, pid: u32, address: FrameAddress, taken_ns: u64) -> Generated {
         let addr = address.address_for_lookup();
         let Some(p) = self.processes.get(&pid) else { return Generated::No };
         if p.find_jit(addr).is_some() {
@@ -828,7 +847,7 @@ impl NativeUnwinder {
                 return Generated::Trampoline(shape);
             }
         }
-        if self.reread_jit(pid) && self.processes.get(&pid).is_some_and(|p| p.find_jit(addr).is_some()) {
+        if self.reread_jit(pid, taken_ns) && self.processes.get(&pid).is_some_and(|p| p.find_jit(addr).is_some()) {
             Generated::Registered
         } else {
             Generated::Unregistered
@@ -859,15 +878,16 @@ impl NativeUnwinder {
         self.code.trampolines.get(usize::from(index?))
     }
 
-    /// Reads the JIT list of `pid` again (not if read less than [`REREAD_INTERVAL`] ago, or the process has none),
-    /// installing the code's unwind rules. Whether it read it.
-    fn reread_jit(&mut self, pid: u32) -> bool {
+    /// Reads the JIT list of `pid` again for a sample taken at `taken_ns` (not if the process has none, or it was
+    /// read after the sample, or less than [`REREAD_FLOOR`] ago), installing the code's unwind rules. Whether it
+    /// read it.
+    fn reread_jit(&mut self, pid: u32, taken_ns: u64) -> bool {
         let Some(p) = self.processes.get_mut(&pid) else { return false };
         let Some(descriptor) = p.jit_descriptor else { return false };
-        if p.jit_read.is_some_and(|t| t.elapsed() < REREAD_INTERVAL) {
+        if p.jit_read_ns.is_some_and(|read| !reread_due(read, Some(taken_ns))) {
             return false;
         }
-        p.jit_read = Some(Instant::now());
+        p.jit_read_ns = Some(monotonic_ns());
         self.counts.jit_reads += 1;
         if p.mem.is_none() {
             p.mem = ProcMem::open(pid, descriptor).ok();
@@ -1056,6 +1076,16 @@ fn find_debug_file(
 }
 
 /// The recorder's own vDSO, parsed: the kernel maps the same image into every process.
+/// Whether what was read at `read_ns` should be read again for an address of a sample taken at `taken_ns` (`None`:
+/// an address to name): see [`REREAD_FLOOR`].
+fn reread_due(read_ns: u64, taken_ns: Option<u64>) -> bool {
+    let since = Duration::from_nanos(monotonic_ns().saturating_sub(read_ns));
+    match taken_ns {
+        Some(taken) => taken > read_ns && since >= REREAD_FLOOR,
+        None => since >= REREAD_INTERVAL,
+    }
+}
+
 fn own_vdso() -> Option<ElfInfo> {
     // SAFETY: getauxval only reads this process's auxiliary vector.
     let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
@@ -1144,6 +1174,50 @@ mod tests {
 
     const PREFIX: &str = "pyperf::native::unwind::tests::";
 
+    /// Code mapped after the maps were read (a JIT's): a sample taken in it after that read re-reads them soon
+    /// (REREAD_FLOOR), however long the first read's parsing took; one taken before the read does not re-read.
+    /// (The re-read was refused for REREAD_INTERVAL from the end of the parsing: samples in JIT code compiled
+    /// while the recorder waited for debug files were cut, `[native: truncated]` `[unknown]`, 12% of them in
+    /// tests/jit.rs on a busy machine.)
+    #[test]
+    fn code_mapped_after_the_read_is_found_by_a_later_sample() {
+        let pid = std::process::id();
+        let mut u = NativeUnwinder::new();
+        u.add_process(pid).expect("own maps");
+        let read_ns = u.processes[&pid].maps_read_ns;
+        // SAFETY: a new anonymous mapping, nobody else's memory; unmapped below.
+        let page = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(page, libc::MAP_FAILED);
+        let ip = page as u64 + 16;
+        let c = pyperf_test_outer(4096);
+        let regs = UserRegs { ip, ..c.regs };
+        let mut frames = Vec::new();
+        let rereads = |u: &NativeUnwinder| u.counts.maps_rereads;
+        // Taken before the maps were read: nothing new to find there (its code was gone by the read).
+        assert_eq!(u.unwind(pid, regs, &c.stack, read_ns - 1, &mut frames), UnwindEnd::BadAddress);
+        assert_eq!(rereads(&u), 0);
+        // Taken after: read again (once the floor has passed since the read), found as generated code without
+        // unwind rules (this process registers none): the unwinding stops there, marked.
+        std::thread::sleep(REREAD_FLOOR);
+        let taken = monotonic_ns();
+        assert_eq!(u.unwind(pid, regs, &c.stack, taken, &mut frames), UnwindEnd::NoUnwindInfo);
+        assert_eq!((rereads(&u), u.counts.jit_stops), (1, 1));
+        // Another sample taken before that re-read: no more reads.
+        assert_eq!(u.unwind(pid, UserRegs { ip: 8, ..c.regs }, &c.stack, taken, &mut frames), UnwindEnd::BadAddress);
+        assert_eq!(rereads(&u), 1);
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(page, 4096) };
+    }
+
     #[test]
     fn own_stack_unwinds_in_order_with_rust_names() {
         let pid = std::process::id();
@@ -1152,7 +1226,7 @@ mod tests {
         let mut frames = Vec::new();
         for len in [16384, usize::MAX] {
             let c = pyperf_test_outer(len);
-            let end = u.unwind(pid, c.regs, &c.stack, &mut frames);
+            let end = u.unwind(pid, c.regs, &c.stack, monotonic_ns(), &mut frames);
             let names = names(&mut u, pid, &frames);
             let expected: Vec<String> =
                 ["capture_here", "pyperf_test_inner", "pyperf_test_middle", "pyperf_test_outer"]
@@ -1181,10 +1255,13 @@ mod tests {
         assert!(s.resolved && s.name.contains("clock_gettime") && &*s.library == "[vdso]", "{s:?}");
         // A copy cut inside the second frame ends there, as a copy end.
         let c = pyperf_test_outer(16384);
-        let end = u.unwind(pid, c.regs, &c.stack[..24], &mut frames);
+        let end = u.unwind(pid, c.regs, &c.stack[..24], monotonic_ns(), &mut frames);
         assert_eq!(end, UnwindEnd::StackCopyEnd, "{frames:x?}");
         // An ip in no mapping.
-        assert_eq!(u.unwind(pid, UserRegs { ip: 8, ..c.regs }, &c.stack, &mut frames), UnwindEnd::BadAddress);
+        assert_eq!(
+            u.unwind(pid, UserRegs { ip: 8, ..c.regs }, &c.stack, monotonic_ns(), &mut frames),
+            UnwindEnd::BadAddress
+        );
         assert_eq!(frames, [8]);
         assert_eq!(u.symbol(pid, 8, false).name, UNKNOWN);
         let counters: HashMap<String, u64> = u.counters().into_iter().collect();
@@ -1246,7 +1323,7 @@ mod tests {
             .expect("thread");
         let c = handle.join().expect("joined");
         let mut frames = Vec::new();
-        assert_eq!(u.unwind(pid, c.regs, &c.stack, &mut frames), UnwindEnd::TooDeep);
+        assert_eq!(u.unwind(pid, c.regs, &c.stack, monotonic_ns(), &mut frames), UnwindEnd::TooDeep);
         assert_eq!(frames.len(), MAX_FRAMES);
     }
 
@@ -1258,7 +1335,7 @@ mod tests {
         u.add_process(pid).expect("own maps");
         let c = pyperf_test_recurse(24, 65536);
         let mut frames = Vec::new();
-        let end = u.unwind(pid, c.regs, &c.stack, &mut frames);
+        let end = u.unwind(pid, c.regs, &c.stack, monotonic_ns(), &mut frames);
         let n = frames.len();
         let t = Instant::now();
         let names = names(&mut u, pid, &frames);
@@ -1268,7 +1345,7 @@ mod tests {
         let mut times = Vec::new();
         for _ in 0..2000 {
             let t = Instant::now();
-            black_box(u.unwind(pid, c.regs, &c.stack, &mut frames));
+            black_box(u.unwind(pid, c.regs, &c.stack, monotonic_ns(), &mut frames));
             times.push(t.elapsed().as_nanos());
         }
         times.sort_unstable();
@@ -1386,7 +1463,7 @@ mod tests {
         let c = CAPTURED.lock().unwrap_or_else(|e| e.into_inner()).take().expect("captured");
         std::thread::sleep(REREAD_INTERVAL);
         let mut frames = Vec::new();
-        let end = u.unwind(pid, c.regs, &c.stack, &mut frames);
+        let end = u.unwind(pid, c.regs, &c.stack, monotonic_ns(), &mut frames);
         let names = names(&mut u, pid, &frames);
         let full = ElfInfo::open(&lib).expect("parse");
         let hidden = address_of(&full, "pyperf_c_hidden").expect("hidden symbol");
@@ -1686,11 +1763,11 @@ mod tests {
             let mut u = NativeUnwinder::new();
             let mut frames = Vec::new();
             let result = capture.map(|c| {
-                let end = u.unwind(pid, c.regs, &c.stack, &mut frames);
+                let end = u.unwind(pid, c.regs, &c.stack, monotonic_ns(), &mut frames);
                 let names = names(&mut u, pid, &frames);
                 let t = Instant::now();
                 for _ in 0..1000 {
-                    black_box(u.unwind(pid, c.regs, &c.stack, &mut frames));
+                    black_box(u.unwind(pid, c.regs, &c.stack, monotonic_ns(), &mut frames));
                 }
                 eprintln!("python{v}: {} frames, {} ns per unwind", frames.len(), t.elapsed().as_nanos() / 1000);
                 (end, names)
