@@ -204,7 +204,7 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
         let mut walked = Err("thread gone".to_string());
         // --native, a thread blocked in a system call: its stack copy and its Python walk, both between two looks
         // that find it blocked at the same place with no context switch in between (it did not run meanwhile).
-        let mut copy: Option<(u64, u64, u64, Vec<u8>)> = None;
+        let mut copy: Option<(u64, u64, u64, Vec<u8>, u64)> = None;
         let mut native_missing = None;
         if let (Some(mem), Some(t)) = (mem.as_ref().filter(|_| state != 'R'), ns_tid) {
             native_missing = Some("not blocked in a system call (no user registers to start from)".to_string());
@@ -221,6 +221,9 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
                     }
                 };
                 let Some(Syscall { sp, pc, .. }) = before.0 else { break };
+                // When the copy was taken: the native unwinder reads the maps again only for code it may not have
+                // seen (a copy taken after its last read).
+                let taken = crate::clock::monotonic_ns();
                 let stack = copy_stack(mem, &maps, sp);
                 let w = walker.walk(t).map_err(|e| e.to_string());
                 if before == look(pid, tid) && before.1.is_some() {
@@ -228,7 +231,7 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
                     let bp = regs.get(&tid).filter(|r| r.sp == sp && r.ip == pc).map_or(0, |r| r.bp);
                     walked = w;
                     native_missing = None;
-                    copy = Some((sp, pc, bp, stack));
+                    copy = Some((sp, pc, bp, stack, taken));
                     break;
                 }
                 native_missing = Some("the thread ran while its stack was read".to_string());
@@ -251,13 +254,15 @@ pub fn threads(pid: u32, kernel: bool, native: bool) -> Result<Vec<DumpedThread>
         let syscall = call.map(|c| c.0);
         let (frames, gil) = match walked {
             Ok(w) => {
-                let user = copy.as_ref().map(|(sp, pc, bp, stack)| crate::sampler::UserStack {
+                let user = copy.as_ref().map(|(sp, pc, bp, stack, _)| crate::sampler::UserStack {
                     ip: *pc,
                     sp: *sp,
                     bp: *bp,
                     stack,
                 });
-                let raw = rest::raw_sample(pid, tid, 0, rest::comm16(comm.as_bytes()), Some(&w), gil_wait, user, None);
+                let taken = copy.as_ref().map_or_else(crate::clock::monotonic_ns, |c| c.4);
+                let comm = rest::comm16(comm.as_bytes());
+                let raw = rest::raw_sample(pid, tid, taken, comm, Some(&w), gil_wait, user, None);
                 thread_names.saw(raw.pid, raw.tid, raw.time_ns);
                 let ids = symbolizer
                     .symbolize(&raw, &mut |id, s| {

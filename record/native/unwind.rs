@@ -6,7 +6,7 @@
 //! `/proc/PID/root/<path>` (so a process in a chroot or a container has its own files) or, failing that,
 //! `/proc/PID/map_files/<start>-<end>`. A file is parsed once for all processes that map it, keyed by (device,
 //! inode). An address in no known mapping (an extension `dlopen`ed since, code a JIT generated) re-reads the maps
-//! when that can help (see [`REREAD_INTERVAL`]).
+//! when that can help (see [`REREAD_FLOOR`]).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -28,7 +28,9 @@ use crate::proc::{maps as read_maps, parse_maps, MapsEntry};
 pub const MAX_FRAMES: usize = 1024;
 /// A process's maps (and its JIT list) are re-read when a sample taken after they were last read has an address in
 /// no known mapping (no known code), at most every REREAD_FLOOR: the code may be new. Not for a sample taken before
-/// the last read: its code, if still there, was in what was read. Counted from when the maps were *read*, not from
+/// the last read: its code, if still there, was in what was read. A re-read that finds nothing new doubles the wait
+/// before the next, up to REREAD_INTERVAL (a process whose samples keep giving bad addresses costs a read every
+/// 100 ms, as before); one that finds new code brings it back to REREAD_FLOOR. Counted from when the maps were *read*, not from
 /// when they were parsed (which may take hundreds of milliseconds, debug files waited for): a process that mapped
 /// JIT code meanwhile had its samples in it refused a re-read (tests/jit.rs under load, 12% of them).
 pub const REREAD_FLOOR: Duration = Duration::from_millis(10);
@@ -160,6 +162,8 @@ struct Process {
     cache: Box<CacheX86_64>,
     /// When its maps were last read (CLOCK_MONOTONIC ns, taken before reading them).
     maps_read_ns: u64,
+    /// The least time between two reads of its maps for samples (see [`REREAD_FLOOR`]).
+    maps_wait: Duration,
     /// Its anonymous executable mappings: code generated at run time (see [`jit`]), sorted.
     generated: Vec<std::ops::Range<u64>>,
     /// The generated code it registered through GDB's JIT interface, sorted.
@@ -168,6 +172,8 @@ struct Process {
     jit_descriptor: Option<u64>,
     /// When its JIT list was last read (CLOCK_MONOTONIC ns, taken before reading it).
     jit_read_ns: Option<u64>,
+    /// The least time between two reads of its JIT list (see [`REREAD_FLOOR`]).
+    jit_wait: Duration,
     /// Its memory, opened on first need (the code around return addresses in generated code).
     mem: Option<ProcMem>,
     /// Return addresses in generated code checked for a perf trampoline's return site: the shape's index.
@@ -438,10 +444,12 @@ impl NativeUnwinder {
             unwinder: UnwinderX86_64::new(),
             cache: Box::new(CacheX86_64::new()),
             maps_read_ns: read_ns,
+            maps_wait: REREAD_FLOOR,
             generated: generated_code(&maps),
             jit: Vec::new(),
             jit_descriptor: self.jit_descriptor(&mappings),
             jit_read_ns: None,
+            jit_wait: REREAD_FLOOR,
             mem: None,
             trampolines: HashMap::new(),
         };
@@ -565,11 +573,11 @@ impl NativeUnwinder {
     }
 
     /// Re-reads the maps of `pid` if that may show code they did not have: for an address of a sample taken at
-    /// `taken_ns`, if it was taken after they were read, at most every [`REREAD_FLOOR`]; for an address to name
-    /// (`None`), at most every [`REREAD_INTERVAL`]. Whether it did.
+    /// `taken_ns`, if it was taken after they were read, at most every [`REREAD_FLOOR`] (more while re-reads find
+    /// nothing new); for an address to name (`None`), at most every [`REREAD_INTERVAL`]. Whether it did.
     fn reread(&mut self, pid: u32, taken_ns: Option<u64>) -> bool {
         let Some(p) = self.processes.get(&pid) else { return false };
-        if !reread_due(p.maps_read_ns, taken_ns) {
+        if !reread_due(p.maps_read_ns, p.maps_wait, taken_ns) {
             return false;
         }
         let root = p.root.clone();
@@ -600,16 +608,20 @@ impl NativeUnwinder {
         }
         p.generated = generated;
         if p.jit_descriptor != descriptor {
+            // Another list (an exec, a libpython loaded since): read when its code shows up, whatever the time.
             p.jit.clear();
             p.jit_descriptor = descriptor;
+            p.jit_read_ns = None;
         }
         let same = |a: &Mapping, b: &Mapping| (a.start, a.end, a.offset, a.key) == (b.start, b.end, b.offset, b.key);
         let unchanged = mappings.len() == old.len() && mappings.iter().zip(&old).all(|(a, b)| same(a, b));
         if unchanged && !new_code {
-            // Nothing new (a bad address): keep the unwinder and its warm rule cache.
+            // Nothing new (a bad address): keep the unwinder and its warm rule cache, and wait longer next time.
             p.mappings = mappings;
+            p.maps_wait = (p.maps_wait * 2).min(REREAD_INTERVAL);
         } else {
             set_mappings(p, mappings);
+            p.maps_wait = REREAD_FLOOR;
         }
         p.maps_read_ns = read_ns;
         if (new_code || !unchanged) && self.unknown_named {
@@ -884,7 +896,7 @@ impl NativeUnwinder {
     fn reread_jit(&mut self, pid: u32, taken_ns: u64) -> bool {
         let Some(p) = self.processes.get_mut(&pid) else { return false };
         let Some(descriptor) = p.jit_descriptor else { return false };
-        if p.jit_read_ns.is_some_and(|read| !reread_due(read, Some(taken_ns))) {
+        if p.jit_read_ns.is_some_and(|read| !reread_due(read, p.jit_wait, Some(taken_ns))) {
             return false;
         }
         p.jit_read_ns = Some(monotonic_ns());
@@ -898,6 +910,8 @@ impl NativeUnwinder {
         self.counts.jit_refused += list.refused;
         let same = list.code.len() == p.jit.len()
             && list.code.iter().zip(&p.jit).all(|(a, b)| (&a.range, a.object) == (&b.range, b.object));
+        // Nothing new: wait longer before the next read (see REREAD_FLOOR).
+        p.jit_wait = if same { (p.jit_wait * 2).min(REREAD_INTERVAL) } else { REREAD_FLOOR };
         if !same {
             p.jit = list
                 .code
@@ -1075,17 +1089,17 @@ fn find_debug_file(
     None
 }
 
-/// The recorder's own vDSO, parsed: the kernel maps the same image into every process.
 /// Whether what was read at `read_ns` should be read again for an address of a sample taken at `taken_ns` (`None`:
-/// an address to name): see [`REREAD_FLOOR`].
-fn reread_due(read_ns: u64, taken_ns: Option<u64>) -> bool {
+/// an address to name), `wait` being the least time between two reads for samples: see [`REREAD_FLOOR`].
+fn reread_due(read_ns: u64, wait: Duration, taken_ns: Option<u64>) -> bool {
     let since = Duration::from_nanos(monotonic_ns().saturating_sub(read_ns));
     match taken_ns {
-        Some(taken) => taken > read_ns && since >= REREAD_FLOOR,
+        Some(taken) => taken > read_ns && since >= wait,
         None => since >= REREAD_INTERVAL,
     }
 }
 
+/// The recorder's own vDSO, parsed: the kernel maps the same image into every process.
 fn own_vdso() -> Option<ElfInfo> {
     // SAFETY: getauxval only reads this process's auxiliary vector.
     let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
@@ -1181,41 +1195,59 @@ mod tests {
     /// tests/jit.rs on a busy machine.)
     #[test]
     fn code_mapped_after_the_read_is_found_by_a_later_sample() {
+        struct Page(*mut libc::c_void);
+        impl Drop for Page {
+            fn drop(&mut self) {
+                // SAFETY: the mapping made below, no longer used.
+                unsafe { libc::munmap(self.0, 4096) };
+            }
+        }
         let pid = std::process::id();
         let mut u = NativeUnwinder::new();
         u.add_process(pid).expect("own maps");
         let read_ns = u.processes[&pid].maps_read_ns;
-        // SAFETY: a new anonymous mapping, nobody else's memory; unmapped below.
-        let page = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_EXEC,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(page, libc::MAP_FAILED);
-        let ip = page as u64 + 16;
+        // SAFETY: a new anonymous mapping, nobody else's memory; unmapped by the guard.
+        let page = Page(unsafe {
+            let prot = libc::PROT_READ | libc::PROT_EXEC;
+            libc::mmap(std::ptr::null_mut(), 4096, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        });
+        assert_ne!(page.0, libc::MAP_FAILED);
+        let ip = page.0 as u64 + 16;
         let c = pyperf_test_outer(4096);
         let regs = UserRegs { ip, ..c.regs };
         let mut frames = Vec::new();
         let rereads = |u: &NativeUnwinder| u.counts.maps_rereads;
-        // Taken before the maps were read: nothing new to find there (its code was gone by the read).
+        // Taken before the maps were read (the floor past): nothing new to find (its code was gone by the read).
+        std::thread::sleep(REREAD_FLOOR);
         assert_eq!(u.unwind(pid, regs, &c.stack, read_ns - 1, &mut frames), UnwindEnd::BadAddress);
         assert_eq!(rereads(&u), 0);
-        // Taken after: read again (once the floor has passed since the read), found as generated code without
-        // unwind rules (this process registers none): the unwinding stops there, marked.
-        std::thread::sleep(REREAD_FLOOR);
+        // Taken after: read again, found as generated code without unwind rules (this process registers none):
+        // the unwinding stops there, marked.
         let taken = monotonic_ns();
         assert_eq!(u.unwind(pid, regs, &c.stack, taken, &mut frames), UnwindEnd::NoUnwindInfo);
         assert_eq!((rereads(&u), u.counts.jit_stops), (1, 1));
-        // Another sample taken before that re-read: no more reads.
+        // Another sample taken before that re-read (the floor past): no more reads.
+        std::thread::sleep(REREAD_FLOOR);
         assert_eq!(u.unwind(pid, UserRegs { ip: 8, ..c.regs }, &c.stack, taken, &mut frames), UnwindEnd::BadAddress);
         assert_eq!(rereads(&u), 1);
-        // SAFETY: the mapping made above, no longer used.
-        unsafe { libc::munmap(page, 4096) };
+    }
+
+    /// When a read is due again: for a sample, only if taken after the read and `wait` after it; to name an
+    /// address, REREAD_INTERVAL after it.
+    #[test]
+    fn rereads_are_due_for_later_samples_past_the_wait() {
+        let ms = |n: u64| n * 1_000_000;
+        let now = monotonic_ns();
+        let read = now - ms(150);
+        assert!(!reread_due(read, REREAD_FLOOR, Some(read - 1)), "a sample taken before the read");
+        assert!(reread_due(read, REREAD_FLOOR, Some(read + 1)), "a later sample, the wait past");
+        assert!(reread_due(read, REREAD_FLOOR, None), "a name, REREAD_INTERVAL past");
+        let longer = Duration::from_secs(60);
+        assert!(!reread_due(read, longer, Some(read + 1)), "a later sample within a longer wait (nothing new found)");
+        // A read a minute ahead of the clock: never past its wait, however slow this test runs.
+        let ahead = now + ms(60_000);
+        assert!(!reread_due(ahead, REREAD_FLOOR, Some(ahead + 1)), "a later sample within the wait");
+        assert!(!reread_due(ahead, REREAD_FLOOR, None), "a name within REREAD_INTERVAL");
     }
 
     #[test]

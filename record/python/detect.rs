@@ -497,8 +497,9 @@ fn load_bias(segments: &[Segment], maps: &[&MapsEntry]) -> Option<u64> {
         for seg in segments {
             // Mappings start on page boundaries: the segment's offset rounded down.
             let page_off = seg.file_offset & !0xfff;
-            if m.offset >= page_off && m.offset < seg.file_offset + seg.file_size.max(1) {
-                let vaddr_at_map = seg.address - (seg.file_offset - m.offset);
+            if m.offset >= page_off && m.offset < seg.file_offset.saturating_add(seg.file_size.max(1)) {
+                // Wrapping: a mapping may start past the segment's offset, and a hostile file's fields overflow.
+                let vaddr_at_map = seg.address.wrapping_sub(seg.file_offset).wrapping_add(m.offset);
                 return Some(m.start.wrapping_sub(vaddr_at_map));
             }
         }
@@ -561,7 +562,7 @@ fn version_from_code<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, func: u64) -> Option<
         // lea r64, [rip + disp32]: REX.W (0x48 or 0x4c), 0x8d, modrm with mod=00 rm=101 (position-independent code).
         let target = if (text[i] == 0x48 || text[i] == 0x4c) && text[i + 1] == 0x8d && text[i + 2] & 0xc7 == 0x05 {
             let disp = i32::from_le_bytes(text[i + 3..i + 7].try_into().ok()?);
-            (func + i as u64 + 7).wrapping_add(disp as i64 as u64)
+            func.wrapping_add(i as u64 + 7).wrapping_add(disp as i64 as u64)
         } else if (0xb8..=0xbf).contains(&text[i]) {
             // mov r32, imm32 (0xb8 + reg, also after a REX.B prefix): an absolute address, as a non-PIE
             // executable loads its strings (Debian 11's python3.9).
