@@ -30,9 +30,9 @@ pub const MAX_FRAMES: usize = 1024;
 /// no known mapping (no known code), at most every REREAD_FLOOR: the code may be new. Not for a sample taken before
 /// the last read: its code, if still there, was in what was read. A re-read that finds nothing new doubles the wait
 /// before the next, up to REREAD_INTERVAL (a process whose samples keep giving bad addresses costs a read every
-/// 100 ms, as before); one that finds new code brings it back to REREAD_FLOOR. Counted from when the maps were *read*, not from
-/// when they were parsed (which may take hundreds of milliseconds, debug files waited for): a process that mapped
-/// JIT code meanwhile had its samples in it refused a re-read (tests/jit.rs under load, 12% of them).
+/// 100 ms, as before); one that finds new code brings it back to REREAD_FLOOR. Counted from when the maps were
+/// *read*, not from when they were parsed (which may take hundreds of milliseconds, debug files waited for): a
+/// process that mapped JIT code meanwhile had its samples in it refused a re-read (tests/jit.rs under load, 12%).
 pub const REREAD_FLOOR: Duration = Duration::from_millis(10);
 /// How often at most an address to name (no sample time) re-reads the maps.
 pub const REREAD_INTERVAL: Duration = Duration::from_millis(100);
@@ -160,20 +160,16 @@ struct Process {
     mappings: Vec<Mapping>,
     unwinder: UnwinderX86_64<Bytes>,
     cache: Box<CacheX86_64>,
-    /// When its maps were last read (CLOCK_MONOTONIC ns, taken before reading them).
-    maps_read_ns: u64,
-    /// The least time between two reads of its maps for samples (see [`REREAD_FLOOR`]).
-    maps_wait: Duration,
+    /// When its maps were read, and when they may be again.
+    maps_read: Reads,
     /// Its anonymous executable mappings: code generated at run time (see [`jit`]), sorted.
     generated: Vec<std::ops::Range<u64>>,
     /// The generated code it registered through GDB's JIT interface, sorted.
     jit: Vec<JitEntry>,
     /// The run-time address of its `__jit_debug_descriptor`, when a file it maps defines one.
     jit_descriptor: Option<u64>,
-    /// When its JIT list was last read (CLOCK_MONOTONIC ns, taken before reading it).
-    jit_read_ns: Option<u64>,
-    /// The least time between two reads of its JIT list (see [`REREAD_FLOOR`]).
-    jit_wait: Duration,
+    /// When its JIT list was read, and when it may be again.
+    jit_read: Reads,
     /// Its memory, opened on first need (the code around return addresses in generated code).
     mem: Option<ProcMem>,
     /// Return addresses in generated code checked for a perf trampoline's return site: the shape's index.
@@ -443,13 +439,11 @@ impl NativeUnwinder {
             mappings: Vec::new(),
             unwinder: UnwinderX86_64::new(),
             cache: Box::new(CacheX86_64::new()),
-            maps_read_ns: read_ns,
-            maps_wait: REREAD_FLOOR,
+            maps_read: Reads::at(read_ns),
             generated: generated_code(&maps),
             jit: Vec::new(),
             jit_descriptor: self.jit_descriptor(&mappings),
-            jit_read_ns: None,
-            jit_wait: REREAD_FLOOR,
+            jit_read: Reads::default(),
             mem: None,
             trampolines: HashMap::new(),
         };
@@ -577,7 +571,7 @@ impl NativeUnwinder {
     /// nothing new); for an address to name (`None`), at most every [`REREAD_INTERVAL`]. Whether it did.
     fn reread(&mut self, pid: u32, taken_ns: Option<u64>) -> bool {
         let Some(p) = self.processes.get(&pid) else { return false };
-        if !reread_due(p.maps_read_ns, p.maps_wait, taken_ns) {
+        if !p.maps_read.due(taken_ns) {
             return false;
         }
         let root = p.root.clone();
@@ -585,7 +579,7 @@ impl NativeUnwinder {
         let Ok(maps) = read_maps(pid) else {
             // Gone (or going): not tried again for samples taken before now.
             if let Some(p) = self.processes.get_mut(&pid) {
-                p.maps_read_ns = read_ns;
+                p.maps_read.read(read_ns);
             }
             return false;
         };
@@ -603,7 +597,7 @@ impl NativeUnwinder {
             let before = p.jit.len();
             p.jit.retain(|j| in_ranges(&generated, &j.range));
             if p.jit.len() != before {
-                p.jit_read_ns = None;
+                p.jit_read.forget();
             }
         }
         p.generated = generated;
@@ -611,19 +605,18 @@ impl NativeUnwinder {
             // Another list (an exec, a libpython loaded since): read when its code shows up, whatever the time.
             p.jit.clear();
             p.jit_descriptor = descriptor;
-            p.jit_read_ns = None;
+            p.jit_read.forget();
         }
         let same = |a: &Mapping, b: &Mapping| (a.start, a.end, a.offset, a.key) == (b.start, b.end, b.offset, b.key);
         let unchanged = mappings.len() == old.len() && mappings.iter().zip(&old).all(|(a, b)| same(a, b));
         if unchanged && !new_code {
-            // Nothing new (a bad address): keep the unwinder and its warm rule cache, and wait longer next time.
+            // Nothing new (a bad address): keep the unwinder and its warm rule cache.
             p.mappings = mappings;
-            p.maps_wait = (p.maps_wait * 2).min(REREAD_INTERVAL);
         } else {
             set_mappings(p, mappings);
-            p.maps_wait = REREAD_FLOOR;
         }
-        p.maps_read_ns = read_ns;
+        p.maps_read.read(read_ns);
+        p.maps_read.found(new_code || !unchanged);
         if (new_code || !unchanged) && self.unknown_named {
             // An address named `[unknown]` before (in no mapping then) may be in one now: names given before are
             // stale.
@@ -896,10 +889,10 @@ impl NativeUnwinder {
     fn reread_jit(&mut self, pid: u32, taken_ns: u64) -> bool {
         let Some(p) = self.processes.get_mut(&pid) else { return false };
         let Some(descriptor) = p.jit_descriptor else { return false };
-        if p.jit_read_ns.is_some_and(|read| !reread_due(read, p.jit_wait, Some(taken_ns))) {
+        if !p.jit_read.due(Some(taken_ns)) {
             return false;
         }
-        p.jit_read_ns = Some(monotonic_ns());
+        p.jit_read.read(monotonic_ns());
         self.counts.jit_reads += 1;
         if p.mem.is_none() {
             p.mem = ProcMem::open(pid, descriptor).ok();
@@ -910,8 +903,7 @@ impl NativeUnwinder {
         self.counts.jit_refused += list.refused;
         let same = list.code.len() == p.jit.len()
             && list.code.iter().zip(&p.jit).all(|(a, b)| (&a.range, a.object) == (&b.range, b.object));
-        // Nothing new: wait longer before the next read (see REREAD_FLOOR).
-        p.jit_wait = if same { (p.jit_wait * 2).min(REREAD_INTERVAL) } else { REREAD_FLOOR };
+        p.jit_read.found(!same);
         if !same {
             p.jit = list
                 .code
@@ -1089,13 +1081,51 @@ fn find_debug_file(
     None
 }
 
-/// Whether what was read at `read_ns` should be read again for an address of a sample taken at `taken_ns` (`None`:
-/// an address to name), `wait` being the least time between two reads for samples: see [`REREAD_FLOOR`].
-fn reread_due(read_ns: u64, wait: Duration, taken_ns: Option<u64>) -> bool {
-    let since = Duration::from_nanos(monotonic_ns().saturating_sub(read_ns));
-    match taken_ns {
-        Some(taken) => taken > read_ns && since >= wait,
-        None => since >= REREAD_INTERVAL,
+/// When something of a process (its maps, its JIT list) was read, and when it is worth reading again: see
+/// [`REREAD_FLOOR`].
+#[derive(Debug, Clone, Copy)]
+struct Reads {
+    /// When it was last read (CLOCK_MONOTONIC ns, taken before reading it); `None`: never, or forgotten.
+    at_ns: Option<u64>,
+    /// The least time between two reads for samples: REREAD_FLOOR, doubled by each read that found nothing new.
+    wait: Duration,
+}
+
+impl Default for Reads {
+    fn default() -> Reads {
+        Reads { at_ns: None, wait: REREAD_FLOOR }
+    }
+}
+
+impl Reads {
+    fn at(read_ns: u64) -> Reads {
+        Reads { at_ns: Some(read_ns), ..Reads::default() }
+    }
+
+    /// Whether to read again for an address of a sample taken at `taken_ns` (`None`: an address to name).
+    fn due(&self, taken_ns: Option<u64>) -> bool {
+        let Some(read_ns) = self.at_ns else { return true };
+        let since = Duration::from_nanos(monotonic_ns().saturating_sub(read_ns));
+        match taken_ns {
+            Some(taken) => taken > read_ns && since >= self.wait,
+            None => since >= REREAD_INTERVAL,
+        }
+    }
+
+    /// Read it at the next sample that asks, whatever the time (what was read of it is gone).
+    fn forget(&mut self) {
+        self.at_ns = None;
+    }
+
+    /// It is read from `read_ns` on (also when the read then fails: not tried again for samples before it).
+    fn read(&mut self, read_ns: u64) {
+        self.at_ns = Some(read_ns);
+    }
+
+    /// What the read found: something it did not have (`new`: the next read may come soon), or nothing (the next
+    /// waits twice as long as this one did).
+    fn found(&mut self, new: bool) {
+        self.wait = if new { REREAD_FLOOR } else { (self.wait * 2).min(REREAD_INTERVAL) };
     }
 }
 
@@ -1205,7 +1235,7 @@ mod tests {
         let pid = std::process::id();
         let mut u = NativeUnwinder::new();
         u.add_process(pid).expect("own maps");
-        let read_ns = u.processes[&pid].maps_read_ns;
+        let read_ns = u.processes[&pid].maps_read.at_ns.expect("read");
         // SAFETY: a new anonymous mapping, nobody else's memory; unmapped by the guard.
         let page = Page(unsafe {
             let prot = libc::PROT_READ | libc::PROT_EXEC;
@@ -1237,17 +1267,27 @@ mod tests {
     #[test]
     fn rereads_are_due_for_later_samples_past_the_wait() {
         let ms = |n: u64| n * 1_000_000;
+        let due = |read, wait, taken| Reads { at_ns: Some(read), wait }.due(taken);
         let now = monotonic_ns();
         let read = now - ms(150);
-        assert!(!reread_due(read, REREAD_FLOOR, Some(read - 1)), "a sample taken before the read");
-        assert!(reread_due(read, REREAD_FLOOR, Some(read + 1)), "a later sample, the wait past");
-        assert!(reread_due(read, REREAD_FLOOR, None), "a name, REREAD_INTERVAL past");
+        assert!(!due(read, REREAD_FLOOR, Some(read - 1)), "a sample taken before the read");
+        assert!(due(read, REREAD_FLOOR, Some(read + 1)), "a later sample, the wait past");
+        assert!(due(read, REREAD_FLOOR, None), "a name, REREAD_INTERVAL past");
         let longer = Duration::from_secs(60);
-        assert!(!reread_due(read, longer, Some(read + 1)), "a later sample within a longer wait (nothing new found)");
+        assert!(!due(read, longer, Some(read + 1)), "a later sample within a longer wait (nothing new found)");
         // A read a minute ahead of the clock: never past its wait, however slow this test runs.
         let ahead = now + ms(60_000);
-        assert!(!reread_due(ahead, REREAD_FLOOR, Some(ahead + 1)), "a later sample within the wait");
-        assert!(!reread_due(ahead, REREAD_FLOOR, None), "a name within REREAD_INTERVAL");
+        assert!(!due(ahead, REREAD_FLOOR, Some(ahead + 1)), "a later sample within the wait");
+        assert!(!due(ahead, REREAD_FLOOR, None), "a name within REREAD_INTERVAL");
+        // Never read: due. Reads that find nothing new double the wait, up to REREAD_INTERVAL; new code resets it.
+        assert!(Reads::default().due(Some(0)));
+        let mut r = Reads::at(read);
+        r.found(false);
+        assert_eq!(r.wait, 2 * REREAD_FLOOR);
+        (0..10).for_each(|_| r.found(false));
+        assert_eq!(r.wait, REREAD_INTERVAL);
+        r.found(true);
+        assert_eq!(r.wait, REREAD_FLOOR);
     }
 
     #[test]

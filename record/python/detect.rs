@@ -512,25 +512,22 @@ fn load_bias(segments: &[Segment], maps: &[&MapsEntry]) -> Option<u64> {
 /// for a 4-byte version, which made finding a new process take 60 ms (a debug build) and lose the start of a
 /// command pyperf runs.
 fn data_at<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, addr: u64, size: u64) -> Option<&'d [u8]> {
-    let (offset, left) = file_range(elf, addr)?;
-    if size > left {
-        return None;
-    }
-    elf.data().read_bytes_at(offset, size).ok()
+    data_up_to(elf, addr, size).filter(|d| d.len() as u64 == size)
 }
 
-/// Where link-time address `addr` is in the file, and how many bytes of its segment's file part follow it.
-fn file_range<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, addr: u64) -> Option<(u64, u64)> {
+/// Up to `max` bytes of the file from link-time address `addr` on, as many as its segment's file part holds.
+fn data_up_to<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, addr: u64, max: u64) -> Option<&'d [u8]> {
     use object::read::elf::ProgramHeader;
     let endian = elf.endian();
-    elf.elf_program_headers().iter().find_map(|ph| {
+    let (offset, left) = elf.elf_program_headers().iter().find_map(|ph| {
         if ph.p_type(endian) != object::elf::PT_LOAD {
             return None;
         }
         let (vaddr, filesz) = (ph.p_vaddr(endian), ph.p_filesz(endian));
         let into = addr.checked_sub(vaddr).filter(|&d| d < filesz)?;
         Some((ph.p_offset(endian).checked_add(into)?, filesz - into))
-    })
+    })?;
+    elf.data().read_bytes_at(offset, left.min(max)).ok()
 }
 
 fn read_version<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, syms: &HashMap<&'static str, u64>) -> Option<(u8, u8, u8)> {
@@ -556,8 +553,7 @@ fn read_version<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, syms: &HashMap<&'static st
 
 fn version_from_code<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, func: u64) -> Option<(u8, u8, u8)> {
     // Up to 192 bytes of the function body.
-    let (_, left) = file_range(elf, func)?;
-    let text = data_at(elf, func, left.min(192))?;
+    let text = data_up_to(elf, func, 192)?;
     for i in 0..text.len().saturating_sub(7) {
         // lea r64, [rip + disp32]: REX.W (0x48 or 0x4c), 0x8d, modrm with mod=00 rm=101 (position-independent code).
         let target = if (text[i] == 0x48 || text[i] == 0x4c) && text[i + 1] == 0x8d && text[i + 2] & 0xc7 == 0x05 {
@@ -580,8 +576,7 @@ fn version_from_code<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, func: u64) -> Option<
 }
 
 fn c_string_at<'d, R: ReadRef<'d>>(elf: &Elf<'d, R>, addr: u64) -> Option<&'d [u8]> {
-    let (_, left) = file_range(elf, addr)?;
-    let rest = data_at(elf, addr, left.min(64))?;
+    let rest = data_up_to(elf, addr, 64)?;
     let end = rest.iter().position(|&b| b == 0)?;
     Some(&rest[..end])
 }
