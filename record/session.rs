@@ -721,12 +721,15 @@ fn write_sample(
         in_gc: s.in_gc,
         interp: s.interp.id.try_into().unwrap_or(0),
         span: crate::traces::span_of(s.trace),
+        stolen: false,
     };
     let Some(off) = s.off_cpu else {
         // A sample whose timer fired late (the CPU did not run this machine: steal) stands for the periods it
-        // missed, while its thread was on the CPU: one sample each, where the timer would have taken them.
+        // missed, while its thread ran as the machine saw it: one sample each, where the timer would have taken
+        // them, flagged as stolen (wall time, not CPU time).
         for k in (1..s.samples()).rev() {
-            sink.sample(&Sample { time_ns: sample.time_ns.saturating_sub(k.saturating_mul(s.period_ns)), ..sample });
+            let time_ns = sample.time_ns.saturating_sub(k.saturating_mul(s.period_ns));
+            sink.sample(&Sample { time_ns, stolen: true, ..sample });
         }
         sink.sample(&sample);
         return;
@@ -761,6 +764,7 @@ fn write_interval(sink: &mut dyn Sink, start_ns: u64, i: &Interval) {
             in_gc: i.in_gc,
             interp: i.interp,
             span: i.span,
+            stolen: false,
         },
         start_ns: i.start.saturating_sub(start_ns),
         duration_ns: i.duration_ns,

@@ -272,6 +272,13 @@ fn trailer_counter(rec: &Path, name: &str) -> Option<u64> {
     tables.stats.as_ref().and_then(|s| s.counters.iter().find(|c| c.0 == name)).map(|c| c.1)
 }
 
+/// The thread's samples flagged as stolen periods in the recording (format 1.11).
+fn stolen_samples(rec: &Path, tid: u32) -> u64 {
+    let (_, _, stolen, _) =
+        read_each(rec, |_, s, _| s.tid == tid && s.flags & pyperf_format::sample_flags::STOLEN != 0);
+    stolen.iter().filter(|&&b| b).count() as u64
+}
+
 /// The trailer's off_cpu_intervals > 0, and the text report's `off-CPU` line says as many (and 0 lost).
 fn check_counters(f: &mut Failures, name: &str, rec: &Path, text: &str) -> (Option<u64>, Option<u64>, Option<u64>) {
     let written = trailer_counter(rec, "off_cpu_intervals");
@@ -438,14 +445,17 @@ fn check(name: &str) {
 
     let mut f = Failures::default();
     check_shares(&mut f, name, &truth, &wall);
-    // Wall = off-CPU + CPU samples x period, to the per-stack rounding.
+    // Wall = off-CPU + (CPU samples + stolen periods) x period, to the per-stack rounding: the periods a late
+    // sample stands for (steal) are the thread's wall time, not its CPU time (format 1.11 sample flag STOLEN).
+    let stolen = stolen_samples(&out, truth.main);
     let period_us = 1e6 / HZ as f64;
-    let sum = s(off.total()) * 1e6 + cpu.total() as f64 * period_us;
+    let sum = s(off.total()) * 1e6 + (cpu.total() + stolen) as f64 * period_us;
     let slack = (wall.lines.len() + off.lines.len() + cpu.lines.len() + 2) as f64;
     f.check(
         (wall.total() as f64 - sum).abs() <= slack,
         format!(
-            "{name}: wall {} us = off-CPU {} us + {} samples x {period_us:.3} us ({sum:.0} us, +-{slack})",
+            "{name}: wall {} us = off-CPU {} us + ({} CPU samples + {stolen} stolen) x {period_us:.3} us ({sum:.0} \
+             us, +-{slack})",
             wall.total(),
             off.total(),
             cpu.total()

@@ -528,7 +528,8 @@ fn contend_recording(name: &str, py: &std::path::Path, waits: bool) -> (usize, u
     let folded = run(pyperf().args(["report", "--folded", "--no-lines", "--gil", "waiting", "-i"]).arg(&out));
     let folded = String::from_utf8(folded.stdout).unwrap();
     let total: usize = folded.lines().filter_map(|l| l.rsplit(' ').next()?.parse::<usize>().ok()).sum();
-    assert_eq!(total, waiting.len(), "{folded}");
+    // (CPU samples: the periods stolen by the host are in the file, not in the CPU view.)
+    assert_eq!(total, waiting.iter().filter(|s| !s.stolen).count(), "{folded}");
     assert!(
         folded.lines().all(|l| l.contains(";spin (")
             || l.starts_with("<module> (")

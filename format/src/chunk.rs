@@ -10,7 +10,7 @@ pub const MAGIC: [u8; 8] = *b"\x89PYP\r\n\x1a\n";
 /// Major version: a reader refuses files with a higher one.
 pub const MAJOR: u16 = 1;
 /// Minor version: a reader accepts higher ones, ignoring what it does not know.
-pub const MINOR: u16 = 10;
+pub const MINOR: u16 = 11;
 
 /// Bytes before the first chunk: magic, major, minor, four reserved bytes.
 pub const PREAMBLE_LEN: usize = 16;

@@ -170,6 +170,11 @@ pub mod sample_flags {
     /// The interpreter's cyclic garbage collector was running in this thread: the interpreter's collecting flag was
     /// set and this thread held the GIL (or no GIL existed yet).
     pub const GC: u8 = 1;
+    /// 1.11+: the sample stands for a sampling period in which the thread was running but the CPU was not running
+    /// this machine (a hypervisor's steal): the cpu-clock timer fired late, and the recorder wrote the sample it
+    /// took plus one flagged sample, with the same stack, for each whole period it missed. Wall time, not CPU time:
+    /// CPU views leave them out (the kernel's CPU time of the thread leaves steal out too), wall views count them.
+    pub const STOLEN: u8 = 2;
 }
 
 /// One interval a thread spent off CPU, from its switch-out to its next switch-in (format 1.3+), with the Python

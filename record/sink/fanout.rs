@@ -175,6 +175,7 @@ mod tests {
             in_gc: false,
             interp: 0,
             span: None,
+            stolen: false,
         }
     }
 

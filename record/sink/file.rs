@@ -125,7 +125,8 @@ impl Sink for FileSink {
             status: s.status,
             stack,
             task_stack,
-            flags: if s.in_gc { pyperf_format::sample_flags::GC } else { 0 },
+            flags: if s.in_gc { pyperf_format::sample_flags::GC } else { 0 }
+                | if s.stolen { pyperf_format::sample_flags::STOLEN } else { 0 },
             interp: s.interp,
             link: s.span.map_or(0, |l| self.writer.intern_link(l)),
         };

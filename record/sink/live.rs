@@ -436,6 +436,11 @@ impl Sink for LiveSink {
     }
     fn sample(&mut self, s: &Sample<'_>) {
         self.samples += 1;
+        // A stolen period is no CPU time, and the view's wall time counts CPU samples and off-CPU intervals only:
+        // left out of both (the .pyp keeps it for the report's wall mode).
+        if s.stolen {
+            return;
+        }
         let mut stack = std::mem::take(&mut self.stack);
         {
             let mut live = self.lock();

@@ -49,6 +49,9 @@ pub struct Sample<'a> {
     pub interp: u32,
     /// The OpenTelemetry span active on the thread ([`crate::traces`], format 1.10), if any was read.
     pub span: Option<pyperf_format::SpanLink>,
+    /// Not a sample taken but a period a late one stands for: the thread ran, the CPU did not run this machine
+    /// (steal; format 1.11 sample flag `STOLEN`). Wall time, not CPU time: CPU views leave it out.
+    pub stolen: bool,
 }
 
 impl Sample<'_> {

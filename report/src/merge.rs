@@ -31,6 +31,7 @@ fn rate_text(rate: Rate) -> String {
 
 fn add_states(into: &mut StateCounts, from: &StateCounts, shift: u64) {
     into.samples = into.samples.saturating_add(from.samples);
+    into.stolen = into.stolen.saturating_add(from.stolen);
     for (a, b) in [
         (&mut into.gil, &from.gil),
         (&mut into.thread_state, &from.thread_state),

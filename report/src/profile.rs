@@ -260,12 +260,17 @@ pub struct StateCounts {
     pub status: Vec<u64>,
     /// Earliest and latest sample time (ns since the recording's start).
     pub time_range: Option<(u64, u64)>,
+    /// Stolen periods read and left out (format 1.11, [`sample_flags::STOLEN`]: the thread ran, the CPU did not
+    /// run the machine): no CPU time, so the CPU and off-CPU modes count no sample for them (`samples` and the
+    /// states leave them out); in wall mode they are samples like the others and this is 0.
+    pub stolen: u64,
 }
 
 impl Default for StateCounts {
     fn default() -> Self {
         StateCounts {
             samples: 0,
+            stolen: 0,
             gil: vec![0; 256],
             thread_state: vec![0; 256],
             pthread_id: vec![0; 256],
@@ -788,6 +793,9 @@ struct Aggregator {
     timeline_stacks: Vec<(StackStatus, u32)>,
     timeline_reasons: Vec<u32>,
     mode: Mode,
+    /// Stolen periods ([`sample_flags::STOLEN`]) count as samples: in [`Mode::Wall`] only (they are wall time, no
+    /// CPU time).
+    count_stolen: bool,
     /// In [`Mode::Wall`], what a CPU sample weighs ([`Profile::sampling_period_ns`]); `None` otherwise, or when a
     /// sample is no fixed time (then samples are left out of the weights).
     sample_ns: Option<u64>,
@@ -909,6 +917,7 @@ impl Aggregator {
             timeline_stacks: Vec::new(),
             timeline_reasons: Vec::new(),
             mode: options.mode,
+            count_stolen: options.mode == Mode::Wall,
             sample_ns,
             sample_timeline: options.timeline && (options.mode == Mode::Cpu || sample_ns.is_some()),
             arch: header.arch.clone(),
@@ -1140,6 +1149,12 @@ impl Aggregator {
                 lo = lo.min(time);
                 hi = hi.max(time);
             }
+            let flag = flags.get(i).copied().unwrap_or(0);
+            if flag & sample_flags::STOLEN != 0 && !self.count_stolen {
+                // Not CPU time: counted apart, before anything else counts it.
+                self.all.stolen += 1;
+                continue;
+            }
             let interp = interps.get(i).copied().unwrap_or(0);
             let slot = if THREADS {
                 self.thread(pids[i], tids[i], if self.interp_root { interp } else { 0 }, time)
@@ -1157,7 +1172,7 @@ impl Aggregator {
             }
             let (gil, ts, pt) = if STATES { (gils[i], tss[i], pts[i]) } else { (0, 0, 0) };
             let (st, leaf) = (sts[i], task_leaves.get(i).copied().filter(|&t| t != 0).unwrap_or(leaves[i]));
-            let in_gc = flags.get(i).is_some_and(|&f| f & sample_flags::GC != 0);
+            let in_gc = flag & sample_flags::GC != 0;
             if FILTERING {
                 all.add(gil, ts, pt, st);
                 if !self.filter.matches(pids[i], tids[i], gil, ts, pt, st, in_gc)

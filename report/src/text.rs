@@ -470,12 +470,18 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
             None => format!("{} (span of the samples; no trailer)", format_duration(profile.duration_ns())),
         },
     );
-    let read = profile.all.samples;
+    // The samples counted, and the stolen periods left out of them (CPU and off-CPU modes; format 1.11).
+    let (read, stolen) = (profile.all.samples, profile.all.stolen);
+    let stolen_note = if stolen > 0 {
+        format!(" and {} (late clock, below)", plural(stolen, "stolen period"))
+    } else {
+        String::new()
+    };
     match stats {
-        Some(s) if s.samples != read => {
-            field("samples", format!("{read} read ({} written according to the trailer)", s.samples))
+        Some(s) if s.samples != read + stolen => {
+            field("samples", format!("{read}{stolen_note} read ({} written according to the trailer)", s.samples))
         }
-        _ => field("samples", read.to_string()),
+        _ => field("samples", format!("{read}{stolen_note}")),
     }
     match stats {
         Some(s) => {
@@ -506,19 +512,28 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
                 );
             }
             // Samples taken late because the CPU did not run this machine (the recorder's cpu-clock catch-up): say
-            // what the added samples are, so that a total above the threads' CPU time is explained.
+            // what the periods they stand for are, and where they count.
             let counter = |name: &str| s.counters.iter().find(|(k, _)| k == name).map_or(0, |c| c.1);
             let late = counter("clock_late_samples");
             if late > 0 {
                 let added = counter("clock_periods_added");
+                let counted = if profile.version < (1, 11) {
+                    "counted as CPU samples (a recording before format 1.11 does not tell them apart)"
+                } else if profile.mode == Mode::Wall {
+                    "counted as the threads' wall time, not CPU time (--mode cpu leaves them out)"
+                } else {
+                    "wall time, not CPU time: left out here (--mode wall counts them)"
+                };
                 field(
                     "late clock",
                     format!(
-                        "{} taken when the CPU ran this machine again (a hypervisor's steal) stand for the {} \
-                         they missed ({} of samples): their threads were on the CPU meanwhile",
+                        "{} taken when the CPU ran this machine again (a hypervisor's steal) {} for the {} {} \
+                         missed ({} of the samples written): their threads ran, without a CPU; {counted}",
                         plural(late, "sample"),
+                        if late == 1 { "stands" } else { "stand" },
                         plural(added, "period"),
-                        pct(added, read).trim()
+                        if late == 1 { "it" } else { "they" },
+                        pct(added, s.samples).trim()
                     ),
                 );
             }

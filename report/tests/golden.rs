@@ -97,7 +97,7 @@ const EXTRA: &[(&str, &str, &[&str])] = &[
 
 /// Recordings with off-CPU intervals (`pyperf record --off-cpu`), also reported in every output format and variant
 /// with `--mode off-cpu` and `--mode wall` (expected file `RECORDING.MODE.SUFFIX`).
-const OFF_CPU: &[&str] = &["offcpu", "tasks", "gc", "interp"];
+const OFF_CPU: &[&str] = &["offcpu", "tasks", "gc", "interp", "stolen"];
 
 /// The modes besides the default (cpu) every [`OFF_CPU`] recording is reported in.
 const TIME_MODES: &[&str] = &["off-cpu", "wall"];

@@ -79,6 +79,58 @@ fn speedscope_timelines_are_real_time() {
     assert!(cpu.stacks.iter().all(|s| s.reason == 0));
 }
 
+/// The periods a late sample stands for (a hypervisor's steal, format 1.11 sample flag STOLEN) are wall time, not CPU
+/// time: the CPU mode leaves them out (and the text report says so), the wall mode counts them as the thread's time
+/// in their stack; a recording before 1.11, which did not flag them, counts them as CPU samples.
+#[test]
+fn stolen_periods_are_wall_time_not_cpu_time() {
+    let text_of = |p: &Profile| text::render(p, &text::Options::default());
+    let line = |text: &str, key: &str| -> String {
+        text.lines().map(str::trim_start).find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("{key}: {text}")).into()
+    };
+    let bytes = synth::stolen_periods(true);
+    let cpu = load(&bytes, Mode::Cpu);
+    let lines = folded::stacks(&cpu, &folded::Options::default());
+    assert_eq!(lines, vec![("f (/t.py:3)".to_string(), 1), ("f (/t.py:3);g (/t.py:9)".to_string(), 1)]);
+    assert_eq!((cpu.all.samples, cpu.all.stolen, cpu.matched.samples), (2, 3, 2));
+    let text = text_of(&cpu);
+    assert_eq!(line(&text, "samples "), "samples       2 and 3 stolen periods (late clock, below)");
+    let late = line(&text, "late clock ");
+    assert!(late.contains("1 sample taken when") && late.contains("the 3 periods"), "{late}");
+    assert!(late.ends_with("wall time, not CPU time: left out here (--mode wall counts them)"), "{late}");
+
+    let wall = load(&bytes, Mode::Wall);
+    let lines = folded::stacks(&wall, &folded::Options::default());
+    assert_eq!(
+        lines,
+        vec![
+            ("f (/t.py:3)".to_string(), 1_000),
+            ("f (/t.py:3);g (/t.py:9)".to_string(), 4_000),
+            ("f (/t.py:3);g (/t.py:9);[off-CPU: read]".to_string(), 15_000),
+        ]
+    );
+    assert_eq!((wall.all.samples, wall.all.stolen), (5, 0));
+    assert_eq!(timeline(&wall)[1], (names(&["f", "g"]), 4 * MS), "the stolen periods in the timeline, with the sample");
+    let text = text_of(&wall);
+    assert_eq!(line(&text, "samples "), "samples       5");
+    assert!(line(&text, "late clock ")
+        .ends_with("counted as the threads' wall time, not CPU time (--mode cpu leaves them out)"));
+
+    // As a 1.10 recorder wrote it: the same samples, unflagged, in a file of that version.
+    let mut old = synth::stolen_periods(false);
+    old[10..12].copy_from_slice(&10u16.to_le_bytes());
+    let cpu = load(&old, Mode::Cpu);
+    assert_eq!(cpu.version, (1, 10));
+    assert_eq!((cpu.all.samples, cpu.all.stolen), (5, 0));
+    let lines = folded::stacks(&cpu, &folded::Options::default());
+    assert_eq!(lines, vec![("f (/t.py:3)".to_string(), 1), ("f (/t.py:3);g (/t.py:9)".to_string(), 4)]);
+    let late = line(&text_of(&cpu), "late clock ");
+    assert!(
+        late.ends_with("counted as CPU samples (a recording before format 1.11 does not tell them apart)"),
+        "{late}"
+    );
+}
+
 /// The library loads a recording whose CPU samples are no fixed time in wall mode with the off-CPU time only, and
 /// says so (the command line refuses it).
 #[test]

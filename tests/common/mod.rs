@@ -381,6 +381,8 @@ pub struct S {
     pub names: Vec<String>,
     /// (qualified name, file, line), root first.
     pub frames: Vec<(String, String, u32)>,
+    /// A period a late sample stood for (steal; format 1.11 sample flag STOLEN): wall time, no CPU time.
+    pub stolen: bool,
 }
 
 pub struct Recording {
@@ -432,12 +434,18 @@ pub fn read(path: &Path) -> Recording {
             status: s.status,
             names: frames.iter().map(|f| f.0.clone()).collect(),
             frames,
+            stolen: s.flags & pyperf_format::sample_flags::STOLEN != 0,
         }
     });
     Recording { tables, samples, warnings }
 }
 
 impl Recording {
+    /// The samples that are CPU time: all but the stolen periods, which CPU views (`top`, `push`) leave out.
+    pub fn cpu_samples(&self) -> usize {
+        self.samples.iter().filter(|s| !s.stolen).count()
+    }
+
     pub fn of_pid(&self, pid: u32) -> Vec<&S> {
         self.samples.iter().filter(|s| s.pid == pid).collect()
     }

@@ -541,6 +541,10 @@ impl Sink for PushSink {
 
     fn sample(&mut self, s: &Sample<'_>) {
         self.samples += 1;
+        // A stolen period is no CPU time: the server's `cpu` profile is the threads' CPU time.
+        if s.stolen {
+            return;
+        }
         self.comms.entry((s.pid, s.tid)).or_insert_with(|| s.comm.to_string());
         let key = Key {
             pid: s.pid,

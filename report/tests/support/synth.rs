@@ -15,7 +15,7 @@ use pyperf_format::{
 
 /// Names of the synthetic recordings, without `.pyp`.
 pub const RECORDINGS: &[&str] =
-    &["mixed", "killed", "cutoff", "newer-minor", "offcpu", "native", "tasks", "gc", "source", "interp"];
+    &["mixed", "killed", "cutoff", "newer-minor", "offcpu", "native", "tasks", "gc", "source", "interp", "stolen"];
 
 /// The bytes of a synthetic recording.
 pub fn recording(name: &str) -> Vec<u8> {
@@ -30,6 +30,7 @@ pub fn recording(name: &str) -> Vec<u8> {
         "gc" => gc(),
         "source" => source(),
         "interp" => interp(),
+        "stolen" => stolen_periods(true),
         other => panic!("no synthetic recording called {other}"),
     }
 }
@@ -878,6 +879,61 @@ pub fn small_offcpu_from(event: &str, rate: Rate, later_ns: u64) -> Vec<u8> {
     );
     w.push_off_cpu(&OffCpuInterval { pid: 7, ..preempted }).expect("interval");
     w.finish(&Stats { samples: 2, duration_ns: 100 * MS, ..Default::default() }).expect("finish")
+}
+
+/// A late cpu-clock sample on a VM whose host stole the CPU (format 1.11), in a recording with `--off-cpu` at 1000 Hz:
+/// `f` sampled at 0 ms; the CPU taken from 1 to 4 ms while `g` ran, so that the sample at 4 ms (`g`) stands for three
+/// more periods, written as three samples of `g` at 1, 2 and 3 ms flagged [`sample_flags::STOLEN`] (with `flagged`
+/// false: without the flag, as a 1.10 recorder wrote them); then `g` blocked in read(2) from 5 to 20 ms.
+pub fn stolen_periods(flagged: bool) -> Vec<u8> {
+    let h = header(
+        &["python3", "t.py"],
+        &["pyperf", "record", "--off-cpu", "--", "python3", "t.py"],
+        "cpu-clock",
+        Rate::Frequency(1000),
+    );
+    let mut w = Writer::new(Vec::new(), &h).expect("header");
+    w.start_off_cpu(OFF_CPU_MIN_NS).expect("off-CPU chunk");
+    w.add_process(&process(7, &["python3", "t.py"], 0)).expect("process");
+    let f = w.intern_symbol(&sym("", "f", "/t.py", 3));
+    let g = w.intern_symbol(&sym("", "g", "/t.py", 9));
+    let (f, g) = (w.intern_stack(&[f]), w.intern_stack(&[f, g]));
+    push(&mut w, 0, 7, 7, "python3", f);
+    for ms in 1..4 {
+        w.push_sample(&SampleRecord {
+            time_ns: ms * MS,
+            cpu: 0,
+            pid: 7,
+            tid: 7,
+            comm: "python3",
+            thread_state: ThreadStateMatch::Match,
+            gil: GilState::ThisThread,
+            pthread_id: PthreadIdMatch::Match,
+            status: StackStatus::Complete,
+            stack: g,
+            task_stack: 0,
+            flags: if flagged { sample_flags::STOLEN } else { 0 },
+            interp: 0,
+            link: 0,
+        })
+        .expect("sample");
+    }
+    push(&mut w, 4, 7, 7, "python3", g);
+    let block = interval(
+        7,
+        "python3",
+        5 * MS,
+        15 * MS,
+        0,
+        OffCpuKind::Blocked,
+        0,
+        GilState::NotLocked,
+        (StackStatus::Complete, g),
+        0,
+    );
+    w.push_off_cpu(&OffCpuInterval { pid: 7, ..block }).expect("interval");
+    let counters = vec![("clock_late_samples".into(), 1), ("clock_periods_added".into(), 3)];
+    w.finish(&Stats { samples: 5, duration_ns: 20 * MS, counters, ..Default::default() }).expect("finish")
 }
 
 /// A native frame (format 1.4) of `library`, with further flags (glue, marker, unresolved).
