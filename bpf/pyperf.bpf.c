@@ -102,10 +102,11 @@ const volatile __u8 clock_catch_up = 0;
  * The sampling periods a cpu-clock sample stands for. The event's timer fires once however late it is, and a
  * timer due while the CPU did not run this machine (a hypervisor's steal: the vCPU preempted by the host; a
  * paused VM) fires only when it runs again: the periods in between would be lost, and with them the running
- * thread's time (its wall time in --mode wall fell short by up to 40% on a busy host). The thread was on the CPU
- * for all of them, as the guest's clock and scheduler see it, so the sample counts for them too: 1 + the whole
- * periods by which the timer is late. Its expiry is read before the timer is moved on (perf_swevent_hrtimer
- * forwards it after the overflow handler, this program, returns). Normal interrupt latency is far below a period.
+ * thread's time (its wall time in --mode wall fell short by up to 40% on a busy host). The thread was running
+ * for all of them, as the guest's scheduler sees it, so the sample counts for them too: 1 + the whole periods by
+ * which the timer is late (user space writes the missed ones as samples flagged stolen: wall time, not CPU time).
+ * Its expiry is read before the timer is moved on (perf_swevent_hrtimer forwards it after the overflow handler,
+ * this program, returns). Normal interrupt latency is far below a period.
  */
 static __always_inline __u32 clock_periods(struct bpf_perf_event_data *ctx, struct pyperf_scratch *s, __u64 now)
 {

@@ -782,7 +782,7 @@ mod tests {
 
     /// A sink that keeps each sample's time and thread.
     #[derive(Default)]
-    struct Times(Vec<(u64, u32)>);
+    struct Times(Vec<(u64, u32)>, Vec<bool>);
 
     impl Sink for Times {
         fn process(&mut self, _: &Process) -> Result<()> {
@@ -794,6 +794,7 @@ mod tests {
         fn symbol(&mut self, _: u32, _: &pyperf_format::Symbol) {}
         fn sample(&mut self, s: &Sample<'_>) {
             self.0.push((s.time_ns, s.tid));
+            self.1.push(s.stolen);
         }
         fn samples(&self) -> u64 {
             self.0.len() as u64
@@ -844,6 +845,8 @@ mod tests {
             on_sample(&mut symbolizer, &mut names, &mut sink, start, &mut truncated, None, None, None, &s);
         }
         assert_eq!(sink.0, vec![(5_000_000, 8), (7_000_000, 8), (8_000_000, 8), (9_000_000, 8)]);
+        // The taken ones are CPU samples; the added ones are flagged stolen (wall time, no CPU time).
+        assert_eq!(sink.1, vec![false, true, true, false]);
         assert_eq!(truncated, 3);
     }
 }

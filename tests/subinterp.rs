@@ -47,6 +47,8 @@ struct S {
     status: StackStatus,
     names: Vec<String>,
     markers: usize,
+    /// A period the host stole (format 1.11): no CPU time.
+    stolen: bool,
 }
 
 /// Trailer counter `key` of a recording of `name`'s (its absence fails).
@@ -84,6 +86,7 @@ fn subinterpreters(name: &str, exec_frame: &str) {
         status: s.status,
         names: ids.iter().map(|&id| tables.symbol(id).qualified_name()).collect(),
         markers: ids.iter().filter(|&&id| tables.symbol(id).flags & symbol_flags::INTERPRETER != 0).count(),
+        stolen: s.flags & pyperf_format::sample_flags::STOLEN != 0,
     });
 
     // Interpreter ids: the main thread runs in interpreter 0, the runner's func_b in the subinterpreter.
@@ -129,9 +132,11 @@ fn subinterpreters(name: &str, exec_frame: &str) {
     eprintln!("{name}: {exact} of {} func_b samples stitched exactly; others like {odd:?}", in_b.len());
     assert_eq!(exact, in_b.len(), "{name}: func_b stacks other than {expected:?}: {odd:?}");
 
-    // Per-interpreter shares against the workload's clocks: the subinterpreter's is the runner's CPU in exec.
-    let all = main.len() + runner.len();
-    let sub = samples.iter().filter(|s| s.interp == t.sub).count();
+    // Per-interpreter shares against the workload's clocks: the subinterpreter's is the runner's CPU in exec. CPU
+    // samples only, as the clocks: not the periods the host stole (format 1.11).
+    let cpu = |s: &&&S| !s.stolen;
+    let all = main.iter().filter(cpu).count() + runner.iter().filter(cpu).count();
+    let sub = samples.iter().filter(|s| s.interp == t.sub && !s.stolen).count();
     let sampled = sub as f64 / all as f64;
     let timed = t.exec_cpu / (t.main_cpu + t.runner_cpu);
     let tolerance = 0.03;

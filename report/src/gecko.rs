@@ -403,7 +403,8 @@ impl Track<'_> {
         for e in self.tracks.entries(self.k) {
             let is_interval = self.profile.timeline_reasons.get(e.stack as usize).is_some_and(|&r| r != 0);
             let weight_ns = e.weight.unwrap_or(period);
-            let cpu = if is_interval { 0 } else { period / 1000 };
+            // A stolen period (wall mode) is the thread's time without a CPU, as an interval's.
+            let cpu = if is_interval || e.stolen { 0 } else { period / 1000 };
             let weight = if self.time_weights {
                 // Whole milliseconds, the remainder carried to the next entry.
                 carry_ns = carry_ns.saturating_add(weight_ns);

@@ -106,6 +106,26 @@ impl Profile {
                     crate::names::escape_text(&p.header.event)
                 ));
             }
+            // A recording before 1.11 did not flag the periods its late samples stood for (steal): its CPU view
+            // counts them, a later one's leaves them out.
+            let added = |p: &Profile| {
+                let stats = p.tables.stats.as_ref();
+                stats.and_then(|s| s.counters.iter().find(|c| c.0 == "clock_periods_added")).map_or(0, |c| c.1)
+            };
+            let pair = [(first_name, *first), (name, *p)];
+            let old = pair.iter().find(|(_, p)| p.version < (1, 11) && added(p) > 0);
+            let new = pair.iter().find(|(_, p)| p.version >= (1, 11));
+            if let (Some((old_name, old)), Some((new_name, new)), crate::Mode::Cpu) = (old, new, p.mode) {
+                warnings.push(format!(
+                    "{old_name} (format {}.{}) counts the {} periods its late samples stood for (a hypervisor's \
+                     steal) as CPU samples; {new_name} (format {}.{}) leaves such periods out of --mode cpu",
+                    old.version.0,
+                    old.version.1,
+                    added(old),
+                    new.version.0,
+                    new.version.1
+                ));
+            }
             if p.header.rate != first.header.rate && p.mode == crate::Mode::Cpu {
                 warnings.push(format!(
                     "{first_name} was recorded at {} and {name} at {}: in --mode cpu a sample counts one whatever its \

@@ -202,6 +202,8 @@ pub struct Thread {
     pub matched: u64,
     /// Of those, the ones taken in the garbage collector (format 1.6, [`sample_flags::GC`]).
     pub gc: u64,
+    /// Of those, the stolen periods (format 1.11, [`sample_flags::STOLEN`]; the time modes only count them).
+    pub stolen: u64,
     /// The interpreter its samples ran in, when loaded with [`LoadOptions::interp_root`] (a thread that ran in
     /// several is one [`Thread`] per interpreter); 0 otherwise.
     pub interp: u32,
@@ -260,9 +262,10 @@ pub struct StateCounts {
     pub status: Vec<u64>,
     /// Earliest and latest sample time (ns since the recording's start).
     pub time_range: Option<(u64, u64)>,
-    /// Stolen periods read and left out (format 1.11, [`sample_flags::STOLEN`]: the thread ran, the CPU did not
-    /// run the machine): no CPU time, so the CPU and off-CPU modes count no sample for them (`samples` and the
-    /// states leave them out); in wall mode they are samples like the others and this is 0.
+    /// Stolen periods (format 1.11, [`sample_flags::STOLEN`]: the thread ran, the CPU did not run the machine),
+    /// in every mode. No CPU time: in [`Mode::Cpu`] they are not in `samples` nor the states (left out before
+    /// anything counts them, and before the filter: in `all` only); in the time modes they are samples like the
+    /// others, the threads' wall time, and this says how many of them.
     pub stolen: u64,
 }
 
@@ -793,8 +796,8 @@ struct Aggregator {
     timeline_stacks: Vec<(StackStatus, u32)>,
     timeline_reasons: Vec<u32>,
     mode: Mode,
-    /// Stolen periods ([`sample_flags::STOLEN`]) count as samples: in [`Mode::Wall`] only (they are wall time, no
-    /// CPU time).
+    /// Stolen periods ([`sample_flags::STOLEN`]) count as samples: in the time modes only (they are the threads'
+    /// wall time, no CPU time).
     count_stolen: bool,
     /// In [`Mode::Wall`], what a CPU sample weighs ([`Profile::sampling_period_ns`]); `None` otherwise, or when a
     /// sample is no fixed time (then samples are left out of the weights).
@@ -917,7 +920,7 @@ impl Aggregator {
             timeline_stacks: Vec::new(),
             timeline_reasons: Vec::new(),
             mode: options.mode,
-            count_stolen: options.mode == Mode::Wall,
+            count_stolen: options.mode.is_time(),
             sample_ns,
             sample_timeline: options.timeline && (options.mode == Mode::Cpu || sample_ns.is_some()),
             arch: header.arch.clone(),
@@ -1046,6 +1049,7 @@ impl Aggregator {
                 samples: 0,
                 matched: 0,
                 gc: 0,
+                stolen: 0,
                 interp,
             });
             self.thread_records.push(record);
@@ -1150,10 +1154,13 @@ impl Aggregator {
                 hi = hi.max(time);
             }
             let flag = flags.get(i).copied().unwrap_or(0);
-            if flag & sample_flags::STOLEN != 0 && !self.count_stolen {
-                // Not CPU time: counted apart, before anything else counts it.
+            let stolen = flag & sample_flags::STOLEN != 0;
+            if stolen {
                 self.all.stolen += 1;
-                continue;
+                if !self.count_stolen {
+                    // Not CPU time: left out before anything else counts it.
+                    continue;
+                }
             }
             let interp = interps.get(i).copied().unwrap_or(0);
             let slot = if THREADS {
@@ -1186,7 +1193,9 @@ impl Aggregator {
             if THREADS {
                 self.threads[s].matched += 1;
                 self.threads[s].gc += u64::from(in_gc);
+                self.threads[s].stolen += u64::from(stolen);
             }
+            self.matched.stolen += u64::from(stolen);
             let leaf = self.gc_leaf(leaf, in_gc);
             match self.interp_counts.get_mut(interp as usize) {
                 Some(c) => *c += 1,
@@ -1208,7 +1217,7 @@ impl Aggregator {
             }
             if THREADS && self.sample_timeline {
                 let id = self.timeline_stack(st, leaf, 0);
-                self.timelines.push(Entry { thread: slot, time, stack: id, gil, weight: self.sample_ns });
+                self.timelines.push(Entry { thread: slot, time, stack: id, gil, weight: self.sample_ns, stolen });
             }
         }
         if FILTERING {
@@ -1316,7 +1325,7 @@ impl Aggregator {
             if self.track_threads && self.timeline {
                 let id = self.timeline_stack(status, leaf, reason);
                 let (time, gil, weight) = (iv.start_ns, iv.gil.as_u8(), Some(iv.weight_ns));
-                self.timelines.push(Entry { thread: slot, time, stack: id, gil, weight });
+                self.timelines.push(Entry { thread: slot, time, stack: id, gil, weight, stolen: false });
             }
         }
     }
@@ -1359,7 +1368,14 @@ impl Aggregator {
             }
             if self.track_threads && self.timeline {
                 let id = self.timeline_stack(status, w.stack, 0);
-                let entry = Entry { thread: slot, time: w.time_ns, stack: id, gil: 0, weight: Some(w.weight_ns) };
+                let entry = Entry {
+                    thread: slot,
+                    time: w.time_ns,
+                    stack: id,
+                    gil: 0,
+                    weight: Some(w.weight_ns),
+                    stolen: false,
+                };
                 self.timelines.push(entry);
             }
         }

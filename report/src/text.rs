@@ -470,15 +470,19 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
             None => format!("{} (span of the samples; no trailer)", format_duration(profile.duration_ns())),
         },
     );
-    // The samples counted, and the stolen periods left out of them (CPU and off-CPU modes; format 1.11).
+    // The samples counted, and the stolen periods (format 1.11): left out of them in the CPU mode, among them in
+    // the time modes.
     let (read, stolen) = (profile.all.samples, profile.all.stolen);
-    let stolen_note = if stolen > 0 {
-        format!(" and {} (late clock, below)", plural(stolen, "stolen period"))
-    } else {
-        String::new()
+    let cpu_mode = profile.mode == Mode::Cpu;
+    let all_read = if cpu_mode { read.saturating_add(stolen) } else { read };
+    let below = if stats.is_some() { ": late clock, below" } else { "" };
+    let stolen_note = match stolen {
+        0 => String::new(),
+        _ if cpu_mode => format!(" and {} (no CPU time, left out{below})", plural(stolen, "stolen period")),
+        _ => format!(", of which {} (wall time, no CPU time{below})", plural(stolen, "stolen period")),
     };
     match stats {
-        Some(s) if s.samples != read + stolen => {
+        Some(s) if s.samples != all_read => {
             field("samples", format!("{read}{stolen_note} read ({} written according to the trailer)", s.samples))
         }
         _ => field("samples", format!("{read}{stolen_note}")),
@@ -519,10 +523,10 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
                 let added = counter("clock_periods_added");
                 let counted = if profile.version < (1, 11) {
                     "counted as CPU samples (a recording before format 1.11 does not tell them apart)"
-                } else if profile.mode == Mode::Wall {
-                    "counted as the threads' wall time, not CPU time (--mode cpu leaves them out)"
-                } else {
+                } else if cpu_mode {
                     "wall time, not CPU time: left out here (--mode wall counts them)"
+                } else {
+                    "counted as the threads' wall time (running), not CPU time (--mode cpu leaves them out)"
                 };
                 field(
                     "late clock",
@@ -865,8 +869,15 @@ fn off_cpu_summary(profile: &Profile, min_ns: u64) -> (String, String) {
 }
 
 /// Rows of a time breakdown (ms, % of the wall-clock time): wall, running (`running`: CPU samples x period; `None`
-/// when a sample is no fixed time), runnable, blocked (of which disk), GIL wait, and other when there is some.
-fn time_rows<O: fmt::Write>(o: &mut O, indent: &str, samples: u64, running: Option<u64>, off: &OffCpuTime) {
+/// when a sample is no fixed time; `stolen` of the samples are periods the host stole), runnable, blocked (of which
+/// disk), GIL wait, and other when there is some.
+fn time_rows<O: fmt::Write>(
+    o: &mut O,
+    indent: &str,
+    (samples, stolen): (u64, u64),
+    running: Option<u64>,
+    off: &OffCpuTime,
+) {
     let wall = running.unwrap_or(0).saturating_add(off.weight_ns);
     let row = |o: &mut O, name: &str, ns: Option<u64>, note: String| {
         let (value, share) = match ns {
@@ -878,10 +889,13 @@ fn time_rows<O: fmt::Write>(o: &mut O, indent: &str, samples: u64, running: Opti
     };
     let wall_name = if running.is_some() { "wall" } else { "off-CPU" };
     row(o, wall_name, Some(wall), String::new());
-    let sampled = match running {
+    let mut sampled = match running {
         Some(_) => plural(samples, "sample"),
         None => format!("{}, each of unknown time", plural(samples, "sample")),
     };
+    if stolen > 0 {
+        sampled.push_str(&format!(", {stolen} of them stolen by the host (running without a CPU)"));
+    }
     row(o, "running", running, sampled);
     row(o, "runnable", Some(off.runnable_ns), String::new());
     let disk = if off.disk_ns > 0 { format!("of which disk {} ms", format_ms(off.disk_ns)) } else { String::new() };
@@ -909,7 +923,8 @@ fn render_time<O: fmt::Write>(profile: &Profile, top: usize, o: &mut O) {
     };
     let _ = writeln!(o, "\n{what} (--mode {}): ms, and % of the threads' wall-clock time", profile.mode.key());
     let _ = writeln!(o, "  all threads ({per_sample}, an off-CPU interval its duration or the minimum)");
-    time_rows(o, "    ", profile.matched.samples, running(profile.matched.samples), m);
+    let matched = (profile.matched.samples, profile.matched.stolen);
+    time_rows(o, "    ", matched, running(profile.matched.samples), m);
     let mut notes = vec![plural(m.intervals, "off-CPU interval")];
     if m.sampled > 0 {
         let min = profile.off_cpu_min_ns().map(format_short).unwrap_or_default();
@@ -963,7 +978,7 @@ fn render_time<O: fmt::Write>(profile: &Profile, top: usize, o: &mut O) {
     for (t, _, off) in threads.iter().take(top) {
         let th = &profile.threads[*t];
         let _ = writeln!(o, "  {} {}", e(&profile.process_label_of(th)), e(&profile.thread_label(th)));
-        time_rows(o, "    ", th.matched, running(th.matched), off);
+        time_rows(o, "    ", (th.matched, th.stolen), running(th.matched), off);
     }
 }
 

@@ -53,6 +53,8 @@ pub struct Entry {
     /// `None` in [`crate::Mode::Cpu`] (every entry is a sample of one sampling period); else its weight in ns: a
     /// sample's sampling period, an interval's `weight_ns`.
     pub weight: Option<u64>,
+    /// A stolen period (format 1.11, wall mode): the thread's time, but no CPU time.
+    pub stolen: bool,
 }
 
 impl Entry {
@@ -61,7 +63,7 @@ impl Entry {
         out.extend_from_slice(&self.time.to_le_bytes());
         out.extend_from_slice(&self.stack.to_le_bytes());
         out.push(self.gil);
-        out.push(u8::from(self.weight.is_some()));
+        out.push(u8::from(self.weight.is_some()) | u8::from(self.stolen) << 1);
         out.extend_from_slice(&self.weight.unwrap_or(0).to_le_bytes());
     }
 
@@ -77,7 +79,8 @@ impl Entry {
             time: u64_at(4),
             stack: u32_at(12),
             gil: b[16],
-            weight: (b[17] != 0).then(|| u64_at(18)),
+            weight: (b[17] & 1 != 0).then(|| u64_at(18)),
+            stolen: b[17] & 2 != 0,
         }
     }
 }
@@ -457,8 +460,8 @@ mod tests {
     #[test]
     fn entries_round_trip() {
         for e in [
-            Entry { thread: 7, time: u64::MAX, stack: 3, gil: 255, weight: None },
-            Entry { thread: u32::MAX, time: 0, stack: u32::MAX, gil: 0, weight: Some(u64::MAX) },
+            Entry { thread: 7, time: u64::MAX, stack: 3, gil: 255, weight: None, stolen: false },
+            Entry { thread: u32::MAX, time: 0, stack: u32::MAX, gil: 0, weight: Some(u64::MAX), stolen: true },
         ] {
             let mut b = Vec::new();
             e.encode(&mut b);

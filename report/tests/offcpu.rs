@@ -94,7 +94,10 @@ fn stolen_periods_are_wall_time_not_cpu_time() {
     assert_eq!(lines, vec![("f (/t.py:3)".to_string(), 1), ("f (/t.py:3);g (/t.py:9)".to_string(), 1)]);
     assert_eq!((cpu.all.samples, cpu.all.stolen, cpu.matched.samples), (2, 3, 2));
     let text = text_of(&cpu);
-    assert_eq!(line(&text, "samples "), "samples       2 and 3 stolen periods (late clock, below)");
+    assert_eq!(
+        line(&text, "samples "),
+        "samples       2 and 3 stolen periods (no CPU time, left out: late clock, below)"
+    );
     let late = line(&text, "late clock ");
     assert!(late.contains("1 sample taken when") && late.contains("the 3 periods"), "{late}");
     assert!(late.ends_with("wall time, not CPU time: left out here (--mode wall counts them)"), "{late}");
@@ -109,12 +112,28 @@ fn stolen_periods_are_wall_time_not_cpu_time() {
             ("f (/t.py:3);g (/t.py:9);[off-CPU: read]".to_string(), 15_000),
         ]
     );
-    assert_eq!((wall.all.samples, wall.all.stolen), (5, 0));
+    assert_eq!((wall.all.samples, wall.all.stolen, wall.matched.stolen), (5, 3, 3));
     assert_eq!(timeline(&wall)[1], (names(&["f", "g"]), 4 * MS), "the stolen periods in the timeline, with the sample");
     let text = text_of(&wall);
-    assert_eq!(line(&text, "samples "), "samples       5");
-    assert!(line(&text, "late clock ")
-        .ends_with("counted as the threads' wall time, not CPU time (--mode cpu leaves them out)"));
+    assert_eq!(
+        line(&text, "samples "),
+        "samples       5, of which 3 stolen periods (wall time, no CPU time: late clock, below)"
+    );
+    let late = line(&text, "late clock ");
+    assert!(late.ends_with("counted as the threads' wall time (running), not CPU time (--mode cpu leaves them out)"));
+    // The time table: 4 periods of running (one sampled, three stolen) and 15 ms blocked, in both time modes.
+    for p in [&wall, &load(&bytes, Mode::OffCpu)] {
+        let text = text_of(p);
+        let running = line(&text, "running ");
+        assert!(running.contains("5.000 ms") && running.contains("5 samples, 3 of them stolen by the host"), "{text}");
+        assert!(line(&text, "wall ").contains("20.000 ms"), "{text}");
+    }
+    // Firefox Profiler: no CPU use during the stolen periods.
+    let mut gecko = Vec::new();
+    pyperf_report::gecko::write(&wall, &pyperf_report::gecko::Options::default(), &mut gecko).expect("gecko");
+    let doc: Value = serde_json::from_slice(&gecko).expect("json");
+    let deltas = &doc["threads"][0]["samples"]["threadCPUDelta"];
+    assert_eq!(deltas, &serde_json::json!([1000, 0, 0, 0, 1000, 0]), "{doc}");
 
     // As a 1.10 recorder wrote it: the same samples, unflagged, in a file of that version.
     let mut old = synth::stolen_periods(false);
@@ -128,6 +147,15 @@ fn stolen_periods_are_wall_time_not_cpu_time() {
     assert!(
         late.ends_with("counted as CPU samples (a recording before format 1.11 does not tell them apart)"),
         "{late}"
+    );
+    // Reported together with a 1.11 recording: the difference is said.
+    let new = load(&bytes, Mode::Cpu);
+    let warnings =
+        Profile::check_combinable(&[("old.pyp".into(), &cpu), ("new.pyp".into(), &new)]).expect("combinable");
+    assert!(
+        warnings.iter().any(|w| w.starts_with("old.pyp (format 1.10) counts the 3 periods its late samples stood for")
+            && w.ends_with("new.pyp (format 1.11) leaves such periods out of --mode cpu")),
+        "{warnings:?}"
     );
 }
 
