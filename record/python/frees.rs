@@ -64,9 +64,17 @@ pub fn code_frees<M: ReadMem>(p: &PythonProcess, mem: &M, interp_head_addr: u64)
     })
 }
 
+/// Why [`code_frees`] fails for a process set up before its runtime made the main interpreter (`record --
+/// python` finds it a few milliseconds after the exec): [`FreesPlan`] looks again.
+const NO_INTERPRETER_YET: &str = "no interpreter yet";
+
+/// How long [`FreesPlan`] looks for a main interpreter that does not exist yet (an embedding program may start
+/// Python late; until then, and after, every check word is read).
+pub const INTERPRETER_WAIT: Duration = Duration::from_secs(10);
+
 /// The main interpreter: the last of the list that starts at `*head_addr` (each new interpreter goes first).
 fn main_interpreter<M: ReadMem>(mem: &M, head_addr: u64, next: i32) -> Result<u64, String> {
-    let mut interp = read_u64(mem, head_addr).filter(|&a| a != 0).ok_or("no interpreter yet")?;
+    let mut interp = read_u64(mem, head_addr).filter(|&a| a != 0).ok_or(NO_INTERPRETER_YET)?;
     // A bound against a list read while it changes: no process has this many interpreters.
     for _ in 0..1024 {
         let n = at(interp, next).and_then(|a| read_u64(mem, a)).ok_or("the interpreter list is unreadable")?;
@@ -109,14 +117,22 @@ pub trait Uprobes {
     fn update_process(&mut self, pid: u32, config: &ProcConfig) -> Result<(), String>;
 }
 
+/// What a process waits for before its frees are counted.
+enum Due {
+    /// Its uprobe, once it is [`UPROBE_AFTER`] old.
+    Uprobe(CodeFrees),
+    /// Its main interpreter (3.14+), which did not exist when it was set up: looked for at each scan until
+    /// `until`. `next` is `Layout::interp_next`.
+    Interpreter { next: i32, until: Instant },
+}
+
 /// Which processes' frees are counted, and the uprobes still to attach: the check-word cache of each followed
 /// process. Without a count every check word is read: costs more on deep stacks, as correct.
 pub struct FreesPlan {
     /// Uprobes may be put in targets (`--no-uprobe` says no).
     uprobes: bool,
-    /// Processes whose frees a uprobe will count once they are [`UPROBE_AFTER`] old: when, their configuration
-    /// row, where their `code_dealloc` is.
-    due: HashMap<u32, (Instant, ProcConfig, CodeFrees)>,
+    /// Processes whose frees will be counted later: when to look, their configuration row, what they wait for.
+    due: HashMap<u32, (Instant, ProcConfig, Due)>,
     /// A process whose frees could not be counted was reported (once per recording).
     said: bool,
 }
@@ -153,8 +169,16 @@ impl FreesPlan {
                         Err(why) => self.cannot_count(p.pid, &why),
                     }
                 } else {
-                    self.due.insert(p.pid, (Instant::now() + (UPROBE_AFTER - age), config, f));
+                    self.due.insert(p.pid, (Instant::now() + (UPROBE_AFTER - age), config, Due::Uprobe(f)));
                 }
+                config
+            }
+            // Set up as it starts (a command pyperf runs): the interpreter comes within milliseconds. Until it is
+            // found every check word is read (a setup before it, in 2 to 4 ms since #29, left the cache off for the
+            // whole run: tests/symbols.rs `reuse_sid_3_14` under load).
+            Err(why) if why == NO_INTERPRETER_YET => {
+                let (now, next) = (Instant::now(), p.row.layout.interp_next);
+                self.due.insert(p.pid, (now, config, Due::Interpreter { next, until: now + INTERPRETER_WAIT }));
                 config
             }
             Err(why) => {
@@ -164,11 +188,33 @@ impl FreesPlan {
         }
     }
 
-    /// Attaches the uprobes due at `now` and turns the check-word cache on for their processes.
+    /// Attaches the uprobes due at `now`, looks for the main interpreters not found yet, and turns the check-word
+    /// cache on for the processes whose frees are now counted.
     pub fn attach_due(&mut self, now: Instant, probes: &mut dyn Uprobes) {
         let due: Vec<u32> = self.due.iter().filter(|(_, (due, _, _))| now >= *due).map(|(&pid, _)| pid).collect();
         for pid in due {
-            let Some((_, config, frees)) = self.due.remove(&pid) else { continue };
+            let Some((_, config, wait)) = self.due.remove(&pid) else { continue };
+            let frees = match wait {
+                Due::Uprobe(frees) => frees,
+                Due::Interpreter { next, until } => {
+                    let head = config.interp_head_addr;
+                    let found = ProcMem::open(pid, head)
+                        .map_err(|e| format!("cannot read its memory: {e}"))
+                        .and_then(|mem| main_interpreter(&mem, head, next));
+                    match found {
+                        Ok(interp) => CodeFrees::Counter { interp },
+                        Err(why) if why == NO_INTERPRETER_YET && now < until => {
+                            // Again at the next scan.
+                            self.due.insert(pid, (now, config, Due::Interpreter { next, until }));
+                            continue;
+                        }
+                        Err(why) => {
+                            self.cannot_count(pid, &why);
+                            continue;
+                        }
+                    }
+                }
+            };
             let on = watch(probes, pid, &frees).and_then(|()| probes.update_process(pid, &with_frees(config, &frees)));
             if let Err(why) = on {
                 self.cannot_count(pid, &why);
@@ -229,6 +275,58 @@ mod tests {
         // A cycle (a list read while it changes) ends.
         let cycle = words(HashMap::from([(0x50, 0x1000), (0x1008, 0x2000), (0x2008, 0x1000)]));
         assert!(main_interpreter(&&cycle, 0x50, 8).is_err());
+    }
+
+    /// The sampler's side of a plan: what was asked of it.
+    #[derive(Default)]
+    struct Probes(Vec<(u32, ProcConfig)>);
+
+    impl Uprobes for Probes {
+        fn watch_code_frees(&mut self, _: u32, _: &Path, _: u64) -> Result<(), String> {
+            Err("no uprobes here".into())
+        }
+        fn update_process(&mut self, pid: u32, config: &ProcConfig) -> Result<(), String> {
+            self.0.push((pid, *config));
+            Ok(())
+        }
+    }
+
+    /// A process set up before its main interpreter existed (3.14+: the count is the interpreter's) gets the cache
+    /// once a later scan finds the interpreter, and is given up on after the wait. Read in this process's memory:
+    /// a head pointer, 0 until an "interpreter" whose `next` (at +8) is 0.
+    #[test]
+    fn an_interpreter_created_after_the_setup_is_found_by_a_later_scan() {
+        let pid = std::process::id();
+        let interp = Box::new([0u64; 2]);
+        let mut head = Box::new(0u64);
+        let head_addr = &*head as *const u64 as u64;
+        let config = ProcConfig { interp_head_addr: head_addr, ..Default::default() };
+        let mut plan = FreesPlan::new(true);
+        let t0 = Instant::now();
+        let until = t0 + INTERPRETER_WAIT;
+        plan.due.insert(pid, (t0, config, Due::Interpreter { next: 8, until }));
+        let mut probes = Probes::default();
+        plan.attach_due(t0, &mut probes);
+        assert!(probes.0.is_empty() && plan.due.contains_key(&pid), "no interpreter yet: looked for again");
+        // SAFETY: `head` is a live, aligned u64 this test owns; volatile so that the store is in memory when
+        // /proc/self/mem reads it.
+        unsafe { std::ptr::write_volatile(&mut *head, interp.as_ptr() as u64) };
+        plan.attach_due(t0 + Duration::from_millis(20), &mut probes);
+        assert!(plan.due.is_empty());
+        let [(p, on)] = probes.0.as_slice() else { panic!("{} updates", probes.0.len()) };
+        assert_eq!((*p, on.gen_kind), (pid, types::pyperf_gen_kind::GEN_INTERP.0 as u8));
+        assert_eq!(on.gen_interp, interp.as_ptr() as u64);
+
+        // Never created: given up after the wait (every check word is read), not looked for forever.
+        // SAFETY: as above.
+        unsafe { std::ptr::write_volatile(&mut *head, 0) };
+        let mut plan = FreesPlan::new(true);
+        plan.due.insert(pid, (t0, config, Due::Interpreter { next: 8, until }));
+        let mut probes = Probes::default();
+        plan.attach_due(until - Duration::from_millis(1), &mut probes);
+        assert!(plan.due.contains_key(&pid));
+        plan.attach_due(until, &mut probes);
+        assert!(plan.due.is_empty() && probes.0.is_empty() && plan.said);
     }
 
     #[test]
