@@ -365,7 +365,8 @@ fn subinterpreters_never_guessed(name: &str) {
     assert!(rec.status.success(), "{name}: pyperf record failed");
     let t = truth(&rec.stdout);
     let (_, tables, samples, _) = common::read_each(&out, |tables, s, ids| {
-        (s.tid, s.status, ids.iter().map(|&id| tables.symbol(id).qualified_name()).collect::<Vec<String>>())
+        let names = ids.iter().map(|&id| tables.symbol(id).qualified_name()).collect::<Vec<String>>();
+        (s.tid, s.status, names, s.flags & pyperf_format::sample_flags::STOLEN != 0)
     });
     let main: Vec<_> = samples.iter().filter(|s| s.0 == t.main).collect();
     let runner: Vec<_> = samples.iter().filter(|s| s.0 == t.runner).collect();
@@ -375,11 +376,17 @@ fn subinterpreters_never_guessed(name: &str) {
     assert!(wrong_main.is_empty(), "{name}: the runner's func_b shown on the main thread: {wrong_main:?}");
     assert!(wrong_runner.is_empty(), "{name}: the main thread's func_a shown on the runner: {wrong_runner:?}");
     let unknown = main.iter().filter(|s| s.2.is_empty() && s.1 == StackStatus::Error).count();
+    // The program counts records; a late one (steal) is in the file once per period it stood for, the copies flagged
+    // stolen (CI under load: 524 unknown samples of 519 records).
+    let unknown_records = main.iter().filter(|s| s.2.is_empty() && s.1 == StackStatus::Error && !s.3).count();
     let in_a = main.iter().filter(|s| s.2.last().is_some_and(|n| n == "func_a")).count();
     let ambiguous = counter(name, &tables, "bpf_interp_ambiguous");
     eprintln!("{name}: main thread: {in_a} samples in func_a, {unknown} unknown; {ambiguous} ambiguous records");
     assert!(in_a + unknown >= main.len() * 9 / 10, "{name}: main thread samples neither func_a nor marked");
-    assert!(ambiguous as usize >= unknown, "{name}: {unknown} unknown samples, {ambiguous} counted");
+    assert!(
+        ambiguous as usize >= unknown_records,
+        "{name}: {unknown_records} unknown records ({unknown} samples), {ambiguous} counted"
+    );
     if ambiguous > 0 {
         let text = run(pyperf().args(["report", "-i"]).arg(&out));
         let text = String::from_utf8_lossy(&text.stdout);
