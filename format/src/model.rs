@@ -983,3 +983,10 @@ pub struct Stats {
     /// Further named counters (per-cause breakdowns); readers show what they do not know as is.
     pub counters: Vec<(String, u64)>,
 }
+
+impl Stats {
+    /// The named counter's value, if the recorder wrote it.
+    pub fn counter(&self, name: &str) -> Option<u64> {
+        self.counters.iter().find(|(k, _)| k == name).map(|&(_, v)| v)
+    }
+}

@@ -108,10 +108,8 @@ impl Profile {
             }
             // A recording before 1.11 did not flag the periods its late samples stood for (steal): its CPU view
             // counts them, a later one's leaves them out.
-            let added = |p: &Profile| {
-                let stats = p.tables.stats.as_ref();
-                stats.and_then(|s| s.counters.iter().find(|c| c.0 == "clock_periods_added")).map_or(0, |c| c.1)
-            };
+            let added =
+                |p: &Profile| p.tables.stats.as_ref().and_then(|s| s.counter("clock_periods_added")).unwrap_or(0);
             let pair = [(first_name, *first), (name, *p)];
             let old = pair.iter().find(|(_, p)| p.version < (1, 11) && added(p) > 0);
             let new = pair.iter().find(|(_, p)| p.version >= (1, 11));

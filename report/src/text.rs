@@ -228,7 +228,7 @@ pub fn library_shares(profile: &Profile) -> Vec<LibraryShare> {
 /// samples taken in it, and the unwinds that stopped there for want of unwind rules (the recorder's counter).
 fn jit_summary(profile: &Profile, libraries: &[LibraryShare]) -> Option<String> {
     let leaf = libraries.iter().find(|l| l.path == names::JIT)?.self_samples;
-    let counter = |name: &str| profile.tables.stats.as_ref()?.counters.iter().find(|(k, _)| k == name).map(|&(_, v)| v);
+    let counter = |name: &str| profile.tables.stats.as_ref()?.counter(name);
     let mut line = format!("{} in generated code ({})", plural(leaf, "sample"), pct(leaf, profile.all.samples).trim());
     match counter("native_jit_stops") {
         Some(0) => line.push_str(", unwound through it"),
@@ -504,7 +504,7 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
             field("lost symbols", s.lost_symbols.to_string());
             field("errors", s.errors.to_string());
             // Samples a subinterpreter made unreadable: say why their stacks are errors.
-            let ambiguous = s.counters.iter().find(|(k, _)| k == "bpf_interp_ambiguous").map_or(0, |c| c.1);
+            let ambiguous = s.counter("bpf_interp_ambiguous").unwrap_or(0);
             if ambiguous > 0 {
                 field(
                     "interpreters",
@@ -517,7 +517,7 @@ fn render_into<O: fmt::Write>(profile: &Profile, options: &Options, o: &mut O) {
             }
             // Samples taken late because the CPU did not run this machine (the recorder's cpu-clock catch-up): say
             // what the periods they stand for are, and where they count.
-            let counter = |name: &str| s.counters.iter().find(|(k, _)| k == name).map_or(0, |c| c.1);
+            let counter = |name: &str| s.counter(name).unwrap_or(0);
             let late = counter("clock_late_samples");
             if late > 0 {
                 let added = counter("clock_periods_added");
@@ -837,7 +837,7 @@ const OFF_CPU_COUNTERS: [&str; 6] = [
 fn off_cpu_summary(profile: &Profile, min_ns: u64) -> (String, String) {
     let read = profile.off_cpu_all.intervals;
     let stats = profile.tables.stats.as_ref();
-    let counter = |name: &str| stats.and_then(|s| s.counters.iter().find(|(k, _)| k == name)).map(|&(_, v)| v);
+    let counter = |name: &str| stats.and_then(|s| s.counter(name));
     let mut intervals = match counter("off_cpu_intervals") {
         Some(written) if written != read => {
             format!("{read} intervals read ({written} written according to the trailer)")

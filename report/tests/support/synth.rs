@@ -519,6 +519,11 @@ fn process(pid: u32, command: &[&str], first_seen_ns: u64) -> Process {
 }
 
 fn push(w: &mut Writer<Vec<u8>>, time_ms: u64, pid: u32, tid: u32, comm: &str, stack: u32) {
+    push_flagged(w, time_ms, pid, tid, comm, stack, 0);
+}
+
+/// [`push`] with these [`sample_flags`].
+fn push_flagged(w: &mut Writer<Vec<u8>>, time_ms: u64, pid: u32, tid: u32, comm: &str, stack: u32, flags: u8) {
     w.push_sample(&SampleRecord {
         time_ns: time_ms * 1_000_000,
         cpu: 0,
@@ -531,7 +536,7 @@ fn push(w: &mut Writer<Vec<u8>>, time_ms: u64, pid: u32, tid: u32, comm: &str, s
         status: StackStatus::Complete,
         stack,
         task_stack: 0,
-        flags: 0,
+        flags,
         interp: 0,
         link: 0,
     })
@@ -900,23 +905,7 @@ pub fn stolen_periods(flagged: bool) -> Vec<u8> {
     let (f, g) = (w.intern_stack(&[f]), w.intern_stack(&[f, g]));
     push(&mut w, 0, 7, 7, "python3", f);
     for ms in 1..4 {
-        w.push_sample(&SampleRecord {
-            time_ns: ms * MS,
-            cpu: 0,
-            pid: 7,
-            tid: 7,
-            comm: "python3",
-            thread_state: ThreadStateMatch::Match,
-            gil: GilState::ThisThread,
-            pthread_id: PthreadIdMatch::Match,
-            status: StackStatus::Complete,
-            stack: g,
-            task_stack: 0,
-            flags: if flagged { sample_flags::STOLEN } else { 0 },
-            interp: 0,
-            link: 0,
-        })
-        .expect("sample");
+        push_flagged(&mut w, ms, 7, 7, "python3", g, if flagged { sample_flags::STOLEN } else { 0 });
     }
     push(&mut w, 4, 7, 7, "python3", g);
     let block = interval(
