@@ -60,7 +60,7 @@ impl Sample {
 }
 
 fn counter(tables: &pyperf_format::Tables, name: &str) -> u64 {
-    tables.stats.as_ref().and_then(|s| s.counters.iter().find(|c| c.0 == name)).map_or(0, |c| c.1)
+    tables.stats.as_ref().and_then(|s| s.counter(name)).unwrap_or(0)
 }
 
 fn check(name: &str, mode: Mode) {

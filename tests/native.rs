@@ -241,7 +241,7 @@ fn check(name: &str, cext: bool) {
         let example = main.iter().find(|s| s.frames.iter().any(F::marker)).map(|s| s.names());
         failures.push(format!("{marked} of {} samples marked unmerged or truncated, e.g. {example:?}", main.len()));
     }
-    let merged = tables.stats.as_ref().and_then(|s| s.counters.iter().find(|c| c.0 == "native_merged")).map(|c| c.1);
+    let merged = tables.stats.as_ref().and_then(|s| s.counter("native_merged"));
     if merged.is_none_or(|m| m == 0) {
         failures.push(format!("trailer native_merged: {merged:?}"));
     }

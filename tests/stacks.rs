@@ -498,7 +498,7 @@ fn stacks(interpreter_name: &str) {
     }
     // 3.11+: the deep phases' frames span many data stack chunks, and no window read of them starts below its
     // chunk (what lies below one is often unmapped: such a read faults, and costs ~1.7 us).
-    let counter = |k: &str| stats.counters.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+    let counter = |k: &str| stats.counter(k);
     if v >= (3, 11) && counter("bpf_window_faults") != Some(0) {
         failed.push(format!("window reads faulted: {:?}", counter("bpf_window_faults")));
     }

@@ -53,11 +53,7 @@ struct S {
 
 /// Trailer counter `key` of a recording of `name`'s (its absence fails).
 fn counter(name: &str, tables: &pyperf_format::Tables, key: &str) -> u64 {
-    tables
-        .stats
-        .as_ref()
-        .and_then(|st| st.counters.iter().find(|(k, _)| k == key).map(|(_, v)| *v))
-        .unwrap_or_else(|| panic!("{name}: no {key} counter"))
+    tables.stats.as_ref().and_then(|st| st.counter(key)).unwrap_or_else(|| panic!("{name}: no {key} counter"))
 }
 
 fn subinterpreters(name: &str, exec_frame: &str) {

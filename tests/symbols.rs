@@ -86,7 +86,7 @@ fn short_lived_code_is_named(name: &str) {
     // How many frames only the copies could name: it depends on how fast the recorder was (see the module doc), so
     // it is shown, not checked; record/python/code.rs tests the fallback itself.
     let stats = rec.tables.stats.as_ref().expect("trailer");
-    let from = stats.counters.iter().find(|(k, _)| k == "code_from_snapshots").map(|(_, v)| *v);
+    let from = stats.counter("code_from_snapshots");
     assert!(from.is_some(), "{name}: no code_from_snapshots counter: {:?}", stats.counters);
     eprintln!("{name}: {} rounds, code_from_snapshots {from:?}", rounds.len());
 }
@@ -123,7 +123,7 @@ fn reused_addresses_are_named_by_their_own_code(name: &str) {
 
     let rec = read(&out);
     let stats = rec.tables.stats.as_ref().expect("trailer");
-    let counter = |k: &str| stats.counters.iter().find(|(n, _)| n == k).map_or(0, |(_, v)| *v);
+    let counter = |k: &str| stats.counter(k).unwrap_or(0);
     assert!(counter("bpf_checks_cached") > 0, "{name}: the check-word cache was not used: {:?}", stats.counters);
 
     let mut rounds: Vec<(u64, u32)> = Vec::new();
@@ -207,7 +207,7 @@ fn no_uprobe_reads_every_check_word() {
         assert!(status.success(), "pyperf record {extra:?} failed: {status:?}");
         let rec = read(&out);
         let stats = rec.tables.stats.as_ref().expect("trailer");
-        let counter = |k: &str| stats.counters.iter().find(|(n, _)| n == k).map_or(0, |(_, v)| *v);
+        let counter = |k: &str| stats.counter(k).unwrap_or(0);
         let deep = rec.samples.iter().filter(|s| s.names.iter().filter(|n| *n == "recurse").count() == 20).count();
         assert!(deep * 2 > rec.samples.len(), "{extra:?}: {deep} of {} samples with the 20 frames", rec.samples.len());
         counts.push((counter("bpf_checks_read"), counter("bpf_checks_cached")));

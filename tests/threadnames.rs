@@ -104,7 +104,7 @@ fn record(python: &Path, workload: &Path, seconds: &str, out: &Path) -> Named {
         }
     }
     assert_eq!(tables.processes.len(), 1, "{:?}", tables.processes);
-    let counter = |k: &str| tables.stats.as_ref().and_then(|s| s.counters.iter().find(|c| c.0 == k)).map(|c| c.1);
+    let counter = |k: &str| tables.stats.as_ref().and_then(|s| s.counter(k));
     Named {
         pid: tables.processes[0].pid,
         names: tables.thread_names.iter().map(|n| (n.pid, n.tid, n.name.clone())).collect(),

@@ -16,7 +16,7 @@ use common::*;
 /// The recording's trailer counter `name`.
 fn counter(rec: &Recording, name: &str) -> u64 {
     let stats = rec.tables.stats.as_ref().expect("trailer");
-    stats.counters.iter().find(|(k, _)| k == name).map(|(_, v)| *v).unwrap_or_else(|| panic!("no {name}: {stats:?}"))
+    stats.counter(name).unwrap_or_else(|| panic!("no {name}: {stats:?}"))
 }
 
 fn check(name: &str) {

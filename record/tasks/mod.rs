@@ -675,9 +675,9 @@ impl Proc {
                 }
                 self.task_codes.extend(list.iter().map(|t| t.coro_code).filter(|&c| c != 0));
                 // Not trusted until read again (`same`, at a task's first sample): the list is read while the process
-                // runs. Trusted as read, it once mapped an orders task's coroutine to its request task, and that
-                // task's samples older than the list (not checked) stitched under the request's boundary
-                // (tests/tasks.rs, 1 in 12 runs beside two busy loops on 3.12; 0 in 26 with this).
+                // runs. Trusted as read for samples older than it, a recording once stitched an orders task's samples
+                // under its request's boundary (tests/tasks.rs on 3.12 under load, ~1 in 40 runs; how the list
+                // paired them is not known, so this re-read is a hardening, not shown to be the fix).
                 self.validated.clear();
                 self.tasks = list.into_iter().map(|t| (t.addr, t)).collect();
                 let tasks = &self.tasks;
