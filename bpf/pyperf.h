@@ -757,6 +757,34 @@ struct pyperf_trace_conf {
 	__u8 _pad[5];
 };
 
+/* The Python frame walk's state (bpf/walk.bpf.h), in the scratch, not on the stack: the programs that walk
+ * frames from tp_btf tracepoints (off-CPU) have no private stack, and their frame plus read_trace's exceeded the
+ * verifier's 512 bytes (a 6.18 kernel refused pyperf_switch). Plain data, written by pyperf_walk_frame (a global
+ * function, whose pointer arguments point to memory without pointer types: proc and s are passed to it apart, see
+ * struct walk_ctx). */
+struct frame_walk {
+	__u64 cur;
+	__u64 last_code;  /* checksum of the previous frame's code object, reused */
+	__u32 last_check; /* for recursion (same code object): one read less per frame */
+	__s32 last_argcount;
+	__u64 wlo, whi;   /* target addresses [wlo, whi) copied at the start of s->wbuf; whi 0 = none */
+	__u64 hash;       /* of the frames so far (code, check), for seen_stacks */
+	__u64 base;       /* 3.15+: the thread's base frame, where a complete walk ends; 0 = none */
+	__u64 tag;        /* the sample's check-word cache tag (see struct pyperf_check_entry), 0 = no cache */
+	__u64 chunk;      /* 3.11+: the data stack chunk of the frames reached so far (its start), 0 = unknown */
+	__u64 chunk_prev; /* the chunk before it, once its header was copied; 0 = not yet */
+	/* Run roots (pyperf_event_header.coro_frame): */
+	__u64 run_addr;   /* the address and index of the last frame walk_frame took: while in_run (the fast path */
+	__u32 run_index;  /* takes none then), the rootmost frame of the open run so far */
+	__u32 gen_owner;  /* owner value of generator frames (py_offsets.owner_generator); 256 (no u8) = not tracked */
+	__u32 nruns;      /* runs ended so far (not capped) */
+	__u32 n;
+	__u8 status;
+	__u8 reached_base;
+	__u8 fast;        /* the sample may take frames the fast way (see pyperf_walk_fast) */
+	__u8 in_run;      /* the last frame taken is generator-owned: a run is open */
+};
+
 struct pyperf_scratch {
 	struct pyperf_counters counters;
 	__u64 last_wakeup; /* ktime of this CPU's last ring buffer wakeup */
@@ -781,6 +809,7 @@ struct pyperf_scratch {
 	struct pyperf_frame_local locals[PYPERF_MAX_FRAMES];
 	struct pyperf_code_snap snap;
 	struct pyperf_check_entry checks[PYPERF_CHECK_SETS * 2]; /* set i: entries 2i, 2i + 1 (most recent first) */
+	struct frame_walk walk; /* the frame walk of the record being made (record_stack) */
 };
 
 #endif /* PYPERF_H */

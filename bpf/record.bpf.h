@@ -39,32 +39,32 @@ static __always_inline int walk_outer(struct walk_ctx *c, __u64 outer, __u32 tid
 		return 0;
 	proc = c->proc;
 	s = c->s;
-	split = c->w.n;
-	if (!outer || split >= PYPERF_MAX_FRAMES || c->w.status != STACK_STATUS_COMPLETE ||
+	split = c->w->n;
+	if (!outer || split >= PYPERF_MAX_FRAMES || c->w->status != STACK_STATUS_COMPLETE ||
 	    read_user(s->tbuf, proc->off.tstate_size, PYPERF_TSTATE_BUF, outer) || !tstate_is_ours(proc, s, tid, fsbase) ||
 	    tstate_attached(proc, s))
 		return 0;
-	c->w.cur = leaf_frame(proc, s);
-	if (!c->w.cur)
+	c->w->cur = leaf_frame(proc, s);
+	if (!c->w->cur)
 		return 2; /* no frames to add (its thread's start, or the process's end) */
-	c->w.base = proc->off.tstate_base_frame >= 0 ? get_u64(s->tbuf, proc->off.tstate_base_frame, PYPERF_TSTATE_BUF) : 0;
-	c->w.chunk = proc->off.tstate_datastack_chunk >= 0 ?
+	c->w->base = proc->off.tstate_base_frame >= 0 ? get_u64(s->tbuf, proc->off.tstate_base_frame, PYPERF_TSTATE_BUF) : 0;
+	c->w->chunk = proc->off.tstate_datastack_chunk >= 0 ?
 		get_u64(s->tbuf, proc->off.tstate_datastack_chunk, PYPERF_TSTATE_BUF) : 0;
-	c->w.chunk_prev = 0;
-	c->w.wlo = 0;
-	c->w.whi = 0;
+	c->w->chunk_prev = 0;
+	c->w->wlo = 0;
+	c->w->whi = 0;
 	/* Check words read, not cached: the cache's count is the main interpreter's thread's sample's. */
-	c->w.tag = 0;
-	c->w.fast = 0;
-	c->w.last_code = 0;
-	c->w.reached_base = 0;
+	c->w->tag = 0;
+	c->w->fast = 0;
+	c->w->last_code = 0;
+	c->w->reached_base = 0;
 	bpf_loop(PYPERF_MAX_WALK, frame_walk_step, c, 0);
-	end_run(&c->w, s);
-	if (c->w.status == STACK_STATUS_COMPLETE && (c->w.base ? c->w.reached_base : !c->w.cur) && c->w.n > split)
+	end_run(c->w, s);
+	if (c->w->status == STACK_STATUS_COMPLETE && (c->w->base ? c->w->reached_base : !c->w->cur) && c->w->n > split)
 		return 1;
 	/* Not whole: the running interpreter's frames alone. */
-	c->w.n = split;
-	c->w.status = STACK_STATUS_COMPLETE;
+	c->w->n = split;
+	c->w->status = STACK_STATUS_COMPLETE;
 	return 0;
 }
 
@@ -90,6 +90,8 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 	int gil_state;
 
 	h = &s->ev.hdr;
+	c.w = &s->walk;
+	__builtin_memset(c.w, 0, sizeof(*c.w));
 	h->ktime = now;
 	PROF_START(h->ktime);
 	h->pid = pid;
@@ -179,9 +181,9 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 		frame = leaf_frame(proc, s);
 
 	PROF(3); /* leaf frame pointer */
-	c.w.status = STACK_STATUS_COMPLETE;
+	c.w->status = STACK_STATUS_COMPLETE;
 	if (h->interp_flags & PYPERF_INTERP_AMBIGUOUS)
-		c.w.status = STACK_STATUS_ERROR; /* which thread state runs is not known: no frames, never a guess */
+		c.w->status = STACK_STATUS_ERROR; /* which thread state runs is not known: no frames, never a guess */
 	c.proc = proc;
 	c.s = s;
 	/* Run roots: the generator owner value when tracked, else 256, which no frame's u8 owner equals.
@@ -190,27 +192,27 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 	track = ((gen_owner >> 15) ^ 1) & (proc->track_tasks != 0);
 	track = -track;
 	barrier_var(track);
-	c.w.gen_owner = (gen_owner & 0xff & track) | (256 & ~track);
+	c.w->gen_owner = (gen_owner & 0xff & track) | (256 & ~track);
 	if (frame) {
-		c.w.cur = frame;
+		c.w->cur = frame;
 		/* 3.12+: wait_base is the GIL block read (interp->ceval.gil). */
-		c.w.tag = check_tag(proc, s, ts, proc->off.interp_gil_ptr >= 0 ? wait_base : 0, gil_state);
+		c.w->tag = check_tag(proc, s, ts, proc->off.interp_gil_ptr >= 0 ? wait_base : 0, gil_state);
 		if (proc->off.tstate_base_frame >= 0)
-			c.w.base = get_u64(s->tbuf, proc->off.tstate_base_frame, PYPERF_TSTATE_BUF);
+			c.w->base = get_u64(s->tbuf, proc->off.tstate_base_frame, PYPERF_TSTATE_BUF);
 		if (proc->off.tstate_datastack_chunk >= 0)
-			c.w.chunk = get_u64(s->tbuf, proc->off.tstate_datastack_chunk, PYPERF_TSTATE_BUF);
+			c.w->chunk = get_u64(s->tbuf, proc->off.tstate_datastack_chunk, PYPERF_TSTATE_BUF);
 		/* 3.11+ with the cache: frames the fast way (pyperf_walk_fast), which needs no first local. */
-		c.w.fast = proc->frame_window && c.w.tag && proc->off.instr_kind == INSTR_PTR_MINUS_CODE &&
+		c.w->fast = proc->frame_window && c.w->tag && proc->off.instr_kind == INSTR_PTR_MINUS_CODE &&
 			   proc->off.frame_localsplus < 0;
 		bpf_loop(PYPERF_MAX_WALK, frame_walk_step, &c, 0);
-		end_run(&c.w, s); /* the end of the walk ends a run */
-		if (c.w.status == STACK_STATUS_COMPLETE && c.w.cur && !c.w.reached_base)
-			c.w.status = STACK_STATUS_TRUNCATED; /* bpf_loop bound (many skipped shims) */
-		if (c.w.reached_base)
+		end_run(c.w, s); /* the end of the walk ends a run */
+		if (c.w->status == STACK_STATUS_COMPLETE && c.w->cur && !c.w->reached_base)
+			c.w->status = STACK_STATUS_TRUNCATED; /* bpf_loop bound (many skipped shims) */
+		if (c.w->reached_base)
 			s->counters.base_reached++;
-		if (c.w.status == STACK_STATUS_COMPLETE && c.w.base && !c.w.reached_base) {
+		if (c.w->status == STACK_STATUS_COMPLETE && c.w->base && !c.w->reached_base) {
 			/* Ended on a NULL link above the base frame: a torn or unfinished chain. */
-			c.w.status = STACK_STATUS_INCOMPLETE;
+			c.w->status = STACK_STATUS_INCOMPLETE;
 			s->counters.incomplete++;
 		}
 	}
@@ -218,7 +220,7 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 	 * frame of this one: a thread creating an interpreter runs its start-up there). */
 	if (ts && (h->interp_flags & PYPERF_INTERP_NESTED)) {
 		s->counters.interp_nested++;
-		split = c.w.n;
+		split = c.w->n;
 		stitched = walk_outer(&c, s->last.outer, tid, fsbase);
 		if (stitched == 1) {
 			h->interp_flags |= PYPERF_INTERP_STITCHED;
@@ -231,19 +233,19 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 			h->interp_flags &= ~PYPERF_INTERP_NESTED;
 		}
 	}
-	h->ncoro = c.w.nruns < 256 ? c.w.nruns : 252 + (c.w.nruns & (PYPERF_TASK_ROOTS - 1));
+	h->ncoro = c.w->nruns < 256 ? c.w->nruns : 252 + (c.w->nruns & (PYPERF_TASK_ROOTS - 1));
 	PROF(4); /* frame walk */
-	n = c.w.n;
+	n = c.w->n;
 	if (n > PYPERF_MAX_FRAMES)
 		n = PYPERF_MAX_FRAMES;
-	if (c.w.status == STACK_STATUS_TRUNCATED)
+	if (c.w->status == STACK_STATUS_TRUNCATED)
 		s->counters.truncated++;
-	if (c.w.status == STACK_STATUS_COMPLETE && n == 0) {
-		c.w.status = STACK_STATUS_IDLE;
+	if (c.w->status == STACK_STATUS_COMPLETE && n == 0) {
+		c.w->status = STACK_STATUS_IDLE;
 		s->counters.idle++;
 	}
 	h->nframes = n;
-	h->stack_status = c.w.status;
+	h->stack_status = c.w->status;
 
 	size = sizeof(struct pyperf_event_header) + (__u64)n * sizeof(struct pyperf_frame);
 	/* <= 3.10: the frames' first locals next (one copy; 3.11+ records have none). */
@@ -261,7 +263,7 @@ static __always_inline void record_stack(void *ctx, struct py_proc *proc, struct
 	/* A stack never seen: wake user space now (PYPERF_WAKEUP_NS), rate-limited per CPU (a suppressed one
 	 * wakes it at the next sample past the limit). */
 	if (n) {
-		__u64 key = c.w.hash ^ ((__u64)pid * 0xff51afd7ed558ccdULL);
+		__u64 key = c.w->hash ^ ((__u64)pid * 0xff51afd7ed558ccdULL);
 
 		if (!bpf_map_lookup_elem(&seen_stacks, &key)) {
 			__u8 one = 1;

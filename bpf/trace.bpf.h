@@ -240,7 +240,7 @@ static __noinline void read_trace(const struct py_proc *proc, struct pyperf_scra
 {
 	const struct pyperf_trace_conf *conf;
 	struct hamt_walk hw = {};
-	__u64 ctx, vars, span, sc, items[2], hi = 0, lo = 0, shi = 0, slo = 0;
+	__u64 ctx, vars, span, sc, items[2];
 	__u8 state;
 	int err;
 
@@ -292,17 +292,26 @@ static __noinline void read_trace(const struct py_proc *proc, struct pyperf_scra
 		goto unreadable;
 	if (bpf_probe_read_user(items, sizeof(items), (void *)(sc + conf->tuple_item)))
 		goto unreadable;
-	if (!read_int(conf, s, items[0], 5, &hi, &lo) || !read_int(conf, s, items[1], 3, &shi, &slo))
+	/* Read into the record, not the stack (see struct frame_walk): the span id's high word into trace_probe. */
+	if (!read_int(conf, s, items[0], 5, &h->trace_hi, &h->trace_lo) ||
+	    !read_int(conf, s, items[1], 3, &h->trace_probe, &h->span_id))
 		goto unreadable;
-	if (!(hi | lo) || !slo)
-		return; /* an invalid span context (INVALID_SPAN): no span */
+	h->trace_probe = 0;
+	if (!(h->trace_hi | h->trace_lo) || !h->span_id) {
+		/* an invalid span context (INVALID_SPAN): no span */
+		h->trace_hi = 0;
+		h->trace_lo = 0;
+		h->span_id = 0;
+		return;
+	}
 	h->trace_state = TRACE_FOUND;
-	h->trace_hi = hi;
-	h->trace_lo = lo;
-	h->span_id = slo;
 	s->counters.trace_found++;
 	return;
 unreadable:
 	h->trace_state = TRACE_UNREADABLE;
+	h->trace_hi = 0;
+	h->trace_lo = 0;
+	h->span_id = 0;
+	h->trace_probe = 0;
 	s->counters.trace_unreadable++;
 }

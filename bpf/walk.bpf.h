@@ -17,36 +17,11 @@ static __always_inline __u32 pyperf_code_check(__u32 firstlineno, __u64 filename
 	return firstlineno + f * 31 + n * 1009;
 }
 
-/* The walk's state: plain data, written by pyperf_walk_frame (a global function, whose pointer arguments point to
- * memory without pointer types: proc and s are passed to it apart, see struct walk_ctx). */
-struct frame_walk {
-	__u64 cur;
-	__u64 last_code;  /* checksum of the previous frame's code object, reused */
-	__u32 last_check; /* for recursion (same code object): one read less per frame */
-	__s32 last_argcount;
-	__u64 wlo, whi;   /* target addresses [wlo, whi) copied at the start of s->wbuf; whi 0 = none */
-	__u64 hash;       /* of the frames so far (code, check), for seen_stacks */
-	__u64 base;       /* 3.15+: the thread's base frame, where a complete walk ends; 0 = none */
-	__u64 tag;        /* the sample's check-word cache tag (see struct pyperf_check_entry), 0 = no cache */
-	__u64 chunk;      /* 3.11+: the data stack chunk of the frames reached so far (its start), 0 = unknown */
-	__u64 chunk_prev; /* the chunk before it, once its header was copied; 0 = not yet */
-	/* Run roots (pyperf_event_header.coro_frame): */
-	__u64 run_addr;   /* the address and index of the last frame walk_frame took: while in_run (the fast path */
-	__u32 run_index;  /* takes none then), the rootmost frame of the open run so far */
-	__u32 gen_owner;  /* owner value of generator frames (py_offsets.owner_generator); 256 (no u8) = not tracked */
-	__u32 nruns;      /* runs ended so far (not capped) */
-	__u32 n;
-	__u8 status;
-	__u8 reached_base;
-	__u8 fast;        /* the sample may take frames the fast way (see pyperf_walk_fast) */
-	__u8 in_run;      /* the last frame taken is generator-owned: a run is open */
-};
-
 /* bpf_loop's context for the frame walk. */
 struct walk_ctx {
 	const struct py_proc *proc;
 	struct pyperf_scratch *s;
-	struct frame_walk w;
+	struct frame_walk *w; /* &s->walk */
 };
 
 #define PYPERF_INSTR_ENTRY (1U << PYPERF_INSTR_ENTRY_BIT)
@@ -480,5 +455,5 @@ static long frame_walk_step(__u32 i, void *arg)
 	struct walk_ctx *c = arg;
 
 	/* bpf_loop wants 0 or 1, and a global function's result is any number to the verifier. */
-	return pyperf_walk_frame(&c->w, c->proc, c->s) ? 1 : 0;
+	return pyperf_walk_frame(c->w, c->proc, c->s) ? 1 : 0;
 }

@@ -149,8 +149,9 @@ const _: () = assert!(
 // 16 bytes a frame in every record, 32 with the first locals of <= 3.10 (the ring's bytes per sample).
 const _: () = assert!(std::mem::size_of::<RawFrame>() == 16 && std::mem::size_of::<RawLocal>() == 16);
 const _: () = {
-    // counters + last_wakeup, last_pid_tgid, last (6 words), interp_flags, found (4), new_stack, busy + tbuf + gbuf + cbuf + wbuf + xbuf + event + locals + snap: the scratch
-    // slot is what the header says it is (a field added in C without updating this fails the build).
+    // counters + last_wakeup, last_pid_tgid, last (6 words), interp_flags, found (4), new_stack, busy + tbuf + gbuf + cbuf + wbuf + xbuf + event + locals + snap + checks + the
+    // frame walk's state: the scratch slot is what the header says it is (a field added in C without updating this
+    // fails the build).
     let s = std::mem::size_of::<types::pyperf_scratch>();
     assert!(
         s == std::mem::size_of::<types::pyperf_counters>()
@@ -161,6 +162,7 @@ const _: () = {
             + MAX_FRAMES * std::mem::size_of::<RawLocal>()
             + std::mem::size_of::<types::pyperf_code_snap>()
             + CHECK_SETS * 2 * std::mem::size_of::<types::pyperf_check_entry>()
+            + std::mem::size_of::<types::frame_walk>()
     );
 };
 

@@ -193,21 +193,19 @@ fn stitched_right(stack: &[String]) -> bool {
     let fr: Vec<(String, u64)> = stack.iter().map(|f| frame(f)).collect();
     let is = |i: usize, name: &str, tag: &str| fr.get(i).is_some_and(|f| f.0 == name && f.1 == line_of(tag));
     let task = |i: usize, prefix: &str| fr.get(i).is_some_and(|f| f.0.starts_with(prefix) && f.0.ends_with(']'));
-    let numbered = |i: usize, stem: &str| {
-        fr.get(i).is_some_and(|f| {
-            f.0.strip_prefix(&format!("[task {stem}-"))
-                .and_then(|r| r.strip_suffix(']'))
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        })
+    let number = |i: usize, stem: &str| -> Option<u64> {
+        let f = fr.get(i)?;
+        let n = f.0.strip_prefix(&format!("[task {stem}-"))?.strip_suffix(']')?;
+        n.bytes().all(|b| b.is_ascii_digit()).then(|| n.parse().ok()).flatten()
     };
     let leaf = |i: usize| fr.len() == i + 1 && fr[i].0 == "crunch";
-    // A request's orders task: root task, its gather, the request, its gather, the orders task running.
+    // A request's orders task: root task, its gather, the request, its gather, the orders task running; request-K
+    // makes orders-K (a task that took an ended one's address once got that one's names).
     let orders = fr.len() == 8
         && fr[0].0 == "[task Task-1]"
         && is(1, "serve", "serve")
-        && numbered(2, "request")
+        && number(2, "request").is_some_and(|k| number(4, "orders") == Some(k))
         && is(3, "handle_request", "handle_request")
-        && numbered(4, "orders")
         && is(5, "fetch_orders", "fetch_orders")
         && is(6, "compute", "compute")
         && leaf(7);

@@ -325,6 +325,25 @@ pub struct Identity {
     name_peek: Vec<u8>,
 }
 
+#[cfg(test)]
+impl Identity {
+    /// An identity as a list would read it: name object `name_obj` beginning with `peek`.
+    pub fn of(name_obj: u64, peek: &[u8]) -> Identity {
+        Identity { name_obj, name_peek: peek.to_vec() }
+    }
+}
+
+impl TaskInfo {
+    /// Whether `other`, from another list, is this task (not another one since at its address): same address,
+    /// coroutine, code and identity.
+    pub fn same_task(&self, other: &TaskInfo) -> bool {
+        self.addr == other.addr
+            && self.coro == other.coro
+            && self.coro_code == other.coro_code
+            && self.identity == other.identity
+    }
+}
+
 /// A frame of a coroutine chain: its code object and raw instruction position as the BPF program reports frames
 /// (`instr_ptr - code`, 31 bits), so that the symbolizer resolves it like any sampled frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

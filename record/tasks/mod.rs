@@ -675,14 +675,10 @@ impl Proc {
                 }
                 self.task_codes.extend(list.iter().map(|t| t.coro_code).filter(|&c| c != 0));
                 // Not trusted until read again (`same`, at a task's first sample): the list is read while the process
-                // runs. Trusted as read for samples older than it, a recording once stitched an orders task's samples
-                // under its request's boundary (tests/tasks.rs on 3.12 under load, ~1 in 40 runs; how the list
-                // paired them is not known, so this re-read is a hardening, not shown to be the fix).
+                // runs, so a task may have ended and another taken its address by the time a sample is stitched.
                 self.validated.clear();
-                self.tasks = list.into_iter().map(|t| (t.addr, t)).collect();
-                let tasks = &self.tasks;
-                self.prefixes.retain(|t, _| tasks.contains_key(t));
-                self.settled.retain(|t| tasks.contains_key(t));
+                let old = std::mem::replace(&mut self.tasks, list.into_iter().map(|t| (t.addr, t)).collect());
+                keep_same_tasks(&old, &self.tasks, &mut self.prefixes, &mut self.settled);
                 self.checks.clear();
                 Ok(())
             }
@@ -755,6 +751,22 @@ impl Proc {
         }
         Some(out)
     }
+}
+
+/// Keeps, of the stitched prefixes and settled roots remembered by task address, those of the tasks the `new` list
+/// has at the same address as the `old` one did. By address alone, a request task's prefix (`[task Task-1]; serve;
+/// [task request-9]`), made from one of its samples, was handed for up to [`PREFIX_TTL`] to the orders task that
+/// took the request's address once it ended: that task's `fetch_orders; compute; crunch` under the request's boundary
+/// (tests/tasks.rs on 3.12, ~1 run in 40 under load).
+fn keep_same_tasks(
+    old: &HashMap<u64, TaskInfo>,
+    new: &HashMap<u64, TaskInfo>,
+    prefixes: &mut HashMap<u64, (Instant, Vec<u32>)>,
+    settled: &mut HashSet<u64>,
+) {
+    let same = |t: &u64| matches!((old.get(t), new.get(t)), (Some(a), Some(b)) if a.same_task(b));
+    prefixes.retain(|t, _| same(t));
+    settled.retain(same);
 }
 
 /// The CPU time of the calling thread, ns (CLOCK_THREAD_CPUTIME_ID): what a sweep costs, not the time it waited.
@@ -879,4 +891,54 @@ pub fn tree(p: &PythonProcess) -> Result<Vec<TreeTask>, String> {
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::python::asyncio::Identity;
+
+    fn task(addr: u64, name: &str, coro: u64, code: u64, name_obj: u64) -> TaskInfo {
+        TaskInfo {
+            addr,
+            name: name.into(),
+            coro,
+            coro_code: code,
+            event_loop: 0x10,
+            running: false,
+            awaited_by: Vec::new(),
+            other_awaiters: 0,
+            ns_tid: 0,
+            identity: Identity::of(name_obj, name.as_bytes()),
+        }
+    }
+
+    fn by_addr(tasks: &[TaskInfo]) -> HashMap<u64, TaskInfo> {
+        tasks.iter().map(|t| (t.addr, t.clone())).collect()
+    }
+
+    /// A prefix or settled root is kept for the task it was made for, not handed to the next task at its address.
+    #[test]
+    fn a_new_task_at_an_old_address_gets_nothing_of_the_old_one() {
+        let (handle, fetch) = (0x7000, 0x7100);
+        let old = by_addr(&[
+            task(0xa000, "request-9", 0xc000, handle, 0xe000),
+            task(0xb000, "orders-9", 0xc800, fetch, 0xe800),
+            task(0xd000, "Task-1", 0xcc00, 0x7200, 0xec00),
+        ]);
+        // request-9 and orders-9 ended; orders-12 took request-9's address, orders-13 orders-9's with its
+        // coroutine and name object where orders-9's were (freed memory is reused by objects of the same size).
+        let new = by_addr(&[
+            task(0xa000, "orders-12", 0xc400, fetch, 0xe400),
+            task(0xb000, "orders-13", 0xc800, fetch, 0xe800),
+            task(0xd000, "Task-1", 0xcc00, 0x7200, 0xec00),
+        ]);
+        let now = Instant::now();
+        let mut prefixes: HashMap<u64, (Instant, Vec<u32>)> =
+            [0xa000, 0xb000, 0xd000, 0xf000].into_iter().map(|t| (t, (now, vec![1, 2, 3]))).collect();
+        let mut settled: HashSet<u64> = [0xa000, 0xb000, 0xd000, 0xf000].into_iter().collect();
+        keep_same_tasks(&old, &new, &mut prefixes, &mut settled);
+        assert_eq!(prefixes.keys().copied().collect::<HashSet<u64>>(), HashSet::from([0xd000]));
+        assert_eq!(settled, HashSet::from([0xd000]));
+    }
 }
